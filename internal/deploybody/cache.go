@@ -1,0 +1,129 @@
+package deploybody
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// EvalCache remembers which toplevel a node's evaluation produced, keyed on the node
+// plan digest and the build inputs alone (FR-009), in a directory of small JSON files.
+// It is never a source of truth: Lookup ignores an entry whose toplevel the store does
+// not hold (StoreHas), and a failed Store is reported by the body as a warning only.
+type EvalCache struct {
+	// Dir holds one <key>.json file per entry. It is created on first Store.
+	Dir string
+	// StoreHas reports whether the local store holds a path. Nil means "ask the file
+	// system" (os.Stat), which is right when the store is the deployer's /nix/store.
+	StoreHas func(storePath string) bool
+}
+
+type cacheEntry struct {
+	Key      string    `json:"key"`
+	Toplevel string    `json:"toplevel"`
+	Written  time.Time `json:"written"`
+}
+
+// MakeCacheKey derives the cache key from the node plan digest and the build inputs
+// (e.g. the flake or source revision, the system attribute). Per-run values such as
+// credential locations must not be passed: they are not part of what is built.
+func MakeCacheKey(planDigest string, buildInputs map[string]string) string {
+	canonical, _ := json.Marshal(struct {
+		PlanDigest  string            `json:"plan_digest"`
+		BuildInputs map[string]string `json:"build_inputs"`
+	}{planDigest, buildInputs}) // encoding/json sorts map keys
+	sum := sha256.Sum256(canonical)
+	return hex.EncodeToString(sum[:])
+}
+
+var cacheKeyPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (c *EvalCache) file(key string) (string, error) {
+	if !cacheKeyPattern.MatchString(key) {
+		return "", fmt.Errorf("cache key %q is not a MakeCacheKey key", key)
+	}
+	return filepath.Join(c.Dir, key+".json"), nil
+}
+
+// Lookup returns the cached toplevel for key. ok is false when there is no usable
+// entry; why says what was wrong with an entry that exists but was ignored.
+func (c *EvalCache) Lookup(key string) (toplevel string, ok bool, why string) {
+	file, err := c.file(key)
+	if err != nil {
+		return "", false, err.Error()
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return "", false, ""
+		}
+		return "", false, fmt.Sprintf("cache entry %s unreadable: %v", file, err)
+	}
+	var entry cacheEntry
+	if err := json.Unmarshal(data, &entry); err != nil || entry.Key != key || !validStorePath(entry.Toplevel) {
+		return "", false, fmt.Sprintf("cache entry %s is malformed; ignored", file)
+	}
+	if !c.storeHas(entry.Toplevel) {
+		return "", false, fmt.Sprintf("cache entry %s names %s, which the store does not hold; ignored", file, entry.Toplevel)
+	}
+	return entry.Toplevel, true, ""
+}
+
+// Store records key → toplevel. The write goes to a temporary file renamed into
+// place, so a reader never sees half an entry.
+func (c *EvalCache) Store(key, toplevel string, now time.Time) error {
+	file, err := c.file(key)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(cacheEntry{Key: key, Toplevel: toplevel, Written: now.UTC()})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return fmt.Errorf("creating evaluation cache %s: %w", c.Dir, err)
+	}
+	tmp, err := os.CreateTemp(c.Dir, ".entry-*")
+	if err != nil {
+		return fmt.Errorf("writing evaluation cache %s: %w", c.Dir, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing evaluation cache entry %s: %w", file, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing evaluation cache entry %s: %w", file, err)
+	}
+	if err := os.Rename(tmp.Name(), file); err != nil {
+		return fmt.Errorf("writing evaluation cache entry %s: %w", file, err)
+	}
+	return nil
+}
+
+func (c *EvalCache) storeHas(p string) bool {
+	if c.StoreHas != nil {
+		return c.StoreHas(p)
+	}
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// validStorePath accepts a clean absolute path without whitespace or control
+// characters: what a toplevel must look like before it reaches a command line.
+func validStorePath(p string) bool {
+	if p == "" || !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+		return false
+	}
+	for _, r := range p {
+		if r <= ' ' || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,67 @@
+package deploybody
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMakeCacheKey(t *testing.T) {
+	a := MakeCacheKey("plan-1", map[string]string{"rev": "x", "system": "fedi-n1"})
+	b := MakeCacheKey("plan-1", map[string]string{"system": "fedi-n1", "rev": "x"})
+	if a != b || len(a) != 64 {
+		t.Fatalf("key must not depend on map order: %s %s", a, b)
+	}
+	if MakeCacheKey("plan-2", map[string]string{"rev": "x", "system": "fedi-n1"}) == a {
+		t.Fatal("a different plan must give a different key")
+	}
+	if MakeCacheKey("plan-1", map[string]string{"rev": "y", "system": "fedi-n1"}) == a {
+		t.Fatal("a different build input must give a different key")
+	}
+}
+
+func TestEvalCache(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	held := map[string]bool{testToplevel: true}
+	c := &EvalCache{Dir: dir, StoreHas: func(p string) bool { return held[p] }}
+	key := MakeCacheKey("plan", nil)
+	if _, ok, why := c.Lookup(key); ok || why != "" {
+		t.Fatalf("empty cache: ok=%v why=%q", ok, why)
+	}
+	must(t, c.Store(key, testToplevel, time.Now()))
+	if got, ok, _ := c.Lookup(key); !ok || got != testToplevel {
+		t.Fatalf("lookup = %q %v", got, ok)
+	}
+	delete(held, testToplevel) // garbage-collected
+	if _, ok, why := c.Lookup(key); ok || !strings.Contains(why, "does not hold") {
+		t.Fatalf("gone path: ok=%v why=%q", ok, why)
+	}
+	must(t, os.WriteFile(filepath.Join(dir, key+".json"), []byte("{not json"), 0o644))
+	if _, ok, why := c.Lookup(key); ok || !strings.Contains(why, "malformed") {
+		t.Fatalf("corrupt entry: ok=%v why=%q", ok, why)
+	}
+	other := MakeCacheKey("other", nil)
+	must(t, os.WriteFile(filepath.Join(dir, other+".json"), []byte(`{"key":"`+key+`","toplevel":"`+testToplevel+`"}`), 0o644))
+	held[testToplevel] = true
+	if _, ok, _ := c.Lookup(other); ok {
+		t.Fatal("an entry whose key does not match its file must be ignored")
+	}
+	if err := c.Store("../escape", testToplevel, time.Now()); err == nil {
+		t.Fatal("a key that is not a MakeCacheKey key must be refused")
+	}
+}
+
+func TestValidStorePath(t *testing.T) {
+	for _, p := range []string{testToplevel, "/nix/store/abc-x"} {
+		if !validStorePath(p) {
+			t.Errorf("%q rejected", p)
+		}
+	}
+	for _, p := range []string{"", "/", "relative/x", "/nix/store/a b", "/nix/store/a\n", "/nix/store/../etc", "/nix/store/x/"} {
+		if validStorePath(p) {
+			t.Errorf("%q accepted", p)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package deploybody
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// chainMemberUp: active, or a oneshot that ran and exited successfully.
+func chainMemberUp(s UnitState) bool {
+	if s.ActiveState == "active" {
+		return true
+	}
+	return s.ActiveState == "inactive" && s.Result == "success" && s.ExecMainStartMono > 0 && s.ExecMainStatus == 0
+}
+
+// chainMemberInProgress: systemd is bringing the member up (or will, after a restart).
+func chainMemberInProgress(s UnitState) bool {
+	return s.ActiveState == "activating" || s.ActiveState == "reloading" || s.SubState == "auto-restart"
+}
+
+func progressKey(s UnitState) string {
+	return strings.Join([]string{s.ActiveState, s.SubState, fmt.Sprint(s.NRestarts), s.InvocationID, fmt.Sprint(s.ExecMainStartMono)}, "/")
+}
+
+func describeState(s UnitState) string {
+	d := s.ActiveState + "/" + s.SubState
+	if s.Result != "" && s.Result != "success" {
+		d += ", Result=" + s.Result
+	}
+	return d
+}
+
+// waitForSecretChain waits, in order, for the units that bring the node's secrets up.
+//
+// Verdict-only mode (FR-007): the wait is bounded by chain_wait and stops early,
+// naming the member, when a member failed, is not loaded, or showed no progress (no
+// state change) for no_progress. A node that answers none of a few samples is
+// unreachable.
+//
+// Deploy mode: the wait runs before the switch, when the chain may not exist yet or
+// wait for an attestation that comes later; members that are not loaded or not
+// started are not waited for, and a chain that does not come up is a warning: only
+// the verdict-only pass can say whether the chain converged.
+func (r *run) waitForSecretChain() (string, error) {
+	for _, u := range r.o.SecretChain {
+		if !ValidUnitName(u) {
+			return "", withHint(fmt.Errorf("secret chain member %q is not a valid unit name", u), "list the secret chain as systemd unit names, e.g. \"vault-agent.service\"")
+		}
+	}
+	if len(r.o.SecretChain) == 0 && !r.nodeSilent {
+		return "no secret chain", nil
+	}
+	start := r.o.Clock.Now()
+	deadline := start.Add(r.o.Timings.ChainWait)
+	lastChange := start
+	lastKey := ""
+	unanswered := 0
+	samples := 0
+	for samples < maxSamples {
+		samples++
+		now := r.o.Clock.Now()
+		states, unread, answered := r.sampleChain()
+		if !answered {
+			unanswered++
+			if unanswered >= unreachableSampleLimit {
+				return r.chainUnreachable(samples)
+			}
+		} else {
+			unanswered = 0
+			if len(r.o.SecretChain) == 0 {
+				return "node answered", nil
+			}
+			member, state, done := r.chainPosition(states, unread)
+			if done {
+				return fmt.Sprintf("chain up after %s", now.Sub(start).Round(time.Second)), nil
+			}
+			key := member + "|" + unread
+			if states != nil {
+				key = member + "|" + progressKey(state)
+			}
+			if key != lastKey {
+				lastKey, lastChange = key, now
+			}
+			if stop := r.chainProblem(member, state, states == nil, unread, now.Sub(lastChange)); stop != nil {
+				if r.verdictOnly {
+					return "", stop
+				}
+				r.warn(PhaseWaitForSecretChain, "secret chain not up before the switch (not an error in a deploy): "+stop.Error())
+				return "chain not up; continuing", nil
+			}
+		}
+		if !now.Before(deadline) {
+			err := fmt.Errorf("secret chain not up after chain_wait (%s)", r.o.Timings.ChainWait)
+			if lastKey != "" {
+				member, _, _ := strings.Cut(lastKey, "|")
+				err = fmt.Errorf("secret chain member %s not up after chain_wait (%s)", member, r.o.Timings.ChainWait)
+			}
+			if r.verdictOnly {
+				return "", withHint(err, "check the member's journal and what it waits for; raise timings.chain_wait if the chain is slow")
+			}
+			r.warn(PhaseWaitForSecretChain, "not an error in a deploy: "+err.Error())
+			return "chain not up; continuing", nil
+		}
+		if err := r.sleepOrDone(r.o.Timings.SampleInterval); err != nil {
+			return "", err
+		}
+	}
+	return "", errors.New("secret chain wait exceeded its sample bound")
+}
+
+// sampleChain reads the chain members' states (or, with no chain, only whether the
+// node answers). states is nil when systemd did not answer (unread says why).
+func (r *run) sampleChain() (states map[string]UnitState, unread string, answered bool) {
+	if len(r.o.SecretChain) == 0 {
+		return nil, "", r.t.Reach(r.ctx) == nil
+	}
+	states, unread, err := r.showUnits(r.o.SecretChain)
+	if err != nil {
+		r.log(LevelDebug, PhaseWaitForSecretChain, "chain sample unanswered", map[string]any{"error": err.Error()})
+		return nil, "", false
+	}
+	if unread == "" {
+		r.nodeSilent = false
+	}
+	return states, unread, true
+}
+
+// chainPosition returns the first member that is not up. In deploy mode members that
+// are not loaded or were never started are passed over.
+func (r *run) chainPosition(states map[string]UnitState, unread string) (member string, state UnitState, done bool) {
+	if states == nil {
+		return r.o.SecretChain[0], UnitState{}, false
+	}
+	for _, u := range r.o.SecretChain {
+		s, ok := states[u]
+		if !ok {
+			s = UnitState{ID: u, LoadState: "not-found"}
+		}
+		if chainMemberUp(s) {
+			continue
+		}
+		if !r.verdictOnly && (s.LoadState != "loaded" || (s.ActiveState == "inactive" && !chainMemberInProgress(s))) {
+			continue
+		}
+		return u, s, false
+	}
+	return "", UnitState{}, true
+}
+
+// chainProblem says why the wait stops early at member, or nil to keep waiting.
+func (r *run) chainProblem(member string, s UnitState, statesUnread bool, unread string, unchangedFor time.Duration) error {
+	hint := fmt.Sprintf("read `journalctl -u %s` on the node; the members after it were not waited for", member)
+	switch {
+	case !statesUnread && s.ActiveState == "failed":
+		return withHint(fmt.Errorf("secret chain member %s failed (%s)", member, describeState(s)), hint)
+	case !statesUnread && s.LoadState != "" && s.LoadState != "loaded":
+		return withHint(fmt.Errorf("secret chain member %s is not loaded (LoadState=%s)", member, s.LoadState), "check that the closure defines "+member)
+	case unchangedFor >= r.o.Timings.NoProgress:
+		what := describeState(s)
+		if statesUnread {
+			what = "unit states unread: " + unread
+		}
+		return withHint(fmt.Errorf("secret chain member %s made no progress for %s (%s)", member, r.o.Timings.NoProgress, what), hint+"; raise timings.no_progress if it is slow but alive")
+	}
+	return nil
+}
+
+func (r *run) chainUnreachable(samples int) (string, error) {
+	v := &Verdict{Strict: r.o.Strict, VerdictOnly: r.verdictOnly, Unreachable: true, SystemState: "unreachable", Samples: samples}
+	v.Reasons, _ = decide(v)
+	r.res.Verdict = v
+	r.res.Report = renderReport(r.o.Node, v)
+	return "", withHint(fmt.Errorf("node answered none of %d samples in the secret chain wait: unreachable", samples),
+		"check that the node is running and reachable with the transport's settings, then apply again")
+}

@@ -1,0 +1,574 @@
+package deploybody
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// This file simulates a node for the engine's unit tests. It is a fake, not a lab
+// container, because the faults these tests need cannot be produced on demand by a
+// real node: a system bus severed at a chosen moment, a connection that drops during
+// the switch, a node that answers none of the samples, a switch that never activates,
+// a unit that loops exactly N times or cycles without restarting, a start job that
+// never finishes, a host that refuses SETSCHEDULER. The transports' own tests and the
+// lab acceptance tests run the same phases against real sshd, Incus and systemd.
+
+// fakeClock only moves when the body sleeps, so no test waits for real.
+type fakeClock struct {
+	now   time.Time
+	slept time.Duration
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2026, 10, 7, 12, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time { return c.now }
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d > 0 {
+		c.now = c.now.Add(d)
+		c.slept += d
+	}
+	return nil
+}
+
+// behaviour is what a simulated unit does once started.
+type behaviour int
+
+const (
+	neverStarted  behaviour = iota // inactive/dead, conditions never checked
+	runs                           // active/running
+	exitsOK                        // oneshot: ran, inactive/dead, Result=success
+	fails                          // failed, Result=exit-code, status 1
+	loops                          // Restart=always on a crashing program: NRestarts rises every `every`
+	cycles                         // started anew every `every` (socket/timer activation), NRestarts stays
+	spawnFails                     // failed before exec: ExecMainStatus=status
+	resources                      // failed with Result=resources
+	conditionSkip                  // inactive/dead, ConditionResult=no after a check
+	startsAfter                    // activating with a start job for `delay`, then running
+	stuck                          // activating with a start job forever, no state change
+)
+
+type unitSpec struct {
+	b         behaviour
+	status    int
+	every     time.Duration
+	stopAfter int // loops: after this many restarts the unit runs (0: loops forever)
+	delay     time.Duration
+	onRestart *unitSpec // what an explicit restart turns the unit into (nil: the same)
+}
+
+type fakeUnit struct {
+	name       string
+	spec       unitSpec
+	since      time.Time
+	activation int // bumps on every (re)activation, for invocation ids
+	jobID      int
+}
+
+type call struct {
+	at   time.Time
+	what string // "run", "switch", "copy", "finalize", "revert", "reach"
+	argv []string
+	path []string
+}
+
+// fakeNode models the node's store, /run/current-system, boot profile and systemd.
+type fakeNode struct {
+	name     string
+	clock    *fakeClock
+	boot     time.Time
+	running  string
+	profile  string
+	gen      int
+	store    map[string]bool
+	units    map[string]*fakeUnit
+	closures map[string]map[string]unitSpec // toplevel → units it activates
+	macs     []string
+	nextJob  int
+
+	ownPathEmpty         bool // the node's own PATH resolves nothing (no /usr/bin tools)
+	busSevered           bool
+	severBusAtSwitch     bool
+	unreachable          bool
+	unreachableAtSwitch  bool          // stops answering right after the switch
+	goneAfterSwitch      time.Duration // stops answering this long after the switch (0: never)
+	goneAt               time.Time
+	switchNeverActivates bool
+	switchReconnects     bool
+	invalidFailedNames   []string // extra lines in list-units --state=failed
+
+	calls []call
+}
+
+func newFakeNode(clock *fakeClock) *fakeNode {
+	return &fakeNode{
+		name:     "fedi-n1",
+		clock:    clock,
+		boot:     clock.now.Add(-time.Hour),
+		store:    map[string]bool{},
+		units:    map[string]*fakeUnit{},
+		closures: map[string]map[string]unitSpec{},
+		macs:     []string{"00:16:3e:00:00:01"},
+		gen:      1,
+	}
+}
+
+func (n *fakeNode) mono(t time.Time) uint64 { return uint64(t.Sub(n.boot) / time.Microsecond) }
+
+func (n *fakeNode) setUnit(name string, spec unitSpec) {
+	n.nextJob++
+	u := n.units[name]
+	if u == nil {
+		u = &fakeUnit{name: name}
+		n.units[name] = u
+	}
+	u.spec = spec
+	u.since = n.clock.now
+	u.activation++
+	u.jobID = n.nextJob
+}
+
+func (n *fakeNode) state(u *fakeUnit) UnitState {
+	now := n.clock.now
+	elapsed := now.Sub(u.since)
+	s := UnitState{ID: u.name, LoadState: "loaded", ConditionResult: "yes", ConditionTimestampMono: n.mono(u.since),
+		FragmentPath: "/etc/systemd/system/" + u.name}
+	invocation := func(k int) string { return fmt.Sprintf("%x%04x%04x", len(u.name), u.activation, k) }
+	switch u.spec.b {
+	case neverStarted:
+		s.ActiveState, s.SubState, s.Result, s.ConditionResult, s.ConditionTimestampMono = "inactive", "dead", "success", "no", 0
+	case runs:
+		s.ActiveState, s.SubState, s.Result = "active", "running", "success"
+		s.ExecMainStartMono, s.InvocationID = n.mono(u.since), invocation(0)
+	case exitsOK:
+		s.ActiveState, s.SubState, s.Result = "inactive", "dead", "success"
+		s.ExecMainStartMono, s.ExecMainCode, s.InvocationID = n.mono(u.since), 1, invocation(0)
+	case fails:
+		s.ActiveState, s.SubState, s.Result = "failed", "failed", "exit-code"
+		s.ExecMainStartMono, s.ExecMainCode, s.ExecMainStatus, s.InvocationID = n.mono(u.since), 1, 1, invocation(0)
+	case loops:
+		k := int(elapsed / u.spec.every)
+		if u.spec.stopAfter > 0 && k >= u.spec.stopAfter {
+			k = u.spec.stopAfter
+			s.ActiveState, s.SubState, s.Result = "active", "running", "success"
+		} else {
+			s.ActiveState, s.SubState, s.Result = "activating", "auto-restart", "exit-code"
+			s.ExecMainCode, s.ExecMainStatus = 1, 1
+		}
+		s.NRestarts = k
+		s.ExecMainStartMono = n.mono(u.since.Add(time.Duration(k) * u.spec.every))
+		s.InvocationID = invocation(k)
+	case cycles:
+		k := int(elapsed / u.spec.every)
+		s.ActiveState, s.SubState, s.Result = "active", "running", "success"
+		s.ExecMainStartMono = n.mono(u.since.Add(time.Duration(k) * u.spec.every))
+		s.InvocationID = invocation(k)
+	case spawnFails:
+		s.ActiveState, s.SubState, s.Result = "failed", "failed", "exit-code"
+		s.ExecMainStartMono, s.ExecMainCode, s.ExecMainStatus, s.InvocationID = n.mono(u.since), 1, u.spec.status, invocation(0)
+	case resources:
+		s.ActiveState, s.SubState, s.Result, s.InvocationID = "failed", "failed", "resources", invocation(0)
+	case conditionSkip:
+		s.ActiveState, s.SubState, s.Result, s.ConditionResult = "inactive", "dead", "success", "no"
+	case startsAfter:
+		if elapsed < u.spec.delay {
+			s.ActiveState, s.SubState, s.Result = "activating", "start", "success"
+		} else {
+			s.ActiveState, s.SubState, s.Result = "active", "running", "success"
+			s.ExecMainStartMono, s.InvocationID = n.mono(u.since.Add(u.spec.delay)), invocation(0)
+		}
+	case stuck:
+		s.ActiveState, s.SubState, s.Result = "activating", "start", "success"
+	}
+	return s
+}
+
+func (n *fakeNode) hasStartJob(u *fakeUnit) bool {
+	s := n.state(u)
+	return s.ActiveState == "activating" && s.SubState == "start"
+}
+
+func (n *fakeNode) record(c call) {
+	c.at = n.clock.now
+	n.calls = append(n.calls, c)
+}
+
+func (n *fakeNode) callsOf(what string) []call {
+	var out []call
+	for _, c := range n.calls {
+		if c.what == what {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// runsOf returns the remote commands whose argv starts with prefix.
+func (n *fakeNode) runsOf(prefix ...string) []call {
+	var out []call
+	for _, c := range n.callsOf("run") {
+		if len(c.argv) >= len(prefix) && strings.Join(c.argv[:len(prefix)], "\x00") == strings.Join(prefix, "\x00") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// --- Transport ---
+
+var errFakeUnreachable = fmt.Errorf("fedi-n1: dial tcp 127.0.0.1:2201: connection refused: %w", ErrUnreachable)
+
+func (n *fakeNode) Node() string { return n.name }
+
+func (n *fakeNode) isUnreachable() bool {
+	return n.unreachable || (!n.goneAt.IsZero() && !n.clock.now.Before(n.goneAt))
+}
+
+func (n *fakeNode) Reach(ctx context.Context) error {
+	n.record(call{what: "reach"})
+	if n.isUnreachable() {
+		return errFakeUnreachable
+	}
+	return nil
+}
+
+func (n *fakeNode) Close() error { return nil }
+
+func (n *fakeNode) CopyClosure(ctx context.Context, storePath string) (CopyStats, error) {
+	n.record(call{what: "copy", argv: []string{storePath}})
+	if n.isUnreachable() {
+		return CopyStats{}, errFakeUnreachable
+	}
+	missing := 1
+	if n.store[storePath] {
+		missing = 0
+	}
+	n.store[storePath] = true
+	return CopyStats{PathsTotal: 3, PathsMissing: missing, BytesSent: int64(missing) * 1024}, nil
+}
+
+func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit time.Duration) (SwitchResult, error) {
+	n.record(call{what: "switch", argv: []string{toplevel, action, limit.String()}})
+	if n.isUnreachable() {
+		return SwitchResult{}, errFakeUnreachable
+	}
+	if !n.store[toplevel] {
+		return SwitchResult{ExitCode: 1, Stderr: toplevel + ": No such file or directory"}, nil
+	}
+	defer func() {
+		n.busSevered = n.busSevered || n.severBusAtSwitch
+		n.unreachable = n.unreachable || n.unreachableAtSwitch
+		if n.goneAfterSwitch > 0 {
+			n.goneAt = n.clock.now.Add(n.goneAfterSwitch)
+		}
+	}()
+	if n.switchNeverActivates {
+		return SwitchResult{ExitCode: 1, Stderr: "error: activation script failed", Reconnected: n.switchReconnects}, nil
+	}
+	n.running = toplevel
+	names := make([]string, 0, len(n.closures[toplevel]))
+	for name := range n.closures[toplevel] {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var failed []string
+	for _, name := range names {
+		n.setUnit(name, n.closures[toplevel][name])
+		if n.state(n.units[name]).ActiveState == "failed" {
+			failed = append(failed, name)
+		}
+	}
+	if len(failed) > 0 {
+		return SwitchResult{ExitCode: 4, Stderr: "warning: the following units failed: " + strings.Join(failed, ", "), Reconnected: n.switchReconnects}, nil
+	}
+	return SwitchResult{Reconnected: n.switchReconnects}, nil
+}
+
+func (n *fakeNode) FinalizeBoot(ctx context.Context, toplevel string) (int, error) {
+	n.record(call{what: "finalize", argv: []string{toplevel}})
+	if n.isUnreachable() {
+		return 0, errFakeUnreachable
+	}
+	if n.profile != toplevel {
+		n.gen++
+		n.profile = toplevel
+	}
+	return n.gen, nil
+}
+
+func (n *fakeNode) RevertBoot(ctx context.Context, running string) error {
+	n.record(call{what: "revert", argv: []string{running}})
+	if n.isUnreachable() {
+		return errFakeUnreachable
+	}
+	n.profile = running
+	return nil
+}
+
+// resolves says whether a command other than the transport's sh can be found.
+func (n *fakeNode) resolves(path []string) bool {
+	for _, dir := range path {
+		if !n.ownPathEmpty && (dir == "/usr/bin" || dir == "/bin") {
+			return true
+		}
+		if dir == "/run/current-system/sw/bin" && n.running != "" {
+			return true
+		}
+		if top, ok := strings.CutSuffix(dir, "/sw/bin"); ok && n.store[top] {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (RunResult, error) {
+	n.record(call{what: "run", argv: append([]string{}, argv...), path: append([]string{}, opts.Path...)})
+	if n.isUnreachable() {
+		return RunResult{}, errFakeUnreachable
+	}
+	if len(argv) == 0 {
+		return RunResult{ExitCode: 127}, nil
+	}
+	if argv[0] == "sh" && len(argv) == 3 && argv[2] == macListScript {
+		var b strings.Builder
+		for i, mac := range n.macs {
+			fmt.Fprintf(&b, "/sys/class/net/eth%d %s\n", i, mac)
+		}
+		b.WriteString("/sys/class/net/lo 00:00:00:00:00:00\n")
+		return RunResult{Stdout: []byte(b.String())}, nil
+	}
+	if !n.resolves(opts.Path) {
+		return RunResult{ExitCode: 127, Stderr: []byte("sh: 1: " + argv[0] + ": not found")}, nil
+	}
+	switch {
+	case len(argv) == 3 && argv[0] == "readlink" && argv[1] == "-f" && argv[2] == "/run/current-system":
+		if n.running == "" {
+			return RunResult{Stdout: []byte("/run/current-system\n")}, nil
+		}
+		return RunResult{Stdout: []byte(n.running + "\n")}, nil
+	case argv[0] == "systemctl":
+		return n.systemctl(argv[1:]), nil
+	}
+	return RunResult{ExitCode: 127, Stderr: []byte(argv[0] + ": not found")}, nil
+}
+
+func (n *fakeNode) systemctl(args []string) RunResult {
+	if n.busSevered {
+		res := RunResult{ExitCode: 1, Stderr: []byte("Failed to connect to bus: No such file or directory\n")}
+		if len(args) > 0 && args[0] == "is-system-running" {
+			res.Stdout = []byte("offline\n")
+		}
+		return res
+	}
+	switch args[0] {
+	case "show":
+		var blocks []string
+		units := args[4:] // show -p <props> -- units…
+		for _, name := range units {
+			var s UnitState
+			if u, ok := n.units[name]; ok {
+				s = n.state(u)
+			} else {
+				s = UnitState{ID: name, LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}
+			}
+			blocks = append(blocks, renderShowBlock(s))
+		}
+		return RunResult{Stdout: []byte(strings.Join(blocks, "\n"))}
+	case "list-units":
+		var b strings.Builder
+		for _, name := range n.sortedUnitNames() {
+			if n.state(n.units[name]).ActiveState == "failed" {
+				fmt.Fprintf(&b, "%s loaded failed failed %s\n", name, name)
+			}
+		}
+		for _, bad := range n.invalidFailedNames {
+			fmt.Fprintf(&b, "%s loaded failed failed bad\n", bad)
+		}
+		return RunResult{Stdout: []byte(b.String())}
+	case "list-jobs":
+		var b strings.Builder
+		for _, name := range n.sortedUnitNames() {
+			if u := n.units[name]; n.hasStartJob(u) {
+				fmt.Fprintf(&b, "%d %s start running\n", u.jobID, name)
+			}
+		}
+		return RunResult{Stdout: []byte(b.String())}
+	case "is-system-running":
+		for _, u := range n.units {
+			if n.state(u).ActiveState == "failed" {
+				return RunResult{ExitCode: 1, Stdout: []byte("degraded\n")}
+			}
+		}
+		return RunResult{Stdout: []byte("running\n")}
+	case "restart":
+		for _, name := range args[2:] { // restart --no-block -- units…
+			if name == "--" {
+				continue
+			}
+			u, ok := n.units[name]
+			if !ok {
+				return RunResult{ExitCode: 5, Stderr: []byte("Failed to restart " + name + ": Unit " + name + " not found.")}
+			}
+			spec := u.spec
+			if spec.onRestart != nil {
+				spec = *spec.onRestart
+			}
+			n.setUnit(name, spec)
+		}
+		return RunResult{}
+	}
+	return RunResult{ExitCode: 1, Stderr: []byte("Unknown command verb " + args[0])}
+}
+
+func (n *fakeNode) sortedUnitNames() []string {
+	names := make([]string, 0, len(n.units))
+	for name := range n.units {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// renderShowBlock prints a unit the way `systemctl show -p …` does (systemd's own
+// property order, not the -p order).
+func renderShowBlock(s UnitState) string {
+	return fmt.Sprintf("Result=%s\nNRestarts=%d\nExecMainStartTimestampMonotonic=%d\nExecMainCode=%d\nExecMainStatus=%d\nId=%s\nLoadState=%s\nActiveState=%s\nSubState=%s\nFragmentPath=%s\nConditionResult=%s\nConditionTimestampMonotonic=%d\nInvocationID=%s\n",
+		s.Result, s.NRestarts, s.ExecMainStartMono, s.ExecMainCode, s.ExecMainStatus, s.ID, s.LoadState, s.ActiveState, s.SubState,
+		s.FragmentPath, s.ConditionResult, s.ConditionTimestampMono, s.InvocationID)
+}
+
+// --- closures on the deployer ---
+
+const (
+	testToplevel  = "/nix/store/0000000000000000000000000000000a-nixos-system-fedi-n1-26.05"
+	testPrevious  = "/nix/store/0000000000000000000000000000000b-nixos-system-fedi-n1-26.05"
+	testEtcOutput = "/nix/store/0000000000000000000000000000000c-etc"
+)
+
+// closureSpec describes a toplevel on the deployer's disk.
+type closureSpec struct {
+	units     map[string]string   // unit file name → contents
+	wants     map[string][]string // target → units it wants
+	linkFiles map[string]string   // etc/systemd/network/<name> → contents
+}
+
+// writeClosure lays the toplevel out under root the way NixOS does: <toplevel>/etc is
+// an absolute symlink into another store path, and wants entries are relative
+// symlinks, so the body's chroot-style resolver is exercised.
+func writeClosure(t *testing.T, root, toplevel string, c closureSpec) {
+	t.Helper()
+	etc := filepath.Join(root, testEtcOutput, "etc")
+	units := filepath.Join(etc, "systemd/system")
+	must(t, os.MkdirAll(units, 0o755))
+	must(t, os.MkdirAll(filepath.Join(root, toplevel, "sw/bin"), 0o755))
+	if _, err := os.Lstat(filepath.Join(root, toplevel, "etc")); err != nil {
+		must(t, os.Symlink(testEtcOutput+"/etc", filepath.Join(root, toplevel, "etc")))
+	}
+	for name, text := range c.units {
+		must(t, os.WriteFile(filepath.Join(units, name), []byte(text), 0o644))
+	}
+	for target, wanted := range c.wants {
+		dir := filepath.Join(units, target+".wants")
+		must(t, os.MkdirAll(dir, 0o755))
+		for _, w := range wanted {
+			must(t, os.Symlink("../"+w, filepath.Join(dir, w)))
+		}
+	}
+	if len(c.linkFiles) > 0 {
+		network := filepath.Join(etc, "systemd/network")
+		must(t, os.MkdirAll(network, 0o755))
+		for name, text := range c.linkFiles {
+			must(t, os.WriteFile(filepath.Join(network, name), []byte(text), 0o644))
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+const plainService = "[Unit]\nDescription=test unit\n\n[Service]\nExecStart=/run/current-system/sw/bin/true\n"
+
+// scenario ties a fake node, a closure on disk and options together.
+type scenario struct {
+	t     *testing.T
+	clock *fakeClock
+	node  *fakeNode
+	root  string
+	opts  Options
+	logs  []string
+}
+
+// newScenario makes a node that runs testPrevious and a closure testToplevel that
+// owns the given units (all wanted by multi-user.target) and activates them with the
+// given behaviours.
+func newScenario(t *testing.T, units map[string]unitSpec) *scenario {
+	t.Helper()
+	clock := newFakeClock()
+	node := newFakeNode(clock)
+	node.running, node.profile = testPrevious, testPrevious
+	node.store[testPrevious] = true
+	s := &scenario{t: t, clock: clock, node: node, root: t.TempDir()}
+	files := map[string]string{}
+	var wanted []string
+	for name := range units {
+		files[name] = plainService
+		wanted = append(wanted, name)
+	}
+	writeClosure(t, s.root, testToplevel, closureSpec{units: files, wants: map[string][]string{"multi-user.target": wanted}})
+	node.closures[testToplevel] = units
+	s.opts = Options{
+		Toplevel:  testToplevel,
+		Strict:    true,
+		LocalRoot: s.root,
+		Clock:     clock,
+		Logger: LoggerFunc(func(_ context.Context, level Level, phase, message string, _ map[string]any) {
+			s.logs = append(s.logs, string(level)+" "+phase+" "+message)
+		}),
+	}
+	return s
+}
+
+// addOwnedUnitFile writes an extra unit file into the closure (not activated).
+func (s *scenario) addOwnedUnitFile(name, text string) {
+	writeClosure(s.t, s.root, testToplevel, closureSpec{units: map[string]string{name: text}})
+}
+
+func (s *scenario) deploy() (*Result, error) {
+	return Deploy(context.Background(), s.node, s.opts)
+}
+
+func (s *scenario) verdictOnly() (*Result, error) {
+	return VerdictOnly(context.Background(), s.node, s.opts)
+}
+
+// deployErr asserts err is a DeployError of phase and returns it.
+func deployErr(t *testing.T, err error, phase string) *DeployError {
+	t.Helper()
+	var de *DeployError
+	if !errors.As(err, &de) {
+		t.Fatalf("error %v (%T) is not a *DeployError", err, err)
+	}
+	if de.Phase != phase {
+		t.Fatalf("error phase = %q, want %q: %v", de.Phase, phase, err)
+	}
+	if de.Node != "fedi-n1" || !strings.Contains(err.Error(), "fedi-n1") || de.Hint == "" {
+		t.Fatalf("error must name the node and say what to do: %v", err)
+	}
+	return de
+}

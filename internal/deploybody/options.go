@@ -1,0 +1,165 @@
+package deploybody
+
+import (
+	"context"
+	"time"
+)
+
+// Default timings (FR-008). The provider exposes each one as a `timings` attribute.
+const (
+	DefaultNodeWait       = 2 * time.Minute
+	DefaultSwitchTimeout  = 10 * time.Minute
+	DefaultSettle         = 5 * time.Second
+	DefaultWatch          = 10 * time.Second
+	DefaultSampleInterval = 2 * time.Second
+	DefaultStaleJob       = 60 * time.Second
+	DefaultChainWait      = 5 * time.Minute
+	DefaultNoProgress     = 60 * time.Second
+)
+
+// Timings are the waits and thresholds of the body. A zero field means "use the
+// default"; call WithDefaults to fill them in.
+type Timings struct {
+	NodeWait       time.Duration // how long the node may take to answer before the deploy fails
+	SwitchTimeout  time.Duration // time limit of switch-to-configuration on the node
+	Settle         time.Duration // pause after the switch and the restarts, before the watch
+	Watch          time.Duration // how long unit states are sampled for loops and cycling
+	SampleInterval time.Duration // pause between two samples (watch, chain wait, node wait)
+	StaleJob       time.Duration // a start job seen for longer than this is stale
+	ChainWait      time.Duration // upper bound of the secret chain wait (and of a loop-budget extension)
+	NoProgress     time.Duration // a chain member whose state does not change this long stops the wait
+}
+
+// WithDefaults returns t with every zero (or negative) field set to its default.
+func (t Timings) WithDefaults() Timings {
+	pick := func(v, def time.Duration) time.Duration {
+		if v <= 0 {
+			return def
+		}
+		return v
+	}
+	return Timings{
+		NodeWait:       pick(t.NodeWait, DefaultNodeWait),
+		SwitchTimeout:  pick(t.SwitchTimeout, DefaultSwitchTimeout),
+		Settle:         pick(t.Settle, DefaultSettle),
+		Watch:          pick(t.Watch, DefaultWatch),
+		SampleInterval: pick(t.SampleInterval, DefaultSampleInterval),
+		StaleJob:       pick(t.StaleJob, DefaultStaleJob),
+		ChainWait:      pick(t.ChainWait, DefaultChainWait),
+		NoProgress:     pick(t.NoProgress, DefaultNoProgress),
+	}
+}
+
+// Level is the severity of a log line.
+type Level string
+
+// Log levels, matching tflog's Debug/Info/Warn.
+const (
+	LevelDebug Level = "debug"
+	LevelInfo  Level = "info"
+	LevelWarn  Level = "warn"
+)
+
+// Logger receives the body's progress. The provider adapts it to tflog; the body
+// never logs secrets (it handles none).
+type Logger interface {
+	Log(ctx context.Context, level Level, phase, message string, fields map[string]any)
+}
+
+// LoggerFunc adapts a function to Logger.
+type LoggerFunc func(ctx context.Context, level Level, phase, message string, fields map[string]any)
+
+// Log calls f.
+func (f LoggerFunc) Log(ctx context.Context, level Level, phase, message string, fields map[string]any) {
+	f(ctx, level, phase, message, fields)
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Log(context.Context, Level, string, string, map[string]any) {}
+
+// Clock is the body's sense of time. Tests inject a clock whose Sleep only advances
+// Now, so no test sleeps for real.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits d or until ctx is done, whichever comes first, and returns ctx.Err()
+	// in the second case.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// Options configure one run of the body.
+type Options struct {
+	// Node names the node in messages; empty means Transport.Node().
+	Node string
+
+	// Toplevel is a prebuilt system closure (a store path). When empty, Deploy takes it
+	// from Cache (key CacheKey) or calls Build. VerdictOnly uses Toplevel, or the
+	// system the node runs when Toplevel is empty; it never builds.
+	Toplevel string
+	// Build evaluates and builds the node's system and returns its toplevel.
+	Build func(ctx context.Context) (toplevel string, err error)
+	// Cache, if set, maps CacheKey to a toplevel so a node evaluated once (seed pass)
+	// is not evaluated again (deploy pass). Never a source of truth.
+	Cache *EvalCache
+	// CacheKey is the key of this node's evaluation: see MakeCacheKey.
+	CacheKey string
+
+	// Strict makes a failed unit (and a never-spawned unit the closure caused) fail the
+	// run. Lenient (false) keeps every name in the verdict and turns the failure into a
+	// warning.
+	Strict bool
+
+	// SecretChain lists, in order, the units that bring the node's secrets up.
+	SecretChain []string
+
+	// LoopBudgets overrides per unit how many restarts a unit may take before its loop
+	// counts against it. A unit file may declare its own with `X-LoopBudget=N` in
+	// [Unit] or [Service]. The default budget is 0.
+	LoopBudgets map[string]int
+
+	// Timings are the waits and thresholds; zero fields take the defaults.
+	Timings Timings
+
+	// Logger receives progress; nil discards it.
+	Logger Logger
+
+	// LocalRoot is the directory that stands for / when the body reads the closure's
+	// files on the deployer (units, link files). Empty means the deployer's own /.
+	// Absolute symlinks inside the closure are resolved inside LocalRoot.
+	LocalRoot string
+
+	// Clock is the body's time source; nil means the wall clock.
+	Clock Clock
+}
+
+func (o Options) withDefaults(t Transport) Options {
+	if o.Node == "" {
+		o.Node = t.Node()
+	}
+	o.Timings = o.Timings.WithDefaults()
+	if o.Logger == nil {
+		o.Logger = discardLogger{}
+	}
+	if o.Clock == nil {
+		o.Clock = realClock{}
+	}
+	return o
+}

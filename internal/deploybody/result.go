@@ -1,0 +1,179 @@
+package deploybody
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Phase names, in the order the body runs them (FR-003).
+const (
+	PhaseBuild               = "build"
+	PhaseWaitForNode         = "wait-for-node"
+	PhasePushClosure         = "push-closure"
+	PhaseWaitForSecretChain  = "wait-for-secret-chain"
+	PhaseSnapshotUnitStates  = "snapshot-unit-states"
+	PhaseSwitch              = "switch"
+	PhaseReadSwitchResult    = "read-switch-result"
+	PhaseDetectUnconfirmed   = "detect-unconfirmed-switch"
+	PhaseCollectOwnedUnits   = "collect-owned-units"
+	PhaseRestartFailedUnits  = "restart-failed-owned-units"
+	PhaseSettle              = "settle"
+	PhaseWatch               = "watch"
+	PhaseClassify            = "classify"
+	PhaseVerdict             = "verdict"
+	PhaseReport              = "report"
+	PhaseFinalizeBootEntry   = "finalize-boot-entry"
+	PhaseConclude            = "conclude"
+	skippedInVerdictOnlyNote = "skipped: verdict-only pass builds, copies and switches nothing"
+)
+
+// Phases lists every phase name in order.
+var Phases = []string{
+	PhaseBuild, PhaseWaitForNode, PhasePushClosure, PhaseWaitForSecretChain,
+	PhaseSnapshotUnitStates, PhaseSwitch, PhaseReadSwitchResult, PhaseDetectUnconfirmed,
+	PhaseCollectOwnedUnits, PhaseRestartFailedUnits, PhaseSettle, PhaseWatch,
+	PhaseClassify, PhaseVerdict, PhaseReport, PhaseFinalizeBootEntry, PhaseConclude,
+}
+
+// PhaseTiming records one phase of a run.
+type PhaseTiming struct {
+	Name     string
+	Duration time.Duration
+	Note     string
+}
+
+// Result is everything a run learned. It is returned even when the run fails, filled
+// as far as the run got.
+type Result struct {
+	Node     string
+	Toplevel string
+	// Generation is the system profile generation after the boot entry was finalized
+	// (0 when it was not: verdict-only, or the run stopped earlier).
+	Generation int
+	// PreviousSystem is what /run/current-system pointed at before the switch.
+	PreviousSystem string
+	// RunningSystem is what /run/current-system points at after the switch (or, in
+	// verdict-only mode, during the pass).
+	RunningSystem string
+	CacheHit      bool
+	Copy          CopyStats
+
+	SwitchExitCode   int
+	SwitchStderr     string
+	SwitchReconnects bool
+	// Confirmed is true when the node runs the new toplevel after the switch.
+	Confirmed bool
+	// BootReverted is true when the boot entry was pointed back at PreviousSystem.
+	BootReverted bool
+
+	Verdict *Verdict
+	// Report is the verdict as text for an operator.
+	Report   string
+	Phases   []PhaseTiming
+	Warnings []string
+}
+
+// FailureOrigin says whether a failed unit failed because of this run.
+type FailureOrigin string
+
+const (
+	// FailedNew: the unit was not failed when the run began (before the switch, or in
+	// verdict-only mode before the pass's restarts).
+	FailedNew FailureOrigin = "new"
+	// FailedBeforeSwitch: the unit was already failed before the switch (or before
+	// the verdict-only pass); the new closure did not necessarily cause it.
+	FailedBeforeSwitch FailureOrigin = "already-failed-before-switch"
+)
+
+// FailedUnit is a unit of the deployed configuration in ActiveState=failed.
+type FailedUnit struct {
+	Unit   string
+	Result string // systemd's Result= (exit-code, signal, timeout, …)
+	Origin FailureOrigin
+}
+
+// LoopingUnit is a unit seen in a restart loop during the watch.
+type LoopingUnit struct {
+	Unit      string
+	NRestarts int
+	// Budget is the unit's loop budget (X-LoopBudget=, LoopBudgets, or 0).
+	Budget int
+	// PastBudget is true when NRestarts exceeds Budget.
+	PastBudget bool
+	// StillLooping is true when the unit looped in the last watch window (not only
+	// earlier in the watch).
+	StillLooping bool
+}
+
+// SpawnFault is a unit systemd never spawned (its process never ran its program).
+type SpawnFault struct {
+	Unit string
+	// Status is ExecMainStatus (200–245), 0 for Result=resources.
+	Status int
+	// Reason is systemd's name for the status (EXEC, USER, …) or "resources".
+	Reason string
+}
+
+// StaleJob is a start job older than the stale_job threshold.
+type StaleJob struct {
+	Unit  string
+	JobID int
+	Age   time.Duration
+}
+
+// Verdict is the judgement of a node (DESIGN §4 "The verdict"). Unit lists are sorted.
+// When a source could not be read, Unread names it and the lists that depend on it
+// are nil: they mean "unread", never "none".
+type Verdict struct {
+	Strict      bool
+	VerdictOnly bool
+	// SystemState is `systemctl is-system-running` (running, degraded, …), or
+	// "unread" / "unreachable".
+	SystemState string
+	// Unreachable: the node answered none of the samples.
+	Unreachable bool
+	// Unread lists the sources that could not be read, each with its reason, e.g.
+	// "unit states: Failed to connect to bus: No such file or directory".
+	Unread []string
+	// Samples and Answered count the watch samples taken and answered.
+	Samples  int
+	Answered int
+
+	Failed              []FailedUnit
+	SetAside            []string
+	RestartLoops        []LoopingUnit
+	Cycling             []string
+	StaleJobs           []StaleJob
+	NeverSpawnedClosure []SpawnFault
+	NeverSpawnedHost    []SpawnFault
+	SkippedOnCondition  []string
+	// Restarted lists the failed units the run restarted before the watch.
+	Restarted []string
+
+	// Reasons are why this verdict fails the run (Strict) or the warnings it gives
+	// (lenient). Empty when the node converged.
+	Reasons []string
+	// OK is true when the verdict does not fail the run.
+	OK bool
+}
+
+// DeployError is the error of a run: it names the node, the phase and what to do.
+type DeployError struct {
+	Node  string
+	Phase string
+	Err   error
+	Hint  string
+}
+
+func (e *DeployError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "node %s: phase %s: %v", e.Node, e.Phase, e.Err)
+	if e.Hint != "" {
+		b.WriteString(". ")
+		b.WriteString(e.Hint)
+	}
+	return b.String()
+}
+
+func (e *DeployError) Unwrap() error { return e.Err }

@@ -1,0 +1,85 @@
+package deploybody
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Transport is what the deploy body needs from a way of reaching a node (DESIGN §4,
+// "Transport contract"). internal/transport/ssh and internal/transport/incus implement
+// it; the body never imports them. Every method names the node in its errors.
+type Transport interface {
+	// Node is the node's name as the operator knows it (used in messages).
+	Node() string
+
+	// Reach returns nil when the node answers a trivial command (and, where the
+	// transport can tell, its systemd answers). It returns an error wrapping
+	// ErrUnreachable when the node cannot be reached at all.
+	Reach(ctx context.Context) error
+
+	// Run runs argv on the node. argv is never joined into a shell string without
+	// quoting every element. opts.Path is put in front of the node's PATH so a node
+	// whose own PATH resolves nothing still finds the closure's tools. A non-zero exit
+	// is not an error: it is in RunResult.ExitCode. err is only for transport faults
+	// (and wraps ErrUnreachable when the node cannot be reached).
+	Run(ctx context.Context, argv []string, opts RunOptions) (RunResult, error)
+
+	// CopyClosure makes the node's store hold the closure of storePath, sending only the
+	// paths the node lacks. It returns what was sent.
+	CopyClosure(ctx context.Context, storePath string) (CopyStats, error)
+
+	// Switch runs `<toplevel>/bin/switch-to-configuration <action>` on the node detached
+	// from the session (systemd-run or equivalent), bounded by limit. If the connection
+	// drops while it runs, the transport reconnects and reads the result; it never
+	// guesses. SwitchResult.ExitCode follows switch-to-configuration: 0 ok, 4 some units
+	// failed, 100 reboot needed.
+	Switch(ctx context.Context, toplevel, action string, limit time.Duration) (SwitchResult, error)
+
+	// FinalizeBoot sets the system profile to toplevel (a new generation when it
+	// differs) and runs `switch-to-configuration boot`, so the node boots toplevel.
+	// It returns the generation number of the system profile afterwards.
+	FinalizeBoot(ctx context.Context, toplevel string) (generation int, err error)
+
+	// RevertBoot points the system profile and boot entry back at running (the system
+	// the node runs now), used when a switch never confirmed.
+	RevertBoot(ctx context.Context, running string) error
+
+	// Close releases the connection. The body does not call it: the owner does.
+	Close() error
+}
+
+// RunOptions tune one remote command.
+type RunOptions struct {
+	// Path entries to put before the node's PATH (e.g. <toplevel>/sw/bin).
+	Path []string
+	// Stdin, if not nil, is fed to the command.
+	Stdin []byte
+}
+
+// RunResult is the outcome of one remote command.
+type RunResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// CopyStats says what a closure copy moved.
+type CopyStats struct {
+	PathsTotal   int   // paths in the closure
+	PathsMissing int   // paths the node lacked and that were sent
+	BytesSent    int64 // bytes of the export stream sent
+}
+
+// SwitchResult is what switch-to-configuration reported.
+type SwitchResult struct {
+	ExitCode int
+	Stdout   string
+	Stderr   string
+	// Reconnected is true when the connection dropped during the switch and the
+	// result was read after reconnecting.
+	Reconnected bool
+}
+
+// ErrUnreachable is wrapped by transport errors that mean the node did not answer.
+var ErrUnreachable = errors.New("node unreachable")

@@ -1,0 +1,408 @@
+package deploybody
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// sample is one look at the node during the watch. A nil map or list means "not read";
+// its *Unread field then says why.
+type sample struct {
+	At           time.Time
+	Answered     bool
+	Units        map[string]UnitState
+	UnitsUnread  string
+	Failed       []string
+	FailedUnread string
+	Jobs         []Job
+	JobsUnread   string
+}
+
+// jobTracker remembers when this run first saw each job, because systemd publishes no
+// job creation time: a job's age is how long the run has seen it.
+type jobTracker struct{ firstSeen map[int]time.Time }
+
+func (j *jobTracker) observe(jobs []Job, at time.Time) {
+	if j.firstSeen == nil {
+		j.firstSeen = map[int]time.Time{}
+	}
+	for _, job := range jobs {
+		if _, ok := j.firstSeen[job.ID]; !ok {
+			j.firstSeen[job.ID] = at
+		}
+	}
+}
+
+// classifyInput is everything classification needs; classify is pure so tables can
+// test it.
+type classifyInput struct {
+	Samples []sample
+	// Window is how many trailing samples count as "now" for StillLooping (0: all).
+	Window int
+	// Owns reports whether the deployed configuration defines a unit.
+	Owns func(unit string) bool
+	// FailedBefore is the set of units failed at the snapshot; nil when the snapshot
+	// could not be read.
+	FailedBefore map[string]bool
+	// Budget returns a unit's loop budget.
+	Budget           func(unit string) int
+	JobFirstSeen     map[int]time.Time
+	StaleJob         time.Duration
+	Now              time.Time
+	Strict           bool
+	VerdictOnly      bool
+	SystemState      string
+	SystemStateError string
+	Restarted        []string
+}
+
+// FailedOriginUnknown marks a failed unit when the snapshot could not be read.
+const FailedOriginUnknown FailureOrigin = "unknown (snapshot unread)"
+
+// classify sorts the observed units into the classes of DESIGN §4. It does not decide
+// whether the run fails: decide does.
+func classify(in classifyInput) *Verdict {
+	v := &Verdict{Strict: in.Strict, VerdictOnly: in.VerdictOnly, Samples: len(in.Samples), Restarted: in.Restarted}
+	var answered []sample
+	for _, s := range in.Samples {
+		if s.Answered {
+			answered = append(answered, s)
+		}
+	}
+	v.Answered = len(answered)
+	if len(answered) == 0 {
+		v.Unreachable = true
+		v.SystemState = "unreachable"
+		return v
+	}
+	v.SystemState = in.SystemState
+	if in.SystemStateError != "" {
+		v.SystemState = "unread"
+		v.Unread = append(v.Unread, "system state: "+in.SystemStateError)
+	}
+
+	observations := map[string][]UnitState{}
+	unitsRead, failedRead, jobsRead := false, false, false
+	var lastFailed []string
+	var lastJobs []Job
+	unitsUnread, failedUnread, jobsUnread := "", "", ""
+	for _, s := range answered {
+		if s.Units != nil {
+			unitsRead = true
+			for name, st := range s.Units {
+				observations[name] = append(observations[name], st)
+			}
+		} else {
+			unitsUnread = s.UnitsUnread
+		}
+		if s.Failed != nil {
+			failedRead = true
+			lastFailed = s.Failed
+		} else {
+			failedUnread = s.FailedUnread
+		}
+		if s.Jobs != nil {
+			jobsRead = true
+			lastJobs = s.Jobs
+		} else {
+			jobsUnread = s.JobsUnread
+		}
+	}
+	if !unitsRead {
+		v.Unread = append(v.Unread, "unit states: "+orUnknown(unitsUnread))
+	}
+	if !failedRead {
+		v.Unread = append(v.Unread, "failed units: "+orUnknown(failedUnread))
+	}
+	if !jobsRead {
+		v.Unread = append(v.Unread, "jobs: "+orUnknown(jobsUnread))
+	}
+
+	origin := func(unit string) FailureOrigin {
+		switch {
+		case in.FailedBefore == nil:
+			return FailedOriginUnknown
+		case in.FailedBefore[unit]:
+			return FailedBeforeSwitch
+		default:
+			return FailedNew
+		}
+	}
+
+	if unitsRead {
+		v.Failed = []FailedUnit{}
+		v.RestartLoops = []LoopingUnit{}
+		v.Cycling = []string{}
+		v.NeverSpawnedClosure = []SpawnFault{}
+		v.NeverSpawnedHost = []SpawnFault{}
+		v.SkippedOnCondition = []string{}
+	}
+	recent := map[string][]UnitState{}
+	for i, s := range answered {
+		if in.Window > 0 && i < len(answered)-in.Window {
+			continue
+		}
+		for name, st := range s.Units {
+			recent[name] = append(recent[name], st)
+		}
+	}
+	setAside := map[string]bool{}
+	for _, name := range sortedObservationNames(observations) {
+		obs := observations[name]
+		last := obs[len(obs)-1]
+		owned := in.Owns(name)
+
+		if looped(obs) {
+			budget := in.Budget(name)
+			v.RestartLoops = append(v.RestartLoops, LoopingUnit{
+				Unit: name, NRestarts: last.NRestarts, Budget: budget,
+				PastBudget: last.NRestarts > budget, StillLooping: looped(recent[name]),
+			})
+		} else if activatedAgain(obs) {
+			v.Cycling = append(v.Cycling, name)
+		}
+
+		broken := last.ActiveState == "failed" || last.SubState == "auto-restart"
+		if broken && owned {
+			if fault, host, ok := spawnFault(last); ok {
+				if host {
+					v.NeverSpawnedHost = append(v.NeverSpawnedHost, fault)
+				} else {
+					v.NeverSpawnedClosure = append(v.NeverSpawnedClosure, fault)
+				}
+				continue
+			}
+		}
+		switch {
+		case last.ActiveState == "failed" && owned:
+			v.Failed = append(v.Failed, FailedUnit{Unit: name, Result: last.Result, Origin: origin(name)})
+		case last.ActiveState == "failed":
+			setAside[name] = true
+		case last.ConditionResult == "no" && last.ConditionTimestampMono > 0:
+			v.SkippedOnCondition = append(v.SkippedOnCondition, name)
+		}
+	}
+	// A unit in the failed list that was not shown is judged by ownership alone.
+	for _, name := range lastFailed {
+		if _, shown := observations[name]; shown {
+			continue
+		}
+		if in.Owns(name) && unitsRead {
+			v.Failed = append(v.Failed, FailedUnit{Unit: name, Origin: origin(name)})
+		} else if !in.Owns(name) {
+			setAside[name] = true
+		}
+	}
+	if failedRead || len(setAside) > 0 {
+		v.SetAside = sortedKeys(setAside)
+	}
+	if jobsRead {
+		v.StaleJobs = []StaleJob{}
+		for _, job := range lastJobs {
+			if job.Type != "start" {
+				continue
+			}
+			seen, ok := in.JobFirstSeen[job.ID]
+			if !ok {
+				continue
+			}
+			if age := in.Now.Sub(seen); age >= in.StaleJob {
+				v.StaleJobs = append(v.StaleJobs, StaleJob{Unit: job.Unit, JobID: job.ID, Age: age})
+			}
+		}
+		sort.Slice(v.StaleJobs, func(i, j int) bool { return v.StaleJobs[i].Unit < v.StaleJobs[j].Unit })
+	}
+	return v
+}
+
+func orUnknown(reason string) string {
+	if reason == "" {
+		return "no answer"
+	}
+	return reason
+}
+
+func sortedObservationNames(m map[string][]UnitState) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// looped reports whether the observations show a restart loop: SubState=auto-restart
+// at some sample, or NRestarts rising.
+func looped(obs []UnitState) bool {
+	if len(obs) == 0 {
+		return false
+	}
+	if obs[len(obs)-1].NRestarts > obs[0].NRestarts {
+		return true
+	}
+	for _, o := range obs {
+		if o.SubState == "auto-restart" {
+			return true
+		}
+	}
+	return false
+}
+
+// activatedAgain reports whether the unit was started anew between two samples (a new
+// invocation or a new main process start).
+func activatedAgain(obs []UnitState) bool {
+	for i := 1; i < len(obs); i++ {
+		prev, cur := obs[i-1], obs[i]
+		if prev.InvocationID != "" && cur.InvocationID != "" && prev.InvocationID != cur.InvocationID {
+			return true
+		}
+		if prev.ExecMainStartMono != 0 && cur.ExecMainStartMono != 0 && prev.ExecMainStartMono != cur.ExecMainStartMono {
+			return true
+		}
+	}
+	return false
+}
+
+// spawnFault recognises a unit whose process never ran its program, and says whether
+// the host (not the closure) caused it.
+func spawnFault(s UnitState) (fault SpawnFault, host bool, ok bool) {
+	if s.Result == "resources" {
+		return SpawnFault{Unit: s.ID, Reason: "resources"}, true, true
+	}
+	const cldExited = 1
+	if s.ExecMainCode == cldExited && s.ExecMainStatus >= 200 && s.ExecMainStatus <= 245 {
+		return SpawnFault{Unit: s.ID, Status: s.ExecMainStatus, Reason: spawnStatusName(s.ExecMainStatus)},
+			hostFaultStatuses[s.ExecMainStatus], true
+	}
+	return SpawnFault{}, false, false
+}
+
+// decide is the one place that says whether a verdict fails the run. reasons are the
+// findings that count against the node; fails is true when they fail the run: in
+// strict mode any reason does, in lenient mode only an unreachable node does (the
+// reasons then become warnings). Set-aside units, host faults, cycling units, stale
+// jobs, condition skips and (outside verdict-only, or within budget) restart loops are
+// named but never fail.
+func decide(v *Verdict) (reasons []string, fails bool) {
+	if v.Unreachable {
+		return []string{fmt.Sprintf("the node answered none of the %d samples: unreachable", v.Samples)}, true
+	}
+	for _, u := range v.Unread {
+		reasons = append(reasons, "could not read "+u)
+	}
+	for _, f := range v.Failed {
+		reasons = append(reasons, fmt.Sprintf("unit %s failed (%s)", f.Unit, describeFailure(f)))
+	}
+	for _, f := range v.NeverSpawnedClosure {
+		reasons = append(reasons, fmt.Sprintf("unit %s never spawned: %d/%s, a fault of the closure", f.Unit, f.Status, f.Reason))
+	}
+	if v.VerdictOnly {
+		for _, l := range v.RestartLoops {
+			switch {
+			case l.StillLooping && l.PastBudget:
+				reasons = append(reasons, fmt.Sprintf("unit %s still loops past its loop budget (%d restarts, budget %d)", l.Unit, l.NRestarts, l.Budget))
+			case l.StillLooping:
+				reasons = append(reasons, fmt.Sprintf("unit %s still loops after the watch was extended by chain_wait (%d restarts, budget %d not used up)", l.Unit, l.NRestarts, l.Budget))
+			}
+		}
+	}
+	return reasons, v.Strict && len(reasons) > 0
+}
+
+func describeFailure(f FailedUnit) string {
+	var parts []string
+	if f.Result != "" {
+		parts = append(parts, "Result="+f.Result)
+	}
+	switch f.Origin {
+	case FailedNew:
+		parts = append(parts, "new in this run")
+	case FailedBeforeSwitch:
+		parts = append(parts, "already failed before the switch, so the new closure may not be the cause")
+	default:
+		parts = append(parts, string(f.Origin))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// loopersWithinBudget are units still looping whose budget is not used up: their
+// verdict is delayed (verdict-only mode), never dropped.
+func loopersWithinBudget(v *Verdict) []string {
+	var names []string
+	for _, l := range v.RestartLoops {
+		if l.StillLooping && !l.PastBudget {
+			names = append(names, l.Unit)
+		}
+	}
+	return names
+}
+
+// renderReport writes the verdict for an operator. An unread class says "unread",
+// never "none".
+func renderReport(node string, v *Verdict) string {
+	var b strings.Builder
+	mode := "strict"
+	if !v.Strict {
+		mode = "lenient"
+	}
+	pass := "deploy"
+	if v.VerdictOnly {
+		pass = "verdict-only"
+	}
+	fmt.Fprintf(&b, "verdict for node %s (%s pass, %s): ", node, pass, mode)
+	if v.Unreachable {
+		fmt.Fprintf(&b, "UNREACHABLE: the node answered none of %d samples\n", v.Samples)
+		return b.String()
+	}
+	if v.OK {
+		b.WriteString("ok")
+	} else {
+		b.WriteString("FAILED")
+	}
+	fmt.Fprintf(&b, "; system state %s; %d/%d samples answered\n", v.SystemState, v.Answered, v.Samples)
+	line := func(label string, read bool, items []string) {
+		switch {
+		case !read:
+			fmt.Fprintf(&b, "  %-22s unread\n", label+":")
+		case len(items) == 0:
+			fmt.Fprintf(&b, "  %-22s none\n", label+":")
+		default:
+			fmt.Fprintf(&b, "  %-22s %s\n", label+":", strings.Join(items, ", "))
+		}
+	}
+	unitsRead := v.Failed != nil
+	var failed, loops, closure, host, stale []string
+	for _, f := range v.Failed {
+		failed = append(failed, fmt.Sprintf("%s (%s)", f.Unit, f.Origin))
+	}
+	for _, l := range v.RestartLoops {
+		loops = append(loops, fmt.Sprintf("%s (%d restarts, budget %d)", l.Unit, l.NRestarts, l.Budget))
+	}
+	for _, f := range v.NeverSpawnedClosure {
+		closure = append(closure, fmt.Sprintf("%s (%d/%s)", f.Unit, f.Status, f.Reason))
+	}
+	for _, f := range v.NeverSpawnedHost {
+		host = append(host, fmt.Sprintf("%s (%d/%s)", f.Unit, f.Status, f.Reason))
+	}
+	for _, j := range v.StaleJobs {
+		stale = append(stale, fmt.Sprintf("%s (job %d, %s)", j.Unit, j.JobID, j.Age.Round(time.Second)))
+	}
+	line("failed", unitsRead, failed)
+	line("set aside", v.SetAside != nil, v.SetAside)
+	line("restart loops", unitsRead, loops)
+	line("cycling", unitsRead, v.Cycling)
+	line("stale start jobs", v.StaleJobs != nil, stale)
+	line("never spawned (closure)", unitsRead, closure)
+	line("never spawned (host)", unitsRead, host)
+	line("skipped on condition", unitsRead, v.SkippedOnCondition)
+	line("restarted", true, v.Restarted)
+	for _, u := range v.Unread {
+		fmt.Fprintf(&b, "  unread: %s\n", u)
+	}
+	for _, r := range v.Reasons {
+		fmt.Fprintf(&b, "  reason: %s\n", r)
+	}
+	return b.String()
+}

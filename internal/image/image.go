@@ -1,0 +1,231 @@
+// Package image pushes node images to an OCI registry for the k8s method (k8s.md FR-002,
+// FR-003, FR-008) and checks that a pushed tag still exists.
+//
+// A node image is a docker-archive: the tarball `docker save` writes and that a Nix
+// image builder (dockerTools.buildImage) produces. It is read with go-containerregistry's
+// tarball package and written to <registry>/<namespace>/<node>:<tag>. The digest the
+// registry holds for that tag is cross-checked with a HEAD after the push and returned, so
+// the Deployment can name the image by digest and a later re-tag changes no pod.
+//
+// Credentials come from a containers auth JSON file (REGISTRY_AUTH_FILE, the format of
+// podman/skopeo: {"auths":{"host":{"auth":"base64(user:pass)"}}}). They are parsed here,
+// kept in memory only, and never logged, returned or put in an error message.
+//
+// Registries on loopback or private addresses are spoken to over plain HTTP, as
+// go-containerregistry does for them; every other registry over HTTPS.
+//
+// This package must not import the plugin framework.
+package image
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// RegistryEnv is the environment variable that names the registry.
+const RegistryEnv = "K8S_REGISTRY"
+
+// ErrNoRegistry is returned when no registry address was given.
+var ErrNoRegistry = errors.New("no registry is set: set " + RegistryEnv + " (or the provider's k8s_registry) to the registry host, e.g. registry.example.org or 127.0.0.1:5000")
+
+// ErrNotFound is returned by Head when the registry does not hold the tag.
+var ErrNotFound = errors.New("tag not found in the registry")
+
+// Target says where an image goes.
+type Target struct {
+	Registry  string // host[:port][/prefix]
+	Namespace string
+	Node      string
+	Tag       string
+}
+
+// Repository is <registry>/<namespace>/<node>.
+func (t Target) Repository() (string, error) {
+	if strings.TrimSpace(t.Registry) == "" {
+		return "", ErrNoRegistry
+	}
+	if t.Namespace == "" || t.Node == "" {
+		return "", fmt.Errorf("namespace and node must both be set (got namespace %q, node %q)", t.Namespace, t.Node)
+	}
+	repo := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(t.Registry, "https://"), "http://"), "/") + "/" + t.Namespace + "/" + t.Node
+	if _, err := name.NewRepository(repo); err != nil {
+		return "", fmt.Errorf("invalid repository %q: %w", repo, err)
+	}
+	return repo, nil
+}
+
+func (t Target) tagRef() (name.Tag, error) {
+	repo, err := t.Repository()
+	if err != nil {
+		return name.Tag{}, err
+	}
+	if t.Tag == "" {
+		return name.Tag{}, errors.New("tag must be set")
+	}
+	return name.NewTag(repo + ":" + t.Tag)
+}
+
+// Options are the per-run values of a push.
+type Options struct {
+	// AuthFile is a containers auth JSON file; empty means anonymous.
+	AuthFile string
+	// Transport overrides the HTTP transport (tests); nil means the default.
+	Transport http.RoundTripper
+}
+
+// Result of a push.
+type Result struct {
+	Repository string // <registry>/<namespace>/<node>
+	Digest     string // sha256:…
+	ImageRef   string // <repository>@<digest>
+}
+
+// Push reads the docker-archive at archive and writes it to the target's tag. It returns
+// the digest the registry holds for the tag after the push.
+func Push(ctx context.Context, archive string, t Target, o Options) (Result, error) {
+	ref, err := t.tagRef()
+	if err != nil {
+		return Result{}, err
+	}
+	img, err := tarball.ImageFromPath(archive, nil)
+	if err != nil {
+		return Result{}, fmt.Errorf("read docker-archive %s: %w (a docker-archive holding exactly one image is expected, as `docker save` or dockerTools.buildImage write it)", archive, err)
+	}
+	want, err := img.Digest()
+	if err != nil {
+		return Result{}, fmt.Errorf("compute the digest of %s: %w", archive, err)
+	}
+	opts, err := remoteOptions(ctx, ref.Context(), o)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := remote.Write(ref, img, opts...); err != nil {
+		return Result{}, fmt.Errorf("push %s: %w", ref.String(), describe(err))
+	}
+	desc, err := remote.Head(ref, opts...)
+	if err != nil {
+		return Result{}, fmt.Errorf("check %s after the push: %w", ref.String(), describe(err))
+	}
+	if desc.Digest != want {
+		return Result{}, fmt.Errorf("registry holds %s for %s after the push, but the archive's image is %s: another writer raced this push", desc.Digest, ref.String(), want)
+	}
+	return result(ref, desc.Digest), nil
+}
+
+// Head returns the digest the registry holds for the target's tag, or ErrNotFound.
+func Head(ctx context.Context, t Target, o Options) (Result, error) {
+	ref, err := t.tagRef()
+	if err != nil {
+		return Result{}, err
+	}
+	opts, err := remoteOptions(ctx, ref.Context(), o)
+	if err != nil {
+		return Result{}, err
+	}
+	desc, err := remote.Head(ref, opts...)
+	if err != nil {
+		var terr *transport.Error
+		if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+			return Result{}, ErrNotFound
+		}
+		return Result{}, fmt.Errorf("check %s: %w", ref.String(), describe(err))
+	}
+	return result(ref, desc.Digest), nil
+}
+
+func result(ref name.Tag, d v1.Hash) Result {
+	repo := ref.Context().Name()
+	return Result{Repository: repo, Digest: d.String(), ImageRef: repo + "@" + d.String()}
+}
+
+func remoteOptions(ctx context.Context, repo name.Repository, o Options) ([]remote.Option, error) {
+	auth := authn.Anonymous
+	if o.AuthFile != "" {
+		a, err := AuthFromFile(o.AuthFile, repo.RegistryStr())
+		if err != nil {
+			return nil, err
+		}
+		auth = a
+	}
+	opts := []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithAuth(auth),
+		// A few quick retries: an unreachable registry must fail the push within seconds.
+		remote.WithRetryBackoff(remote.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
+	}
+	if o.Transport != nil {
+		opts = append(opts, remote.WithTransport(o.Transport))
+	}
+	return opts, nil
+}
+
+// describe adds what the operator can do to common transport failures, without echoing
+// anything that could hold a credential.
+func describe(err error) error {
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		switch terr.StatusCode {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return fmt.Errorf("%w (the registry refused the credentials: check the entry for this registry in REGISTRY_AUTH_FILE)", err)
+		}
+		return err
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such host") || strings.Contains(msg, "i/o timeout") {
+		return fmt.Errorf("%w (the registry is not reachable from this machine: check K8S_REGISTRY)", err)
+	}
+	return err
+}
+
+// authFile is the containers auth JSON format (containers-auth.json(5)).
+type authFile struct {
+	Auths map[string]struct {
+		Auth string `json:"auth"`
+	} `json:"auths"`
+}
+
+// AuthFromFile returns the credentials for registry from a containers auth JSON file.
+// The entry is looked up by host (with and without a scheme, and with a path prefix).
+// A file without an entry for the registry means anonymous access. Errors never hold
+// the file's content.
+func AuthFromFile(path, registry string) (authn.Authenticator, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read registry auth file (REGISTRY_AUTH_FILE) %s: %w", path, err)
+	}
+	var f authFile
+	if err := json.Unmarshal(raw, &f); err != nil {
+		return nil, fmt.Errorf("registry auth file (REGISTRY_AUTH_FILE) %s is not containers auth JSON ({\"auths\":{\"host\":{\"auth\":\"base64(user:pass)\"}}})", path)
+	}
+	for key, entry := range f.Auths {
+		host := strings.TrimPrefix(strings.TrimPrefix(key, "https://"), "http://")
+		host = strings.SplitN(host, "/", 2)[0]
+		if host != registry {
+			continue
+		}
+		dec, err := base64.StdEncoding.DecodeString(entry.Auth)
+		if err != nil {
+			return nil, fmt.Errorf("registry auth file %s: the entry for %s has an \"auth\" value that is not base64", path, key)
+		}
+		user, pass, ok := strings.Cut(string(dec), ":")
+		if !ok || user == "" {
+			return nil, fmt.Errorf("registry auth file %s: the entry for %s does not decode to user:password", path, key)
+		}
+		return &authn.Basic{Username: user, Password: pass}, nil
+	}
+	return authn.Anonymous, nil
+}

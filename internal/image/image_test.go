@@ -1,0 +1,219 @@
+package image
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// writeArchive writes a random one-layer image as a docker-archive, the same format a
+// Nix-built node image has, and returns its path and image.
+func writeArchive(t *testing.T) (string, v1.Image) {
+	t.Helper()
+	img, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "node.tar")
+	tag, _ := name.NewTag("fediversity.local/node:build")
+	if err := tarball.WriteToFile(p, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	return p, img
+}
+
+// startRegistry serves a real in-memory OCI registry on 127.0.0.1. When user is set,
+// every request must carry HTTP basic credentials user:pass.
+func startRegistry(t *testing.T, user, pass string) (host string, requests *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	wrapped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		if user != "" {
+			u, p, ok := r.BasicAuth()
+			if !ok || u != user || p != pass {
+				w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+				w.WriteHeader(http.StatusUnauthorized)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+	srv := httptest.NewServer(wrapped)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), &n
+}
+
+func TestPushNamesRepositoryAndDigest(t *testing.T) {
+	host, _ := startRegistry(t, "", "")
+	archive, img := writeArchive(t)
+	want, _ := img.Digest()
+
+	res, err := Push(context.Background(), archive, Target{Registry: host, Namespace: "fediversity", Node: "web01", Tag: "v1"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Repository != host+"/fediversity/web01" {
+		t.Errorf("repository = %q, want %q", res.Repository, host+"/fediversity/web01")
+	}
+	if res.Digest != want.String() {
+		t.Errorf("digest = %s, want %s", res.Digest, want)
+	}
+	if res.ImageRef != res.Repository+"@"+want.String() {
+		t.Errorf("image_ref = %s", res.ImageRef)
+	}
+	got, err := Head(context.Background(), Target{Registry: host, Namespace: "fediversity", Node: "web01", Tag: "v1"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != want.String() {
+		t.Errorf("HEAD digest = %s, want %s", got.Digest, want)
+	}
+}
+
+func TestHeadMissingTag(t *testing.T) {
+	host, _ := startRegistry(t, "", "")
+	_, err := Head(context.Background(), Target{Registry: host, Namespace: "ns", Node: "n", Tag: "nope"}, Options{})
+	if !errors.Is(err, ErrNotFound) {
+		t.Fatalf("err = %v, want ErrNotFound", err)
+	}
+}
+
+func TestPushWithAuthFile(t *testing.T) {
+	host, _ := startRegistry(t, "robot", "s3cret")
+	archive, _ := writeArchive(t)
+	tgt := Target{Registry: host, Namespace: "ns", Node: "n1", Tag: "t"}
+
+	if _, err := Push(context.Background(), archive, tgt, Options{}); err == nil {
+		t.Fatal("anonymous push to a registry that wants credentials succeeded")
+	}
+
+	wrong := writeAuth(t, host, "robot:wrong")
+	_, err := Push(context.Background(), archive, tgt, Options{AuthFile: wrong})
+	if err == nil {
+		t.Fatal("push with wrong credentials succeeded")
+	}
+	if strings.Contains(err.Error(), "wrong") || strings.Contains(err.Error(), base64.StdEncoding.EncodeToString([]byte("robot:wrong"))) {
+		t.Errorf("error leaks the credential: %v", err)
+	}
+
+	good := writeAuth(t, "https://"+host, "robot:s3cret")
+	if _, err := Push(context.Background(), archive, tgt, Options{AuthFile: good}); err != nil {
+		t.Fatalf("push with credentials: %v", err)
+	}
+}
+
+func writeAuth(t *testing.T, host, userpass string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "auth.json")
+	body := `{"auths":{"` + host + `":{"auth":"` + base64.StdEncoding.EncodeToString([]byte(userpass)) + `"}}}`
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPushUnreachableRegistryFails(t *testing.T) {
+	// A closed loopback port: listen, note the address, close.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	archive, _ := writeArchive(t)
+	_, err = Push(context.Background(), archive, Target{Registry: addr, Namespace: "ns", Node: "n", Tag: "t"}, Options{})
+	if err == nil {
+		t.Fatal("push to a closed port succeeded")
+	}
+	if !strings.Contains(err.Error(), "K8S_REGISTRY") {
+		t.Errorf("error does not tell what to check: %v", err)
+	}
+}
+
+func TestNoRegistryNamesEnv(t *testing.T) {
+	archive, _ := writeArchive(t)
+	_, err := Push(context.Background(), archive, Target{Namespace: "ns", Node: "n", Tag: "t"}, Options{})
+	if !errors.Is(err, ErrNoRegistry) || !strings.Contains(err.Error(), "K8S_REGISTRY") {
+		t.Fatalf("err = %v, want one naming K8S_REGISTRY", err)
+	}
+}
+
+func TestPushRejectsNonArchive(t *testing.T) {
+	host, n := startRegistry(t, "", "")
+	p := filepath.Join(t.TempDir(), "not.tar")
+	os.WriteFile(p, []byte("hello"), 0o600)
+	_, err := Push(context.Background(), p, Target{Registry: host, Namespace: "ns", Node: "n", Tag: "t"}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "docker-archive") {
+		t.Fatalf("err = %v", err)
+	}
+	if n.Load() != 0 {
+		t.Errorf("registry saw %d requests for an unreadable archive", n.Load())
+	}
+}
+
+func TestAuthFromFile(t *testing.T) {
+	enc := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	cases := []struct {
+		name, body, registry string
+		wantUser, wantPass   string
+		wantErr              bool
+	}{
+		{"exact host", `{"auths":{"r.example:5000":{"auth":"` + enc("u:p") + `"}}}`, "r.example:5000", "u", "p", false},
+		{"scheme and path", `{"auths":{"https://r.example/v2/":{"auth":"` + enc("u:p:q") + `"}}}`, "r.example", "u", "p:q", false},
+		{"other host is anonymous", `{"auths":{"other":{"auth":"` + enc("u:p") + `"}}}`, "r.example", "", "", false},
+		{"not json", `nope`, "r", "", "", true},
+		{"bad base64", `{"auths":{"r":{"auth":"%%%"}}}`, "r", "", "", true},
+		{"no colon", `{"auths":{"r":{"auth":"` + enc("user") + `"}}}`, "r", "", "", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "a.json")
+			os.WriteFile(p, []byte(c.body), 0o600)
+			a, err := AuthFromFile(p, c.registry)
+			if c.wantErr {
+				if err == nil {
+					t.Fatal("no error")
+				}
+				if strings.Contains(err.Error(), "auths") && strings.Contains(err.Error(), enc("user")) {
+					t.Errorf("error leaks content: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, _ := a.Authorization()
+			if cfg.Username != c.wantUser || cfg.Password != c.wantPass {
+				t.Errorf("got %q/%q", cfg.Username, cfg.Password)
+			}
+		})
+	}
+}
+
+func FuzzAuthFromFile(f *testing.F) {
+	f.Add([]byte(`{"auths":{"r":{"auth":"dTpw"}}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		p := filepath.Join(t.TempDir(), "a.json")
+		os.WriteFile(p, body, 0o600)
+		_, _ = AuthFromFile(p, "r")
+	})
+}

@@ -1,0 +1,371 @@
+package incusapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Instance is the part of an instance the provider reads.
+type Instance struct {
+	Name       string            `json:"name"`
+	Type       string            `json:"type"` // "container" or "virtual-machine"
+	Status     string            `json:"status"`
+	StatusCode int               `json:"status_code"`
+	Project    string            `json:"project"`
+	Location   string            `json:"location"`
+	Config     map[string]string `json:"config"`
+	CreatedAt  time.Time         `json:"created_at"`
+}
+
+// Running reports whether the instance is running.
+func (i *Instance) Running() bool { return i.StatusCode == 103 || i.Status == "Running" }
+
+// InstanceState is the runtime state of an instance.
+type InstanceState struct {
+	Status     string `json:"status"`
+	StatusCode int    `json:"status_code"`
+	Pid        int64  `json:"pid"`
+	Processes  int64  `json:"processes"`
+}
+
+// Running reports whether the instance is running.
+func (s *InstanceState) Running() bool { return s.StatusCode == 103 || s.Status == "Running" }
+
+func instPath(name string, rest ...string) string {
+	p := "/1.0/instances/" + url.PathEscape(name)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+// GetInstance reads instance name. A missing instance is an *APIError with
+// StatusCode 404 (see IsNotFound).
+func (c *Client) GetInstance(ctx context.Context, name string) (*Instance, error) {
+	w := where{op: "get instance", instance: name}
+	r, err := c.do(ctx, w, http.MethodGet, instPath(name), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	var inst Instance
+	if err := json.Unmarshal(r.Metadata, &inst); err != nil {
+		return nil, c.apiErr(w, 0, fmt.Sprintf("malformed instance: %v", err))
+	}
+	return &inst, nil
+}
+
+// GetInstanceState reads the runtime state of instance name.
+func (c *Client) GetInstanceState(ctx context.Context, name string) (*InstanceState, error) {
+	w := where{op: "get instance state", instance: name}
+	r, err := c.do(ctx, w, http.MethodGet, instPath(name, "state"), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	var st InstanceState
+	if err := json.Unmarshal(r.Metadata, &st); err != nil {
+		return nil, c.apiErr(w, 0, fmt.Sprintf("malformed instance state: %v", err))
+	}
+	return &st, nil
+}
+
+// StateChange is a request to start, stop, restart, freeze or unfreeze an instance.
+type StateChange struct {
+	Action  string `json:"action"`            // start, stop, restart, freeze, unfreeze
+	Timeout int    `json:"timeout,omitempty"` // seconds to wait for a clean stop
+	Force   bool   `json:"force,omitempty"`
+}
+
+// SetState changes the state of instance name and waits for the change to finish.
+func (c *Client) SetState(ctx context.Context, name string, ch StateChange) error {
+	w := where{op: "instance " + ch.Action, instance: name}
+	_, err := c.runAsync(ctx, w, http.MethodPut, instPath(name, "state"), nil, ch, opTimeout(ctx))
+	return err
+}
+
+// Start starts instance name (nothing to do when it runs already).
+func (c *Client) Start(ctx context.Context, name string) error {
+	return c.SetState(ctx, name, StateChange{Action: "start"})
+}
+
+// Stop stops instance name, cleanly within timeout seconds, or at once when force.
+func (c *Client) Stop(ctx context.Context, name string, force bool, timeout int) error {
+	return c.SetState(ctx, name, StateChange{Action: "stop", Force: force, Timeout: timeout})
+}
+
+// ExecRequest is one command to run in an instance.
+type ExecRequest struct {
+	Command     []string          // argv; never joined into a shell string
+	Environment map[string]string // added to the instance's environment
+	Cwd         string            // working directory ("" = the daemon's default)
+	User        uint32            // uid (0 = root)
+	Group       uint32            // gid
+}
+
+// ExecResult is what a command did.
+type ExecResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+type execBody struct {
+	Command          []string          `json:"command"`
+	Environment      map[string]string `json:"environment,omitempty"`
+	WaitForWebsocket bool              `json:"wait-for-websocket"`
+	Interactive      bool              `json:"interactive"`
+	RecordOutput     bool              `json:"record-output"`
+	Cwd              string            `json:"cwd,omitempty"`
+	User             uint32            `json:"user,omitempty"`
+	Group            uint32            `json:"group,omitempty"`
+}
+
+// Exec runs a command in instance name with its output recorded, waits for it (bounded
+// by ctx), and returns its exit code, stdout and stderr. The daemon's log files of the
+// output are deleted afterwards. A non-zero exit is not an error. Stdin is empty.
+func (c *Client) Exec(ctx context.Context, name string, req ExecRequest) (*ExecResult, error) {
+	w := where{op: "exec", instance: name}
+	if len(req.Command) == 0 {
+		return nil, c.apiErr(w, 0, "empty command")
+	}
+	body := execBody{
+		Command:          req.Command,
+		Environment:      req.Environment,
+		WaitForWebsocket: false,
+		Interactive:      false,
+		RecordOutput:     true,
+		Cwd:              req.Cwd,
+		User:             req.User,
+		Group:            req.Group,
+	}
+	r, err := c.do(ctx, w, http.MethodPost, instPath(name, "exec"), nil, body)
+	if err != nil {
+		return nil, err
+	}
+	op, err := c.asyncOp(w, r)
+	if err != nil {
+		return nil, err
+	}
+	done, err := c.waitOp(ctx, w, op.ID, opTimeout(ctx))
+	if err != nil {
+		return nil, err
+	}
+	res := &ExecResult{ExitCode: -1}
+	if raw, ok := done.Metadata["return"]; ok {
+		if err := json.Unmarshal(raw, &res.ExitCode); err != nil {
+			return nil, c.apiErr(w, 0, fmt.Sprintf("malformed exit code %s: %v", raw, err))
+		}
+	} else {
+		return nil, c.apiErr(w, 0, "the exec operation finished without an exit code")
+	}
+	var outputs map[string]string
+	if raw, ok := done.Metadata["output"]; ok {
+		if err := json.Unmarshal(raw, &outputs); err != nil {
+			return nil, c.apiErr(w, 0, fmt.Sprintf("malformed output paths: %v", err))
+		}
+	}
+	limit := c.MaxOutput
+	if limit <= 0 {
+		limit = DefaultMaxOutput
+	}
+	var firstErr error
+	for fd, dst := range map[string]*[]byte{"1": &res.Stdout, "2": &res.Stderr} {
+		p, ok := outputs[fd]
+		if !ok {
+			continue
+		}
+		b, err := c.fetchLog(ctx, w, p, limit)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		*dst = b
+		// The log files stay on the daemon until deleted; a failure to delete is not
+		// worth failing the command for, but a cancelled ctx is reported above.
+		_ = c.deleteLog(ctx, w, p)
+	}
+	if firstErr != nil {
+		return res, firstErr
+	}
+	return res, nil
+}
+
+// logPath checks that p is a log path of an instance and returns it without any query.
+func logPath(p string) (string, bool) {
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	if !strings.HasPrefix(p, "/1.0/instances/") || !strings.Contains(p, "/logs/") || strings.Contains(p, "..") {
+		return "", false
+	}
+	return p, true
+}
+
+func (c *Client) fetchLog(ctx context.Context, w where, p string, limit int64) ([]byte, error) {
+	lp, ok := logPath(p)
+	if !ok {
+		return nil, c.apiErr(w, 0, fmt.Sprintf("unexpected output log path %q", p))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(lp, nil), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.transportErr(w, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		_, err := c.decode(w, resp)
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, c.transportErr(w, err)
+	}
+	if int64(len(b)) > limit {
+		return b[:limit], c.apiErr(w, 0, fmt.Sprintf("command output larger than %d bytes (truncated)", limit))
+	}
+	return b, nil
+}
+
+func (c *Client) deleteLog(ctx context.Context, w where, p string) error {
+	lp, ok := logPath(p)
+	if !ok {
+		return nil
+	}
+	_, err := c.do(ctx, w, http.MethodDelete, lp, nil, nil)
+	return err
+}
+
+// FileMode is the owner and mode a pushed file gets.
+type FileMode struct {
+	UID  int
+	GID  int
+	Mode uint32 // permission bits, e.g. 0o600; 0 means 0o644
+}
+
+// PushFile writes the bytes of r to path in instance name (created or overwritten).
+// The body is streamed; size is its length when known (-1 otherwise).
+func (c *Client) PushFile(ctx context.Context, name, path string, r io.Reader, size int64, m FileMode) error {
+	w := where{op: "file push " + path, instance: name}
+	if !strings.HasPrefix(path, "/") {
+		return c.apiErr(w, 0, "the path must be absolute")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost,
+		c.url(instPath(name, "files"), url.Values{"path": {path}}), r)
+	if err != nil {
+		return err
+	}
+	if size >= 0 {
+		req.ContentLength = size
+	}
+	mode := m.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("X-Incus-uid", strconv.Itoa(m.UID))
+	req.Header.Set("X-Incus-gid", strconv.Itoa(m.GID))
+	req.Header.Set("X-Incus-mode", fmt.Sprintf("%04o", mode&0o7777))
+	req.Header.Set("X-Incus-type", "file")
+	req.Header.Set("X-Incus-write", "overwrite")
+	_, err = c.send(w, req)
+	return err
+}
+
+// PullFile reads file path of instance name, at most limit bytes (DefaultMaxFile when
+// limit <= 0); a larger file is an error.
+func (c *Client) PullFile(ctx context.Context, name, path string, limit int64) ([]byte, error) {
+	w := where{op: "file pull " + path, instance: name}
+	if limit <= 0 {
+		limit = DefaultMaxFile
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		c.url(instPath(name, "files"), url.Values{"path": {path}}), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, c.transportErr(w, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		_, err := c.decode(w, resp)
+		return nil, err
+	}
+	if t := resp.Header.Get("X-Incus-Type"); t != "" && t != "file" && t != "symlink" {
+		return nil, c.apiErr(w, 0, fmt.Sprintf("%s is a %s, not a file", path, t))
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, c.transportErr(w, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, c.apiErr(w, 0, fmt.Sprintf("file larger than %d bytes", limit))
+	}
+	return b, nil
+}
+
+// DeleteFile removes file path from instance name.
+func (c *Client) DeleteFile(ctx context.Context, name, path string) error {
+	w := where{op: "file delete " + path, instance: name}
+	_, err := c.do(ctx, w, http.MethodDelete, instPath(name, "files"), url.Values{"path": {path}}, nil)
+	return err
+}
+
+// Snapshot is one snapshot of an instance.
+type Snapshot struct {
+	Name      string    `json:"name"` // the snapshot's own name, without "<instance>/"
+	CreatedAt time.Time `json:"created_at"`
+	Stateful  bool      `json:"stateful"`
+}
+
+// CreateSnapshot takes snapshot snap of instance name and waits for it.
+func (c *Client) CreateSnapshot(ctx context.Context, name, snap string) error {
+	w := where{op: "snapshot create " + snap, instance: name}
+	_, err := c.runAsync(ctx, w, http.MethodPost, instPath(name, "snapshots"), nil,
+		map[string]any{"name": snap, "stateful": false}, opTimeout(ctx))
+	return err
+}
+
+// ListSnapshots lists the snapshots of instance name, oldest first as the daemon
+// orders them.
+func (c *Client) ListSnapshots(ctx context.Context, name string) ([]Snapshot, error) {
+	w := where{op: "snapshot list", instance: name}
+	r, err := c.do(ctx, w, http.MethodGet, instPath(name, "snapshots"), url.Values{"recursion": {"1"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var snaps []Snapshot
+	if err := json.Unmarshal(r.Metadata, &snaps); err != nil {
+		return nil, c.apiErr(w, 0, fmt.Sprintf("malformed snapshot list: %v", err))
+	}
+	for i := range snaps {
+		if j := strings.LastIndexByte(snaps[i].Name, '/'); j >= 0 {
+			snaps[i].Name = snaps[i].Name[j+1:]
+		}
+	}
+	return snaps, nil
+}
+
+// DeleteSnapshot deletes snapshot snap of instance name and waits for it.
+func (c *Client) DeleteSnapshot(ctx context.Context, name, snap string) error {
+	w := where{op: "snapshot delete " + snap, instance: name}
+	_, err := c.runAsync(ctx, w, http.MethodDelete, instPath(name, "snapshots", url.PathEscape(snap)), nil, nil, opTimeout(ctx))
+	return err
+}
+
+// RestoreSnapshot rolls instance name back to snapshot snap (PUT the instance with
+// {"restore": snap}) and waits for it.
+func (c *Client) RestoreSnapshot(ctx context.Context, name, snap string) error {
+	w := where{op: "snapshot restore " + snap, instance: name}
+	_, err := c.runAsync(ctx, w, http.MethodPut, instPath(name), nil, map[string]any{"restore": snap}, opTimeout(ctx))
+	return err
+}

@@ -1,0 +1,229 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+const testImage = "127.0.0.1:5000/fediversity/web01@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func testSpec() NodeSpec {
+	return NodeSpec{Namespace: "fediversity", Node: "web01", Image: testImage, RuntimeClass: "fediversity",
+		StorageSize: "1Gi", ContainerUUID: "6f1c2b7e-0d4a-4c55-9a3e-1b2c3d4e5f60", ProgressDeadline: time.Minute}
+}
+
+func TestBuildDeployment(t *testing.T) {
+	d := BuildDeployment(testSpec())
+	p := d.Spec.Template.Spec
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("replicas %d strategy %s: want 1 and Recreate, so two pods never share the claim", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	if p.RuntimeClassName == nil || *p.RuntimeClassName != "fediversity" {
+		t.Errorf("runtimeClassName = %v", p.RuntimeClassName)
+	}
+	if p.HostUsers == nil || *p.HostUsers {
+		t.Error("hostUsers must be false: the pod gets its own user namespace")
+	}
+	if p.ServiceAccountName != "node-web01" {
+		t.Errorf("service account %q", p.ServiceAccountName)
+	}
+	c := p.Containers[0]
+	if c.Image != testImage {
+		t.Errorf("image %q, want the digest reference", c.Image)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["container_uuid"] != testSpec().ContainerUUID || env["container"] == "" {
+		t.Errorf("env %v: systemd needs container and container_uuid", env)
+	}
+	var claim string
+	for _, v := range p.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	var varLib bool
+	for _, m := range c.VolumeMounts {
+		varLib = varLib || (m.MountPath == "/var/lib" && m.Name == "state")
+	}
+	if claim != "web01-state" || !varLib {
+		t.Errorf("claim %q mounted on /var/lib: %v", claim, varLib)
+	}
+	if c.ReadinessProbe == nil || strings.Join(c.ReadinessProbe.Exec.Command, " ") != "systemctl is-system-running" {
+		t.Errorf("readiness probe %+v", c.ReadinessProbe)
+	}
+	if *d.Spec.ProgressDeadlineSeconds != 60 {
+		t.Errorf("progressDeadlineSeconds %d", *d.Spec.ProgressDeadlineSeconds)
+	}
+}
+
+func TestValidateWantsDigest(t *testing.T) {
+	s := testSpec()
+	s.Image = "127.0.0.1:5000/fediversity/web01:latest"
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "digest") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestUUIDAndMachineID(t *testing.T) {
+	a, _ := NewUUID()
+	b, _ := NewUUID()
+	if a == b || len(a) != 36 || a[14] != '4' {
+		t.Fatalf("uuids %s %s", a, b)
+	}
+	if m := MachineID(a); len(m) != 32 || strings.Contains(m, "-") {
+		t.Fatalf("machine id %s", m)
+	}
+}
+
+func TestNamespaceName(t *testing.T) {
+	for _, c := range []struct{ base, app, want string }{{"", "", "fediversity"}, {"", "mastodon", "fediversity-mastodon"}, {"acme", "", "acme"}, {"acme", "pixelfed", "acme-pixelfed"}} {
+		if got := NamespaceName(c.base, c.app); got != c.want {
+			t.Errorf("NamespaceName(%q,%q) = %q, want %q", c.base, c.app, got, c.want)
+		}
+	}
+}
+
+// The fail-fast classification is tested with client-go's fake clientset, and only it:
+// a real kubelet cannot be told to show ErrImagePull for exactly some seconds, or a
+// ReplicaFailure, on demand, and the pull grace needs a controllable clock. The lab's
+// kwok stages show the same states end to end in the acceptance tests.
+
+func pod(name string, mutate func(*corev1.Pod)) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fediversity", UID: "uid-" + "x" + name, Labels: map[string]string{NodeLabel: "web01"}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: ContainerName, Image: testImage}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	mutate(p)
+	return p
+}
+
+func waiting(reason string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "msg of " + reason}}}}
+	}
+}
+
+func deploymentNotDone(conds ...appsv1.DeploymentCondition) *appsv1.Deployment {
+	d := BuildDeployment(testSpec())
+	d.Generation = 2
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 2, Replicas: 1, UpdatedReplicas: 1, Conditions: conds}
+	return d
+}
+
+func TestClassifyFailFast(t *testing.T) {
+	unsched := func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims."}}
+	}
+	cases := []struct {
+		name       string
+		objs       []*corev1.Pod
+		deployment *appsv1.Deployment
+		// at: the two instants check runs (seconds after start); grace is 20s.
+		at         []int
+		wantReason string // "" means keep waiting
+		wantDetail string
+	}{
+		{"pending without status keeps waiting", []*corev1.Pod{pod("a", func(*corev1.Pod) {})}, nil, []int{0, 100}, "", ""},
+		{"ContainerCreating keeps waiting", []*corev1.Pod{pod("a", waiting("ContainerCreating"))}, nil, []int{0, 100}, "", ""},
+		{"ImagePullBackOff within grace keeps waiting", []*corev1.Pod{pod("a", waiting("ImagePullBackOff"))}, nil, []int{0, 19}, "", ""},
+		{"ImagePullBackOff past grace fails", []*corev1.Pod{pod("a", waiting("ImagePullBackOff"))}, nil, []int{0, 21}, ReasonImagePull, "msg of ImagePullBackOff"},
+		{"ErrImagePull past grace fails", []*corev1.Pod{pod("a", waiting("ErrImagePull"))}, nil, []int{0, 21}, ReasonImagePull, "ErrImagePull"},
+		{"CrashLoopBackOff fails at once", []*corev1.Pod{pod("a", waiting("CrashLoopBackOff"))}, nil, []int{0}, ReasonCrashLoop, "CrashLoopBackOff"},
+		{"CreateContainerConfigError fails at once", []*corev1.Pod{pod("a", waiting("CreateContainerConfigError"))}, nil, []int{0}, ReasonContainerConfig, ""},
+		{"Unschedulable fails at once", []*corev1.Pod{pod("a", unsched)}, nil, []int{0}, ReasonUnschedulable, "unbound immediate PersistentVolumeClaims"},
+		{"Failed pod fails", []*corev1.Pod{pod("a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })}, nil, []int{0}, ReasonPodFailed, ""},
+		{"old image's crash is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) { waiting("CrashLoopBackOff")(p); p.Spec.Containers[0].Image = "other@sha256:00" })}, nil, []int{0, 100}, "", ""},
+		{"terminating pod is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) { waiting("CrashLoopBackOff")(p); now := metav1.Now(); p.DeletionTimestamp = &now; p.Finalizers = []string{"x"} })}, nil, []int{0, 100}, "", ""},
+		{"progress deadline fails", nil, deploymentNotDone(appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded", Message: "ReplicaSet \"web01-1\" has timed out progressing."}), []int{0}, ReasonProgressDeadline, "timed out progressing"},
+		{"ReplicaFailure within grace keeps waiting", nil, deploymentNotDone(appsv1.DeploymentCondition{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: `pods "web01-x" is forbidden: pod rejected: RuntimeClass "fediversity" not found`}), []int{0, 5}, "", ""},
+		{"ReplicaFailure past grace fails", nil, deploymentNotDone(appsv1.DeploymentCondition{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: `pods "web01-x" is forbidden: pod rejected: RuntimeClass "fediversity" not found`}), []int{0, 21}, ReasonReplicaFailure, "RuntimeClass"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := c.deployment
+			if d == nil {
+				d = deploymentNotDone()
+			}
+			cs := fake.NewClientset(d)
+			for _, p := range c.objs {
+				if _, err := cs.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cs.CoreV1().Events("fediversity").Create(context.Background(), &corev1.Event{
+				ObjectMeta:     metav1.ObjectMeta{Name: "ev1", Namespace: "fediversity"},
+				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "a", Namespace: "fediversity"},
+				Type:           corev1.EventTypeWarning, Reason: "Failed", Message: "event for pod a",
+			}, metav1.CreateOptions{})
+			w := &watcher{c: &Client{CS: cs}, s: testSpec(), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
+			t0 := time.Unix(1_000_000, 0)
+			var rerr *RolloutError
+			for _, s := range c.at {
+				done, r, err := w.check(context.Background(), t0.Add(time.Duration(s)*time.Second))
+				if err != nil || done {
+					t.Fatalf("done=%v err=%v", done, err)
+				}
+				rerr = r
+				if r != nil {
+					break
+				}
+			}
+			if c.wantReason == "" {
+				if rerr != nil {
+					t.Fatalf("stopped with %v, want to keep waiting", rerr)
+				}
+				return
+			}
+			if rerr == nil {
+				t.Fatalf("kept waiting, want %s", c.wantReason)
+			}
+			if rerr.Reason != c.wantReason {
+				t.Errorf("reason %s, want %s", rerr.Reason, c.wantReason)
+			}
+			msg := rerr.Error()
+			if !strings.Contains(msg, c.wantDetail) || !strings.Contains(msg, "web01") {
+				t.Errorf("error lacks %q or the node:\n%s", c.wantDetail, msg)
+			}
+			if len(c.objs) > 0 && c.objs[0].Spec.Containers[0].Image == testImage && !strings.Contains(msg, "event for pod a") {
+				t.Errorf("error lacks the pod's events:\n%s", msg)
+			}
+		})
+	}
+}
+
+func TestCheckDoneWhenRolloutComplete(t *testing.T) {
+	d := BuildDeployment(testSpec())
+	d.Generation = 3
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	w := &watcher{c: &Client{CS: fake.NewClientset(d)}, s: testSpec(), firstSeen: map[string]time.Time{}}
+	done, rerr, err := w.check(context.Background(), time.Now())
+	if !done || rerr != nil || err != nil {
+		t.Fatalf("done=%v rerr=%v err=%v", done, rerr, err)
+	}
+}
+
+func TestRolloutErrorTellsRollback(t *testing.T) {
+	e := &RolloutError{Namespace: "ns", Node: "n1", Image: "i@sha256:1", Reason: ReasonCrashLoop, Early: true, RolledBack: true, RolledBackTo: "i@sha256:0", RollbackReady: true}
+	if !strings.Contains(e.Error(), "set back to the previous image i@sha256:0") {
+		t.Error(e.Error())
+	}
+	e = &RolloutError{Node: "n1", Reason: ReasonTimeout}
+	if !strings.Contains(e.Error(), "no previous image") {
+		t.Error(e.Error())
+	}
+	if !errors.As(error(e), new(*RolloutError)) {
+		t.Error("not a RolloutError")
+	}
+}

@@ -1,0 +1,321 @@
+package k8s
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+)
+
+// NodeLabel selects the pods of one node.
+const NodeLabel = "fediversity.org/node"
+
+// ContainerName is the one container of a node's pod.
+const ContainerName = "node"
+
+// NodeSpec is everything the engine needs to apply one node.
+type NodeSpec struct {
+	Namespace     string
+	Node          string
+	Image         string // by digest: <registry>/<ns>/<node>@sha256:…
+	RuntimeClass  string
+	StorageClass  string // empty: the cluster's default StorageClass
+	StorageSize   string // e.g. "1Gi"
+	ContainerUUID string // the machine ID, as a UUID
+	// ProgressDeadline goes into the Deployment's progressDeadlineSeconds.
+	ProgressDeadline time.Duration
+}
+
+// ClaimName is "<node>-state".
+func ClaimName(node string) string { return node + "-state" }
+
+// ServiceAccountName is "node-<node>".
+func ServiceAccountName(node string) string { return "node-" + node }
+
+// NewUUID returns a random (version 4) UUID from crypto/rand.
+func NewUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// MachineID is the machine ID systemd derives from container_uuid: the 32 hex digits.
+func MachineID(uuid string) string { return strings.ToLower(strings.ReplaceAll(uuid, "-", "")) }
+
+// Validate checks a spec before anything touches the cluster.
+func (s NodeSpec) Validate() error {
+	if !strings.Contains(s.Image, "@sha256:") {
+		return fmt.Errorf("node %s: image %q is not named by digest (<repository>@sha256:…); use fediversity_image's image_ref", s.Node, s.Image)
+	}
+	if _, err := resource.ParseQuantity(s.StorageSize); err != nil {
+		return fmt.Errorf("node %s: storage_size %q is not a Kubernetes quantity such as 1Gi: %w", s.Node, s.StorageSize, err)
+	}
+	if len(MachineID(s.ContainerUUID)) != 32 {
+		return fmt.Errorf("node %s: container_uuid %q is not a UUID", s.Node, s.ContainerUUID)
+	}
+	return nil
+}
+
+func labels(node string) map[string]string {
+	return map[string]string{NodeLabel: node, ManagedByLabel: ManagedBy}
+}
+
+// BuildDeployment is the Deployment of one node; see the package comment for why each
+// setting is there.
+func BuildDeployment(s NodeSpec) *appsv1.Deployment {
+	one := int32(1)
+	hostUsers := false
+	tty := true
+	grace := int64(30)
+	deadline := int32(s.ProgressDeadline / time.Second)
+	if deadline < 10 {
+		deadline = 600
+	}
+	rc := s.RuntimeClass
+	mem := corev1.StorageMediumMemory
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: s.Node, Namespace: s.Namespace, Labels: labels(s.Node)},
+		Spec: appsv1.DeploymentSpec{
+			Replicas:                &one,
+			Selector:                &metav1.LabelSelector{MatchLabels: map[string]string{NodeLabel: s.Node}},
+			Strategy:                appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			ProgressDeadlineSeconds: &deadline,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels(s.Node)},
+				Spec: corev1.PodSpec{
+					RuntimeClassName:              &rc,
+					HostUsers:                     &hostUsers,
+					ServiceAccountName:            ServiceAccountName(s.Node),
+					TerminationGracePeriodSeconds: &grace,
+					EnableServiceLinks:            new(bool),
+					Containers: []corev1.Container{{
+						Name:  ContainerName,
+						Image: s.Image,
+						TTY:   tty,
+						Stdin: true,
+						Env: []corev1.EnvVar{
+							{Name: "container", Value: "fediversity"},
+							{Name: "container_uuid", Value: s.ContainerUUID},
+						},
+						VolumeMounts: []corev1.VolumeMount{
+							{Name: "state", MountPath: "/var/lib"},
+							{Name: "run", MountPath: "/run"},
+							{Name: "tmp", MountPath: "/tmp"},
+						},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"systemctl", "is-system-running"}}},
+							PeriodSeconds:    5,
+							TimeoutSeconds:   5,
+							FailureThreshold: 3,
+						},
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "state", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ClaimName(s.Node)}}},
+						{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: mem}}},
+						{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: mem}}},
+					},
+				},
+			},
+		},
+	}
+}
+
+// EnsureNodeObjects creates the claim and the service account of a node when they are
+// missing. The claim is never recreated or deleted here: it holds /var/lib. A larger
+// storage_size is applied to an existing claim (expansion, where the class allows it).
+func (c *Client) EnsureNodeObjects(ctx context.Context, s NodeSpec) error {
+	size, err := resource.ParseQuantity(s.StorageSize)
+	if err != nil {
+		return fmt.Errorf("node %s: storage_size %q: %w", s.Node, s.StorageSize, err)
+	}
+	claims := c.CS.CoreV1().PersistentVolumeClaims(s.Namespace)
+	cur, err := claims.Get(ctx, ClaimName(s.Node), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Name: ClaimName(s.Node), Namespace: s.Namespace, Labels: labels(s.Node)},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+			},
+		}
+		if s.StorageClass != "" {
+			sc := s.StorageClass
+			pvc.Spec.StorageClassName = &sc
+		}
+		if _, err := claims.Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("node %s: create claim %s/%s: %w", s.Node, s.Namespace, ClaimName(s.Node), err)
+		}
+	case err != nil:
+		return fmt.Errorf("node %s: read claim %s: %w", s.Node, ClaimName(s.Node), err)
+	default:
+		if s.StorageClass != "" && cur.Spec.StorageClassName != nil && *cur.Spec.StorageClassName != s.StorageClass {
+			return fmt.Errorf("node %s: claim %s has StorageClass %q, not %q; a claim's class cannot change. Move the data and delete the claim first", s.Node, ClaimName(s.Node), *cur.Spec.StorageClassName, s.StorageClass)
+		}
+		if have := cur.Spec.Resources.Requests[corev1.ResourceStorage]; have.Cmp(size) < 0 {
+			cur.Spec.Resources.Requests[corev1.ResourceStorage] = size
+			if _, err := claims.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("node %s: grow claim %s to %s: %w", s.Node, ClaimName(s.Node), s.StorageSize, err)
+			}
+		}
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: ServiceAccountName(s.Node), Namespace: s.Namespace, Labels: labels(s.Node)}}
+	if _, err := c.CS.CoreV1().ServiceAccounts(s.Namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("node %s: create service account %s: %w", s.Node, sa.Name, err)
+	}
+	return nil
+}
+
+// Applied is what ApplyDeployment found before it changed anything.
+type Applied struct {
+	// Previous is the pod template the Deployment had, nil when it was created now.
+	Previous *corev1.PodTemplateSpec
+	// PreviousImage is the node container's image in Previous.
+	PreviousImage string
+	// Changed is false when the Deployment already had exactly this template: no new pod.
+	Changed bool
+}
+
+// ApplyDeployment creates or updates the Deployment and returns; it does not wait.
+func (c *Client) ApplyDeployment(ctx context.Context, s NodeSpec) (Applied, error) {
+	if err := s.Validate(); err != nil {
+		return Applied{}, err
+	}
+	want := BuildDeployment(s)
+	api := c.CS.AppsV1().Deployments(s.Namespace)
+	var out Applied
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := api.Get(ctx, s.Node, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			out = Applied{Changed: true}
+			_, err = api.Create(ctx, want, metav1.CreateOptions{})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		prev := cur.Spec.Template.DeepCopy()
+		out = Applied{Previous: prev, PreviousImage: containerImage(prev.Spec)}
+		cur.Labels = want.Labels
+		cur.Spec.Replicas = want.Spec.Replicas
+		cur.Spec.Strategy = want.Spec.Strategy
+		cur.Spec.ProgressDeadlineSeconds = want.Spec.ProgressDeadlineSeconds
+		cur.Spec.Template = want.Spec.Template
+		upd, err := api.Update(ctx, cur, metav1.UpdateOptions{})
+		if err != nil {
+			return err
+		}
+		out.Changed = upd.Generation != cur.Generation
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("node %s: apply Deployment %s/%s: %w", s.Node, s.Namespace, s.Node, err)
+	}
+	return out, nil
+}
+
+func containerImage(spec corev1.PodSpec) string {
+	for _, c := range spec.Containers {
+		if c.Name == ContainerName {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+// Rollback puts the previous pod template back, as `kubectl rollout undo` does.
+func (c *Client) Rollback(ctx context.Context, ns, node string, prev *corev1.PodTemplateSpec) error {
+	api := c.CS.AppsV1().Deployments(ns)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := api.Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cur.Spec.Template = *prev.DeepCopy()
+		_, err = api.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: set Deployment %s/%s back to %s: %w", node, ns, node, containerImage(prev.Spec), err)
+	}
+	return nil
+}
+
+// NodeState is what Read needs: the image the cluster is set to run and whether it is up.
+type NodeState struct {
+	Exists        bool
+	Image         string // the node container's image in the Deployment
+	Ready         bool   // the rollout of that template is complete and its pod ready
+	ContainerUUID string
+	ClaimExists   bool
+	ClaimPhase    string
+}
+
+// GetNode reads the Deployment and the claim of a node.
+func (c *Client) GetNode(ctx context.Context, ns, node string) (NodeState, error) {
+	d, err := c.CS.AppsV1().Deployments(ns).Get(ctx, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return NodeState{}, nil
+	}
+	if err != nil {
+		return NodeState{}, fmt.Errorf("node %s: read Deployment %s/%s: %w", node, ns, node, err)
+	}
+	st := NodeState{Exists: true, Image: containerImage(d.Spec.Template.Spec), Ready: rolloutComplete(d)}
+	for _, ct := range d.Spec.Template.Spec.Containers {
+		for _, e := range ct.Env {
+			if e.Name == "container_uuid" {
+				st.ContainerUUID = e.Value
+			}
+		}
+	}
+	pvc, err := c.CS.CoreV1().PersistentVolumeClaims(ns).Get(ctx, ClaimName(node), metav1.GetOptions{})
+	if err == nil {
+		st.ClaimExists, st.ClaimPhase = true, string(pvc.Status.Phase)
+	} else if !apierrors.IsNotFound(err) {
+		return st, fmt.Errorf("node %s: read claim %s: %w", node, ClaimName(node), err)
+	}
+	return st, nil
+}
+
+// DeleteNode removes the Deployment, the service account and the claim of a node (a
+// node leaving the group loses its state, k8s.md edge cases).
+func (c *Client) DeleteNode(ctx context.Context, ns, node string) error {
+	bg := metav1.DeletePropagationBackground
+	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
+	if err := c.CS.AppsV1().Deployments(ns).Delete(ctx, node, opts); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s: delete Deployment: %w", node, err)
+	}
+	if err := c.CS.CoreV1().ServiceAccounts(ns).Delete(ctx, ServiceAccountName(node), opts); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s: delete service account: %w", node, err)
+	}
+	if err := c.CS.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, ClaimName(node), opts); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("node %s: delete claim: %w", node, err)
+	}
+	return nil
+}
+
+// rolloutComplete is `kubectl rollout status`'s test for one replica.
+func rolloutComplete(d *appsv1.Deployment) bool {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	return d.Status.ObservedGeneration >= d.Generation &&
+		d.Status.UpdatedReplicas == want &&
+		d.Status.Replicas == want &&
+		d.Status.AvailableReplicas == want &&
+		d.Status.ReadyReplicas == want
+}
+

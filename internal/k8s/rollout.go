@@ -1,0 +1,422 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// WaitOptions bound a rollout wait.
+type WaitOptions struct {
+	// Limit is the operator's time limit of the wait (default 5m).
+	Limit time.Duration
+	// PullGrace is how long ErrImagePull/ImagePullBackOff (and a ReplicaSet that cannot
+	// create its pod) is tolerated before the wait stops early (default 20s): a registry
+	// can be briefly unavailable, a missing image stays missing.
+	PullGrace time.Duration
+}
+
+func (o WaitOptions) withDefaults() WaitOptions {
+	if o.Limit <= 0 {
+		o.Limit = 5 * time.Minute
+	}
+	if o.PullGrace <= 0 {
+		o.PullGrace = 20 * time.Second
+	}
+	return o
+}
+
+// Reasons a wait stops without a ready pod.
+const (
+	ReasonImagePull        = "ImagePullBackOff"
+	ReasonCrashLoop        = "CrashLoopBackOff"
+	ReasonContainerConfig  = "ContainerCannotStart"
+	ReasonUnschedulable    = "Unschedulable"
+	ReasonClaimNotBound    = "ClaimNotBound"
+	ReasonReplicaFailure   = "ReplicaFailure"
+	ReasonPodFailed        = "PodFailed"
+	ReasonProgressDeadline = "ProgressDeadlineExceeded"
+	ReasonTimeout          = "Timeout"
+)
+
+// RolloutError says why a node's pod did not become ready, and what the engine did.
+type RolloutError struct {
+	Namespace, Node, Image string
+	// Reason is one of the Reason* constants.
+	Reason string
+	// Details are pod-level facts: waiting reasons, false conditions, claim phase, events.
+	Details []string
+	// Early is true when the wait stopped before its limit on a state that does not recover.
+	Early bool
+	// Waited is how long the wait ran; Detected is when the unrecoverable state was first
+	// seen (zero for a timeout).
+	Waited   time.Duration
+	Detected time.Time
+	// Rollback: whether the previous template was put back, to which image, and whether
+	// its pod is ready again.
+	RolledBack    bool
+	RolledBackTo  string
+	RollbackReady bool
+	RollbackErr   error
+}
+
+func (e *RolloutError) Error() string {
+	var b strings.Builder
+	how := fmt.Sprintf("did not become ready within %s", e.Waited.Round(time.Second))
+	if e.Early {
+		how = fmt.Sprintf("stopped after %s on a state that does not recover", e.Waited.Round(time.Second))
+	}
+	fmt.Fprintf(&b, "node %s: the rollout of %s in namespace %s %s: %s.", e.Node, e.Image, e.Namespace, how, e.Reason)
+	for _, d := range e.Details {
+		b.WriteString("\n  - " + d)
+	}
+	switch {
+	case e.RollbackErr != nil:
+		fmt.Fprintf(&b, "\nThe rollback to the previous image FAILED: %v. The Deployment may still name the new image; fix the cause and apply again.", e.RollbackErr)
+	case e.RolledBack && e.RollbackReady:
+		fmt.Fprintf(&b, "\nThe Deployment was set back to the previous image %s, whose pod is ready again. Fix the configuration and apply again: the next apply retries the rollout.", e.RolledBackTo)
+	case e.RolledBack:
+		fmt.Fprintf(&b, "\nThe Deployment was set back to the previous image %s, but its pod is not ready yet either. Check the cluster, then apply again.", e.RolledBackTo)
+	default:
+		b.WriteString("\nThere is no previous image to set back (first deploy). Fix the cause and apply again.")
+	}
+	return b.String()
+}
+
+// Wait waits until the Deployment of s runs s.Image with a ready pod. It returns a
+// *RolloutError when the rollout does not complete in time or stops early.
+func (c *Client) Wait(ctx context.Context, s NodeSpec, o WaitOptions) error {
+	o = o.withDefaults()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, o.Limit)
+	defer cancel()
+	w := &watcher{c: c, s: s, o: o, firstSeen: map[string]time.Time{}}
+	for {
+		done, rerr, err := w.check(ctx, time.Now())
+		if err != nil && ctx.Err() == nil {
+			// A failed API read is retried within the limit: the apiserver can blink.
+			w.lastAPIErr = err
+		}
+		if done {
+			return nil
+		}
+		if rerr != nil {
+			rerr.Waited = time.Since(start)
+			return rerr
+		}
+		if err := sleep(ctx, c.poll()); err != nil {
+			// The limit: describe the last state seen, with a fresh context.
+			dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer dcancel()
+			reason := ReasonTimeout
+			if w.progressDeadline {
+				reason = ReasonProgressDeadline
+			}
+			e := &RolloutError{Namespace: s.Namespace, Node: s.Node, Image: s.Image, Reason: reason, Waited: time.Since(start)}
+			e.Details = w.describe(dctx)
+			if w.lastAPIErr != nil {
+				e.Details = append(e.Details, "last API error: "+w.lastAPIErr.Error())
+			}
+			return e
+		}
+	}
+}
+
+type watcher struct {
+	c                *Client
+	s                NodeSpec
+	o                WaitOptions
+	firstSeen        map[string]time.Time // key: pod UID + reason, or "replicafailure"
+	progressDeadline bool
+	lastAPIErr       error
+}
+
+// check looks once. done: the rollout is complete. rerr: it stopped on a state that
+// does not recover.
+func (w *watcher) check(ctx context.Context, now time.Time) (done bool, rerr *RolloutError, err error) {
+	d, err := w.c.CS.AppsV1().Deployments(w.s.Namespace).Get(ctx, w.s.Node, metav1.GetOptions{})
+	if err != nil {
+		return false, nil, err
+	}
+	if containerImage(d.Spec.Template.Spec) != w.s.Image {
+		return false, w.fail(ctx, now, ReasonTimeout, fmt.Sprintf("the Deployment names %s, not %s: another writer changed it", containerImage(d.Spec.Template.Spec), w.s.Image)), nil
+	}
+	if rolloutComplete(d) {
+		return true, nil, nil
+	}
+	if d.Status.ObservedGeneration >= d.Generation {
+		for _, cond := range d.Status.Conditions {
+			if cond.Type == appsv1.DeploymentProgressing && cond.Status == corev1.ConditionFalse && cond.Reason == "ProgressDeadlineExceeded" {
+				w.progressDeadline = true
+				return false, w.fail(ctx, now, ReasonProgressDeadline, "Deployment: "+cond.Message), nil
+			}
+			if cond.Type == appsv1.DeploymentReplicaFailure && cond.Status == corev1.ConditionTrue {
+				if w.since("replicafailure", now) >= w.o.PullGrace {
+					return false, w.fail(ctx, w.firstSeen["replicafailure"], ReasonReplicaFailure, "Deployment: "+cond.Reason+": "+cond.Message), nil
+				}
+			}
+		}
+	}
+	pods, err := w.pods(ctx)
+	if err != nil {
+		return false, nil, err
+	}
+	for i := range pods {
+		kind, reason := ClassifyPod(&pods[i])
+		switch kind {
+		case Fatal:
+			return false, w.fail(ctx, now, reason, ""), nil
+		case Pull:
+			key := string(pods[i].UID) + "/pull"
+			if w.since(key, now) >= w.o.PullGrace {
+				return false, w.fail(ctx, w.firstSeen[key], reason, ""), nil
+			}
+		}
+	}
+	// A claim whose provisioning failed will not bind: the pod cannot start on a real
+	// cluster, whatever its status says now.
+	if len(pods) > 0 && !podReady(&pods[0]) {
+		if msg := w.claimFailure(ctx); msg != "" {
+			return false, w.fail(ctx, now, ReasonClaimNotBound, msg), nil
+		}
+	}
+	return false, nil, nil
+}
+
+func (w *watcher) since(key string, now time.Time) time.Duration {
+	if _, ok := w.firstSeen[key]; !ok {
+		w.firstSeen[key] = now
+	}
+	return now.Sub(w.firstSeen[key])
+}
+
+func (w *watcher) fail(ctx context.Context, detected time.Time, reason, extra string) *RolloutError {
+	e := &RolloutError{Namespace: w.s.Namespace, Node: w.s.Node, Image: w.s.Image, Reason: reason, Early: reason != ReasonTimeout && reason != ReasonProgressDeadline, Detected: detected}
+	if extra != "" {
+		e.Details = append(e.Details, extra)
+	}
+	e.Details = append(e.Details, w.describe(ctx)...)
+	return e
+}
+
+// pods are the node's pods that run the wanted image and are not going away.
+func (w *watcher) pods(ctx context.Context) ([]corev1.Pod, error) {
+	list, err := w.c.CS.CoreV1().Pods(w.s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: NodeLabel + "=" + w.s.Node})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && containerImage(p.Spec) == w.s.Image {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func (w *watcher) claimFailure(ctx context.Context) string {
+	pvc, err := w.c.CS.CoreV1().PersistentVolumeClaims(w.s.Namespace).Get(ctx, ClaimName(w.s.Node), metav1.GetOptions{})
+	if err != nil || pvc.Status.Phase == corev1.ClaimBound {
+		return ""
+	}
+	for _, ev := range w.events(ctx, "PersistentVolumeClaim", pvc.Name) {
+		if ev.Type == corev1.EventTypeWarning && ev.Reason == "ProvisioningFailed" {
+			return fmt.Sprintf("claim %s is %s and will not bind: %s", pvc.Name, pvc.Status.Phase, ev.Message)
+		}
+	}
+	return ""
+}
+
+// Kind is how a pod state bears on the wait.
+type Kind int
+
+// Pod state kinds.
+const (
+	Progressing Kind = iota // nothing wrong seen (yet)
+	Pull                    // an image pull error: stop after the grace period
+	Fatal                   // does not recover: stop now
+)
+
+// ClassifyPod says whether a pod's state will recover on its own. It only reads the pod.
+func ClassifyPod(p *corev1.Pod) (Kind, string) {
+	if p.Status.Phase == corev1.PodFailed {
+		return Fatal, ReasonPodFailed
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+			return Fatal, ReasonUnschedulable
+		}
+	}
+	pull := false
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if cs.State.Waiting == nil {
+			continue
+		}
+		switch cs.State.Waiting.Reason {
+		case "CrashLoopBackOff":
+			return Fatal, ReasonCrashLoop
+		case "CreateContainerConfigError", "CreateContainerError", "InvalidImageName", "RunContainerError", "ErrImageNeverPull":
+			return Fatal, ReasonContainerConfig
+		case "ErrImagePull", "ImagePullBackOff":
+			pull = true
+		}
+	}
+	if pull {
+		return Pull, ReasonImagePull
+	}
+	return Progressing, ""
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// describe collects the pod-level reasons: per pod its phase, container waiting and
+// terminated reasons, false conditions and recent events; then the claim.
+func (w *watcher) describe(ctx context.Context) []string {
+	var out []string
+	list, err := w.c.CS.CoreV1().Pods(w.s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: NodeLabel + "=" + w.s.Node})
+	if err != nil {
+		out = append(out, "pods: "+err.Error())
+	} else {
+		if len(list.Items) == 0 {
+			out = append(out, "no pod exists for the node")
+			if d, err := w.c.CS.AppsV1().Deployments(w.s.Namespace).Get(ctx, w.s.Node, metav1.GetOptions{}); err == nil {
+				for _, c := range d.Status.Conditions {
+					if c.Status != corev1.ConditionTrue || c.Type == appsv1.DeploymentReplicaFailure {
+						out = append(out, fmt.Sprintf("Deployment condition %s=%s (%s): %s", c.Type, c.Status, c.Reason, c.Message))
+					}
+				}
+			}
+		}
+		for _, p := range list.Items {
+			name := "pod " + p.Name
+			if containerImage(p.Spec) != w.s.Image {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s: phase %s", name, p.Status.Phase))
+			for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+				if wt := cs.State.Waiting; wt != nil {
+					out = append(out, fmt.Sprintf("%s: container %s waiting: %s: %s", name, cs.Name, wt.Reason, wt.Message))
+				}
+				if tm := cs.LastTerminationState.Terminated; tm != nil {
+					out = append(out, fmt.Sprintf("%s: container %s last exited with code %d (%s) after %d restarts", name, cs.Name, tm.ExitCode, tm.Reason, cs.RestartCount))
+				}
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Status != corev1.ConditionTrue && (c.Reason != "" || c.Message != "") {
+					out = append(out, fmt.Sprintf("%s: condition %s=%s (%s): %s", name, c.Type, c.Status, c.Reason, c.Message))
+				}
+			}
+			for _, ev := range w.events(ctx, "Pod", p.Name) {
+				out = append(out, fmt.Sprintf("%s: event %s %s: %s", name, ev.Type, ev.Reason, ev.Message))
+			}
+		}
+	}
+	if pvc, err := w.c.CS.CoreV1().PersistentVolumeClaims(w.s.Namespace).Get(ctx, ClaimName(w.s.Node), metav1.GetOptions{}); err == nil && pvc.Status.Phase != corev1.ClaimBound {
+		out = append(out, fmt.Sprintf("claim %s: %s", pvc.Name, pvc.Status.Phase))
+		for _, ev := range w.events(ctx, "PersistentVolumeClaim", pvc.Name) {
+			if ev.Type == corev1.EventTypeWarning {
+				out = append(out, fmt.Sprintf("claim %s: event %s %s: %s", pvc.Name, ev.Type, ev.Reason, ev.Message))
+			}
+		}
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		out = append(out, "claim: "+err.Error())
+	}
+	return out
+}
+
+// events returns the five most recent events of one object.
+func (w *watcher) events(ctx context.Context, kind, name string) []corev1.Event {
+	list, err := w.c.CS.CoreV1().Events(w.s.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return nil
+	}
+	var evs []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Name == name && e.InvolvedObject.Kind == kind {
+			evs = append(evs, e)
+		}
+	}
+	when := func(e corev1.Event) time.Time {
+		switch {
+		case !e.LastTimestamp.IsZero():
+			return e.LastTimestamp.Time
+		case !e.EventTime.IsZero():
+			return e.EventTime.Time
+		}
+		return e.CreationTimestamp.Time
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return when(evs[i]).Before(when(evs[j])) })
+	if len(evs) > 5 {
+		evs = evs[len(evs)-5:]
+	}
+	return evs
+}
+
+// Outcome is the result of a whole rollout of one node.
+type Outcome struct {
+	// Running is the image the Deployment names when Rollout returns.
+	Running string
+	// Ready is whether the pod of Running is ready.
+	Ready bool
+	// RolledBack is true when the new image failed and the previous template was restored.
+	RolledBack bool
+}
+
+// Rollout runs the steps of FR-006 in order: the claim and the service account, the
+// Deployment (no wait), the wait with its limit, and on failure the rollback to the
+// previous pod template. The returned error is a *RolloutError for a failed rollout.
+func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcome, error) {
+	if err := s.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	if err := c.EnsureNodeObjects(ctx, s); err != nil {
+		return Outcome{}, err
+	}
+	applied, err := c.ApplyDeployment(ctx, s)
+	if err != nil {
+		return Outcome{}, err
+	}
+	werr := c.Wait(ctx, s, o)
+	if werr == nil {
+		return Outcome{Running: s.Image, Ready: true}, nil
+	}
+	var rerr *RolloutError
+	if !errors.As(werr, &rerr) {
+		return Outcome{Running: s.Image}, werr
+	}
+	if applied.Previous == nil || !applied.Changed {
+		// Nothing to go back to: a first deploy, or the Deployment already had this template.
+		return Outcome{Running: s.Image}, rerr
+	}
+	// The rollback must happen even when the caller's context ran out.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	if err := c.Rollback(rctx, s.Namespace, s.Node, applied.Previous); err != nil {
+		rerr.RollbackErr = err
+		return Outcome{Running: s.Image}, rerr
+	}
+	rerr.RolledBack, rerr.RolledBackTo = true, applied.PreviousImage
+	prev := s
+	prev.Image = applied.PreviousImage
+	limit := o.withDefaults().Limit
+	if limit > 2*time.Minute {
+		limit = 2 * time.Minute
+	}
+	rerr.RollbackReady = c.Wait(rctx, prev, WaitOptions{Limit: limit, PullGrace: o.PullGrace}) == nil
+	return Outcome{Running: applied.PreviousImage, Ready: rerr.RollbackReady, RolledBack: true}, rerr
+}

@@ -1,0 +1,168 @@
+// Package labtest gives tests access to the lab that `bash lab/lab.sh up` makes: real
+// incusd, real systemd, real sshd and real nix in Incus containers, reached only through
+// the Incus API and loopback proxy devices. It is imported by _test.go files only.
+//
+// Lab tests run when FEDIVERSITY_LAB=1 and are skipped, with the reason, otherwise.
+package labtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// StateDir is where lab.sh writes the lab key, known_hosts and nodes.json.
+func StateDir() string {
+	if d := os.Getenv("LAB_STATE"); d != "" {
+		return d
+	}
+	return "/var/lib/fediversity-lab"
+}
+
+// Node is one lab node as lab.sh describes it in nodes.json.
+type Node struct {
+	Name     string `json:"name"`
+	Instance string `json:"instance"`
+	Project  string `json:"project"`
+	SSHHost  string `json:"ssh_host"`
+	SSHPort  int    `json:"ssh_port"`
+	HostKey  string `json:"host_key"` // authorized_keys format: "ssh-ed25519 AAAA…"
+}
+
+// Enabled reports whether lab tests should run.
+func Enabled() bool { return os.Getenv("FEDIVERSITY_LAB") == "1" }
+
+// Require skips t unless FEDIVERSITY_LAB=1, and fails it when the lab is asked for but
+// is not up (a silent skip would hide a broken lab in CI).
+func Require(t testing.TB) {
+	t.Helper()
+	if !Enabled() {
+		t.Skip("lab test: set FEDIVERSITY_LAB=1 after `bash lab/lab.sh up` to run it")
+	}
+	if _, err := os.Stat(filepath.Join(StateDir(), "nodes.json")); err != nil {
+		t.Fatalf("FEDIVERSITY_LAB=1 but the lab is not up (%v): run `bash lab/lab.sh up`", err)
+	}
+}
+
+// Nodes returns the lab's long-lived nodes (fedi-n1 …).
+func Nodes(t testing.TB) []Node {
+	t.Helper()
+	Require(t)
+	b, err := os.ReadFile(filepath.Join(StateDir(), "nodes.json"))
+	if err != nil {
+		t.Fatalf("read lab nodes: %v", err)
+	}
+	var nodes []Node
+	if err := json.Unmarshal(b, &nodes); err != nil {
+		t.Fatalf("parse lab nodes.json: %v", err)
+	}
+	if len(nodes) == 0 {
+		t.Fatal("lab nodes.json lists no nodes: run `bash lab/lab.sh up`")
+	}
+	return nodes
+}
+
+// KeyFile is the private key authorised on every lab node.
+func KeyFile() string { return filepath.Join(StateDir(), "id_ed25519") }
+
+// KnownHostsFile pins the host keys of the lab nodes.
+func KnownHostsFile() string { return filepath.Join(StateDir(), "known_hosts") }
+
+// Incus runs the incus CLI (test setup only; the product talks to the REST API).
+func Incus(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := IncusErr(args...)
+	if err != nil {
+		t.Fatalf("incus %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// IncusErr runs the incus CLI and returns its combined output.
+func IncusErr(args ...string) (string, error) {
+	cmd := exec.Command("incus", args...)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	err := cmd.Run()
+	return buf.String(), err
+}
+
+var instanceMu sync.Mutex
+
+// NewInstance launches a throwaway lab container named fedi-t-<name> from the lab image,
+// with the lab key authorised, fresh host keys and an SSH proxy on a free loopback port.
+// It is deleted when the test ends. Use it for tests that damage a node (stop it, sever
+// its bus, restore snapshots) so the shared nodes stay clean.
+func NewInstance(t testing.TB, name string) Node {
+	t.Helper()
+	Require(t)
+	instanceMu.Lock()
+	defer instanceMu.Unlock()
+	inst := "fedi-t-" + name
+	_, _ = IncusErr("delete", "--force", inst)
+	Incus(t, "launch", "lab/debian", inst)
+	t.Cleanup(func() { _, _ = IncusErr("delete", "--force", inst) })
+	port := freePort(t)
+	Incus(t, "config", "device", "add", inst, "ssh", "proxy",
+		fmt.Sprintf("listen=tcp:127.0.0.1:%d", port), "connect=tcp:127.0.0.1:22", "bind=host")
+	waitSystemd(t, inst)
+	Incus(t, "file", "push", "--mode", "0600", KeyFile()+".pub", inst+"/root/.ssh/authorized_keys")
+	Incus(t, "exec", inst, "--", "sh", "-c", "test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -A >/dev/null; systemctl restart ssh")
+	key := strings.Fields(Incus(t, "exec", inst, "--", "cat", "/etc/ssh/ssh_host_ed25519_key.pub"))
+	if len(key) < 2 {
+		t.Fatalf("%s: no ed25519 host key", inst)
+	}
+	return Node{Name: inst, Instance: inst, Project: "default", SSHHost: "127.0.0.1", SSHPort: port, HostKey: key[0] + " " + key[1]}
+}
+
+func waitSystemd(t testing.TB, inst string) {
+	t.Helper()
+	var last string
+	for i := 0; i < 60; i++ {
+		out, _ := IncusErr("exec", inst, "--", "systemctl", "is-system-running")
+		last = strings.TrimSpace(out)
+		if last == "running" || last == "degraded" {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s: systemd says %q after 60 s", inst, last)
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// RepoRoot finds the repository root (the directory with go.mod) from the test's
+// working directory.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("labtest: go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}

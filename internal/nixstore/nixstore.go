@@ -1,0 +1,261 @@
+// Package nixstore runs the deployer's local Nix (nix-store, nix-build) with os/exec:
+// the closure of a store path, a streaming export of store paths, validity checks and
+// builds of the stand-in or real NixOS toplevels.
+//
+// It must not import the plugin framework nor any transport: transports import it.
+package nixstore
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// StoreDir is the Nix store every path handled here must live in.
+const StoreDir = "/nix/store"
+
+// Binaries used; tests and unusual installs may point them elsewhere.
+var (
+	NixStoreBin = "nix-store"
+	NixBuildBin = "nix-build"
+)
+
+// ValidStorePath reports whether p names a top-level store object
+// (/nix/store/<32 chars>-<name>), the only shape this package passes to nix.
+func ValidStorePath(p string) bool {
+	rest, ok := strings.CutPrefix(p, StoreDir+"/")
+	if !ok || len(rest) < 34 || rest[32] != '-' || strings.ContainsAny(rest, "/\x00\n") {
+		return false
+	}
+	for _, c := range rest[:32] {
+		if !strings.ContainsRune("0123456789abcdfghijklmnpqrsvwxyz", c) {
+			return false
+		}
+	}
+	for _, c := range rest[33:] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("+-._?=", c)) {
+			return false
+		}
+	}
+	return true
+}
+
+func checkPaths(paths []string) error {
+	for _, p := range paths {
+		if !ValidStorePath(p) {
+			return fmt.Errorf("%q is not a Nix store path (want %s/<hash>-<name>)", p, StoreDir)
+		}
+	}
+	return nil
+}
+
+// run runs a nix command, returning stdout; a failure carries the tail of stderr.
+func run(ctx context.Context, stdout io.Writer, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr tailBuffer
+	cmd.Stdout = stdout
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s %s: %w", name, args[0], ctx.Err())
+		}
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = "(no output on stderr)"
+		}
+		return fmt.Errorf("%s %s: %w: %s", name, args[0], err, msg)
+	}
+	return nil
+}
+
+// Closure returns the closure of path (path and everything it references, recursively)
+// as nix-store -qR prints it: dependencies before the paths that use them.
+func Closure(ctx context.Context, path string) ([]string, error) {
+	if err := checkPaths([]string{path}); err != nil {
+		return nil, fmt.Errorf("closure: %w", err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, &out, NixStoreBin, "--query", "--requisites", path); err != nil {
+		return nil, fmt.Errorf("closure of %s (is it built and in the local store?): %w", path, err)
+	}
+	var paths []string
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			paths = append(paths, l)
+		}
+	}
+	if err := checkPaths(paths); err != nil {
+		return nil, fmt.Errorf("closure of %s: nix-store printed %w", path, err)
+	}
+	if len(paths) == 0 {
+		return nil, fmt.Errorf("closure of %s: nix-store printed no paths", path)
+	}
+	return paths, nil
+}
+
+// Export writes the export archive of paths (nix-store --export, which orders them so
+// that a path's references come before it) to w, streaming: nothing is held in memory.
+func Export(ctx context.Context, paths []string, w io.Writer) error {
+	if len(paths) == 0 {
+		return errors.New("export: no paths given")
+	}
+	if err := checkPaths(paths); err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	sorted := append([]string(nil), paths...)
+	sort.Strings(sorted) // nix-store sorts topologically itself; this only makes argv stable
+	if err := run(ctx, w, NixStoreBin, append([]string{"--export"}, sorted...)...); err != nil {
+		return fmt.Errorf("export of %d paths: %w", len(paths), err)
+	}
+	return nil
+}
+
+// Has reports whether the local store holds path as a valid store object.
+func Has(path string) bool {
+	if !ValidStorePath(path) {
+		return false
+	}
+	if _, err := os.Lstat(path); err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return run(ctx, io.Discard, NixStoreBin, "--check-validity", path) == nil
+}
+
+// BuildSpec says what to build. Exactly one of File and Expr is set.
+type BuildSpec struct {
+	// File is a Nix file (or a directory with default.nix) to build.
+	File string
+	// Expr is a Nix expression to build (nix-build -E).
+	Expr string
+	// Attr selects an attribute of the file or expression (-A); empty builds the whole.
+	Attr string
+	// PlanFile, when set, is passed as `--argstr <PlanArg> <absolute path>` so the
+	// expression can read the node plan (builtins.fromJSON (builtins.readFile planFile)).
+	PlanFile string
+	// PlanArg names the argument PlanFile is given as; "planFile" when empty.
+	PlanArg string
+	// ArgStr are further --argstr name value pairs (e.g. a seed).
+	ArgStr map[string]string
+	// Options are further --option name value pairs; "sandbox false" is always given.
+	Options map[string]string
+	// Log, if not nil, receives nix-build's stderr (build logs) as it is written.
+	Log io.Writer
+}
+
+// Build builds spec with nix-build --option sandbox false --no-out-link and returns
+// the one output path it printed (the toplevel).
+func Build(ctx context.Context, spec BuildSpec) (string, error) {
+	if (spec.File == "") == (spec.Expr == "") {
+		return "", errors.New("build: set exactly one of File and Expr")
+	}
+	args := []string{"--no-out-link", "--option", "sandbox", "false"}
+	if needsNoBuildUsers() {
+		// Root without a nixbld group (a plain nix-bin install): nix refuses to build
+		// unless told to build as root itself.
+		args = append(args, "--option", "build-users-group", "")
+	}
+	for _, k := range sortedKeys(spec.Options) {
+		args = append(args, "--option", k, spec.Options[k])
+	}
+	if spec.PlanFile != "" {
+		abs, err := filepath.Abs(spec.PlanFile)
+		if err != nil {
+			return "", fmt.Errorf("build: plan file %s: %w", spec.PlanFile, err)
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return "", fmt.Errorf("build: plan file: %w", err)
+		}
+		name := spec.PlanArg
+		if name == "" {
+			name = "planFile"
+		}
+		args = append(args, "--argstr", name, abs)
+	}
+	for _, k := range sortedKeys(spec.ArgStr) {
+		args = append(args, "--argstr", k, spec.ArgStr[k])
+	}
+	if spec.Attr != "" {
+		args = append(args, "--attr", spec.Attr)
+	}
+	what := spec.File
+	if spec.Expr != "" {
+		args = append(args, "--expr", spec.Expr)
+		what = "expression"
+	} else {
+		args = append(args, spec.File)
+	}
+	if spec.Attr != "" {
+		what += " attribute " + spec.Attr
+	}
+
+	cmd := exec.CommandContext(ctx, NixBuildBin, args...)
+	var stdout bytes.Buffer
+	var stderr tailBuffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	if spec.Log != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, spec.Log)
+	}
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("build of %s: %w", what, ctx.Err())
+		}
+		return "", fmt.Errorf("build of %s failed (%v); nix-build said:\n%s", what, err, strings.TrimSpace(stderr.String()))
+	}
+	var outs []string
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			outs = append(outs, l)
+		}
+	}
+	if len(outs) != 1 || !ValidStorePath(outs[0]) {
+		return "", fmt.Errorf("build of %s: want exactly one output store path, nix-build printed %q (select one derivation with an attribute)", what, outs)
+	}
+	return outs[0], nil
+}
+
+func needsNoBuildUsers() bool {
+	if os.Geteuid() != 0 {
+		return false
+	}
+	_, err := user.LookupGroup("nixbld")
+	return err != nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// tailBuffer keeps the last 8 KiB written to it: enough for an error message, bounded
+// for a build that logs megabytes.
+type tailBuffer struct{ b []byte }
+
+const tailMax = 8 << 10
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > tailMax {
+		t.b = append(t.b[:0], t.b[len(t.b)-tailMax:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }

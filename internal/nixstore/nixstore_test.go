@@ -1,0 +1,158 @@
+package nixstore
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func requireNix(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath(NixBuildBin); err != nil {
+		if os.Getenv("FEDIVERSITY_LAB") == "1" {
+			t.Fatalf("nix-build is not installed (lab/install-host.sh installs it): %v", err)
+		}
+		t.Skip("nix-build is not installed on this machine")
+	}
+}
+
+func closuresFile(t *testing.T) string {
+	t.Helper()
+	f, err := filepath.Abs("../../lab/closures/default.nix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestValidStorePath(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-nixos-system-fedi-good-1":  true,
+		"/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-a+b_c.d?=e":                true,
+		"/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-":                          false,
+		"/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-x/bin/sh":                  false,
+		"/nix/store/ez1f3iqli0jfd7wzg3vngchnpjq7xnp5-x":                         false, // 'e' is not nix32
+		"/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-x y":                       false,
+		"/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-x;rm":                      false,
+		"/tmp/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-x":                               false,
+		"nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-x":                          false,
+		"/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-x\n/nix/store/other-thing": false,
+	} {
+		if got := ValidStorePath(p); got != want {
+			t.Errorf("ValidStorePath(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestBuildClosureExport(t *testing.T) {
+	requireNix(t)
+	seed := "nixstore-test"
+	top, err := Build(ctx(t), BuildSpec{File: closuresFile(t), Attr: "good", ArgStr: map[string]string{"seed": seed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(top, "-nixos-system-fedi-good-1") || !Has(top) {
+		t.Fatalf("Build returned %q (Has: %v)", top, Has(top))
+	}
+	for _, f := range []string{"bin/switch-to-configuration", "nixos-version", "sw/bin/fedi-idle", "etc/systemd/system/fedi-web.service"} {
+		if _, err := os.Stat(filepath.Join(top, f)); err != nil {
+			t.Errorf("toplevel lacks %s: %v", f, err)
+		}
+	}
+	other, err := Build(ctx(t), BuildSpec{File: closuresFile(t), Attr: "good", ArgStr: map[string]string{"seed": seed + "-2"}})
+	if err != nil || other == top {
+		t.Fatalf("another seed gave %q (%v), want a path other than %q", other, err, top)
+	}
+
+	cl, err := Closure(ctx(t), top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cl) != 3 || !contains(cl, top) {
+		t.Fatalf("closure = %q, want toplevel, tools and payload", cl)
+	}
+	var buf bytes.Buffer
+	if err := Export(ctx(t), cl, &buf); err != nil {
+		t.Fatal(err)
+	}
+	// The export must carry the payload (256 KiB) and name every path.
+	if buf.Len() < 256<<10 {
+		t.Fatalf("export is %d bytes, smaller than the payload", buf.Len())
+	}
+	for _, p := range cl {
+		if !bytes.Contains(buf.Bytes(), []byte(p)) {
+			t.Errorf("export does not name %s", p)
+		}
+	}
+	// And it imports into an empty (chroot) store as the whole closure.
+	root := t.TempDir()
+	imp := exec.Command(NixStoreBin, "--store", root, "--import")
+	imp.Stdin = &buf
+	if out, err := imp.CombinedOutput(); err != nil {
+		t.Fatalf("import into %s: %v\n%s", root, err, out)
+	}
+	for _, p := range cl {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("imported store lacks %s", p)
+		}
+	}
+}
+
+func TestBuildWithPlanFile(t *testing.T) {
+	requireNix(t)
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	if err := os.WriteFile(plan, []byte(`{"node":"web01"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	expr := `{ planFile }: derivation { name = "plan-test"; system = builtins.currentSystem; builder = "/bin/sh";
+	  args = [ "-c" "echo ${(builtins.fromJSON (builtins.readFile planFile)).node} > $out" ]; }`
+	out, err := Build(ctx(t), BuildSpec{Expr: expr, PlanFile: plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	if strings.TrimSpace(string(b)) != "web01" {
+		t.Fatalf("built %q from the plan, want web01", b)
+	}
+}
+
+func TestErrorsSayWhat(t *testing.T) {
+	requireNix(t)
+	_, err := Build(ctx(t), BuildSpec{File: closuresFile(t), Attr: "no-such-scenario"})
+	if err == nil || !strings.Contains(err.Error(), "no-such-scenario") {
+		t.Fatalf("err = %v, want it to name the attribute", err)
+	}
+	if _, err := Build(ctx(t), BuildSpec{}); err == nil {
+		t.Fatal("empty spec accepted")
+	}
+	missing := "/nix/store/00000000000000000000000000000000-not-there"
+	if Has(missing) {
+		t.Fatal("Has says a missing path is there")
+	}
+	if _, err := Closure(ctx(t), missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("closure of a missing path: %v", err)
+	}
+	if _, err := Closure(ctx(t), "/etc/passwd"); err == nil {
+		t.Fatal("closure of a non-store path accepted")
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,774 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/submission"
+)
+
+var (
+	_ resource.Resource                     = &nodeSwitchResource{}
+	_ resource.ResourceWithConfigure        = &nodeSwitchResource{}
+	_ resource.ResourceWithImportState      = &nodeSwitchResource{}
+	_ resource.ResourceWithModifyPlan       = &nodeSwitchResource{}
+	_ resource.ResourceWithConfigValidators = &nodeSwitchResource{}
+)
+
+// NewNodeSwitchResource is the constructor of fediversity_node_switch.
+func NewNodeSwitchResource() resource.Resource { return &nodeSwitchResource{} }
+
+type nodeSwitchResource struct {
+	cfg *Config
+}
+
+// Default operation limits of the `timeouts` block.
+const (
+	defaultDeployTimeout = 30 * time.Minute
+	defaultReadTimeout   = 2 * time.Minute
+)
+
+// Private state keys. Values are JSON strings.
+const (
+	// privateDeployed is the toplevel the last successful deploy switched the node to.
+	// Read compares the node's running system with it to show drift.
+	privateDeployed = "deployed_toplevel"
+	// privateFailed is the toplevel of the last deploy that failed on update (SC-001):
+	// the node runs it, but the state must not claim it, so the next plan still
+	// deploys and fails again until the node converges.
+	privateFailed = "failed_toplevel"
+)
+
+type nodeSwitchModel struct {
+	ID               types.String     `tfsdk:"id"`
+	Node             types.String     `tfsdk:"node"`
+	NodePlan         types.String     `tfsdk:"node_plan"`
+	Toplevel         types.String     `tfsdk:"toplevel"`
+	Build            *buildModel      `tfsdk:"build"`
+	SubmissionDigest types.String     `tfsdk:"submission_digest"`
+	SubmissionFile   types.String     `tfsdk:"submission_file"`
+	SSH              *sshBlockModel   `tfsdk:"ssh"`
+	Incus            *incusBlockModel `tfsdk:"incus"`
+	Snapshot         *snapshotModel   `tfsdk:"snapshot"`
+	Strict           types.Bool       `tfsdk:"strict"`
+	SecretChain      types.List       `tfsdk:"secret_chain"`
+	LoopBudgets      types.Map        `tfsdk:"loop_budgets"`
+	Timings          *timingsModel    `tfsdk:"timings"`
+	Timeouts         timeouts.Value   `tfsdk:"timeouts"`
+	Generation       types.Int64      `tfsdk:"generation"`
+	Verdict          types.Object     `tfsdk:"verdict"`
+}
+
+// buildModel is the `build` block: how to build the node's toplevel with nix-build.
+type buildModel struct {
+	Installable types.String `tfsdk:"installable"`
+	File        types.String `tfsdk:"file"`
+	Attribute   types.String `tfsdk:"attribute"`
+	Expression  types.String `tfsdk:"expression"`
+	Args        types.Map    `tfsdk:"args"`
+}
+
+// snapshotModel is the `snapshot` block (Incus only).
+type snapshotModel struct {
+	Enabled types.Bool  `tfsdk:"enabled"`
+	Keep    types.Int64 `tfsdk:"keep"`
+}
+
+const defaultSnapshotKeep = 3
+
+func (r *nodeSwitchResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_node_switch"
+}
+
+const redeploys = "Changing it redeploys the node (an unchanged closure copies nothing)."
+
+func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Deploys one NixOS node through the shared deploy body: build (or take a prebuilt toplevel), copy only the " +
+			"store paths the node lacks, switch detached from the session, watch the units and give a structured verdict. " +
+			"A failed unit fails this apply and the next one (strict mode); `strict = false` turns it into a warning. " +
+			"Read asks the node what it runs, so an out-of-band switch shows as a planned change of `toplevel`. " +
+			"Destroying the resource leaves the node running what it runs.\n\n" +
+			"Import with `ssh://[user@]host[:port]/node[?known_hosts_file=…]` or `incus://remote/project/instance`.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "The node name.",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"node": schema.StringAttribute{
+				Required:            true,
+				MarkdownDescription: "Name of the node (as in the submission's node plans). Changing it replaces the resource.",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+				Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"node_plan": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "The node plan as JSON, usually `data.fediversity_submission.x.node_plans[\"<node>\"]`. " +
+					"It is written to a file whose absolute path is handed to the build as `--argstr planFile <path>` (FR-015). " + redeploys,
+			},
+			"toplevel": schema.StringAttribute{
+				Optional: true,
+				Computed: true,
+				MarkdownDescription: "A prebuilt system toplevel (`/nix/store/…`) to deploy; conflicts with `build`. " +
+					"After apply: the toplevel the node runs. When the node runs another system (an out-of-band switch), " +
+					"the next plan shows this attribute changing back. " + redeploys,
+				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("build"))},
+			},
+			"submission_digest": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "The `digest` of the `fediversity_submission` this node plan was made from. With `submission_file`, " +
+					"the file is read again at apply and a different digest is refused with an error that shows both. " + redeploys,
+				Validators: []validator.String{stringvalidator.AlsoRequires(path.MatchRoot("submission_file"))},
+			},
+			"submission_file": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "The submission file to re-read at apply (see `submission_digest`).",
+				Validators:          []validator.String{stringvalidator.AlsoRequires(path.MatchRoot("submission_digest"))},
+			},
+			"strict": schema.BoolAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(true),
+				MarkdownDescription: "Strict mode (default `true`): a failed unit, or a unit the closure never spawned, fails the apply, and the next one. " +
+					"`false` (lenient): the apply succeeds with a warning that names every such unit; the verdict keeps them all. " + redeploys,
+			},
+			"secret_chain": schema.ListAttribute{
+				Optional:    true,
+				ElementType: types.StringType,
+				MarkdownDescription: "Units that bring the node's secrets up, in order. The deploy waits for them (bounded by `timings.chain_wait`) " +
+					"before it snapshots unit states. " + redeploys,
+			},
+			"loop_budgets": schema.MapAttribute{
+				Optional:    true,
+				ElementType: types.Int64Type,
+				MarkdownDescription: "Per-unit loop budgets (restarts a unit may take before its loop counts), overriding `X-LoopBudget=` in the unit file. " +
+					"A budget delays the loop verdict, it never removes it. " + redeploys,
+			},
+			"generation": schema.Int64Attribute{
+				Computed:            true,
+				MarkdownDescription: "The system profile generation the deploy created or reused.",
+			},
+			"verdict": verdictSchemaAttribute("the last deploy"),
+		},
+		Blocks: map[string]schema.Block{
+			"build": schema.SingleNestedBlock{
+				MarkdownDescription: "Build the toplevel on the deployer with `nix-build` (conflicts with `toplevel`). Exactly one of `installable`, `file` and `expression`. " + redeploys,
+				Attributes: map[string]schema.Attribute{
+					"installable": schema.StringAttribute{Optional: true, MarkdownDescription: "`<file>#<attribute>`, e.g. `./nodes#web01`: shorthand for `file` and `attribute`."},
+					"file":        schema.StringAttribute{Optional: true, MarkdownDescription: "Nix file (or directory with `default.nix`) to build."},
+					"attribute":   schema.StringAttribute{Optional: true, MarkdownDescription: "Attribute of the file or expression to build (`-A`)."},
+					"expression":  schema.StringAttribute{Optional: true, MarkdownDescription: "A Nix expression to build (`nix-build -E`)."},
+					"args": schema.MapAttribute{Optional: true, ElementType: types.StringType,
+						MarkdownDescription: "Further `--argstr name value` pairs. Must not hold per-run values such as key locations."},
+				},
+			},
+			"ssh":      sshBlockSchema(redeploys),
+			"incus":    incusBlockSchema(redeploys),
+			"snapshot": snapshotBlockSchema(),
+			"timings":  timingsResourceBlock(),
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
+		},
+	}
+}
+
+func snapshotBlockSchema() schema.SingleNestedBlock {
+	return schema.SingleNestedBlock{
+		MarkdownDescription: "Incus only: take a native snapshot (`fediversity-gen-<N>`, N = the generation the node ran) before each switch, " +
+			"and keep the newest `keep`. When the node does not answer after the switch, the snapshot is restored, the instance started, " +
+			"and the apply fails saying so. A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
+		Attributes: map[string]schema.Attribute{
+			"enabled": schema.BoolAttribute{Optional: true, MarkdownDescription: "Take the snapshot. Default `true` when the block is present."},
+			"keep": schema.Int64Attribute{Optional: true, MarkdownDescription: "How many of this provider's snapshots to keep, newest first. Default `3`.",
+				Validators: []validator.Int64{int64validator.AtLeast(1)}},
+		},
+	}
+}
+
+func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.ConfigValidator {
+	return []resource.ConfigValidator{
+		resourcevalidator.ExactlyOneOf(path.MatchRoot("ssh"), path.MatchRoot("incus")),
+		resourcevalidator.Conflicting(path.MatchRoot("snapshot"), path.MatchRoot("ssh")),
+	}
+}
+
+func (r *nodeSwitchResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	cfg, ok := req.ProviderData.(*Config)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_node_switch wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
+		return
+	}
+	r.cfg = cfg
+}
+
+// ModifyPlan plans a redeploy when Read found the node running another system than the
+// one this resource deployed (build mode: `toplevel` is not in the configuration, so
+// the framework alone would keep the drifted value).
+func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+		return
+	}
+	var cfgTop types.String
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("toplevel"), &cfgTop)...)
+	var stateTop types.String
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("toplevel"), &stateTop)...)
+	if resp.Diagnostics.HasError() || !cfgTop.IsNull() {
+		return
+	}
+	deployed := privateString(ctx, req.Private, privateDeployed)
+	if deployed != "" && stateTop.ValueString() != deployed {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
+	}
+}
+
+// privateGetter is the part of the framework's private state both requests offer.
+type privateGetter interface {
+	GetKey(ctx context.Context, key string) ([]byte, diag.Diagnostics)
+}
+
+type privateSetter interface {
+	SetKey(ctx context.Context, key string, value []byte) diag.Diagnostics
+}
+
+func privateString(ctx context.Context, p privateGetter, key string) string {
+	if p == nil {
+		return ""
+	}
+	b, diags := p.GetKey(ctx, key)
+	if diags.HasError() || len(b) == 0 {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(b, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+func setPrivateString(ctx context.Context, p privateSetter, key, value string) diag.Diagnostics {
+	b, _ := json.Marshal(value)
+	if value == "" {
+		b = nil // SetKey with an empty value removes the key
+	}
+	return p.SetKey(ctx, key, b)
+}
+
+func (r *nodeSwitchResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan nodeSwitchModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Create(ctx, defaultDeployTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	out, res, runErr, diags := r.deploy(ctx, plan)
+	resp.Diagnostics.Append(diags...)
+	if out == nil {
+		return // nothing reached the node: no state (the resource is not created)
+	}
+	// SC-001: the state is written even when the verdict fails the run. The framework
+	// then records the resource as tainted, so the next apply replaces it (deploys
+	// again) instead of claiming success.
+	resp.Diagnostics.Append(resp.State.Set(ctx, out)...)
+	if runErr == nil && res != nil {
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, res.Toplevel)...)
+	}
+}
+
+func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state nodeSwitchModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Update(ctx, defaultDeployTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	deployed := privateString(ctx, req.Private, privateDeployed)
+	if !needsDeploy(plan, state, deployed) {
+		// Only settings that change no node (timings, timeouts, snapshot keep) changed.
+		plan.ID = state.ID
+		plan.Toplevel = state.Toplevel
+		plan.Generation = state.Generation
+		plan.Verdict = state.Verdict
+		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+		return
+	}
+
+	out, res, runErr, diags := r.deploy(ctx, plan)
+	resp.Diagnostics.Append(diags...)
+	if runErr != nil || out == nil {
+		// SC-001 on update: the prior state stays (the framework starts from it), so
+		// the next plan deploys again. Remember what the node now runs so Read does not
+		// mistake it for an out-of-band change that matches the configuration.
+		if res != nil && res.RunningSystem != "" && res.RunningSystem != state.Toplevel.ValueString() {
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, res.RunningSystem)...)
+		}
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, out)...)
+	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, res.Toplevel)...)
+	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, "")...)
+}
+
+// needsDeploy tells whether an update changes what the node should run (or must be
+// retried), as opposed to settings that change no node.
+func needsDeploy(plan, state nodeSwitchModel, deployed string) bool {
+	if plan.Toplevel.IsUnknown() && plan.Build == nil {
+		return true
+	}
+	if !plan.Toplevel.IsUnknown() && !plan.Toplevel.Equal(state.Toplevel) {
+		return true
+	}
+	if deployed != "" && state.Toplevel.ValueString() != deployed {
+		return true // drift: the node runs something else
+	}
+	if state.Verdict.IsNull() {
+		return true // imported, or never judged
+	}
+	if !plan.NodePlan.Equal(state.NodePlan) || !plan.SubmissionDigest.Equal(state.SubmissionDigest) ||
+		!plan.SubmissionFile.Equal(state.SubmissionFile) || !plan.Strict.Equal(state.Strict) ||
+		!plan.SecretChain.Equal(state.SecretChain) || !plan.LoopBudgets.Equal(state.LoopBudgets) {
+		return true
+	}
+	if !sameBlock(plan.Build, state.Build) || !sameBlock(plan.SSH, state.SSH) || !sameBlock(plan.Incus, state.Incus) {
+		return true
+	}
+	return false
+}
+
+// sameBlock compares two block models by their printed values (framework values
+// print their content; a nil block prints <nil>).
+func sameBlock(a, b any) bool {
+	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
+}
+
+func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state nodeSwitchModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := state.Timeouts.Read(ctx, defaultReadTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	failed := privateString(ctx, req.Private, privateFailed)
+	imported := privateString(ctx, req.Private, privateDeployed) == "" && state.Verdict.IsNull()
+	running, diags := r.refresh(ctx, &state, failed)
+	resp.Diagnostics.Append(diags...)
+	if imported && running != "" {
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, running)...)
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// refresh is the one place that re-reads the node into a model (STYLE.md: one refresh
+// helper per resource, shared by Create, Read and Update). It asks the node which system
+// it runs and records it in Toplevel, so a system switched out of band shows as a
+// planned change. The toplevel of a deploy that failed on update (failedToplevel) is not
+// recorded: the state must keep saying the node is not where the configuration wants it
+// (SC-001). An unreachable node keeps its state and gives a warning.
+func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string) (string, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	node := m.Node.ValueString()
+	if m.ID.IsNull() || m.ID.IsUnknown() {
+		m.ID = types.StringValue(node)
+	}
+	if m.Strict.IsNull() {
+		m.Strict = types.BoolValue(true)
+	}
+	if m.Verdict.IsUnknown() {
+		m.Verdict = types.ObjectNull(verdictAttrTypes)
+	}
+	if m.Generation.IsUnknown() {
+		m.Generation = types.Int64Null()
+	}
+	target, tdiags := resolveTarget(m.SSH, m.Incus, r.cfg)
+	if tdiags.HasError() {
+		diags.AddWarning(fmt.Sprintf("Cannot read node %s", node),
+			"The transport blocks in state are incomplete, so the running system was not read; the state is kept. "+
+				summarizeDiags(tdiags))
+		return "", diags
+	}
+	running, err := readRunningSystem(ctx, node, target, r.cfg)
+	if err != nil {
+		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
+			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
+				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
+		return "", diags
+	}
+	if running == m.Toplevel.ValueString() {
+		return running, diags
+	}
+	if running == failedToplevel {
+		diags.AddWarning(fmt.Sprintf("Node %s runs a system whose deploy failed", node),
+			fmt.Sprintf("The node runs %s, which the last apply switched to but judged failed. The state keeps %s, so the next apply deploys and judges it again.",
+				running, m.Toplevel.ValueString()))
+		return running, diags
+	}
+	if !m.Toplevel.IsNull() && m.Toplevel.ValueString() != "" {
+		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": node, "state": m.Toplevel.ValueString(), "running": running})
+	}
+	m.Toplevel = types.StringValue(running)
+	return running, diags
+}
+
+func summarizeDiags(d diag.Diagnostics) string {
+	var parts []string
+	for _, e := range d.Errors() {
+		parts = append(parts, e.Summary()+": "+e.Detail())
+	}
+	return strings.Join(parts, " ")
+}
+
+// readRunningSystem asks the node what /run/current-system points at.
+func readRunningSystem(ctx context.Context, node string, target transportTarget, cfg *Config) (string, error) {
+	t, err := openTransport(ctx, node, target, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer t.Close()
+	res, err := t.Run(ctx, []string{"readlink", "-f", "/run/current-system"}, deploybody.RunOptions{})
+	if err != nil {
+		return "", err
+	}
+	running := strings.TrimSpace(string(res.Stdout))
+	if res.ExitCode != 0 || running == "" {
+		return "", fmt.Errorf("readlink /run/current-system exited %d (%s): the node runs no NixOS system", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+	}
+	return running, nil
+}
+
+func (r *nodeSwitchResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	// Forgetting a node does not change it: it keeps running what it runs. There is
+	// nothing sane to switch it to.
+	var state nodeSwitchModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	tflog.Info(ctx, "fediversity_node_switch removed from state; the node keeps its system", map[string]any{"node": state.Node.ValueString()})
+}
+
+func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	addr, err := parseImportAddress(req.ID)
+	if err != nil {
+		resp.Diagnostics.AddError("Unable to import fediversity_node_switch", err.Error())
+		return
+	}
+	m := nodeSwitchModel{
+		ID:               types.StringValue(addr.Node),
+		Node:             types.StringValue(addr.Node),
+		NodePlan:         types.StringNull(),
+		Toplevel:         types.StringNull(),
+		SubmissionDigest: types.StringNull(),
+		SubmissionFile:   types.StringNull(),
+		Strict:           types.BoolValue(true),
+		SecretChain:      types.ListNull(types.StringType),
+		LoopBudgets:      types.MapNull(types.Int64Type),
+		Timeouts:         timeouts.Value{Object: types.ObjectNull(timeoutsAttrTypes)},
+		Generation:       types.Int64Null(),
+		Verdict:          types.ObjectNull(verdictAttrTypes),
+	}
+	if addr.Target.Kind == "ssh" {
+		m.SSH = sshBlockFromTarget(addr.Target)
+	} else {
+		m.Incus = incusBlockFromTarget(addr.Target)
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
+}
+
+var timeoutsAttrTypes = map[string]attr.Type{
+	"create": types.StringType, "read": types.StringType, "update": types.StringType, "delete": types.StringType,
+}
+
+// deploy runs the deploy body for the planned model. out is the model to store (nil
+// when the run did not reach the node's state at all, e.g. a refused submission); res
+// is the body's result; runErr is the run's error (diags already say it).
+func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (out *nodeSwitchModel, res *deploybody.Result, runErr error, diags diag.Diagnostics) {
+	node := plan.Node.ValueString()
+
+	// The submission must be the one the plan was made from (FR-011).
+	if !plan.SubmissionDigest.IsNull() && !plan.SubmissionFile.IsNull() {
+		if err := submission.CheckUnchanged(plan.SubmissionFile.ValueString(), plan.SubmissionDigest.ValueString()); err != nil {
+			diags.AddAttributeError(path.Root("submission_digest"), fmt.Sprintf("Refusing to deploy %s: the submission changed", node),
+				fmt.Sprintf("Node %s, phase submission-check: %v.", node, err))
+			return nil, nil, err, diags
+		}
+	}
+	target, tdiags := resolveTarget(plan.SSH, plan.Incus, r.cfg)
+	diags.Append(tdiags...)
+	if diags.HasError() {
+		return nil, nil, errors.New("invalid transport"), diags
+	}
+	opts, odiags := r.bodyOptions(ctx, plan)
+	diags.Append(odiags...)
+	if diags.HasError() {
+		return nil, nil, errors.New("invalid options"), diags
+	}
+	var planFile string
+	if plan.Build != nil {
+		spec, cleanup, bdiags := buildSpec(plan)
+		diags.Append(bdiags...)
+		if diags.HasError() {
+			return nil, nil, errors.New("invalid build"), diags
+		}
+		defer cleanup()
+		planFile = spec.PlanFile
+		opts.Build = func(ctx context.Context) (string, error) {
+			spec.Log = &tflogWriter{ctx: ctx, node: node}
+			return nixstore.Build(ctx, spec)
+		}
+	} else if plan.Toplevel.IsNull() || plan.Toplevel.IsUnknown() || plan.Toplevel.ValueString() == "" {
+		diags.AddError(fmt.Sprintf("Nothing to deploy to %s", node),
+			"Set `toplevel` to a prebuilt system closure, or give a `build` block that builds one.")
+		return nil, nil, errors.New("nothing to deploy"), diags
+	} else {
+		opts.Toplevel = plan.Toplevel.ValueString()
+	}
+	_ = planFile
+
+	t, err := openTransport(ctx, node, target, r.cfg)
+	if err != nil {
+		diags.AddError(fmt.Sprintf("Unable to reach %s", node),
+			fmt.Sprintf("Node %s, phase connect: %v. Check the transport block and the provider's credentials, then apply again.", node, err))
+		return nil, nil, err, diags
+	}
+	defer t.Close()
+
+	var snap *snapshotGuard
+	if plan.Snapshot != nil && (plan.Snapshot.Enabled.IsNull() || plan.Snapshot.Enabled.ValueBool()) {
+		keep := defaultSnapshotKeep
+		if !plan.Snapshot.Keep.IsNull() {
+			keep = int(plan.Snapshot.Keep.ValueInt64())
+		}
+		snap, err = newSnapshotGuard(t, keep, target.Instance)
+		if err != nil {
+			diags.AddAttributeError(path.Root("snapshot"), "Snapshots need the Incus transport", err.Error())
+			return nil, nil, err, diags
+		}
+		t = snap
+	}
+
+	res, runErr = deploybody.Deploy(ctx, t, opts)
+	if snap != nil {
+		if restored, rerr := snap.restoreIfUnreachable(ctx, res, runErr); restored || rerr != nil {
+			diags.Append(snap.diagnostic(node, rerr)...)
+			return nil, res, errors.Join(runErr, errors.New("restored")), diags
+		}
+	}
+	for _, w := range res.Warnings {
+		diags.AddWarning(fmt.Sprintf("Deploy of %s", node), w)
+	}
+	m := plan
+	m.ID = types.StringValue(node)
+	if res.Toplevel != "" {
+		m.Toplevel = types.StringValue(res.Toplevel)
+	}
+	if res.RunningSystem != "" && res.Confirmed {
+		m.Toplevel = types.StringValue(res.RunningSystem)
+	}
+	if res.Generation > 0 {
+		m.Generation = types.Int64Value(int64(res.Generation))
+	} else {
+		m.Generation = types.Int64Null()
+	}
+	v, vdiags := verdictValue(res)
+	diags.Append(vdiags...)
+	m.Verdict = v
+	tflog.Info(ctx, "deploy finished", map[string]any{"node": node, "phases": phaseTimingsLog(res), "ok": runErr == nil})
+
+	if runErr != nil {
+		var de *deploybody.DeployError
+		if res.Verdict != nil && !res.Verdict.OK && errors.As(runErr, &de) && de.Phase == deploybody.PhaseVerdict {
+			diags.Append(verdictDiagnostic(node, res, runErr, "To accept these units for now, set strict = false (they stay named in the verdict).")...)
+			return &m, res, runErr, diags
+		}
+		diags.AddError(fmt.Sprintf("Unable to deploy %s", node), runErr.Error())
+		if res.Verdict == nil && m.Toplevel.IsUnknown() {
+			m.Toplevel = types.StringNull()
+		}
+		if res.Verdict == nil {
+			// The run stopped before any verdict (build, copy or switch failed): on
+			// create there is nothing worth storing.
+			return nil, res, runErr, diags
+		}
+		return &m, res, runErr, diags
+	}
+	diags.Append(verdictDiagnostic(node, res, nil, "")...)
+	return &m, res, nil, diags
+}
+
+// bodyOptions translates the model into deploy body options (without toplevel/build).
+func (r *nodeSwitchResource) bodyOptions(ctx context.Context, plan nodeSwitchModel) (deploybody.Options, diag.Diagnostics) {
+	return commonBodyOptions(ctx, r.cfg, plan.Node.ValueString(), plan.Strict, plan.SecretChain, plan.LoopBudgets, plan.Timings)
+}
+
+func commonBodyOptions(ctx context.Context, cfg *Config, node string, strict types.Bool, chain types.List, budgets types.Map, tm *timingsModel) (deploybody.Options, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	o := deploybody.Options{Node: node, Strict: strict.IsNull() || strict.ValueBool()}
+	if !chain.IsNull() && !chain.IsUnknown() {
+		diags.Append(chain.ElementsAs(ctx, &o.SecretChain, false)...)
+		for i, u := range o.SecretChain {
+			if !deploybody.ValidUnitName(u) {
+				diags.AddAttributeError(path.Root("secret_chain").AtListIndex(i), "Invalid unit name",
+					fmt.Sprintf("%q is not a systemd unit name (want e.g. \"secrets-fetch.service\").", u))
+			}
+		}
+	}
+	if !budgets.IsNull() && !budgets.IsUnknown() {
+		m := map[string]int64{}
+		diags.Append(budgets.ElementsAs(ctx, &m, false)...)
+		o.LoopBudgets = map[string]int{}
+		for u, n := range m {
+			if !deploybody.ValidUnitName(u) || n < 0 {
+				diags.AddAttributeError(path.Root("loop_budgets").AtMapKey(u), "Invalid loop budget",
+					fmt.Sprintf("loop_budgets[%q] = %d: want a systemd unit name and a budget ≥ 0.", u, n))
+				continue
+			}
+			o.LoopBudgets[u] = int(n)
+		}
+	}
+	own, tdiags := tm.toTimings(path.Root("timings"))
+	diags.Append(tdiags...)
+	var def Timings
+	if cfg != nil {
+		def = cfg.Timings
+	}
+	merged := own.Merge(def)
+	o.Timings = deploybody.Timings{
+		NodeWait: merged.NodeWait, SwitchTimeout: merged.SwitchTimeout, Settle: merged.Settle, Watch: merged.Watch,
+		SampleInterval: merged.SampleInterval, StaleJob: merged.StaleJob, ChainWait: merged.ChainWait, NoProgress: merged.NoProgress,
+	}.WithDefaults()
+	o.Logger = deploybody.LoggerFunc(func(ctx context.Context, level deploybody.Level, phase, message string, fields map[string]any) {
+		f := map[string]any{"node": node, "phase": phase}
+		for k, v := range fields {
+			f[k] = v
+		}
+		switch level {
+		case deploybody.LevelWarn:
+			tflog.Warn(ctx, message, f)
+		case deploybody.LevelDebug:
+			tflog.Debug(ctx, message, f)
+		default:
+			tflog.Info(ctx, message, f)
+		}
+	})
+	return o, diags
+}
+
+// buildSpec turns the build block into a nix-build spec, writing the node plan to a
+// temporary file (FR-015). cleanup removes it.
+func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnostics) {
+	var diags diag.Diagnostics
+	b := plan.Build
+	spec := nixstore.BuildSpec{
+		File: b.File.ValueString(), Attr: b.Attribute.ValueString(), Expr: b.Expression.ValueString(),
+	}
+	if inst := b.Installable.ValueString(); inst != "" {
+		file, attrName, _ := strings.Cut(inst, "#")
+		if spec.File != "" || spec.Expr != "" {
+			diags.AddAttributeError(path.Root("build").AtName("installable"), "Conflicting build inputs",
+				"build.installable already names the file (and attribute); remove build.file / build.expression.")
+		}
+		spec.File = file
+		if attrName != "" {
+			if spec.Attr != "" {
+				diags.AddAttributeError(path.Root("build").AtName("attribute"), "Conflicting build inputs",
+					"build.installable already names the attribute after '#'; remove build.attribute.")
+			}
+			spec.Attr = attrName
+		}
+	}
+	if (spec.File == "") == (spec.Expr == "") {
+		diags.AddAttributeError(path.Root("build"), "Incomplete build block",
+			"Give exactly one of build.installable, build.file and build.expression.")
+	}
+	if !b.Args.IsNull() && !b.Args.IsUnknown() {
+		spec.ArgStr = map[string]string{}
+		for k, v := range b.Args.Elements() {
+			if s, ok := v.(types.String); ok {
+				spec.ArgStr[k] = s.ValueString()
+			}
+		}
+	}
+	cleanup := func() {}
+	if diags.HasError() {
+		return spec, cleanup, diags
+	}
+	if !plan.NodePlan.IsNull() && plan.NodePlan.ValueString() != "" {
+		if !json.Valid([]byte(plan.NodePlan.ValueString())) {
+			diags.AddAttributeError(path.Root("node_plan"), "Invalid node plan",
+				fmt.Sprintf("node_plan of %s is not JSON; pass data.fediversity_submission.<name>.node_plans[\"<node>\"].", plan.Node.ValueString()))
+			return spec, cleanup, diags
+		}
+		dir, err := os.MkdirTemp("", "fediversity-plan-")
+		if err != nil {
+			diags.AddError("Unable to write the node plan", fmt.Sprintf("node %s, phase build: %v", plan.Node.ValueString(), err))
+			return spec, cleanup, diags
+		}
+		cleanup = func() { _ = os.RemoveAll(dir) }
+		file := filepath.Join(dir, "node-plan.json")
+		if err := os.WriteFile(file, []byte(plan.NodePlan.ValueString()), 0o600); err != nil {
+			diags.AddError("Unable to write the node plan", fmt.Sprintf("node %s, phase build: %v", plan.Node.ValueString(), err))
+			return spec, cleanup, diags
+		}
+		spec.PlanFile = file
+	}
+	return spec, cleanup, diags
+}
+
+// tflogWriter sends nix-build's log lines to tflog (debug).
+type tflogWriter struct {
+	ctx  context.Context
+	node string
+}
+
+func (w *tflogWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if line != "" {
+			tflog.Debug(w.ctx, "nix-build", map[string]any{"node": w.node, "line": line})
+		}
+	}
+	return len(p), nil
+}

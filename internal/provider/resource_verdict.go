@@ -1,0 +1,294 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+)
+
+var (
+	_ resource.Resource                     = &verdictResource{}
+	_ resource.ResourceWithConfigure        = &verdictResource{}
+	_ resource.ResourceWithImportState      = &verdictResource{}
+	_ resource.ResourceWithConfigValidators = &verdictResource{}
+)
+
+// NewVerdictResource is the constructor of fediversity_verdict.
+func NewVerdictResource() resource.Resource { return &verdictResource{} }
+
+type verdictResource struct {
+	cfg *Config
+}
+
+const defaultVerdictTimeout = 15 * time.Minute
+
+type verdictModel struct {
+	ID          types.String     `tfsdk:"id"`
+	Node        types.String     `tfsdk:"node"`
+	Toplevel    types.String     `tfsdk:"toplevel"`
+	SSH         *sshBlockModel   `tfsdk:"ssh"`
+	Incus       *incusBlockModel `tfsdk:"incus"`
+	Strict      types.Bool       `tfsdk:"strict"`
+	SecretChain types.List       `tfsdk:"secret_chain"`
+	LoopBudgets types.Map        `tfsdk:"loop_budgets"`
+	Triggers    types.Map        `tfsdk:"triggers"`
+	Timings     *timingsModel    `tfsdk:"timings"`
+	Timeouts    timeouts.Value   `tfsdk:"timeouts"`
+	Judged      types.String     `tfsdk:"judged_toplevel"`
+	Verdict     types.Object     `tfsdk:"verdict"`
+}
+
+func (r *verdictResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_verdict"
+}
+
+const reruns = "Changing it runs the pass again."
+
+func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "The verdict-only pass on a running node (spec User Story 4, FR-007): it never builds, copies or switches. " +
+			"It waits for the secret chain (bounded by `timings.chain_wait`, stopping early and naming the member when one fails or shows no " +
+			"progress for `timings.no_progress`), restarts only failed units the closure wants, settles, watches and gives the same structured " +
+			"verdict as `fediversity_node_switch`. In strict mode a failed unit, a closure fault or a unit still looping past its loop budget " +
+			"fails the apply (and the next one). The pass runs on create and whenever an argument or `triggers` changes; refresh does not re-judge. " +
+			"Destroy forgets the verdict and changes nothing on the node.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "The node name.",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"node": schema.StringAttribute{
+				Required:            true,
+				MarkdownDescription: "Name of the node. Changing it replaces the resource.",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+				Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"toplevel": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "The system closure whose wanted units count (usually `fediversity_node_switch.x.toplevel`). " +
+					"Default: the system the node runs. It must be in the deployer's store. " + reruns,
+			},
+			"strict": schema.BoolAttribute{
+				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
+				MarkdownDescription: "Strict (default `true`): a failed unit, a closure fault or a loop past its budget fails the apply. `false`: a warning naming them. " + reruns,
+			},
+			"secret_chain": schema.ListAttribute{
+				Optional: true, ElementType: types.StringType,
+				MarkdownDescription: "The ordered units that bring the node's secrets up; the pass waits for them first. " + reruns,
+			},
+			"loop_budgets": schema.MapAttribute{
+				Optional: true, ElementType: types.Int64Type,
+				MarkdownDescription: "Per-unit loop budgets overriding `X-LoopBudget=`. A unit still looping past its budget fails a strict pass, naming unit and budget. " + reruns,
+			},
+			"triggers": schema.MapAttribute{
+				Optional: true, ElementType: types.StringType,
+				MarkdownDescription: "Arbitrary values; any change runs the pass again (e.g. `{ generation = fediversity_node_switch.x.generation }`). " +
+					"Must not hold per-run values such as key locations.",
+			},
+			"judged_toplevel": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "The closure whose wanted units were judged (the given `toplevel`, or what the node ran).",
+			},
+			"verdict": verdictSchemaAttribute("the pass"),
+		},
+		Blocks: map[string]schema.Block{
+			"ssh":      sshBlockSchema(reruns),
+			"incus":    incusBlockSchema(reruns),
+			"timings":  timingsResourceBlock(),
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
+		},
+	}
+}
+
+func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigValidator {
+	return []resource.ConfigValidator{resourcevalidator.ExactlyOneOf(path.MatchRoot("ssh"), path.MatchRoot("incus"))}
+}
+
+func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	cfg, ok := req.ProviderData.(*Config)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_verdict wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
+		return
+	}
+	r.cfg = cfg
+}
+
+func (r *verdictResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan verdictModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Create(ctx, defaultVerdictTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	judged, err, diags := r.pass(ctx, &plan)
+	resp.Diagnostics.Append(diags...)
+	if judged {
+		// Also when the verdict failed: the resource is then tainted, and the next apply
+		// runs the pass again (SC-001).
+		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	}
+	_ = err
+}
+
+func (r *verdictResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan verdictModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Update(ctx, defaultVerdictTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	judged, err, diags := r.pass(ctx, &plan)
+	resp.Diagnostics.Append(diags...)
+	if judged && err == nil {
+		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	}
+	// On failure the prior state stays, so the next plan runs the pass again.
+}
+
+// Read keeps the state: a verdict is the fact of one pass, and re-judging at every
+// refresh would make plans slow and unstable. `triggers` re-run it.
+func (r *verdictResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state verdictModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	refreshVerdictModel(&state, nil)
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+func (r *verdictResource) Delete(ctx context.Context, req resource.DeleteRequest, _ *resource.DeleteResponse) {
+	tflog.Info(ctx, "fediversity_verdict removed from state; nothing changes on the node")
+}
+
+func (r *verdictResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	addr, err := parseImportAddress(req.ID)
+	if err != nil {
+		resp.Diagnostics.AddError("Unable to import fediversity_verdict", err.Error())
+		return
+	}
+	m := verdictModel{
+		Node:        types.StringValue(addr.Node),
+		Toplevel:    types.StringNull(),
+		Strict:      types.BoolValue(true),
+		SecretChain: types.ListNull(types.StringType),
+		LoopBudgets: types.MapNull(types.Int64Type),
+		Triggers:    types.MapNull(types.StringType),
+		Timeouts:    timeouts.Value{Object: types.ObjectNull(timeoutsAttrTypes)},
+	}
+	if addr.Target.Kind == "ssh" {
+		m.SSH = sshBlockFromTarget(addr.Target)
+	} else {
+		m.Incus = incusBlockFromTarget(addr.Target)
+	}
+	refreshVerdictModel(&m, nil)
+	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
+}
+
+// refreshVerdictModel is the one place that fills the computed attributes (STYLE.md:
+// one refresh helper shared by Create, Read and Update). With a result it records the
+// pass; without one it only settles unknown values.
+func refreshVerdictModel(m *verdictModel, res *deploybody.Result) diag.Diagnostics {
+	var diags diag.Diagnostics
+	m.ID = types.StringValue(m.Node.ValueString())
+	if res != nil {
+		v, d := verdictValue(res)
+		diags.Append(d...)
+		m.Verdict = v
+		judged := res.Toplevel
+		if judged == "" {
+			judged = res.RunningSystem
+		}
+		m.Judged = stringOrNull(judged)
+		return diags
+	}
+	if m.Verdict.IsUnknown() {
+		m.Verdict = types.ObjectNull(verdictAttrTypes)
+	}
+	if m.Judged.IsUnknown() {
+		m.Judged = types.StringNull()
+	}
+	return diags
+}
+
+// pass runs the verdict-only body. judged is true when a verdict was reached (m is then
+// filled); err is the run's error.
+func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged bool, err error, diags diag.Diagnostics) {
+	node := m.Node.ValueString()
+	target, tdiags := resolveTarget(m.SSH, m.Incus, r.cfg)
+	diags.Append(tdiags...)
+	opts, odiags := commonBodyOptions(ctx, r.cfg, node, m.Strict, m.SecretChain, m.LoopBudgets, m.Timings)
+	diags.Append(odiags...)
+	if diags.HasError() {
+		return false, errors.New("invalid configuration"), diags
+	}
+	opts.Toplevel = m.Toplevel.ValueString()
+	t, err := openTransport(ctx, node, target, r.cfg)
+	if err != nil {
+		diags.AddError(fmt.Sprintf("Unable to reach %s", node),
+			fmt.Sprintf("Node %s, phase connect: %v. Check the transport block and the provider's credentials, then apply again.", node, err))
+		return false, err, diags
+	}
+	defer t.Close()
+	res, runErr := deploybody.VerdictOnly(ctx, t, opts)
+	for _, w := range res.Warnings {
+		diags.AddWarning(fmt.Sprintf("Verdict of %s", node), w)
+	}
+	tflog.Info(ctx, "verdict-only pass finished", map[string]any{"node": node, "phases": phaseTimingsLog(res), "ok": runErr == nil})
+	if res.Verdict == nil {
+		msg := "the pass stopped before a verdict"
+		if runErr != nil {
+			msg = runErr.Error()
+		}
+		diags.AddError(fmt.Sprintf("Unable to judge %s", node), msg)
+		if runErr == nil {
+			runErr = errors.New(msg)
+		}
+		return false, runErr, diags
+	}
+	diags.Append(refreshVerdictModel(m, res)...)
+	if runErr != nil {
+		var de *deploybody.DeployError
+		if !res.Verdict.OK && errors.As(runErr, &de) && de.Phase == deploybody.PhaseVerdict {
+			diags.Append(verdictDiagnostic(node, res, runErr, "To accept these units for now, set strict = false (they stay named in the verdict).")...)
+		} else {
+			diags.AddError(fmt.Sprintf("Unable to judge %s", node), runErr.Error())
+		}
+		return true, runErr, diags
+	}
+	diags.Append(verdictDiagnostic(node, res, nil, "")...)
+	return true, nil, diags
+}

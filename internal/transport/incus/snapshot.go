@@ -1,0 +1,156 @@
+package incus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
+)
+
+// SnapshotPrefix starts the name of every snapshot this transport takes. Rotation
+// only ever deletes snapshots with this prefix; the operator's own are left alone.
+const SnapshotPrefix = "fediversity-"
+
+// GenerationSnapshotName is the snapshot name for system profile generation gen.
+func GenerationSnapshotName(gen int) string {
+	return fmt.Sprintf("%sgen-%d", SnapshotPrefix, gen)
+}
+
+func validSnapshotName(name string) error {
+	if !strings.HasPrefix(name, SnapshotPrefix) || len(name) == len(SnapshotPrefix) {
+		return fmt.Errorf("snapshot name %q must start with %q and name something after it", name, SnapshotPrefix)
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("snapshot name %q: only letters, digits, '-', '_' and '.' are allowed", name)
+		}
+	}
+	return nil
+}
+
+// SnapshotBeforeSwitch takes a native snapshot called name (it must start with
+// SnapshotPrefix, e.g. GenerationSnapshotName(n)) as a rollback point before a switch,
+// replacing one of the same name, then deletes the oldest snapshots with
+// SnapshotPrefix until at most keep of them remain (keep < 1 counts as 1: the one
+// just taken always stays). Snapshots without the prefix are never touched.
+func (t *Transport) SnapshotBeforeSwitch(ctx context.Context, name string, keep int) error {
+	const phase = "snapshot before switch"
+	if err := validSnapshotName(name); err != nil {
+		return t.errorf(phase, "%v", err)
+	}
+	if keep < 1 {
+		keep = 1
+	}
+	snaps, err := t.c.ListSnapshots(ctx, t.instance)
+	if err != nil {
+		return t.classify(ctx, phase, err)
+	}
+	for _, s := range snaps {
+		if s.Name == name {
+			// A snapshot of the same generation from an earlier attempt: the state
+			// before this switch is the one worth keeping.
+			if err := t.c.DeleteSnapshot(ctx, t.instance, name); err != nil {
+				return t.classify(ctx, phase+": replace "+name, err)
+			}
+		}
+	}
+	if err := t.c.CreateSnapshot(ctx, t.instance, name); err != nil {
+		return t.classify(ctx, phase+": create "+name, err)
+	}
+	return t.rotate(ctx, name, keep)
+}
+
+// OurSnapshots lists the snapshots with SnapshotPrefix, oldest first.
+func (t *Transport) OurSnapshots(ctx context.Context) ([]incusapi.Snapshot, error) {
+	snaps, err := t.c.ListSnapshots(ctx, t.instance)
+	if err != nil {
+		return nil, t.classify(ctx, "list snapshots", err)
+	}
+	var ours []incusapi.Snapshot
+	for _, s := range snaps {
+		if strings.HasPrefix(s.Name, SnapshotPrefix) {
+			ours = append(ours, s)
+		}
+	}
+	sort.SliceStable(ours, func(i, j int) bool {
+		return ours[i].CreatedAt.Before(ours[j].CreatedAt)
+	})
+	return ours, nil
+}
+
+func (t *Transport) rotate(ctx context.Context, keepName string, keep int) error {
+	ours, err := t.OurSnapshots(ctx)
+	if err != nil {
+		return err
+	}
+	var others []incusapi.Snapshot
+	for _, s := range ours {
+		if s.Name != keepName {
+			others = append(others, s)
+		}
+	}
+	var errs []error
+	if excess := len(others) - (keep - 1); excess > 0 {
+		for _, s := range others[:excess] {
+			if err := t.c.DeleteSnapshot(ctx, t.instance, s.Name); err != nil {
+				errs = append(errs, t.classify(ctx, "rotate snapshots: delete "+s.Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RestoreSnapshot rolls the instance back to snapshot name: it stops the instance
+// (cleanly, then forcibly if that fails), restores, starts it and waits until its
+// systemd answers again.
+func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
+	const phase = "restore snapshot"
+	if name == "" {
+		return t.errorf(phase, "no snapshot name given")
+	}
+	st, err := t.c.GetInstanceState(ctx, t.instance)
+	if err != nil {
+		return t.classify(ctx, phase, err)
+	}
+	if st.Running() {
+		if err := t.c.Stop(ctx, t.instance, false, 60); err != nil {
+			if ctx.Err() != nil {
+				return t.classify(ctx, phase+": stop", err)
+			}
+			if ferr := t.c.Stop(ctx, t.instance, true, 0); ferr != nil {
+				return t.classify(ctx, phase+": stop", errors.Join(err, ferr))
+			}
+		}
+	}
+	if err := t.c.RestoreSnapshot(ctx, t.instance, name); err != nil {
+		return t.errorf(phase, "%w (the instance is left stopped; list snapshots with `incus snapshot list %s`)", err, t.instance)
+	}
+	if err := t.c.Start(ctx, t.instance); err != nil {
+		return t.classify(ctx, phase+": start", err)
+	}
+	return t.waitReach(ctx, phase, 120)
+}
+
+// waitReach polls Reach about once a second, at most tries times (and within ctx).
+func (t *Transport) waitReach(ctx context.Context, phase string, tries int) error {
+	var last error
+	for i := 0; i < tries; i++ {
+		if last = t.Reach(ctx); last == nil {
+			return nil
+		}
+		if !errors.Is(last, deploybody.ErrUnreachable) {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			return t.errorf(phase, "waiting for the instance to answer: %w (last: %v)", ctx.Err(), last)
+		case <-time.After(time.Second):
+		}
+	}
+	return fmt.Errorf("%s: %s: the instance did not answer after %d tries: %w", t.where(), phase, tries, last)
+}

@@ -1,0 +1,113 @@
+package remote
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+)
+
+// checkBatch bounds how many paths go into one remote command line: a shell command
+// line is one argument on the node, and Linux caps one argument at 128 KiB.
+const checkBatch = 400
+
+// MissingPaths returns the paths the node's store does not hold (as valid paths), in
+// the order given. It asks `nix-store --check-validity --print-invalid` on the node.
+func MissingPaths(ctx context.Context, r Runner, paths []string) ([]string, error) {
+	var missing []string
+	for start := 0; start < len(paths); start += checkBatch {
+		batch := paths[start:min(start+checkBatch, len(paths))]
+		for _, p := range batch {
+			if !nixstore.ValidStorePath(p) {
+				return nil, fmt.Errorf("ask the node which paths it lacks: %q is not a store path", p)
+			}
+		}
+		out, err := runSys(ctx, r, nil, append([]string{"nix-store", "--check-validity", "--print-invalid"}, batch...)...)
+		if err != nil {
+			return nil, fmt.Errorf("ask the node which paths it lacks: %w", err)
+		}
+		invalid := map[string]bool{}
+		for _, l := range strings.Split(out, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				invalid[l] = true
+			}
+		}
+		for _, p := range batch {
+			if invalid[p] {
+				missing = append(missing, p)
+			}
+		}
+	}
+	return missing, nil
+}
+
+// CopyClosure makes the node hold the closure of storePath: it exports, from the local
+// store, only the paths the node lacks and streams them into `nix-store --import` on
+// the node, then checks that the node now holds the whole closure.
+func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (deploybody.CopyStats, error) {
+	closure, err := nixstore.Closure(ctx, storePath)
+	if err != nil {
+		return deploybody.CopyStats{}, fmt.Errorf("copy closure: %w (build it first)", err)
+	}
+	stats := deploybody.CopyStats{PathsTotal: len(closure)}
+	missing, err := MissingPaths(ctx, r, closure)
+	if err != nil {
+		return stats, fmt.Errorf("copy closure: %w", err)
+	}
+	stats.PathsMissing = len(missing)
+	if len(missing) == 0 {
+		log.printf("copy %s: node holds all %d paths, nothing to send", storePath, len(closure))
+		return stats, nil
+	}
+	log.printf("copy %s: sending %d of %d paths", storePath, len(missing), len(closure))
+
+	pr, pw := io.Pipe()
+	counter := &countingWriter{w: pw}
+	exportCtx, cancelExport := context.WithCancel(ctx)
+	defer cancelExport()
+	exportErr := make(chan error, 1)
+	go func() {
+		err := nixstore.Export(exportCtx, missing, counter)
+		pw.CloseWithError(err) // nil closes cleanly: the import sees EOF
+		exportErr <- err
+	}()
+	_, importErr := runSys(ctx, r, pr, "nix-store", "--import")
+	// If the import ended early, unblock and stop the export.
+	pr.CloseWithError(io.ErrClosedPipe)
+	cancelExport()
+	expErr := <-exportErr
+	stats.BytesSent = counter.n.Load()
+	if importErr != nil {
+		if expErr != nil && ctx.Err() == nil {
+			return stats, fmt.Errorf("copy closure: local %w; node side: %v", expErr, importErr)
+		}
+		return stats, fmt.Errorf("copy closure: import on the node: %w", importErr)
+	}
+	if expErr != nil {
+		return stats, fmt.Errorf("copy closure: local %w", expErr)
+	}
+	still, err := MissingPaths(ctx, r, closure)
+	if err != nil {
+		return stats, fmt.Errorf("copy closure: verify: %w", err)
+	}
+	if len(still) > 0 {
+		return stats, fmt.Errorf("copy closure: after the import the node still lacks %d paths (first %s)", len(still), still[0])
+	}
+	log.printf("copy %s: sent %d paths, %d bytes", storePath, len(missing), stats.BytesSent)
+	return stats, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n atomic.Int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,141 @@
+// Package remote holds what every transport does the same way once it can run a command
+// on a node: quoting argv for a remote shell, putting the closure's tools on PATH,
+// copying only the missing paths of a closure, the detached switch that survives a
+// dropped connection, and the system profile / boot entry.
+//
+// A transport supplies a Runner (how to run argv on the node with streams) and gets a
+// deploybody.Transport from NewTransport. This package must not import the plugin
+// framework nor any transport package.
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+)
+
+// Runner runs one command on a node. It is all a transport has to provide.
+//
+// Exec runs argv (argv[0] looked up on the node's PATH) with stdin (nil: empty) and
+// writes its output to stdout and stderr (nil: discarded). It returns the exit code; a
+// non-zero exit is not an error. err is only for transport faults, and wraps
+// deploybody.ErrUnreachable when the node could not be reached. A transport that needs
+// a shell string (SSH) builds it with ShellJoin, which quotes every element.
+type Runner interface {
+	Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (exitCode int, err error)
+}
+
+// Redials is implemented by runners that re-establish their connection: Dials counts
+// connections made so far. Switch uses it to report SwitchResult.Reconnected.
+type Redials interface {
+	Dials() uint64
+}
+
+// Logger receives progress messages (copy sizes, switch polling). Never secrets.
+type Logger func(format string, args ...any)
+
+func (l Logger) printf(format string, args ...any) {
+	if l != nil {
+		l(format, args...)
+	}
+}
+
+// Quote returns s quoted for a POSIX shell (sh, dash, bash): one word, no expansion.
+func Quote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// ShellJoin quotes every element of argv and joins them with spaces, for a transport
+// whose remote end takes a command line (SSH runs it with the user's shell). It refuses
+// an empty argv and NUL bytes, which no command line can carry.
+func ShellJoin(argv []string) (string, error) {
+	if len(argv) == 0 {
+		return "", errors.New("empty command")
+	}
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			return "", fmt.Errorf("argument %d of %q contains a NUL byte", i, argv[0])
+		}
+		q[i] = Quote(a)
+	}
+	return strings.Join(q, " "), nil
+}
+
+// pathScript sets PATH to $1 (prefix, may be empty) + the node's PATH + $2 (suffix, may
+// be empty) and execs the rest of its arguments. The arguments stay arguments: nothing
+// in them is parsed by the shell.
+const pathScript = `p=$1 s=$2; shift 2; ` +
+	`if [ -n "$p" ]; then PATH=$p${PATH:+:$PATH}; fi; ` +
+	`if [ -n "$s" ]; then PATH=${PATH:+$PATH:}$s; fi; ` +
+	`export PATH; exec "$@"`
+
+// WithPath returns argv wrapped so that it runs with prefix put before and suffix put
+// after the node's PATH (via /bin/sh, which NixOS keeps). With neither it returns argv.
+// A PATH entry with ':' or NUL cannot be expressed and is refused.
+func WithPath(argv, prefix, suffix []string) ([]string, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("empty command")
+	}
+	if len(prefix) == 0 && len(suffix) == 0 {
+		return argv, nil
+	}
+	for _, e := range append(append([]string(nil), prefix...), suffix...) {
+		if e == "" || strings.ContainsAny(e, ":\x00") {
+			return nil, fmt.Errorf("PATH entry %q is empty or contains ':'", e)
+		}
+	}
+	return append([]string{"/bin/sh", "-c", pathScript, "sh",
+		strings.Join(prefix, ":"), strings.Join(suffix, ":")}, argv...), nil
+}
+
+// NixFallbackPath is appended to the node's PATH for the commands this package runs
+// itself (nix-store, nix-env, systemd-run, systemctl), so they are found on NixOS and on
+// nodes with Nix installed in the default profile even when the login PATH is bare.
+var NixFallbackPath = []string{
+	"/run/current-system/sw/bin",
+	"/nix/var/nix/profiles/default/bin",
+	"/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin",
+}
+
+// Run runs argv on the node with opts.Path before its PATH and collects the output.
+func Run(ctx context.Context, r Runner, argv []string, opts deploybody.RunOptions) (deploybody.RunResult, error) {
+	wrapped, err := WithPath(argv, opts.Path, nil)
+	if err != nil {
+		return deploybody.RunResult{}, err
+	}
+	var stdin io.Reader
+	if opts.Stdin != nil {
+		stdin = bytes.NewReader(opts.Stdin)
+	}
+	var stdout, stderr bytes.Buffer
+	code, err := r.Exec(ctx, wrapped, stdin, &stdout, &stderr)
+	return deploybody.RunResult{ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, err
+}
+
+// runSys runs one of this package's own commands (nix and systemd tools looked up with
+// NixFallbackPath after the node's PATH) and fails on a non-zero exit, quoting stderr.
+func runSys(ctx context.Context, r Runner, stdin io.Reader, argv ...string) (string, error) {
+	wrapped, err := WithPath(argv, nil, NixFallbackPath)
+	if err != nil {
+		return "", err
+	}
+	var stdout, stderr bytes.Buffer
+	code, err := r.Exec(ctx, wrapped, stdin, &stdout, &stderr)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", argv[0], err)
+	}
+	if code != 0 {
+		msg := strings.TrimSpace(stderr.String())
+		if code == 127 {
+			msg += " (command not found on the node: is Nix/systemd installed?)"
+		}
+		return stdout.String(), fmt.Errorf("%s exited %d: %s", strings.Join(argv[:min(len(argv), 3)], " "), code, msg)
+	}
+	return stdout.String(), nil
+}

@@ -1,0 +1,145 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+)
+
+// fakeNode models the node side of the detached switch protocol. The deployer host
+// has no systemd and a dropped connection cannot be placed at an exact poll with a
+// real sshd, so the poll state machine (faults between polls, a unit that vanished,
+// a re-dial) is unit-tested here; the SSH lab tests prove the protocol for real.
+type fakeNode struct {
+	polls     []string // answers to successive polls; "fault" = transport error
+	dialCount uint64
+	dialAt    int // poll index at which the runner re-dials (0: never)
+	pollN     int
+	unit      string
+	prefix    string
+	files     map[string]string
+	startErr  error
+}
+
+func (f *fakeNode) Dials() uint64 { return f.dialCount }
+
+func (f *fakeNode) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	// Strip the PATH wrapper.
+	if len(argv) > 6 && argv[2] == pathScript {
+		argv = argv[6:]
+	}
+	switch {
+	case slices.Contains(argv, "systemd-run"):
+		for _, a := range argv {
+			if u, ok := strings.CutPrefix(a, "--unit="); ok {
+				f.unit = u
+			}
+		}
+		f.prefix = argv[len(argv)-1]
+		if want := ResultDir + "/" + f.unit; f.prefix != want {
+			return 1, fmt.Errorf("fake: result prefix %q, want %q", f.prefix, want)
+		}
+		return 0, f.startErr
+	case len(argv) == 6 && argv[2] == pollScript:
+		if argv[4] != f.prefix || argv[5] != f.unit {
+			return 1, fmt.Errorf("fake: poll of %v, started %s", argv[4:], f.unit)
+		}
+		i := f.pollN
+		f.pollN++
+		if f.dialAt != 0 && i == f.dialAt {
+			f.dialCount++
+		}
+		ans := f.polls[min(i, len(f.polls)-1)]
+		if ans == "fault" {
+			return 0, &TransportError{Err: errors.New("connection lost")}
+		}
+		fmt.Fprintln(stdout, ans)
+		return 0, nil
+	case argv[0] == "cat":
+		fmt.Fprint(stdout, f.files[strings.TrimPrefix(argv[1], f.prefix)])
+		return 0, nil
+	case argv[0] == "rm":
+		return 0, nil
+	}
+	return 1, fmt.Errorf("fake: unexpected command %q", argv)
+}
+
+const testToplevel = "/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-nixos-system-fedi-good-1"
+
+func fastOpts() SwitchOptions {
+	return SwitchOptions{PollInterval: time.Millisecond, Grace: time.Minute, MaxTransportErrors: 5}
+}
+
+func TestSwitchReadsResult(t *testing.T) {
+	files := map[string]string{".out": "o", ".err": "warning: the following units failed: a.service\n"}
+	cases := []struct {
+		name          string
+		node          *fakeNode
+		code          int
+		reconnected   bool
+		wantErrSubstr string
+	}{
+		{name: "plain", node: &fakeNode{polls: []string{"unit active loaded", "unit active loaded", "rc 4"}}, code: 4},
+		{name: "faults between polls", node: &fakeNode{polls: []string{"unit active loaded", "fault", "fault", "rc 0"}}, code: 0, reconnected: true},
+		{name: "runner re-dialled", node: &fakeNode{polls: []string{"unit active loaded", "unit active loaded", "rc 0"}, dialAt: 1}, code: 0, reconnected: true},
+		{name: "start result lost", node: &fakeNode{polls: []string{"rc 0"}, startErr: &TransportError{Err: io.EOF}}, code: 0, reconnected: true},
+		{name: "unit vanished", node: &fakeNode{polls: []string{"unit inactive not-found"}}, wantErrSubstr: "without leaving a result"},
+		{name: "node lost for good", node: &fakeNode{polls: []string{"fault"}}, wantErrSubstr: "could not reconnect after 5"},
+		{name: "start refused", node: &fakeNode{polls: []string{"rc 0"}, startErr: errors.New("exit 1")}, wantErrSubstr: "start fediversity-switch-"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.node.files = files
+			res, err := Switch(context.Background(), c.node, testToplevel, "switch", time.Minute, fastOpts())
+			if c.wantErrSubstr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErrSubstr) {
+					t.Fatalf("err = %v, want it to contain %q", err, c.wantErrSubstr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != c.code || res.Reconnected != c.reconnected || res.Stderr != files[".err"] || res.Stdout != "o" {
+				t.Fatalf("got %+v, want code %d reconnected %v", res, c.code, c.reconnected)
+			}
+			if !strings.HasPrefix(c.node.unit, SwitchUnitPrefix) {
+				t.Fatalf("unit %q", c.node.unit)
+			}
+		})
+	}
+}
+
+func TestSwitchRefusesBadInput(t *testing.T) {
+	n := &fakeNode{polls: []string{"rc 0"}}
+	for _, c := range []struct{ top, action string }{
+		{"/tmp/x", "switch"},
+		{testToplevel + "; rm -rf /", "switch"},
+		{testToplevel, "switch; reboot"},
+		{testToplevel, ""},
+	} {
+		if _, err := Switch(context.Background(), n, c.top, c.action, time.Minute, fastOpts()); err == nil {
+			t.Errorf("Switch(%q, %q) accepted", c.top, c.action)
+		}
+	}
+	if n.unit != "" {
+		t.Fatal("a refused switch started a unit")
+	}
+}
+
+func TestTransportErrorsNameNode(t *testing.T) {
+	tr := NewTransport("web01", &fakeNode{polls: []string{"fault"}}, nil)
+	tr.SwitchOpts = fastOpts()
+	_, err := tr.Switch(context.Background(), testToplevel, "switch", time.Minute)
+	if err == nil || !strings.HasPrefix(err.Error(), "node web01: switch:") {
+		t.Fatalf("err = %v", err)
+	}
+	var _ deploybody.Transport = tr
+}

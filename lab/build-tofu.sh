@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds OpenTofu from its Go module (it cannot be `go install`ed: its go.mod has a
+# replace directive) into a cache outside the clone, keyed on the version, and prints
+# the binary's path. A second run with the cache present does nothing.
+set -euo pipefail
+TOFU_VERSION=${TOFU_VERSION:-v1.10.6}
+HCL_REPLACE=${HCL_REPLACE:-github.com/opentofu/hcl/v2@v2.20.2-0.20250121132637-504036cd70e7}
+CACHE=${FEDIVERSITY_CACHE:-/var/cache/fediversity}
+out="$CACHE/tofu-$TOFU_VERSION/tofu"
+if [ -x "$out" ] && "$out" version >/dev/null 2>&1; then echo "$out"; exit 0; fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$(dirname "$out")"
+cd "$work"
+cat > go.mod <<MOD
+module fediversity.local/tofu-tools
+
+go 1.24
+
+require github.com/opentofu/opentofu $TOFU_VERSION
+
+replace github.com/hashicorp/hcl/v2 v2.20.1 => ${HCL_REPLACE/@/ }
+MOD
+cat > tools.go <<'GO'
+//go:build tools
+
+package tools
+
+import _ "github.com/opentofu/opentofu/cmd/tofu"
+GO
+GOFLAGS=-mod=mod go mod tidy >&2
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$out.tmp" github.com/opentofu/opentofu/cmd/tofu >&2
+mv "$out.tmp" "$out"
+echo "$out"

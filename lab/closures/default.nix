@@ -1,0 +1,201 @@
+# Stand-ins for NixOS system toplevels, built WITHOUT nixpkgs:
+#   nix-build --option sandbox false lab/closures -A good [--argstr seed X]
+# (as root without a nixbld group also: --option build-users-group "").
+#
+# Each attribute is a toplevel with what a deployer touches of a real one:
+#   $out/bin/switch-to-configuration {switch,boot,test,dry-activate}  (./switch-to-configuration.sh)
+#   $out/nixos-version, $out/sw/bin (a few tools), $out/etc/systemd/system/*.service,
+#   $out/etc/systemd/system/multi-user.target.wants/ (the units the closure wants),
+#   $out/activate (optional, run by switch/test before the units start).
+# The closure is: toplevel -> fedi-tools (sw), fedi-payload (bytes to copy).
+#
+# seed: any string; a different seed gives different store paths for every derivation,
+#   so a test can force a copy of a closure the node has never seen.
+# switchDelay: seconds the slow-switch activation takes.
+# payloadKiB: size of the payload path (for copy benchmarks).
+#
+# Secret chain scenarios (verdict-only tests): the chain members are listed in order in
+# $out/etc/fediversity/secret-chain (one unit name a line); each member writes its
+# progress counter to /run/fediversity-chain/<unit>.progress; the chain's product is
+# /run/secret, which app.service needs (it exits 1 without it). $out/activate removes
+# /run/secret and /run/fediversity-chain, so each switch starts the chain afresh.
+{ seed ? "", switchDelay ? "15", payloadKiB ? "256", system ? builtins.currentSystem }:
+let
+  drv = name: script: attrs: derivation ({
+    inherit name system seed;
+    builder = "/bin/sh";
+    args = [ "-c" ("set -e; PATH=/usr/bin:/bin; " + script) ];
+  } // attrs);
+
+  tools = drv "fedi-tools" ''
+    mkdir -p $out/bin
+    printf '#!/bin/sh\nexec sleep infinity\n' > $out/bin/fedi-idle
+    printf '#!/bin/sh\necho "hello from the closure ($0)"\n' > $out/bin/fedi-hello
+    printf '#!/bin/sh\necho "fedi-tools seed=%s"\n' "$seed" > $out/bin/fedi-version
+    # fedi-chain-step UNIT STEPS DELAY [NEEDS [PRODUCT]]: waits for file NEEDS (if given),
+    # counts STEPS steps DELAY seconds apart writing its progress counter, then writes
+    # <unit>.done and PRODUCT (if given).
+    cat > $out/bin/fedi-chain-step <<'SH'
+    #!/bin/sh
+    set -eu
+    unit=$1 steps=$2 delay=$3 needs=''${4:-} product=''${5:-}
+    d=/run/fediversity-chain
+    mkdir -p $d
+    if [ -n "$needs" ]; then
+      while [ ! -e "$needs" ]; do sleep 0.5; done
+    fi
+    i=0
+    while [ $i -lt $steps ]; do
+      sleep $delay
+      i=$((i + 1))
+      echo $i > $d/$unit.progress
+    done
+    touch $d/$unit.done
+    if [ -n "$product" ]; then echo s3cret > "$product.tmp" && mv "$product.tmp" "$product"; fi
+    SH
+    chmod +x $out/bin/*
+  '' { };
+
+  payload = drv "fedi-payload" ''
+    mkdir -p $out
+    yes "fediversity payload $seed" | head -c $((payloadKiB * 1024)) > $out/blob
+  '' { inherit payloadKiB; };
+
+  # toplevel name version units wants activate
+  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ] }:
+    let
+      writeUnit = name: text: ''
+        cat > $out/etc/systemd/system/${name} <<'FEDI_UNIT_EOF'
+        ${text}
+        FEDI_UNIT_EOF
+      '';
+      writes = builtins.concatStringsSep "\n" (builtins.attrValues (builtins.mapAttrs writeUnit units));
+      links = builtins.concatStringsSep "\n" (map (u: "ln -s ../${u} $out/etc/systemd/system/multi-user.target.wants/${u}") wants);
+    in
+    drv "nixos-system-fedi-${scenario}-${version}" ''
+      mkdir -p $out/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
+      ln -s ${tools} $out/sw
+      ln -s ${payload} $out/payload
+      sed "s|@out@|$out|g" ${./switch-to-configuration.sh} > $out/bin/switch-to-configuration
+      chmod +x $out/bin/switch-to-configuration
+      echo "25.05.fediversity-standin-${scenario}-${version}" > $out/nixos-version
+      ${writes}
+      ${links}
+      printf '%s\n' ${builtins.concatStringsSep " " chain} > $out/etc/fediversity/secret-chain
+      ${if chain == [ ] then "rm $out/etc/fediversity/secret-chain" else ""}
+      ${if activate == null then "" else ''
+        cat > $out/activate <<'FEDI_ACTIVATE_EOF'
+        #!/bin/sh
+        ${activate}
+        FEDI_ACTIVATE_EOF
+        chmod +x $out/activate
+      ''}
+      # Unit files and scripts name $out as @out@.
+      for f in $out/etc/systemd/system/*.service $out/activate; do
+        if [ -f "$f" ]; then sed -i "s|@out@|$out|g" "$f"; fi
+      done
+    '' { };
+
+  service = { exec, type ? "exec", extraUnit ? "", extraService ? "" }: ''
+    [Unit]
+    Description=fediversity lab unit
+    ${extraUnit}
+    [Service]
+    Type=${type}
+    ExecStart=${exec}
+    ${extraService}
+  '';
+
+  web = version: service {
+    exec = "@out@/sw/bin/fedi-idle";
+    extraService = "Environment=FEDI_VERSION=${version}";
+  };
+  setup = service {
+    type = "oneshot";
+    exec = "@out@/sw/bin/fedi-hello";
+    extraService = "RemainAfterExit=yes";
+  };
+  base = version: { "fedi-web.service" = web version; "fedi-setup.service" = setup; };
+  baseWants = [ "fedi-web.service" "fedi-setup.service" ];
+
+  withUnit = scenario: name: text: toplevel {
+    inherit scenario;
+    units = base "1" // { ${name} = text; };
+    wants = baseWants ++ [ name ];
+  };
+
+  chainUnits = { fetch ? "@out@/sw/bin/fedi-chain-step secret-chain-fetch.service 3 1" }: {
+    "secret-chain-fetch.service" = service { exec = fetch; };
+    "secret-chain-install.service" = service {
+      exec = "@out@/sw/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret";
+    };
+    "app.service" = service {
+      exec = "/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }; exec @out@/sw/bin/fedi-idle'";
+    };
+  };
+  chainScenario = scenario: fetch: toplevel {
+    inherit scenario;
+    units = base "1" // chainUnits { inherit fetch; };
+    wants = baseWants ++ [ "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];
+    chain = [ "secret-chain-fetch.service" "secret-chain-install.service" ];
+    activate = "rm -rf /run/secret /run/fediversity-chain";
+  };
+in
+{
+  inherit tools payload;
+
+  # Two healthy units: exit 0.
+  good = toplevel { scenario = "good"; units = base "1"; wants = baseWants; };
+
+  # Same units, another toplevel (fedi-web's unit file changed: it is restarted).
+  good-v2 = toplevel { scenario = "good"; version = "2"; units = base "2"; wants = baseWants; };
+
+  # fedi-broken.service exits 1 (Type=oneshot: failed when the switch checks): exit 4.
+  failed-unit = withUnit "failed-unit" "fedi-broken.service" (service {
+    type = "oneshot";
+    exec = "/bin/sh -c 'echo broken >&2; exit 1'";
+  });
+
+  # fedi-loop.service exits 1 and is restarted every second, forever.
+  restart-loop = withUnit "restart-loop" "fedi-loop.service" (service {
+    exec = "/bin/sh -c 'sleep 0.2; exit 1'";
+    extraUnit = "StartLimitIntervalSec=0";
+    extraService = "Restart=always\nRestartSec=1";
+  });
+
+  # The container may not use SCHED_FIFO: never spawned, 214/SETSCHEDULER (host fault).
+  host-fault = withUnit "host-fault" "fedi-rt.service" (service {
+    exec = "@out@/sw/bin/fedi-idle";
+    extraService = "CPUSchedulingPolicy=fifo";
+  });
+
+  # ExecStart names a binary the closure lacks: never spawned, 203/EXEC (closure fault).
+  closure-fault = withUnit "closure-fault" "fedi-missing.service" (service {
+    exec = "@out@/sw/bin/fedi-does-not-exist";
+  });
+
+  # A false ConditionPathExists: skipped, inactive, ConditionResult=no.
+  skipped = withUnit "skipped" "fedi-skipped.service" (service {
+    exec = "@out@/sw/bin/fedi-idle";
+    extraUnit = "ConditionPathExists=/nonexistent/fediversity";
+  });
+
+  # The activation takes switchDelay seconds (for the dropped-connection test).
+  slow-switch = toplevel {
+    scenario = "slow-switch";
+    units = base "1";
+    wants = baseWants;
+    activate = "sleep ${switchDelay}";
+  };
+
+  # A secret chain that converges in ~5 s: app.service fails at the switch (no
+  # /run/secret yet) and runs once restarted after the chain finished.
+  chain = chainScenario "chain" "@out@/sw/bin/fedi-chain-step secret-chain-fetch.service 3 1";
+
+  # The first chain member fails after one step; /run/secret never appears.
+  chain-member-fails = chainScenario "chain-member-fails"
+    "/bin/sh -c '@out@/sw/bin/fedi-chain-step secret-chain-fetch.service 1 1; exit 1'";
+
+  # The first chain member runs but never makes progress; /run/secret never appears.
+  chain-no-progress = chainScenario "chain-no-progress" "@out@/sw/bin/fedi-idle";
+}

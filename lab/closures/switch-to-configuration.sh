@@ -1,0 +1,108 @@
+#!/bin/sh
+# Lab stand-in for NixOS's switch-to-configuration (see lab/closures/default.nix).
+# It runs on a Debian lab node and does what a deployer can observe of the real one:
+#   switch|test   run $out/activate (if any), point /run/current-system at $out, install
+#                 the closure's units from $out/etc/systemd/system into
+#                 /run/systemd/system (removing units the previously installed closure
+#                 had and this one has not), daemon-reload, start the units the closure
+#                 wants (restart the ones whose unit file changed), and report failures:
+#                 "warning: the following units failed: a.service b.service" and exit 4.
+#   boot          records $out as the boot entry (/nix/var/nix/fediversity-boot-entry).
+#   dry-activate  prints what it would start.
+set -u
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+out=@out@
+action=${1:-}
+units=$out/etc/systemd/system
+state=/run/fediversity-standin
+
+case "$action" in
+switch | test | boot | dry-activate) ;;
+*)
+	echo "Usage: $0 [switch|boot|test|dry-activate]" >&2
+	exit 1
+	;;
+esac
+
+closure_units() {
+	for f in "$units"/*; do
+		[ -f "$f" ] && basename "$f"
+	done
+}
+wanted_units() {
+	for f in "$units"/multi-user.target.wants/*; do
+		[ -e "$f" ] && basename "$f"
+	done
+}
+
+if [ "$action" = boot ]; then
+	mkdir -p /nix/var/nix
+	echo "$out" >/nix/var/nix/fediversity-boot-entry.tmp &&
+		mv /nix/var/nix/fediversity-boot-entry.tmp /nix/var/nix/fediversity-boot-entry
+	echo "boot entry set to $out" >&2
+	exit 0
+fi
+if [ "$action" = dry-activate ]; then
+	echo "would start the following units: $(wanted_units | tr '\n' ' ')" >&2
+	exit 0
+fi
+
+echo "activating the configuration..." >&2
+if [ -x "$out/activate" ]; then
+	"$out/activate" || echo "warning: the activation script failed" >&2
+fi
+ln -sfn "$out" /run/current-system.tmp && mv -T /run/current-system.tmp /run/current-system
+
+mkdir -p "$state" /run/systemd/system
+touch "$state/units"
+# Units the previous closure installed and this one has not: stop and remove.
+while read -r name target; do
+	[ -n "$name" ] || continue
+	if [ ! -f "$units/$name" ]; then
+		echo "stopping the following units: $name" >&2
+		systemctl stop "$name" >/dev/null 2>&1
+		rm -f "/run/systemd/system/$name"
+	fi
+done <"$state/units"
+
+changed=""
+: >"$state/units.new"
+for name in $(closure_units); do
+	old=$(readlink "/run/systemd/system/$name" 2>/dev/null || true)
+	[ "$old" = "$units/$name" ] || changed="$changed $name"
+	ln -sfn "$units/$name" "/run/systemd/system/$name"
+	echo "$name $units/$name" >>"$state/units.new"
+done
+mv "$state/units.new" "$state/units"
+systemctl daemon-reload
+systemctl reset-failed $(closure_units) >/dev/null 2>&1
+
+start=""
+restart=""
+for name in $(wanted_units); do
+	case " $changed " in
+	*" $name "*) restart="$restart $name" ;;
+	*) start="$start $name" ;;
+	esac
+done
+if [ -n "$restart" ]; then
+	echo "restarting the following units:$restart" >&2
+	for u in $restart; do systemctl restart "$u" >/dev/null 2>&1; done
+fi
+if [ -n "$start" ]; then
+	echo "starting the following units:$start" >&2
+	for u in $start; do systemctl start "$u" >/dev/null 2>&1; done
+fi
+
+# Let units that fail right after they started (Type=exec/simple) show it.
+sleep 1
+failed=""
+for name in $(closure_units); do
+	systemctl is-failed --quiet "$name" && failed="$failed $name"
+done
+if [ -n "$failed" ]; then
+	echo "warning: the following units failed:$failed" >&2
+	exit 4
+fi
+exit 0

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs, idempotently, what the lab and the tests need on a fresh Debian 12 machine
+# of this project's kind: incus (bookworm-backports), debootstrap, nix-bin, openssh-client,
+# openssl, xz. Safe to run again; does nothing that is already done.
+set -euo pipefail
+need=()
+command -v incus >/dev/null 2>&1 || need+=(incus)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+command -v nix-build >/dev/null 2>&1 || need+=(nix-bin)
+command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v xz >/dev/null 2>&1 || need+=(xz-utils)
+command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+[ ${#need[@]} -eq 0 ] && { echo "install-host: all present"; exit 0; }
+
+src=/etc/apt/sources.list.d/bookworm-backports.sources
+if [ ! -f "$src" ]; then
+  uri=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  [ -n "$uri" ] || uri=http://deb.debian.org/debian
+  cat >"$src" <<SRC
+Types: deb
+URIs: $uri
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+rest=()
+for p in "${need[@]}"; do [ "$p" = incus ] || rest+=("$p"); done
+[ ${#rest[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${rest[@]}"
+if [[ " ${need[*]} " == *" incus "* ]]; then
+  apt-get install -y -qq -t bookworm-backports incus
+fi
+echo "install-host: installed ${need[*]}"

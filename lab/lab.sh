@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# The lab: real incusd, real systemd, real sshd and real nix on this machine, reached only
+# through the Incus API and loopback proxy devices. Idempotent: `up` on a machine where the
+# lab is already up checks it and returns; on a machine that came back with incusd killed
+# and the containers stopped it restarts both.
+#
+#   bash lab/lab.sh up      install, start incusd, build/import the image, launch nodes
+#   bash lab/lab.sh down    remove exactly what `up` made (nodes, image, lab state dir)
+#   bash lab/lab.sh status  print how to reach each node
+#
+# Environment: LAB_NODES (default 3), LAB_PORT_BASE (default 2200: node i listens on
+# 127.0.0.1:$((LAB_PORT_BASE+i))), FEDIVERSITY_CACHE (default /var/cache/fediversity).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+LAB_NODES=${LAB_NODES:-3}
+LAB_PORT_BASE=${LAB_PORT_BASE:-2200}
+CACHE=${FEDIVERSITY_CACHE:-/var/cache/fediversity}
+STATE=${LAB_STATE:-/var/lib/fediversity-lab}
+# Bump when the image recipe below changes: the cached tarballs are keyed on it.
+IMAGE_VERSION=1
+IMAGE_ALIAS=lab/debian
+IMAGE_DIR=$CACHE/lab-image-v$IMAGE_VERSION
+INCUS_LOG=/var/log/fediversity-incusd.log
+
+log() { printf '[lab %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+mirror() {
+  awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null ||
+    echo http://deb.debian.org/debian
+}
+
+incusd_up() { incus info >/dev/null 2>&1; }
+
+start_incusd() {
+  if incusd_up; then return; fi
+  log "starting incusd (no systemd on this machine)"
+  mkdir -p /var/lib/incus /var/log
+  # A killed daemon may leave its socket behind.
+  rm -f /var/lib/incus/unix.socket
+  # lxcfs is optional; incusd works without it.
+  nohup /usr/libexec/incus/incusd --group root --logfile "$INCUS_LOG" >>"$INCUS_LOG" 2>&1 &
+  echo $! >/run/fediversity-incusd.pid
+  for _ in $(seq 1 60); do
+    incusd_up && break
+    sleep 1
+  done
+  incusd_up || { log "incusd did not start; see $INCUS_LOG"; tail -20 "$INCUS_LOG" >&2; exit 1; }
+  incus admin waitready --timeout 60
+}
+
+init_incus() {
+  if ! incus storage show default >/dev/null 2>&1; then
+    log "incus admin init --minimal (the network step fails here; the dir pool is what we need)"
+    incus admin init --minimal >/dev/null 2>&1 || true
+    incus storage show default >/dev/null 2>&1 || incus storage create default dir
+  fi
+  if ! incus profile device show default | grep -q '^root:'; then
+    incus profile device add default root disk path=/ pool=default >/dev/null
+  fi
+}
+
+build_image() {
+  if [ -s "$IMAGE_DIR/rootfs.tar" ] && [ -s "$IMAGE_DIR/meta.tar.xz" ]; then return; fi
+  log "building the lab image (debootstrap; about 3 minutes, cached in $IMAGE_DIR)"
+  local work root
+  work=$(mktemp -d /var/tmp/fedi-image.XXXXXX)
+  root=$work/rootfs
+  debootstrap --variant=minbase \
+    --include=systemd,systemd-sysv,dbus,openssh-server,iproute2 \
+    bookworm "$root" "$(mirror)" >"$work/debootstrap.log" 2>&1 ||
+    { tail -30 "$work/debootstrap.log" >&2; exit 1; }
+  mount -t proc proc "$root/proc"
+  trap 'umount "'"$root"'/proc" 2>/dev/null || true' RETURN
+  printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
+  chmod +x "$root/usr/sbin/policy-rc.d"
+  chroot "$root" /bin/sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends nix-bin ca-certificates' \
+    >"$work/chroot.log" 2>&1 || { tail -30 "$work/chroot.log" >&2; exit 1; }
+  rm -f "$root/usr/sbin/policy-rc.d"
+  chroot "$root" apt-get clean
+  umount "$root/proc"
+  trap - RETURN
+  # Host keys are made per node at launch, never baked into the shared image.
+  rm -f "$root"/etc/ssh/ssh_host_*
+  mkdir -p "$root/root/.ssh" && chmod 700 "$root/root/.ssh"
+  echo fedi-lab >"$root/etc/hostname"
+  # Regenerate missing host keys before sshd starts.
+  mkdir -p "$root/etc/systemd/system/ssh.service.d"
+  printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n' >"$root/etc/systemd/system/ssh.service.d/hostkeys.conf"
+  cat >"$work/metadata.yaml" <<META
+architecture: x86_64
+creation_date: $(date +%s)
+properties:
+  os: debian
+  release: bookworm
+  description: fediversity lab node (systemd, sshd, nix-bin)
+META
+  mkdir -p "$IMAGE_DIR"
+  tar -C "$work" -cJf "$IMAGE_DIR/meta.tar.xz.tmp" metadata.yaml
+  tar -C "$root" --numeric-owner -cf "$IMAGE_DIR/rootfs.tar.tmp" .
+  mv "$IMAGE_DIR/meta.tar.xz.tmp" "$IMAGE_DIR/meta.tar.xz"
+  mv "$IMAGE_DIR/rootfs.tar.tmp" "$IMAGE_DIR/rootfs.tar"
+  rm -rf "$work"
+}
+
+import_image() {
+  if incus image info "$IMAGE_ALIAS" >/dev/null 2>&1; then return; fi
+  log "importing $IMAGE_ALIAS"
+  incus image import "$IMAGE_DIR/meta.tar.xz" "$IMAGE_DIR/rootfs.tar" --alias "$IMAGE_ALIAS" >/dev/null
+}
+
+ensure_key() {
+  mkdir -p "$STATE" && chmod 700 "$STATE"
+  [ -f "$STATE/id_ed25519" ] || ssh-keygen -q -t ed25519 -N '' -C fediversity-lab -f "$STATE/id_ed25519"
+}
+
+wait_running() { # instance
+  local st=""
+  for _ in $(seq 1 60); do
+    st=$(incus exec "$1" -- systemctl is-system-running 2>/dev/null || true)
+    case "$st" in running | degraded) return 0 ;; esac
+    sleep 1
+  done
+  log "$1: systemd says '${st:-nothing}' after 60 s"
+  return 1
+}
+
+# launch_node NAME PORT: make (or restart) one node with the lab key and a loopback SSH proxy.
+launch_node() {
+  local name=$1 port=$2
+  if ! incus info "$name" >/dev/null 2>&1; then
+    log "launching $name (ssh on 127.0.0.1:$port)"
+    incus launch "$IMAGE_ALIAS" "$name" >/dev/null
+  elif ! incus info "$name" | grep -q '^Status: RUNNING'; then
+    log "starting stopped $name"
+    incus start "$name"
+  fi
+  if ! incus config device show "$name" | grep -q '^ssh:'; then
+    incus config device add "$name" ssh proxy "listen=tcp:127.0.0.1:$port" connect=tcp:127.0.0.1:22 bind=host >/dev/null
+  fi
+  wait_running "$name" || true
+  incus file push --mode 0600 "$STATE/id_ed25519.pub" "$name/root/.ssh/authorized_keys" >/dev/null
+  incus exec "$name" -- sh -c "test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -A >/dev/null; systemctl restart ssh; echo $name >/etc/hostname; hostname $name"
+}
+
+write_state() {
+  local json="[" kh="" first=1 i name port key
+  for i in $(seq 1 "$LAB_NODES"); do
+    name=fedi-n$i
+    port=$((LAB_PORT_BASE + i))
+    key=$(incus exec "$name" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')
+    kh+="[127.0.0.1]:$port $key"$'\n'
+    [ $first = 1 ] || json+=","
+    first=0
+    json+=$(printf '{"name":"%s","instance":"%s","project":"default","ssh_host":"127.0.0.1","ssh_port":%d,"host_key":"%s"}' "$name" "$name" "$port" "$key")
+  done
+  json+="]"
+  printf '%s' "$kh" >"$STATE/known_hosts"
+  printf '%s\n' "$json" >"$STATE/nodes.json"
+}
+
+status() {
+  [ -f "$STATE/nodes.json" ] || { echo "lab is down"; return; }
+  echo "Lab nodes (key $STATE/id_ed25519, known_hosts $STATE/known_hosts):"
+  local i
+  for i in $(seq 1 "$LAB_NODES"); do
+    echo "  fedi-n$i: ssh -i $STATE/id_ed25519 -o UserKnownHostsFile=$STATE/known_hosts -p $((LAB_PORT_BASE + i)) root@127.0.0.1   |   incus exec fedi-n$i -- bash"
+  done
+}
+
+up() {
+  local t0=$SECONDS
+  bash "$HERE/install-host.sh" >&2
+  start_incusd
+  init_incus
+  build_image
+  import_image
+  ensure_key
+  local i
+  for i in $(seq 1 "$LAB_NODES"); do launch_node "fedi-n$i" $((LAB_PORT_BASE + i)); done
+  write_state
+  log "lab up in $((SECONDS - t0)) s"
+  status
+}
+
+down() {
+  if incusd_up; then
+    local n
+    for n in $(incus list --format csv -c n | grep -E '^fedi-(n[0-9]+|t-.*)$' || true); do
+      log "deleting $n"
+      incus delete --force "$n" >/dev/null
+    done
+    incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$STATE"
+  log "lab down (incusd and the cached image tarballs in $IMAGE_DIR are kept)"
+}
+
+case "${1:-up}" in
+up) up ;;
+down) down ;;
+status) status ;;
+*) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

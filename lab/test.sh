@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make test`: everything CI runs. Brings up what is missing (the Incus lab, OpenTofu, the
+# Kubernetes control plane), then runs
+#   1. go vet and every package's tests with the lab and the cluster enabled
+#      (unit tests, fuzz seed corpora, lab tests against real incusd/sshd/nix/systemd);
+#   2. the provider's acceptance tests (TF_ACC=1) with Terraform 1.11;
+#   3. the same acceptance tests with OpenTofu.
+#   bash lab/test.sh        all of it
+#   bash lab/test.sh acc    only 2 and 3 (the lab and cluster must be up)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+mode=${1:-all}
+step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
+
+step "lab"
+bash lab/lab.sh up >/dev/null
+step "opentofu"
+TOFU=$(bash lab/build-tofu.sh)
+"$TOFU" version | head -1
+if [ -f lab/k8s/up.sh ]; then
+  step "kubernetes control plane"
+  bash lab/k8s/build.sh >/dev/null
+  bash lab/k8s/up.sh
+  export FEDIVERSITY_K8S=1
+  export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
+fi
+export FEDIVERSITY_LAB=1
+# A TF_CLI_CONFIG_FILE naming a missing file only adds warnings to every run.
+[ -f "${TF_CLI_CONFIG_FILE:-/nonexistent}" ] || unset TF_CLI_CONFIG_FILE
+TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
+
+if [ "$mode" = all ]; then
+  step "go vet"
+  go vet ./...
+  step "unit and lab tests"
+  go test -count=1 -timeout 40m ./...
+fi
+
+step "acceptance tests: Terraform ($("$TERRAFORM" version | head -1))"
+TF_ACC=1 TF_ACC_TERRAFORM_PATH=$TERRAFORM go test -count=1 -timeout 40m ./internal/provider/
+
+step "acceptance tests: OpenTofu ($("$TOFU" version | head -1))"
+TF_ACC=1 TF_ACC_TERRAFORM_PATH=$TOFU TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org \
+  go test -count=1 -timeout 40m ./internal/provider/
+step "done"
