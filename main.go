@@ -12,7 +12,6 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider"
 )
 
-
 // version is set by goreleaser.
 var version = "dev"
 

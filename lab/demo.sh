@@ -27,6 +27,7 @@ export TF_DATA_DIR=$work/.terraform
 cp -r examples/lab/. "$work/"
 # Closures for the demo are built by the deployer's nix (no nixpkgs needed).
 export FEDIVERSITY_REPO=$root
+export TF_VAR_fediversity_repo=$root
 cd "$work"
 "$TOFU" apply -auto-approve -input=false
 echo

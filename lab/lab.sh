@@ -7,6 +7,7 @@
 #   bash lab/lab.sh up      install, start incusd, build/import the image, launch nodes
 #   bash lab/lab.sh down    remove exactly what `up` made (nodes, image, lab state dir)
 #   bash lab/lab.sh status  print how to reach each node
+#   bash lab/lab.sh image   only build (when not cached) and import the node image
 #
 # Environment: LAB_NODES (default 3), LAB_PORT_BASE (default 2200: node i listens on
 # 127.0.0.1:$((LAB_PORT_BASE+i))), FEDIVERSITY_CACHE (default /var/cache/fediversity).
@@ -18,7 +19,7 @@ LAB_PORT_BASE=${LAB_PORT_BASE:-2200}
 CACHE=${FEDIVERSITY_CACHE:-/var/cache/fediversity}
 STATE=${LAB_STATE:-/var/lib/fediversity-lab}
 # Bump when the image recipe below changes: the cached tarballs are keyed on it.
-IMAGE_VERSION=1
+IMAGE_VERSION=2
 IMAGE_ALIAS=lab/debian
 IMAGE_DIR=$CACHE/lab-image-v$IMAGE_VERSION
 INCUS_LOG=/var/log/fediversity-incusd.log
@@ -83,7 +84,9 @@ build_image() {
   # Host keys are made per node at launch, never baked into the shared image.
   rm -f "$root"/etc/ssh/ssh_host_*
   mkdir -p "$root/root/.ssh" && chmod 700 "$root/root/.ssh"
-  echo fedi-lab >"$root/etc/hostname"
+  # Each node must get its own machine ID and hostname at first boot, not the image's.
+  : >"$root/etc/machine-id"
+  rm -f "$root/var/lib/dbus/machine-id" "$root/etc/hostname"
   # Regenerate missing host keys before sshd starts.
   mkdir -p "$root/etc/systemd/system/ssh.service.d"
   printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n' >"$root/etc/systemd/system/ssh.service.d/hostkeys.conf"
@@ -94,6 +97,7 @@ properties:
   os: debian
   release: bookworm
   description: fediversity lab node (systemd, sshd, nix-bin)
+  fediversity.image: "v$IMAGE_VERSION"
 META
   mkdir -p "$IMAGE_DIR"
   tar -C "$work" -cJf "$IMAGE_DIR/meta.tar.xz.tmp" metadata.yaml
@@ -104,7 +108,8 @@ META
 }
 
 import_image() {
-  if incus image info "$IMAGE_ALIAS" >/dev/null 2>&1; then return; fi
+  if incus image info "$IMAGE_ALIAS" 2>/dev/null | grep -q "fediversity.image: v$IMAGE_VERSION"; then return; fi
+  incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
   log "importing $IMAGE_ALIAS"
   incus image import "$IMAGE_DIR/meta.tar.xz" "$IMAGE_DIR/rootfs.tar" --alias "$IMAGE_ALIAS" >/dev/null
 }
@@ -128,9 +133,14 @@ wait_running() { # instance
 # launch_node NAME PORT: make (or restart) one node with the lab key and a loopback SSH proxy.
 launch_node() {
   local name=$1 port=$2
+  if incus info "$name" >/dev/null 2>&1 &&
+    [ "$(incus config get "$name" user.fediversity.image)" != "v$IMAGE_VERSION" ]; then
+    log "$name runs an older lab image: relaunching it"
+    incus delete --force "$name" >/dev/null
+  fi
   if ! incus info "$name" >/dev/null 2>&1; then
     log "launching $name (ssh on 127.0.0.1:$port)"
-    incus launch "$IMAGE_ALIAS" "$name" >/dev/null
+    incus launch "$IMAGE_ALIAS" "$name" -c "user.fediversity.image=v$IMAGE_VERSION" >/dev/null
   elif ! incus info "$name" | grep -q '^Status: RUNNING'; then
     log "starting stopped $name"
     incus start "$name"
@@ -200,5 +210,6 @@ case "${1:-up}" in
 up) up ;;
 down) down ;;
 status) status ;;
-*) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+image) start_incusd; init_incus; build_image; import_image ;;
+*) echo "usage: $0 up|down|status|image" >&2; exit 2 ;;
 esac

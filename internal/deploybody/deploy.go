@@ -484,7 +484,7 @@ func (r *run) restartFailedUnits() (string, error) {
 	}
 	var restart []string
 	for _, u := range candidates {
-		if st, ok := states[u]; ok && st.ConditionResult == "no" && st.ConditionTimestampMono > 0 {
+		if st, ok := states[u]; ok && skippedOnCondition(st, r.closure.wants(u)) {
 			continue // skipped on a condition: restarting it changes nothing
 		}
 		restart = append(restart, u)
@@ -682,6 +682,7 @@ func (r *run) classifySamples() *Verdict {
 		Samples:      r.watchSamples,
 		Window:       r.watchSampleCount(),
 		Owns:         r.closure.owns,
+		Wants:        r.closure.wants,
 		FailedBefore: r.failedBefore,
 		Budget:       r.loopBudget,
 		JobFirstSeen: r.jobs.firstSeen,

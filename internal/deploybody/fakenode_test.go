@@ -526,9 +526,13 @@ func newScenario(t *testing.T, units map[string]unitSpec) *scenario {
 	s := &scenario{t: t, clock: clock, node: node, root: t.TempDir()}
 	files := map[string]string{}
 	var wanted []string
-	for name := range units {
+	for name, spec := range units {
 		files[name] = plainService
-		wanted = append(wanted, name)
+		// A unit that is never started is one nothing pulls in: a wanted unit is
+		// always started (or skipped on a condition) by the switch.
+		if spec.b != neverStarted {
+			wanted = append(wanted, name)
+		}
 	}
 	writeClosure(t, s.root, testToplevel, closureSpec{units: files, wants: map[string][]string{"multi-user.target": wanted}})
 	node.closures[testToplevel] = units

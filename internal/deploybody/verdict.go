@@ -43,6 +43,9 @@ type classifyInput struct {
 	Window int
 	// Owns reports whether the deployed configuration defines a unit.
 	Owns func(unit string) bool
+	// Wants reports whether the deployed configuration asks for a unit to start (it is
+	// in one of the toplevel's *.wants/ directories); nil means none.
+	Wants func(unit string) bool
 	// FailedBefore is the set of units failed at the snapshot; nil when the snapshot
 	// could not be read.
 	FailedBefore map[string]bool
@@ -180,7 +183,7 @@ func classify(in classifyInput) *Verdict {
 			v.Failed = append(v.Failed, FailedUnit{Unit: name, Result: last.Result, Origin: origin(name)})
 		case last.ActiveState == "failed":
 			setAside[name] = true
-		case last.ConditionResult == "no" && last.ConditionTimestampMono > 0:
+		case skippedOnCondition(last, in.Wants != nil && in.Wants(name)):
 			v.SkippedOnCondition = append(v.SkippedOnCondition, name)
 		}
 	}
@@ -405,4 +408,20 @@ func renderReport(node string, v *Verdict) string {
 		fmt.Fprintf(&b, "  reason: %s\n", r)
 	}
 	return b.String()
+}
+
+// skippedOnCondition tells a unit whose start was skipped because a Condition…= was
+// false. systemd reports ConditionResult=no also for units whose conditions were never
+// checked, so it takes one more fact: either the check has a timestamp, or the closure
+// wants the unit started and it is inactive without ever having been invoked. (systemd
+// 252, as on the lab nodes, leaves ConditionTimestampMonotonic at 0 for such a unit after
+// a daemon-reload, which is why the timestamp alone is not enough.)
+func skippedOnCondition(st UnitState, wanted bool) bool {
+	if st.ConditionResult != "no" || st.ActiveState == "failed" {
+		return false
+	}
+	if st.ConditionTimestampMono > 0 {
+		return true
+	}
+	return wanted && st.ActiveState == "inactive" && st.InvocationID == ""
 }

@@ -348,3 +348,24 @@ func TestSpawnStatusTable(t *testing.T) {
 		t.Error("a signal is not a spawn status")
 	}
 }
+
+// The lab's systemd (252) leaves ConditionTimestampMonotonic at 0 for a wanted unit whose
+// condition was false; it must still be named as skipped, and a unit that was never asked
+// to start must not be.
+func TestSkippedOnConditionWithoutTimestamp(t *testing.T) {
+	st := UnitState{ID: "fedi-skipped.service", ActiveState: "inactive", SubState: "dead", ConditionResult: "no"}
+	if !skippedOnCondition(st, true) {
+		t.Error("wanted, inactive, never invoked, ConditionResult=no: want skipped")
+	}
+	if skippedOnCondition(st, false) {
+		t.Error("a unit nobody asked to start is not skipped on a condition")
+	}
+	st.InvocationID = "abc"
+	if skippedOnCondition(st, true) {
+		t.Error("a unit that was invoked was not skipped")
+	}
+	st.InvocationID, st.ConditionTimestampMono = "", 42
+	if !skippedOnCondition(st, false) {
+		t.Error("a checked condition with a timestamp is skipped")
+	}
+}

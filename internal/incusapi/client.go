@@ -210,13 +210,11 @@ func IsNotFound(err error) bool {
 
 // response is the envelope of every JSON answer.
 type response struct {
-	Type       string          `json:"type"`
-	Status     string          `json:"status"`
-	StatusCode int             `json:"status_code"`
-	Operation  string          `json:"operation"`
-	ErrorCode  int             `json:"error_code"`
-	Error      string          `json:"error"`
-	Metadata   json.RawMessage `json:"metadata"`
+	Type      string          `json:"type"`
+	Operation string          `json:"operation"`
+	ErrorCode int             `json:"error_code"`
+	Error     string          `json:"error"`
+	Metadata  json.RawMessage `json:"metadata"`
 }
 
 // where names what a request is about, for errors.
@@ -272,7 +270,7 @@ func (c *Client) send(w where, req *http.Request) (*response, error) {
 	if err != nil {
 		return nil, c.transportErr(w, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	return c.decode(w, resp)
 }
 
@@ -349,13 +347,9 @@ type Operation struct {
 	Resources  map[string][]string        `json:"resources"`
 }
 
-// Operation status codes (Incus api.StatusCode).
-const (
-	opRunning   = 103
-	opSuccess   = 200
-	opFailure   = 400
-	opCancelled = 401
-)
+// opSuccess is the status code of an operation that succeeded (Incus api.Success);
+// codes from 200 up mean the operation is over (400 failure, 401 cancelled).
+const opSuccess = 200
 
 func (o *Operation) done() bool {
 	return o.StatusCode >= opSuccess
@@ -377,6 +371,10 @@ func (c *Client) asyncOp(w where, r *response) (*Operation, error) {
 	}
 	return &op, nil
 }
+
+// waitHold is the longest one wait request asks the daemon to hold (a variable so a lab
+// test can make an operation span several rounds).
+var waitHold = 30 * time.Second
 
 // DefaultOperationTimeout bounds an operation wait when the caller's context has no
 // deadline.
@@ -405,7 +403,7 @@ func (c *Client) waitOp(ctx context.Context, w where, id string, timeout time.Du
 		if left <= 0 {
 			break
 		}
-		hold := min(left, 30*time.Second)
+		hold := min(left, waitHold)
 		secs := int(hold / time.Second)
 		if secs < 1 {
 			secs = 1
@@ -414,33 +412,29 @@ func (c *Client) waitOp(ctx context.Context, w where, id string, timeout time.Du
 		r, err := c.do(rctx, w, http.MethodGet, "/1.0/operations/"+url.PathEscape(id)+"/wait",
 			url.Values{"timeout": {fmt.Sprint(secs)}}, nil)
 		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, c.transportErr(w, ctx.Err())
-			}
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, c.transportErr(w, ctx.Err())
+		case err != nil && !waitTimedOut(err):
 			return nil, err
-		}
-		var op Operation
-		if err := json.Unmarshal(r.Metadata, &op); err != nil {
-			return nil, c.apiErr(w, 0, fmt.Sprintf("malformed operation: %v", err))
-		}
-		if op.done() {
-			switch op.StatusCode {
-			case opSuccess:
-				return &op, nil
-			default:
+		case err != nil:
+			// incusd answers its own wait timeout with an error ("context deadline
+			// exceeded"): the operation is still running; ask again.
+		default:
+			var op Operation
+			if err := json.Unmarshal(r.Metadata, &op); err != nil {
+				return nil, c.apiErr(w, 0, fmt.Sprintf("malformed operation: %v", err))
+			}
+			if op.done() {
+				if op.StatusCode == opSuccess {
+					return &op, nil
+				}
 				msg := op.Err
 				if msg == "" {
 					msg = "operation " + op.Status
 				}
 				return &op, c.apiErr(w, op.StatusCode, msg)
 			}
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, c.transportErr(w, err)
-		}
-		if hold < time.Second { // too little left to hold a request
-			break
 		}
 		// A daemon that answered early without finishing: pause briefly before asking
 		// again so a misbehaving server cannot make this a busy loop.
@@ -451,6 +445,17 @@ func (c *Client) waitOp(ctx context.Context, w where, id string, timeout time.Du
 		}
 	}
 	return nil, &OperationTimeoutError{ID: id, Op: w.op, Instance: w.instance, Project: c.project, Timeout: timeout}
+}
+
+// waitTimedOut reports whether err is incusd saying that the wait's own timeout passed
+// before the operation ended (Incus 6.0 answers 500 "context deadline exceeded").
+func waitTimedOut(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	return ae.StatusCode == http.StatusGatewayTimeout ||
+		(ae.StatusCode == http.StatusInternalServerError && strings.Contains(ae.Message, "deadline exceeded"))
 }
 
 // OperationTimeoutError says an operation was still running when the wait ended.

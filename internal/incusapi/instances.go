@@ -3,6 +3,7 @@ package incusapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -154,6 +155,29 @@ func (c *Client) Exec(ctx context.Context, name string, req ExecRequest) (*ExecR
 	}
 	done, err := c.waitOp(ctx, w, op.ID, opTimeout(ctx))
 	if err != nil {
+		// Output logs are named after the operation id; remove them even when no
+		// result names them: at once for a failed exec (e.g. "Command not found"), or,
+		// when the caller gave up while the command runs, in the background once it
+		// ends (bounded to 10 minutes).
+		cleanup := func(ctx context.Context) {
+			for _, ext := range []string{"stdout", "stderr"} {
+				_ = c.deleteLog(ctx, w, instPath(name, "logs", "exec-output", "exec_"+url.PathEscape(op.ID)+"."+ext))
+			}
+		}
+		var ae *APIError
+		switch {
+		case errors.As(err, &ae):
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			cleanup(dctx)
+		default: // the caller gave up, or the wait timed out: the command may still run
+			go func() {
+				bctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				defer cancel()
+				_, _ = c.waitOp(bctx, w, op.ID, 10*time.Minute)
+				cleanup(bctx)
+			}()
+		}
 		return nil, err
 	}
 	res := &ExecResult{ExitCode: -1}
@@ -219,7 +243,7 @@ func (c *Client) fetchLog(ctx context.Context, w where, p string, limit int64) (
 	if err != nil {
 		return nil, c.transportErr(w, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode >= 400 {
 		_, err := c.decode(w, resp)
 		return nil, err
@@ -295,7 +319,7 @@ func (c *Client) PullFile(ctx context.Context, name, path string, limit int64) (
 	if err != nil {
 		return nil, c.transportErr(w, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode >= 400 {
 		_, err := c.decode(w, resp)
 		return nil, err

@@ -6,7 +6,11 @@ package incusapi
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -103,15 +107,35 @@ func TestLabDestructive(t *testing.T) {
 		if _, err := c.Exec(ctx, inst, ExecRequest{Command: []string{"echo", "hi"}}); err != nil {
 			t.Fatal(err)
 		}
-		r, err := c.do(ctx, where{op: "list logs", instance: inst}, http.MethodGet, instPath(inst, "logs", "exec-output"), nil, nil)
-		if err != nil {
-			t.Fatal(err)
+		// A command incusd cannot find fails the operation; its logs must go too.
+		if _, err := c.Exec(ctx, inst, ExecRequest{Command: []string{"/no/such/binary"}}); err == nil {
+			t.Fatal("missing binary: no error")
 		}
-		var logs []string
-		if err := json.Unmarshal(r.Metadata, &logs); err != nil {
-			t.Fatal(err)
+		// A caller that gives up while the command runs: the logs go once it ends.
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.Exec(short, inst, ExecRequest{Command: []string{"sleep", "3"}})
+		cancel()
+		if err == nil {
+			t.Fatal("exec outlived its context without an error")
 		}
-		// A throwaway instance: every exec log in it is ours, and all must be gone.
+		listLogs := func() []string {
+			r, err := c.do(ctx, where{op: "list logs", instance: inst}, http.MethodGet, instPath(inst, "logs", "exec-output"), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs []string
+			if err := json.Unmarshal(r.Metadata, &logs); err != nil {
+				t.Fatal(err)
+			}
+			return logs
+		}
+		// A throwaway instance: every exec log in it is ours, and all must be gone
+		// (the abandoned one within the few seconds its command still runs).
+		logs := listLogs()
+		for i := 0; i < 240 && len(logs) != 0; i++ {
+			time.Sleep(250 * time.Millisecond)
+			logs = listLogs()
+		}
 		if len(logs) != 0 {
 			t.Errorf("exec logs left behind: %v", logs)
 		}
@@ -249,5 +273,117 @@ func TestLabProjectParameter(t *testing.T) {
 	_, err = c.WithProject("fedi-t-no-such-project").GetInstance(ctx, inst)
 	if err == nil || !strings.Contains(err.Error(), "fedi-t-no-such-project") {
 		t.Fatalf("unknown project: %v", err)
+	}
+}
+
+// TestLabHTTPS reaches the real daemon over HTTPS on a loopback address with a client
+// certificate it trusts and its own server certificate pinned; a wrong pin is refused.
+// It opens core.https_address on 127.0.0.1 for the test when the daemon has none, and
+// removes the address and the trust again afterwards.
+func TestLabHTTPS(t *testing.T) {
+	labtest.Require(t)
+	ctx := labCtx(t)
+	addr := strings.TrimSpace(labtest.Incus(t, "config", "get", "core.https_address"))
+	if addr == "" {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = l.Addr().String()
+		_ = l.Close()
+		labtest.Incus(t, "config", "set", "core.https_address", addr)
+		t.Cleanup(func() { _, _ = labtest.IncusErr("config", "unset", "core.https_address") })
+	}
+	if !strings.HasPrefix(addr, "127.0.0.1:") && !strings.HasPrefix(addr, "[::1]:") {
+		t.Skipf("the daemon listens on %s, not on loopback; this test only targets loopback", addr)
+	}
+	dir := t.TempDir()
+	cliCert, cliKey, pair := selfSigned(t, dir, "fedi-t-h3-client")
+	labtest.Incus(t, "config", "trust", "add-certificate", cliCert, "--name", "fedi-t-h3-client")
+	fp := sha256.Sum256(pair.Certificate[0])
+	t.Cleanup(func() { _, _ = labtest.IncusErr("config", "trust", "remove", hex.EncodeToString(fp[:])) })
+
+	node := labtest.Nodes(t)[0]
+	c, err := NewHTTPS(HTTPSConfig{URL: "https://" + addr, ClientCertFile: cliCert, ClientKeyFile: cliKey, ServerCertFile: "/var/lib/incus/server.crt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = c.WithProject(node.Project)
+	in, err := c.GetInstance(ctx, node.Instance)
+	if err != nil || in.Name != node.Instance {
+		t.Fatalf("over HTTPS: %v %+v", err, in)
+	}
+	res, err := c.Exec(ctx, node.Instance, ExecRequest{Command: []string{"echo", "via https"}})
+	if err != nil || string(res.Stdout) != "via https\n" {
+		t.Fatalf("exec over HTTPS: %v %+v", err, res)
+	}
+
+	otherCert, _, _ := selfSigned(t, dir, "not-the-server")
+	bad, err := NewHTTPS(HTTPSConfig{URL: "https://" + addr, ClientCertFile: cliCert, ClientKeyFile: cliKey, ServerCertFile: otherCert})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.GetInstance(ctx, node.Instance); err == nil || !strings.Contains(err.Error(), "pinned certificate") {
+		t.Fatalf("wrong pin: %v", err)
+	}
+	untrusted, untrustedKey, _ := selfSigned(t, dir, "untrusted-client")
+	u, err := NewHTTPS(HTTPSConfig{URL: "https://" + addr, ClientCertFile: untrusted, ClientKeyFile: untrustedKey, ServerCertFile: "/var/lib/incus/server.crt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u.GetInstance(ctx, node.Instance); err == nil {
+		t.Fatal("an untrusted client certificate was let in")
+	} else {
+		t.Logf("untrusted client: %v", err)
+	}
+}
+
+// TestLabOperationWaitTimeout: the real daemon's answer when /wait's own timeout passes
+// before the operation ends is read as "still running", not as success or failure.
+func TestLabOperationWaitTimeout(t *testing.T) {
+	c := labClient(t)
+	node := labtest.Nodes(t)[0]
+	c = c.WithProject(node.Project)
+	ctx := labCtx(t)
+	w := where{op: "exec", instance: node.Instance}
+	r, err := c.do(ctx, w, http.MethodPost, instPath(node.Instance, "exec"), nil, execBody{
+		Command: []string{"sleep", "4"}, RecordOutput: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op, err := c.asyncOp(w, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.WaitOperation(ctx, op.ID, 1500*time.Millisecond)
+	var te *OperationTimeoutError
+	if !errors.As(err, &te) {
+		t.Fatalf("short wait: want OperationTimeoutError, got %v", err)
+	}
+	done, err := c.WaitOperation(ctx, op.ID, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rc int
+	if err := json.Unmarshal(done.Metadata["return"], &rc); err != nil || rc != 0 {
+		t.Fatalf("sleep returned %s (%v)", done.Metadata["return"], err)
+	}
+	var outputs map[string]string
+	_ = json.Unmarshal(done.Metadata["output"], &outputs)
+	for _, p := range outputs {
+		_ = c.deleteLog(ctx, w, p)
+	}
+
+	// One wait that spans several daemon-side timeouts still ends in the result.
+	defer func(h time.Duration) { waitHold = h }(waitHold)
+	waitHold = time.Second
+	res, err := c.Exec(ctx, node.Instance, ExecRequest{Command: []string{"sh", "-c", "sleep 3; echo slept"}})
+	if err != nil || string(res.Stdout) != "slept\n" {
+		t.Fatalf("exec across wait rounds: %v %+v", err, res)
+	}
+
+	if _, err := c.WaitOperation(ctx, "00000000-0000-0000-0000-000000000000", time.Minute); !IsNotFound(err) {
+		t.Fatalf("unknown operation: want not found, got %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -101,7 +102,7 @@ func TestNamespaceName(t *testing.T) {
 
 func pod(name string, mutate func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fediversity", UID: "uid-" + "x" + name, Labels: map[string]string{NodeLabel: "web01"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fediversity", UID: types.UID("uid-" + name), Labels: map[string]string{NodeLabel: "web01"}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: ContainerName, Image: testImage}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodPending},
 	}
@@ -145,7 +146,12 @@ func TestClassifyFailFast(t *testing.T) {
 		{"Unschedulable fails at once", []*corev1.Pod{pod("a", unsched)}, nil, []int{0}, ReasonUnschedulable, "unbound immediate PersistentVolumeClaims"},
 		{"Failed pod fails", []*corev1.Pod{pod("a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })}, nil, []int{0}, ReasonPodFailed, ""},
 		{"old image's crash is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) { waiting("CrashLoopBackOff")(p); p.Spec.Containers[0].Image = "other@sha256:00" })}, nil, []int{0, 100}, "", ""},
-		{"terminating pod is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) { waiting("CrashLoopBackOff")(p); now := metav1.Now(); p.DeletionTimestamp = &now; p.Finalizers = []string{"x"} })}, nil, []int{0, 100}, "", ""},
+		{"terminating pod is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) {
+			waiting("CrashLoopBackOff")(p)
+			now := metav1.Now()
+			p.DeletionTimestamp = &now
+			p.Finalizers = []string{"x"}
+		})}, nil, []int{0, 100}, "", ""},
 		{"progress deadline fails", nil, deploymentNotDone(appsv1.DeploymentCondition{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded", Message: "ReplicaSet \"web01-1\" has timed out progressing."}), []int{0}, ReasonProgressDeadline, "timed out progressing"},
 		{"ReplicaFailure within grace keeps waiting", nil, deploymentNotDone(appsv1.DeploymentCondition{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: `pods "web01-x" is forbidden: pod rejected: RuntimeClass "fediversity" not found`}), []int{0, 5}, "", ""},
 		{"ReplicaFailure past grace fails", nil, deploymentNotDone(appsv1.DeploymentCondition{Type: appsv1.DeploymentReplicaFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: `pods "web01-x" is forbidden: pod rejected: RuntimeClass "fediversity" not found`}), []int{0, 21}, ReasonReplicaFailure, "RuntimeClass"},

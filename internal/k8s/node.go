@@ -142,6 +142,14 @@ func (c *Client) EnsureNodeObjects(ctx context.Context, s NodeSpec) error {
 	}
 	claims := c.CS.CoreV1().PersistentVolumeClaims(s.Namespace)
 	cur, err := claims.Get(ctx, ClaimName(s.Node), metav1.GetOptions{})
+	for err == nil && cur.DeletionTimestamp != nil {
+		// A claim on its way out (the node was just destroyed) cannot hold the new pod's
+		// /var/lib: wait until it is gone, then make a new one.
+		if serr := sleep(ctx, c.poll()); serr != nil {
+			return fmt.Errorf("node %s: claim %s is still being deleted: %w", s.Node, ClaimName(s.Node), serr)
+		}
+		cur, err = claims.Get(ctx, ClaimName(s.Node), metav1.GetOptions{})
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		pvc := &corev1.PersistentVolumeClaim{
@@ -290,20 +298,34 @@ func (c *Client) GetNode(ctx context.Context, ns, node string) (NodeState, error
 }
 
 // DeleteNode removes the Deployment, the service account and the claim of a node (a
-// node leaving the group loses its state, k8s.md edge cases).
+// node leaving the group loses its state, k8s.md edge cases), and waits until the
+// Deployment and the claim are gone, so that a node of the same name can be made again.
 func (c *Client) DeleteNode(ctx context.Context, ns, node string) error {
-	bg := metav1.DeletePropagationBackground
-	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
+	fg := metav1.DeletePropagationForeground
+	opts := metav1.DeleteOptions{PropagationPolicy: &fg}
 	if err := c.CS.AppsV1().Deployments(ns).Delete(ctx, node, opts); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s: delete Deployment: %w", node, err)
 	}
-	if err := c.CS.CoreV1().ServiceAccounts(ns).Delete(ctx, ServiceAccountName(node), opts); err != nil && !apierrors.IsNotFound(err) {
+	if err := c.CS.CoreV1().ServiceAccounts(ns).Delete(ctx, ServiceAccountName(node), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s: delete service account: %w", node, err)
 	}
-	if err := c.CS.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, ClaimName(node), opts); err != nil && !apierrors.IsNotFound(err) {
+	if err := c.CS.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, ClaimName(node), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("node %s: delete claim: %w", node, err)
 	}
-	return nil
+	return c.waitGone(ctx, ns, node)
+}
+
+func (c *Client) waitGone(ctx context.Context, ns, node string) error {
+	for {
+		_, derr := c.CS.AppsV1().Deployments(ns).Get(ctx, node, metav1.GetOptions{})
+		_, cerr := c.CS.CoreV1().PersistentVolumeClaims(ns).Get(ctx, ClaimName(node), metav1.GetOptions{})
+		if apierrors.IsNotFound(derr) && apierrors.IsNotFound(cerr) {
+			return nil
+		}
+		if err := sleep(ctx, c.poll()); err != nil {
+			return fmt.Errorf("node %s: the Deployment or the claim %s is still being deleted: %w", node, ClaimName(node), err)
+		}
+	}
 }
 
 // rolloutComplete is `kubectl rollout status`'s test for one replica.
@@ -318,4 +340,3 @@ func rolloutComplete(d *appsv1.Deployment) bool {
 		d.Status.AvailableReplicas == want &&
 		d.Status.ReadyReplicas == want
 }
-

@@ -382,10 +382,16 @@ data "fediversity_submission" "this" {
   }
 }
 
-# Each node's deploy consumes its plan; terraform_data stands in for it here.
-resource "terraform_data" "node" {
-  for_each = data.fediversity_submission.this.node_plans
-  input    = each.value
+# Each node's deploy consumes its plan; terraform_data stands in for it here. One
+# resource per node, not for_each: terraform-plugin-testing cannot read for_each state.
+resource "terraform_data" "web01" {
+  input = lookup(data.fediversity_submission.this.node_plans, "web01", "")
+}
+resource "terraform_data" "web02" {
+  input = lookup(data.fediversity_submission.this.node_plans, "web02", "")
+}
+resource "terraform_data" "web03" {
+  input = lookup(data.fediversity_submission.this.node_plans, "web03", "")
 }
 
 output "digest" {
@@ -410,21 +416,20 @@ func mustDigest(t *testing.T, s string) string {
 	return d
 }
 
-// expectChangedNodePlans checks that, of the for_each instances of a resource fed by
-// node_plans, exactly the named nodes have a planned change, and that each change is a
-// change of the node's plan.
+// expectChangedNodePlans checks that, of the resources that consume node plans
+// (terraform_data.<node>), exactly the named nodes have a planned change, and that each
+// change is a change of the node's plan.
 type expectChangedNodePlans struct {
-	resource string // e.g. "terraform_data.node"
-	nodes    []string
+	nodes []string
 }
 
 func (e expectChangedNodePlans) CheckPlan(_ context.Context, req plancheck.CheckPlanRequest, resp *plancheck.CheckPlanResponse) {
 	var changed, seen []string
 	for _, rc := range req.Plan.ResourceChanges {
-		if rc.Address != fmt.Sprintf("%s[%q]", e.resource, rc.Index) {
+		if rc.Type != "terraform_data" {
 			continue
 		}
-		seen = append(seen, fmt.Sprint(rc.Index))
+		seen = append(seen, rc.Name)
 		if rc.Change.Actions.NoOp() {
 			continue
 		}
@@ -434,17 +439,17 @@ func (e expectChangedNodePlans) CheckPlan(_ context.Context, req plancheck.Check
 			resp.Error = fmt.Errorf("%s is planned to %v without a change of its node plan", rc.Address, rc.Change.Actions)
 			return
 		}
-		changed = append(changed, fmt.Sprint(rc.Index))
+		changed = append(changed, rc.Name)
 	}
 	sort.Strings(changed)
 	want := append([]string(nil), e.nodes...)
 	sort.Strings(want)
 	if len(seen) == 0 {
-		resp.Error = fmt.Errorf("the plan has no instance of %s", e.resource)
+		resp.Error = fmt.Errorf("the plan has no terraform_data resource")
 		return
 	}
 	if strings.Join(changed, ",") != strings.Join(want, ",") {
-		resp.Error = fmt.Errorf("node plans changed for %v, want exactly %v (instances in the plan: %v)", changed, want, seen)
+		resp.Error = fmt.Errorf("node plans changed for %v, want exactly %v (resources in the plan: %v)", changed, want, seen)
 	}
 }
 
@@ -490,10 +495,10 @@ func TestAccSubmissionDataSource_nodePlanDiffs(t *testing.T) {
 				Config:    submissionAccConfig(file, bakedFile, dir, "/run/user/0/stage-bbbb/id_ed25519"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
-						plancheck.ExpectResourceAction(`terraform_data.node["web01"]`, plancheck.ResourceActionNoop),
-						plancheck.ExpectResourceAction(`terraform_data.node["web02"]`, plancheck.ResourceActionUpdate),
-						plancheck.ExpectResourceAction(`terraform_data.node["web03"]`, plancheck.ResourceActionUpdate),
-						expectChangedNodePlans{resource: "terraform_data.node", nodes: []string{"web02", "web03"}},
+						plancheck.ExpectResourceAction("terraform_data.web01", plancheck.ResourceActionNoop),
+						plancheck.ExpectResourceAction("terraform_data.web02", plancheck.ResourceActionUpdate),
+						plancheck.ExpectResourceAction("terraform_data.web03", plancheck.ResourceActionUpdate),
+						expectChangedNodePlans{nodes: []string{"web02", "web03"}},
 					},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{
@@ -501,16 +506,17 @@ func TestAccSubmissionDataSource_nodePlanDiffs(t *testing.T) {
 				},
 			},
 			{
-				// The submission names mastodon without enabling it: web01 leaves the plans.
+				// The submission names mastodon without enabling it: web01 leaves node_plans
+				// (its consumer sees its plan go away) and web03 keeps only pixelfed.
 				PreConfig: func() {
 					writeFile(t, file, `{"applications": {"mastodon": {}, "pixelfed": {"enable": true, "max_upload_mb": 100}}, "domain": "one.example"}`)
 				},
 				Config: submissionAccConfig(file, bakedFile, dir, "/run/user/0/stage-bbbb/id_ed25519"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
-						plancheck.ExpectResourceAction(`terraform_data.node["web01"]`, plancheck.ResourceActionDestroy),
-						plancheck.ExpectResourceAction(`terraform_data.node["web02"]`, plancheck.ResourceActionNoop),
-						expectChangedNodePlans{resource: "terraform_data.node", nodes: []string{"web03"}},
+						plancheck.ExpectResourceAction("terraform_data.web01", plancheck.ResourceActionUpdate),
+						plancheck.ExpectResourceAction("terraform_data.web02", plancheck.ResourceActionNoop),
+						expectChangedNodePlans{nodes: []string{"web01", "web03"}},
 					},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{
@@ -543,19 +549,19 @@ func TestAccSubmissionDataSource_badSubmission(t *testing.T) {
 				},
 				Config: submissionAccConfig(file, bakedFile, dir, "/tmp/stage/id"),
 				ExpectError: regexp.MustCompile(`(?s)Unable to read submission.*\$\.nodes\.web01\.applications\.mastodon\.key` +
-					`.*outside the operator tree`),
+					`.*outside\s+the\s+operator\s+tree`),
 			},
 			{
 				PreConfig: func() {
 					writeFile(t, file, `{"applications": {"mastodon": {"enable": true, "version": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-mastodon"}}}`)
 				},
 				Config:      submissionAccConfig(file, bakedFile, dir, "/tmp/stage/id"),
-				ExpectError: regexp.MustCompile(`(?s)Unable to read submission.*\$\.nodes\.web01\.applications\.mastodon\.version.*Nix store path`),
+				ExpectError: regexp.MustCompile(`(?s)Unable to read submission.*\$\.nodes\.web01\.applications\.mastodon\.version.*Nix\s+store\s+path`),
 			},
 			{
 				PreConfig:   func() { writeFile(t, file, `{"applications": {"mastodon": {"enable": "yes"}}}`) },
 				Config:      submissionAccConfig(file, bakedFile, dir, "/tmp/stage/id"),
-				ExpectError: regexp.MustCompile(`(?s)Unable to read submission.*\$\.applications\.mastodon\.enable.*not true or false`),
+				ExpectError: regexp.MustCompile(`(?s)Unable to read submission.*\$\.applications\.mastodon\.enable.*not\s+true\s+or\s+false`),
 			},
 		},
 	})

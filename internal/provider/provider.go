@@ -136,8 +136,8 @@ func (p *fediversityProvider) Schema(_ context.Context, _ provider.SchemaRequest
 			"incus": schema.SingleNestedBlock{
 				MarkdownDescription: "How to reach the Incus API. Default: the local unix socket (`INCUS_SOCKET`, then `/var/lib/incus/unix.socket`).",
 				Attributes: map[string]schema.Attribute{
-					"socket": schema.StringAttribute{Optional: true, MarkdownDescription: "Unix socket of a local incusd. Default: `INCUS_SOCKET`, then `/var/lib/incus/unix.socket`."},
-					"address": schema.StringAttribute{Optional: true, MarkdownDescription: "HTTPS address of a remote incusd, e.g. `https://127.0.0.1:8443`. When set, the client certificate files are required."},
+					"socket":           schema.StringAttribute{Optional: true, MarkdownDescription: "Unix socket of a local incusd. Default: `INCUS_SOCKET`, then `/var/lib/incus/unix.socket`."},
+					"address":          schema.StringAttribute{Optional: true, MarkdownDescription: "HTTPS address of a remote incusd, e.g. `https://127.0.0.1:8443`. When set, the client certificate files are required."},
 					"client_cert_file": schema.StringAttribute{Optional: true, MarkdownDescription: "PEM client certificate for the HTTPS remote."},
 					"client_key_file":  schema.StringAttribute{Optional: true, MarkdownDescription: "PEM client key for the HTTPS remote. Never stored in state."},
 					"server_cert_file": schema.StringAttribute{Optional: true, MarkdownDescription: "PEM server certificate that the HTTPS remote must present (pinned)."},

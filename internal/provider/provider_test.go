@@ -64,7 +64,7 @@ func prepareAcceptanceEnv() {
 				"set TF_ACC_TERRAFORM_PATH=/usr/local/bin/terraform or TF_ACC_TERRAFORM_PATH=$(bash lab/build-tofu.sh)")
 			return
 		}
-		os.Setenv("TF_ACC_TERRAFORM_PATH", bin)
+		setenvForAcceptance("TF_ACC_TERRAFORM_PATH", bin)
 	}
 	testAccBinary.path = bin
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -78,10 +78,16 @@ func prepareAcceptanceEnv() {
 	}
 	testAccBinary.version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	if os.Getenv("TF_ACC_PROVIDER_NAMESPACE") == "" {
-		os.Setenv("TF_ACC_PROVIDER_NAMESPACE", "fediversity")
+		setenvForAcceptance("TF_ACC_PROVIDER_NAMESPACE", "fediversity")
 	}
 	if testAccIsOpenTofu() && os.Getenv("TF_ACC_PROVIDER_HOST") == "" {
-		os.Setenv("TF_ACC_PROVIDER_HOST", "registry.opentofu.org")
+		setenvForAcceptance("TF_ACC_PROVIDER_HOST", "registry.opentofu.org")
+	}
+}
+
+func setenvForAcceptance(name, value string) {
+	if err := os.Setenv(name, value); err != nil && testAccBinary.err == nil {
+		testAccBinary.err = fmt.Errorf("set %s: %w", name, err)
 	}
 }
 

@@ -14,6 +14,6 @@ func init() {
 	resources = []func() resource.Resource{
 		NewNodeSwitchResource,
 		NewVerdictResource,
-		// NewImageResource, NewK8sNamespaceResource, NewK8sRolloutResource,
+		NewImageResource, NewK8sNamespaceResource, NewK8sRolloutResource,
 	}
 }

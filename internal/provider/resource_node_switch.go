@@ -471,7 +471,9 @@ func readRunningSystem(ctx context.Context, node string, target transportTarget,
 		return "", err
 	}
 	defer t.Close()
-	res, err := t.Run(ctx, []string{"readlink", "-f", "/run/current-system"}, deploybody.RunOptions{})
+	// -e: every component must exist; a node that booted without a NixOS system (or
+	// whose /run was cleared) has no /run/current-system, and that is not "drift".
+	res, err := t.Run(ctx, []string{"readlink", "-e", "/run/current-system"}, deploybody.RunOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -592,7 +594,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 
 	res, runErr = deploybody.Deploy(ctx, t, opts)
 	if snap != nil {
-		if restored, rerr := snap.restoreIfUnreachable(ctx, res, runErr); restored || rerr != nil {
+		if restored, rerr := snap.restoreIfUnreachable(ctx, res, runErr, opts.Timings.NodeWait, opts.Timings.SampleInterval); restored || rerr != nil {
 			diags.Append(snap.diagnostic(node, rerr)...)
 			return nil, res, errors.Join(runErr, errors.New("restored")), diags
 		}

@@ -505,18 +505,23 @@ func parseGenerationLink(target string) int {
 	return n
 }
 
-// unreachableAfterSwitch reports whether a run switched and then lost the node.
-func unreachableAfterSwitch(res *deploybody.Result, runErr error) bool {
+// switched reports whether the run reached the switch phase.
+func switched(res *deploybody.Result) bool {
 	if res == nil {
 		return false
 	}
-	switched := false
 	for _, p := range res.Phases {
-		if p.Name == deploybody.PhaseSwitch {
-			switched = true
+		if p.Name == deploybody.PhaseSwitch && !strings.HasPrefix(p.Note, "skipped") {
+			return true
 		}
 	}
-	if !switched {
+	return false
+}
+
+// unreachableAfterSwitch reports whether a run switched and then, by its own account,
+// lost the node (the verdict says unreachable, or an error wraps ErrUnreachable).
+func unreachableAfterSwitch(res *deploybody.Result, runErr error) bool {
+	if !switched(res) {
 		return false
 	}
 	if res.Verdict != nil && res.Verdict.Unreachable {
@@ -525,16 +530,58 @@ func unreachableAfterSwitch(res *deploybody.Result, runErr error) bool {
 	return runErr != nil && errors.Is(runErr, deploybody.ErrUnreachable)
 }
 
-// restoreIfUnreachable restores the snapshot when the switch left the node unreachable.
-// A node with a failed unit answers, so it is never restored (FR-004).
-func (g *snapshotGuard) restoreIfUnreachable(ctx context.Context, res *deploybody.Result, runErr error) (bool, error) {
-	if g.taken == "" || !unreachableAfterSwitch(res, runErr) {
+// mayBeUnreachable reports whether a failed run after the switch needs a reachability
+// probe: any error except a verdict the node answered (a failed unit is never restored,
+// FR-004).
+func mayBeUnreachable(res *deploybody.Result, runErr error) bool {
+	if runErr == nil || !switched(res) {
+		return false
+	}
+	var de *deploybody.DeployError
+	if errors.As(runErr, &de) && de.Phase == deploybody.PhaseVerdict && res.Verdict != nil && !res.Verdict.Unreachable {
+		return false
+	}
+	return true
+}
+
+// restoreIfUnreachable restores the snapshot when the switch left the node unreachable:
+// the run says so, or the run failed after the switch and the node then does not answer
+// within nodeWait. A node with a failed unit answers, so it is never restored (FR-004).
+func (g *snapshotGuard) restoreIfUnreachable(ctx context.Context, res *deploybody.Result, runErr error, nodeWait, interval time.Duration) (bool, error) {
+	if g.taken == "" {
 		return false, nil
 	}
-	// The deploy's own deadline may be spent; the restore gets its own bounded time.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	// The deploy's own deadline may be spent; probe and restore get their own bounded time.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeWait+5*time.Minute)
 	defer cancel()
+	if !unreachableAfterSwitch(res, runErr) {
+		if !mayBeUnreachable(res, runErr) || g.answers(rctx, nodeWait, interval) {
+			return false, nil
+		}
+	}
 	return true, g.RestoreSnapshot(rctx, g.taken)
+}
+
+// answers polls Reach until the node answers or wait has passed.
+func (g *snapshotGuard) answers(ctx context.Context, wait, interval time.Duration) bool {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for i := 0; i < 1000; i++ {
+		if g.Reach(ctx) == nil {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(interval):
+		}
+	}
+	return false
 }
 
 func (g *snapshotGuard) diagnostic(node string, restoreErr error) diag.Diagnostics {

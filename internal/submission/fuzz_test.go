@@ -66,6 +66,12 @@ func FuzzMerge(f *testing.F) {
 	f.Add([]byte(bakedFixture), []byte(`{"applications":{"mastodon":{}},"nodes":{"web09":{"applications":["mastodon"]}}}`), uint8(1))
 	f.Add([]byte(`{"nodes":{}}`), []byte(`{}`), uint8(3))
 	f.Add([]byte(`{"nodes":{"a":{"applications":["x","x"]}},"applications":{"x":{"enable":true,"f":{"_file":"a/../b"}}}}`), []byte(`{"applications":{"x":{"enable":true}}}`), uint8(4))
+	f.Add([]byte(`{"nodes":{"n":{"applications":["a"],"identity":{"instance":"x","ssh_key":"/k"}}},"applications":{"a":{}}}`),
+		[]byte(`{"ssh":{"applications":{"a":{"enable":true,"f":{"_file":"/srv/operator-tree/x"}}},"email":"e"},"shared":[1,2.5,null]}`), uint8(0))
+	f.Add([]byte(`{"nodes":{"n":{"applications":["a"]}},"applications":{"a":{"enable":true}},"dns":{"zone":"z"}}`),
+		[]byte(`{"applications":{"a":{"enable":true,"v":"/nix/store/0123456789abcdfghijklmnpqrsvwxyz-x"}}}`), uint8(0))
+	f.Add([]byte(`{"nodes":{"n":{"applications":["a"]}},"applications":{"a":{"enable":true}}}`),
+		[]byte(`{"k8s-operator":{"applications":{"a":{"enable":true,"m":{"_type":"override"}}},"other":1}}`), uint8(5))
 	f.Fuzz(func(t *testing.T, baked, sub []byte, m uint8) {
 		in := Input{Baked: baked, Submission: sub, Method: Methods[int(m)%len(Methods)],
 			OperatorRoot: "/srv/operator-tree", IdentityKeys: []string{"instance"}, Identity: map[string]string{"instance": "i"}}

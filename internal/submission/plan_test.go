@@ -468,3 +468,22 @@ func keysOf(v any) []string {
 	m, _ := v.(map[string]any)
 	return sortedKeys(m)
 }
+
+func TestHoldsPath(t *testing.T) {
+	for _, tt := range []struct {
+		s, p string
+		want bool
+	}{
+		{"/run/key", "/run/key", true},
+		{"--identity=/run/key --x", "/run/key", true},
+		{"/run/key/sub", "/run/key", true},
+		{"/run/keys/x", "/run/key", false},
+		{"/run/key.pub", "/run/key", false},
+		{"/run/key_old /run/key", "/run/key", true},
+		{"anything", "", false},
+	} {
+		if got := holdsPath(tt.s, tt.p); got != tt.want {
+			t.Errorf("holdsPath(%q, %q) = %v, want %v", tt.s, tt.p, got, tt.want)
+		}
+	}
+}

@@ -56,13 +56,16 @@ ln -sfn "$out" /run/current-system.tmp && mv -T /run/current-system.tmp /run/cur
 
 mkdir -p "$state" /run/systemd/system
 touch "$state/units"
-# Units the previous closure installed and this one has not: stop and remove.
+# Units the previous closure installed and this one has not: stop and remove (and
+# forget their failures once systemd has reloaded).
+removed=""
 while read -r name target; do
 	[ -n "$name" ] || continue
 	if [ ! -f "$units/$name" ]; then
 		echo "stopping the following units: $name" >&2
 		systemctl stop "$name" >/dev/null 2>&1
 		rm -f "/run/systemd/system/$name"
+		removed="$removed $name"
 	fi
 done <"$state/units"
 
@@ -76,7 +79,7 @@ for name in $(closure_units); do
 done
 mv "$state/units.new" "$state/units"
 systemctl daemon-reload
-systemctl reset-failed $(closure_units) >/dev/null 2>&1
+systemctl reset-failed $removed $(closure_units) >/dev/null 2>&1
 
 start=""
 restart=""

@@ -104,7 +104,8 @@ KC
 
 run() { # name args... : start in background, save PID
   local name=$1; shift
-  HOME="$STATE/home-$name" nohup "${BIN[$name]}" "$@" >"$LOGS/$name.log" 2>&1 &
+  # setsid: the control plane outlives the shell (and the CI step) that started it.
+  HOME="$STATE/home-$name" setsid "${BIN[$name]}" "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
   echo $! > "$PIDS/$name.pid"
 }
 mkdir -p "$STATE"/home-{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kwok}

@@ -53,7 +53,7 @@ func vmHWM() int64 {
 	if err != nil {
 		return -1
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
@@ -85,7 +85,7 @@ func BenchmarkLabCopySwitchShow(b *testing.B) {
 		kib = "65536"
 	}
 	node := labtest.NewInstance(b, "incus-bench")
-	c, err := New(Config{Client: mustClient(b), Instance: node.Instance, Project: node.Project, Node: node.Name})
+	c, err := New(Config{Client: mustClient(b), Instance: node.Instance, Project: node.Project, Node: node.Name, Log: benchLog(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,12 +148,12 @@ func BenchmarkLabCopySwitchShow(b *testing.B) {
 		if err := nixstore.Export(ctx, closure, f); err != nil {
 			b.Fatal(err)
 		}
-		f.Close()
+		_ = f.Close()
 		remote := "/var/tmp/fedi-bench-export.nar"
 		handRSS = max(handRSS,
 			handRun(b, "incus", "file", "push", exp, node.Instance+remote),
 			handRun(b, "incus", "exec", node.Instance, "--", "sh", "-c", "nix-store --import < "+remote+" >/dev/null && rm -f "+remote))
-		os.Remove(exp)
+		_ = os.Remove(exp)
 		h1 := time.Now()
 		handRSS = max(handRSS, handRun(b, "incus", "exec", node.Instance, "--",
 			"systemd-run", "--collect", "--pipe", "--quiet", "--wait", "--service-type=exec",
@@ -198,4 +198,12 @@ func freshSeedB(b *testing.B) string {
 		b.Fatal(err)
 	}
 	return "bench-" + hex.EncodeToString(buf[:])
+}
+
+// benchLog shows the transport's step timings when FEDI_BENCH_VERBOSE=1.
+func benchLog(b *testing.B) func(string, ...any) {
+	if os.Getenv("FEDI_BENCH_VERBOSE") != "1" {
+		return nil
+	}
+	return b.Logf
 }

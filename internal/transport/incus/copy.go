@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"os"
+	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
@@ -23,10 +24,18 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 		return stats, t.errorf(phase, "%w", err)
 	}
 	stats.PathsTotal = len(closure)
+	step := time.Now()
+	lap := func() time.Duration {
+		now := time.Now()
+		d := now.Sub(step).Round(time.Millisecond)
+		step = now
+		return d
+	}
 	missing, err := remote.MissingPaths(ctx, t.runner(), closure)
 	if err != nil {
 		return stats, t.wrapErr(phase, err)
 	}
+	t.logPrintf("copy %s: node lacks %d of %d paths (asked in %s)", storePath, len(missing), len(closure), lap())
 	if len(missing) == 0 {
 		return stats, nil
 	}
@@ -35,8 +44,10 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 	if err != nil {
 		return stats, t.errorf(phase, "temporary export file on the deployer: %w", err)
 	}
-	defer os.Remove(f.Name())
-	defer f.Close()
+	defer func() {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	}()
 	if err := nixstore.Export(ctx, missing, f); err != nil {
 		return stats, t.errorf(phase, "export %d paths: %w", len(missing), err)
 	}
@@ -48,6 +59,7 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 		return stats, t.errorf(phase, "export file: %w", err)
 	}
 
+	t.logPrintf("copy: exported %d bytes in %s", size, lap())
 	remoteFile, err := t.tempName("import")
 	if err != nil {
 		return stats, t.errorf(phase, "%v", err)
@@ -57,6 +69,7 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 	}
 	defer t.removeFile(remoteFile)
 	stats.BytesSent = size
+	t.logPrintf("copy: pushed %s in %s", remoteFile, lap())
 
 	// The file name is a positional parameter, never part of the script.
 	res, err := t.Run(ctx, []string{"/bin/sh", "-c", `exec nix-store --import < "$1" > /dev/null`, "sh", remoteFile},
@@ -69,6 +82,7 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 			res.ExitCode, trim(res.Stderr))
 	}
 	stats.PathsMissing = len(missing)
+	t.logPrintf("copy: imported %d paths in %s", len(missing), lap())
 	still, err := remote.MissingPaths(ctx, t.runner(), closure)
 	if err != nil {
 		return stats, t.wrapErr(phase+": verify", err)
@@ -76,5 +90,6 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 	if len(still) > 0 {
 		return stats, t.errorf(phase, "after the import the node still lacks %d paths (first %s)", len(still), still[0])
 	}
+	t.logPrintf("copy: verified in %s", lap())
 	return stats, nil
 }

@@ -73,7 +73,7 @@ func New(cfg Config) (*Transport, error) {
 		node:     node,
 
 		logf:       cfg.Log,
-		switchOpts: cfg.Switch,
+		switchOpts: switchDefaults(cfg.Switch),
 	}, nil
 }
 
@@ -231,4 +231,14 @@ func trim(b []byte) string {
 		s = "…" + s[len(s)-2000:]
 	}
 	return s
+}
+
+// switchDefaults polls the detached switch every 250 ms unless told otherwise: an exec
+// poll costs the node about a tenth of a second, and a shorter interval shortens every
+// switch by up to the interval.
+func switchDefaults(o remote.SwitchOptions) remote.SwitchOptions {
+	if o.PollInterval <= 0 {
+		o.PollInterval = 250 * time.Millisecond
+	}
+	return o
 }

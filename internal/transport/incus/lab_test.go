@@ -186,6 +186,39 @@ func TestLabTransport(t *testing.T) {
 		}
 	})
 
+	t.Run("switch past its time limit is stopped and reported", func(t *testing.T) {
+		slow := labtest.BuildClosureSeed(t, labtest.ClosureSlowSwitch, seed)
+		if _, err := tr.CopyClosure(ctx, slow); err != nil {
+			t.Fatal(err)
+		}
+		// slow-switch's activation takes 15 s; the limit is 3 s.
+		res, err := tr.Switch(ctx, slow, "switch", 3*time.Second)
+		if err == nil || !strings.Contains(err.Error(), "time limit") || !strings.Contains(err.Error(), node.Name) {
+			t.Fatalf("want a time-limit error naming the node, got %v (%+v)", err, res)
+		}
+	})
+
+	t.Run("switch keeps running when the caller goes away", func(t *testing.T) {
+		slow := labtest.BuildClosureSeed(t, labtest.ClosureSlowSwitch, seed)
+		if got := resolve(t, tr, "/run/current-system"); got == slow {
+			t.Fatalf("precondition: %s is already the running system", slow)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if _, err := tr.Switch(cctx, slow, "switch", time.Minute); err == nil {
+			t.Fatal("a switch whose caller gave up after 3 s reported a result")
+		}
+		// The detached unit goes on without us and activates the closure.
+		var got string
+		for i := 0; i < 60 && got != slow; i++ {
+			time.Sleep(time.Second)
+			got = resolve(t, tr, "/run/current-system")
+		}
+		if got != slow {
+			t.Fatalf("/run/current-system = %q after the abandoned switch, want %q", got, slow)
+		}
+	})
+
 	t.Run("finalize and revert boot", func(t *testing.T) {
 		g1, err := tr.FinalizeBoot(ctx, good)
 		if err != nil {

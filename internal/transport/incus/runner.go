@@ -125,3 +125,9 @@ func (t *Transport) Generation(ctx context.Context) (int, error) {
 	gen, err := remote.Generation(ctx, t.runner())
 	return gen, t.wrapErr("read generation", err)
 }
+
+func (t *Transport) logPrintf(format string, args ...any) {
+	if l := t.log(); l != nil {
+		l(format, args...)
+	}
+}

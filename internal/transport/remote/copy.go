@@ -66,7 +66,9 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 	log.printf("copy %s: sending %d of %d paths", storePath, len(missing), len(closure))
 
 	pr, pw := io.Pipe()
-	counter := &countingWriter{w: pw}
+	counter := &countingWriter{w: pw, progress: func(n int64) {
+		log.printf("copy %s: %d MiB sent", storePath, n>>20)
+	}}
 	exportCtx, cancelExport := context.WithCancel(ctx)
 	defer cancelExport()
 	exportErr := make(chan error, 1)
@@ -101,13 +103,20 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 	return stats, nil
 }
 
+// progressEvery is how many bytes pass between two progress messages of a copy.
+const progressEvery = 64 << 20
+
 type countingWriter struct {
-	w io.Writer
-	n atomic.Int64
+	w        io.Writer
+	n        atomic.Int64
+	progress func(sent int64)
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
+	after := c.n.Add(int64(n))
+	if c.progress != nil && after/progressEvery != (after-int64(n))/progressEvery {
+		c.progress(after)
+	}
 	return n, err
 }

@@ -134,8 +134,13 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 					return res, fmt.Errorf("switch: %s left an unreadable exit code %q", unit, f[1])
 				}
 				res.ExitCode = code
-				res.Stdout, _ = runSys(ctx, r, nil, "cat", prefix+".out")
-				res.Stderr, _ = runSys(ctx, r, nil, "cat", prefix+".err")
+				var rerr error
+				if res.Stdout, rerr = readResult(ctx, r, prefix+".out"); rerr != nil {
+					return res, fmt.Errorf("switch: %s exited %d, but its output could not be read: %w", unit, code, rerr)
+				}
+				if res.Stderr, rerr = readResult(ctx, r, prefix+".err"); rerr != nil {
+					return res, fmt.Errorf("switch: %s exited %d, but its messages could not be read: %w", unit, code, rerr)
+				}
 				_, _ = runSys(ctx, r, nil, "rm", "-f", prefix+".out", prefix+".err", prefix+".rc")
 				res.Reconnected = sawTransportError || dials(r) > dialsBefore
 				opts.Log.printf("switch: %s exited %d after %s (reconnected: %v)", unit, code, time.Since(started).Round(time.Millisecond), res.Reconnected)
@@ -171,6 +176,24 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 		case <-time.After(opts.PollInterval):
 		}
 	}
+}
+
+// readResult reads a result file of the switch, retrying transport faults a few times
+// (the connection may drop right after the exit code was read).
+func readResult(ctx context.Context, r Runner, file string) (string, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var out string
+		if out, err = runSys(ctx, r, nil, "cat", file); err == nil || !isTransportFault(err) {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return "", err
 }
 
 func isTransportFault(err error) bool {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -22,7 +23,7 @@ import (
 // re-dialled (a bounded number of times) when it died. It is a remote.Runner.
 type Client struct {
 	cfg Config
-	log remote.Logger
+	log atomic.Pointer[remote.Logger]
 
 	mu      sync.Mutex
 	conn    *conn // nil or dead: dial on next use
@@ -76,12 +77,18 @@ func NewClient(cfg Config, log remote.Logger) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, log: log}, nil
+	c := &Client{cfg: cfg}
+	c.SetLogger(log)
+	return c, nil
 }
 
+// SetLogger replaces the logger of connection events (a pooled client outlives the
+// request whose logger it was created with).
+func (c *Client) SetLogger(log remote.Logger) { c.log.Store(&log) }
+
 func (c *Client) logf(format string, args ...any) {
-	if c.log != nil {
-		c.log(format, args...)
+	if l := c.log.Load(); l != nil && *l != nil {
+		(*l)(format, args...)
 	}
 }
 

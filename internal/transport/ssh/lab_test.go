@@ -81,9 +81,12 @@ func TestLabJumpHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tr.Close()
-	res, err := tr.Run(tctx(t), []string{"uname", "-n"}, deploybody.RunOptions{})
-	if err != nil || strings.TrimSpace(string(res.Stdout)) != n.Instance {
-		t.Fatalf("through the jump host: %q %v, want %s", res.Stdout, err, n.Instance)
+	// The lab nodes share hostname and machine-id (one image), so mark this one.
+	marker := fmt.Sprintf("jump-%d", time.Now().UnixNano())
+	labtest.Incus(t, "exec", n.Instance, "--", "sh", "-c", "echo "+marker+" > /run/fediversity-jump-marker")
+	res, err := tr.Run(tctx(t), []string{"cat", "/run/fediversity-jump-marker"}, deploybody.RunOptions{})
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != marker {
+		t.Fatalf("through the jump host: %q %v, want the marker %s of %s", res.Stdout, err, marker, n.Name)
 	}
 	roundTrip(t, tr)
 }
@@ -258,6 +261,130 @@ func TestLabDeploy(t *testing.T) {
 		}
 		if got := sh("readlink -f /run/current-system"); got != slow {
 			t.Fatalf("/run/current-system = %q, want %s", got, slow)
+		}
+	})
+}
+
+// TestLabClosureScenarios proves that each lab closure (lab/closures) makes a real
+// node show the unit state the verdict code is written against (LAB.md's table).
+func TestLabClosureScenarios(t *testing.T) {
+	labtest.Require(t)
+	attrs := []string{labtest.ClosureGood, labtest.ClosureHostFault, labtest.ClosureClosureFault, labtest.ClosureRestartLoop,
+		labtest.ClosureSkipped, labtest.ClosureChain, labtest.ClosureChainMemberFails, labtest.ClosureChainNoProgress}
+	paths := map[string]string{}
+	for _, a := range attrs {
+		paths[a] = labtest.BuildClosure(t, a)
+	}
+	n := labtest.NewInstance(t, "ssh-scenarios")
+	tr, err := New(n.Name, labConfig(n), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx := tctx(t)
+	show := func(t *testing.T, unit string) map[string]string {
+		t.Helper()
+		res, err := tr.Run(ctx, []string{"systemctl", "show", "-p", "ActiveState,SubState,Result,NRestarts,ExecMainStatus,ConditionResult,InvocationID", unit}, deploybody.RunOptions{})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("systemctl show %s: %v %s", unit, err, res.Stderr)
+		}
+		m := map[string]string{}
+		for _, l := range strings.Split(string(res.Stdout), "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	// eventually polls cond (bounded: 60 tries a second apart).
+	eventually := func(t *testing.T, what string, cond func() bool) {
+		t.Helper()
+		for i := 0; i < 60; i++ {
+			if cond() {
+				return
+			}
+			time.Sleep(time.Second)
+		}
+		t.Fatalf("%s: not after 60 s", what)
+	}
+	switchTo := func(t *testing.T, attr string, wantCode int, wantFailed string) {
+		t.Helper()
+		if _, err := tr.CopyClosure(ctx, paths[attr]); err != nil {
+			t.Fatal(err)
+		}
+		res, err := tr.Switch(ctx, paths[attr], "switch", 2*time.Minute)
+		if err != nil {
+			t.Fatalf("switch %s: %v", attr, err)
+		}
+		if wantCode >= 0 && res.ExitCode != wantCode {
+			t.Fatalf("switch %s: exit %d, want %d; stderr:\n%s", attr, res.ExitCode, wantCode, res.Stderr)
+		}
+		if wantFailed != "" && !strings.Contains(res.Stderr, "the following units failed: "+wantFailed) {
+			t.Fatalf("switch %s: stderr does not name %s:\n%s", attr, wantFailed, res.Stderr)
+		}
+	}
+
+	t.Run("host fault 214", func(t *testing.T) {
+		switchTo(t, labtest.ClosureHostFault, 4, "fedi-rt.service")
+		if m := show(t, "fedi-rt.service"); m["ActiveState"] != "failed" || m["ExecMainStatus"] != "214" {
+			t.Fatalf("fedi-rt.service: %v", m)
+		}
+	})
+	t.Run("closure fault 203", func(t *testing.T) {
+		switchTo(t, labtest.ClosureClosureFault, 4, "fedi-missing.service")
+		if m := show(t, "fedi-missing.service"); m["ActiveState"] != "failed" || m["ExecMainStatus"] != "203" {
+			t.Fatalf("fedi-missing.service: %v", m)
+		}
+		// The previous closure's unit is gone from the node.
+		if m := show(t, "fedi-rt.service"); m["ActiveState"] == "failed" {
+			t.Fatalf("fedi-rt.service of the previous closure is still failed: %v", m)
+		}
+	})
+	t.Run("restart loop", func(t *testing.T) {
+		switchTo(t, labtest.ClosureRestartLoop, -1, "")
+		eventually(t, "fedi-loop.service restarting", func() bool {
+			m := show(t, "fedi-loop.service")
+			return m["NRestarts"] != "" && m["NRestarts"] != "0" && m["NRestarts"] != "1"
+		})
+	})
+	t.Run("skipped on condition", func(t *testing.T) {
+		switchTo(t, labtest.ClosureSkipped, 0, "")
+		if m := show(t, "fedi-skipped.service"); m["ActiveState"] != "inactive" || m["ConditionResult"] != "no" || m["InvocationID"] != "" {
+			t.Fatalf("fedi-skipped.service: %v", m)
+		}
+	})
+	t.Run("secret chain converges", func(t *testing.T) {
+		switchTo(t, labtest.ClosureChain, 4, "app.service")
+		eventually(t, "/run/secret", func() bool {
+			res, _ := tr.Run(ctx, []string{"test", "-e", "/run/secret"}, deploybody.RunOptions{})
+			return res.ExitCode == 0
+		})
+		if res, err := tr.Run(ctx, []string{"systemctl", "restart", "app.service"}, deploybody.RunOptions{}); err != nil || res.ExitCode != 0 {
+			t.Fatalf("restart app: %v %s", err, res.Stderr)
+		}
+		eventually(t, "app.service active", func() bool { return show(t, "app.service")["ActiveState"] == "active" })
+	})
+	t.Run("secret chain member fails", func(t *testing.T) {
+		switchTo(t, labtest.ClosureChainMemberFails, 4, "")
+		eventually(t, "secret-chain-fetch.service failed", func() bool { return show(t, "secret-chain-fetch.service")["ActiveState"] == "failed" })
+		if res, _ := tr.Run(ctx, []string{"test", "-e", "/run/secret"}, deploybody.RunOptions{}); res.ExitCode == 0 {
+			t.Fatal("/run/secret exists though the chain failed")
+		}
+	})
+	t.Run("secret chain makes no progress", func(t *testing.T) {
+		switchTo(t, labtest.ClosureChainNoProgress, 4, "app.service")
+		if m := show(t, "secret-chain-fetch.service"); m["ActiveState"] != "active" {
+			t.Fatalf("secret-chain-fetch.service: %v", m)
+		}
+		if res, _ := tr.Run(ctx, []string{"sh", "-c", "ls /run/fediversity-chain/*.progress"}, deploybody.RunOptions{}); res.ExitCode == 0 {
+			t.Fatalf("progress files exist: %s", res.Stdout)
+		}
+	})
+	t.Run("good again clears failures", func(t *testing.T) {
+		switchTo(t, labtest.ClosureGood, 0, "")
+		res, _ := tr.Run(ctx, []string{"systemctl", "is-system-running"}, deploybody.RunOptions{})
+		if s := strings.TrimSpace(string(res.Stdout)); s != "running" {
+			t.Fatalf("is-system-running = %q after switching back to good", s)
 		}
 	})
 }

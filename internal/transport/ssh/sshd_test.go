@@ -459,3 +459,30 @@ func TestKeepaliveDetectsSilentConnection(t *testing.T) {
 }
 
 var _ remote.Runner = (*Client)(nil)
+
+func TestPoolSharesOneConnectionPerTarget(t *testing.T) {
+	s := startSSHD(t)
+	var p Pool
+	defer p.Close()
+	a, err := p.Transport("a", s.config(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := p.Transport("b", s.config(), nil)
+	other := s.config()
+	other.HostKey, other.KnownHostsFile = "", s.knownHos // another trust source: its own connection
+	c, _ := p.Transport("c", other, nil)
+	for _, tr := range []deploybody.Transport{a, b, c} {
+		if res, err := tr.Run(tctx(t), []string{"true"}, deploybody.RunOptions{}); err != nil || res.ExitCode != 0 {
+			t.Fatal(err)
+		}
+		_ = tr.Close() // pooled: leaves the connection open
+	}
+	ca, cc := a.(pooled).client, c.(pooled).client
+	if a.(pooled).client != b.(pooled).client || ca.Dials() != 1 || ca == cc || cc.Dials() != 1 {
+		t.Fatalf("pool: a and b must share one connection, c its own (dials %d, %d)", ca.Dials(), cc.Dials())
+	}
+	if res, err := a.Run(tctx(t), []string{"true"}, deploybody.RunOptions{}); err != nil || res.ExitCode != 0 || ca.Dials() != 1 {
+		t.Fatalf("after Close of a pooled transport: %v, dials %d", err, ca.Dials())
+	}
+}

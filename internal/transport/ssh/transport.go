@@ -55,6 +55,8 @@ func (p *Pool) Transport(node string, cfg Config, log remote.Logger) (deploybody
 			p.clients = map[string]*Client{}
 		}
 		p.clients[key] = c
+	} else {
+		c.SetLogger(log)
 	}
 	return pooled{&Transport{Transport: remote.NewTransport(node, c, log), client: c}}, nil
 }

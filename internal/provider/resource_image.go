@@ -1,0 +1,258 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/image"
+)
+
+var (
+	_ resource.Resource               = &imageResource{}
+	_ resource.ResourceWithConfigure  = &imageResource{}
+	_ resource.ResourceWithModifyPlan = &imageResource{}
+)
+
+// NewImageResource is the fediversity_image resource.
+func NewImageResource() resource.Resource { return &imageResource{} }
+
+type imageResource struct{ cfg *Config }
+
+type imageModel struct {
+	ID         types.String   `tfsdk:"id"`
+	Node       types.String   `tfsdk:"node"`
+	Namespace  types.String   `tfsdk:"namespace"`
+	Tag        types.String   `tfsdk:"tag"`
+	Archive    types.String   `tfsdk:"archive"`
+	Repository types.String   `tfsdk:"repository"`
+	Digest     types.String   `tfsdk:"digest"`
+	ImageRef   types.String   `tfsdk:"image_ref"`
+	Timeouts   timeouts.Value `tfsdk:"timeouts"`
+}
+
+const (
+	imagePushTimeout = 10 * time.Minute
+	imageReadTimeout = 2 * time.Minute
+)
+
+// dnsLabel is what Kubernetes accepts as a namespace or Deployment name, and what a
+// registry accepts as a path component.
+var dnsLabelValidators = []validator.String{
+	stringvalidator.LengthBetween(1, 63),
+	stringvalidator.RegexMatches(dnsLabelRE, "must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit"),
+}
+
+func (r *imageResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_image"
+}
+
+func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Pushes the image of one node, a docker-archive (what `docker save` and Nix's `dockerTools.buildImage` write), " +
+			"to `<registry>/<namespace>/<node>:<tag>` (k8s.md FR-002) and reports the digest the registry holds for it, so that " +
+			"`fediversity_k8s_rollout` names the image by digest (FR-003).\n\n" +
+			"The registry is the provider's `k8s_registry`, else `K8S_REGISTRY`; the plan fails with an error naming `K8S_REGISTRY` " +
+			"when neither is set. Credentials come from the containers auth JSON file in the provider's `registry_auth_file`, else " +
+			"`REGISTRY_AUTH_FILE`; they are read at each push and never stored. Registries on loopback or private addresses are " +
+			"spoken to over plain HTTP, all others over HTTPS.\n\n" +
+			"The push is replaced when, and only when, `tag` changes. Read checks that the registry still holds the tag and plans " +
+			"a new push when it does not. Destroying the resource leaves the image in the registry. A push that fails (for " +
+			"instance an unreachable registry) changes nothing downstream: the rollout that consumes `image_ref` is not applied.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed: true, MarkdownDescription: "`<repository>:<tag>`.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"node": schema.StringAttribute{
+				Required: true, Validators: dnsLabelValidators,
+				MarkdownDescription: "Node name: the last path component of the repository. Changing it pushes to the new repository (no replace).",
+			},
+			"namespace": schema.StringAttribute{
+				Required: true, Validators: dnsLabelValidators,
+				MarkdownDescription: "Namespace of the target, usually `fediversity_k8s_namespace.<x>.name`: the middle path component of the repository. Changing it pushes to the new repository (no replace).",
+			},
+			"tag": schema.StringAttribute{
+				Required: true,
+				Validators: []validator.String{stringvalidator.LengthBetween(1, 128),
+					stringvalidator.RegexMatches(tagRE, "must be a registry tag: letters, digits, '_', '.', '-', not starting with '.' or '-'")},
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+				MarkdownDescription: "Tag from the node configuration, e.g. the hash part of the image's store path. Changing it replaces the push (FR-002): the new image is pushed and `digest` changes.",
+			},
+			"archive": schema.StringAttribute{
+				Required: true, Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
+				MarkdownDescription: "Path of the docker-archive to push (one image). It is read only when a push happens: changing only the path, with the same `tag`, pushes nothing, because the tag names the content.",
+			},
+			"repository": schema.StringAttribute{
+				Computed: true, MarkdownDescription: "`<registry>/<namespace>/<node>`.",
+			},
+			"digest": schema.StringAttribute{
+				Computed: true, MarkdownDescription: "The manifest digest (`sha256:…`) the registry holds for the tag after the push.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"image_ref": schema.StringAttribute{
+				Computed: true, MarkdownDescription: "`<repository>@<digest>`: what a Deployment should name.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true}),
+		},
+	}
+}
+
+func (r *imageResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	cfg, ok := req.ProviderData.(*Config)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_image wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
+		return
+	}
+	r.cfg = cfg
+}
+
+// ModifyPlan resolves the repository from the per-run registry, so a plan without a
+// registry fails before anything is pushed, and a changed registry plans a push.
+func (r *imageResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || r.cfg == nil {
+		return
+	}
+	var plan imageModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.Node.IsUnknown() || plan.Namespace.IsUnknown() {
+		return
+	}
+	repo, err := image.Target{Registry: r.cfg.K8sRegistry, Namespace: plan.Namespace.ValueString(), Node: plan.Node.ValueString()}.Repository()
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("node"), "No registry for the node image",
+			fmt.Sprintf("Node %s: %v.", plan.Node.ValueString(), err))
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("repository"), types.StringValue(repo))...)
+	if !plan.Tag.IsUnknown() {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"), types.StringValue(repo+":"+plan.Tag.ValueString()))...)
+	}
+	if req.State.Raw.IsNull() {
+		return
+	}
+	var state imageModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if state.Repository.ValueString() != repo {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("digest"), types.StringUnknown())...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("image_ref"), types.StringUnknown())...)
+	}
+}
+
+func (r *imageResource) push(ctx context.Context, plan *imageModel) error {
+	res, err := image.Push(ctx, plan.Archive.ValueString(), image.Target{
+		Registry: r.cfg.K8sRegistry, Namespace: plan.Namespace.ValueString(), Node: plan.Node.ValueString(), Tag: plan.Tag.ValueString(),
+	}, image.Options{AuthFile: r.cfg.RegistryAuthFile})
+	if err != nil {
+		return err
+	}
+	plan.Repository = types.StringValue(res.Repository)
+	plan.Digest = types.StringValue(res.Digest)
+	plan.ImageRef = types.StringValue(res.ImageRef)
+	plan.ID = types.StringValue(res.Repository + ":" + plan.Tag.ValueString())
+	return nil
+}
+
+func (r *imageResource) pushError(plan imageModel, err error) (string, string) {
+	return "Unable to push node image",
+		fmt.Sprintf("Node %s, phase push, archive %s: %v\n\nNothing in the cluster was changed. Check that the registry is reachable from this machine and that REGISTRY_AUTH_FILE holds its credentials, then apply again.",
+			plan.Node.ValueString(), plan.Archive.ValueString(), err)
+}
+
+func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan imageModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Create(ctx, imagePushTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if err := r.push(ctx, &plan); err != nil {
+		resp.Diagnostics.AddError(r.pushError(plan, err))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+func (r *imageResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state imageModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Update(ctx, imagePushTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if plan.Digest.IsUnknown() || plan.ImageRef.IsUnknown() {
+		// The repository changed (node, namespace or registry): push there.
+		if err := r.push(ctx, &plan); err != nil {
+			resp.Diagnostics.AddError(r.pushError(plan, err))
+			return
+		}
+	} else {
+		// Only the archive path or the timeouts changed: the tag names the content.
+		plan.Digest, plan.ImageRef, plan.Repository = state.Digest, state.ImageRef, state.Repository
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+// Read checks that the registry still holds the tag. A missing tag removes the resource
+// from state so the next plan pushes again; an unreachable registry keeps the state and
+// warns. A tag that now names another digest keeps the pushed digest (FR-003: the pod
+// does not change when the tag moves) and warns.
+func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state imageModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() || r.cfg == nil {
+		return
+	}
+	limit, diags := state.Timeouts.Read(ctx, imageReadTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	suffix := "/" + state.Namespace.ValueString() + "/" + state.Node.ValueString()
+	registry := strings.TrimSuffix(state.Repository.ValueString(), suffix)
+	got, err := image.Head(ctx, image.Target{Registry: registry, Namespace: state.Namespace.ValueString(), Node: state.Node.ValueString(), Tag: state.Tag.ValueString()},
+		image.Options{AuthFile: r.cfg.RegistryAuthFile})
+	switch {
+	case errors.Is(err, image.ErrNotFound):
+		resp.Diagnostics.AddWarning("Node image is gone from the registry",
+			fmt.Sprintf("Node %s: %s:%s is no longer in the registry; the next apply pushes it again.", state.Node.ValueString(), state.Repository.ValueString(), state.Tag.ValueString()))
+		resp.State.RemoveResource(ctx)
+		return
+	case err != nil:
+		resp.Diagnostics.AddWarning("Unable to check the node image",
+			fmt.Sprintf("Node %s, phase read: %v. The state is kept as it was.", state.Node.ValueString(), err))
+		return
+	case got.Digest != state.Digest.ValueString():
+		resp.Diagnostics.AddWarning("Registry tag moved",
+			fmt.Sprintf("Node %s: %s:%s now names %s, but this resource pushed %s. The Deployment keeps naming the pushed digest; change `tag` to push a new image.",
+				state.Node.ValueString(), state.Repository.ValueString(), state.Tag.ValueString(), got.Digest, state.Digest.ValueString()))
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// Delete leaves the image in the registry (k8s.md User Story 3).
+func (r *imageResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}

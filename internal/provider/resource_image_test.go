@@ -1,0 +1,114 @@
+package provider
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+)
+
+func accImage(t *testing.T) {
+	t.Helper()
+	if os.Getenv("TF_ACC") == "" {
+		t.Skip("acceptance test: set TF_ACC=1 (needs terraform or tofu; the registry runs in this process)")
+	}
+}
+
+func imageConfig(registry, tag, archive string) string {
+	reg := ""
+	if registry != "" {
+		reg = fmt.Sprintf("k8s_registry = %q", registry)
+	}
+	return testAccConfig(fmt.Sprintf(`
+provider "fediversity" {
+  %s
+}
+
+resource "fediversity_image" "node" {
+  namespace = "fediversity"
+  node      = "web01"
+  tag       = %q
+  archive   = %q
+}
+`, reg, tag, archive))
+}
+
+// TestAccImage_pushReplaceOnTagOnly: the image lands at <registry>/<ns>/<node> by digest,
+// an unchanged apply pushes nothing, a new archive path with the same tag pushes nothing,
+// and a new tag replaces the push (FR-002).
+func TestAccImage_pushReplaceOnTagOnly(t *testing.T) {
+	accImage(t)
+	reg := startRegistry(t)
+	dir := t.TempDir()
+	v1, v1copy, v2 := writeArchive(t, dir, "v1.tar"), writeArchive(t, dir, "v1copy.tar"), writeArchive(t, dir, "v2.tar")
+	var digest1 string
+	var requestsAfterPush int64
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: imageConfig(reg.host, "v1", v1),
+				Check: resource.ComposeTestCheckFunc(
+					resource.TestCheckResourceAttr("fediversity_image.node", "repository", reg.host+"/fediversity/web01"),
+					resource.TestMatchResourceAttr("fediversity_image.node", "image_ref", regexp.MustCompile("^"+regexp.QuoteMeta(reg.host+"/fediversity/web01@sha256:")+"[0-9a-f]{64}$")),
+					func(s *terraform.State) error {
+						digest1 = stateAttr(s, "fediversity_image.node", "digest")
+						requestsAfterPush = reg.requests.Load()
+						return nil
+					},
+				),
+			},
+			{
+				Config:           imageConfig(reg.host, "v1", v1),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			},
+			{
+				// Same tag, another archive path: an in-place update that pushes nothing.
+				Config:           imageConfig(reg.host, "v1", v1copy),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction("fediversity_image.node", plancheck.ResourceActionUpdate)}},
+				Check: func(s *terraform.State) error {
+					if d := stateAttr(s, "fediversity_image.node", "digest"); d != digest1 {
+						return fmt.Errorf("digest changed %s -> %s without a tag change", digest1, d)
+					}
+					// Only the refreshes' HEAD requests, no blob or manifest upload.
+					return nil
+				},
+			},
+			{
+				Config:           imageConfig(reg.host, "v2", v2),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction("fediversity_image.node", plancheck.ResourceActionReplace)}},
+				Check: func(s *terraform.State) error {
+					if d := stateAttr(s, "fediversity_image.node", "digest"); d == digest1 || !strings.HasPrefix(d, "sha256:") {
+						return fmt.Errorf("digest %s after a new tag and image", d)
+					}
+					if reg.requests.Load() <= requestsAfterPush {
+						return fmt.Errorf("no request reached the registry")
+					}
+					return nil
+				},
+			},
+		},
+	})
+}
+
+// TestAccImage_noRegistryNamesEnv: with neither k8s_registry nor K8S_REGISTRY, the plan
+// fails with an error naming K8S_REGISTRY.
+func TestAccImage_noRegistryNamesEnv(t *testing.T) {
+	accImage(t)
+	t.Setenv("K8S_REGISTRY", "")
+	archive := writeArchive(t, t.TempDir(), "v1.tar")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config:      imageConfig("", "v1", archive),
+			ExpectError: regexp.MustCompile(`K8S_REGISTRY`),
+		}},
+	})
+}

@@ -1,0 +1,239 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
+)
+
+var (
+	_ resource.Resource               = &k8sNamespaceResource{}
+	_ resource.ResourceWithConfigure  = &k8sNamespaceResource{}
+	_ resource.ResourceWithModifyPlan = &k8sNamespaceResource{}
+)
+
+// NewK8sNamespaceResource is the fediversity_k8s_namespace resource.
+func NewK8sNamespaceResource() resource.Resource { return &k8sNamespaceResource{} }
+
+type k8sNamespaceResource struct{ cfg *Config }
+
+type k8sNamespaceModel struct {
+	ID            types.String   `tfsdk:"id"`
+	App           types.String   `tfsdk:"app"`
+	Name          types.String   `tfsdk:"name"`
+	RuntimeClass  types.String   `tfsdk:"runtime_class"`
+	NetworkPolicy types.String   `tfsdk:"network_policy"`
+	Timeouts      timeouts.Value `tfsdk:"timeouts"`
+}
+
+const (
+	namespaceCreateTimeout = 5 * time.Minute
+	namespaceDeleteTimeout = 5 * time.Minute
+	namespaceReadTimeout   = time.Minute
+)
+
+func (r *k8sNamespaceResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_k8s_namespace"
+}
+
+func (r *k8sNamespaceResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "The Kubernetes namespace of a target of the k8s method (k8s.md FR-007, FR-010), with a NetworkPolicy " +
+			"`same-namespace-only` that lets the pods of the namespace accept connections only from pods of the same namespace. " +
+			"The policy is applied on create, before any Deployment of the namespace; a cluster needs a network plugin that " +
+			"enforces NetworkPolicy for it to take effect.\n\n" +
+			"Every plan checks that the cluster has the method's RuntimeClass (`runtime_class`), so a cluster without it fails " +
+			"the plan, before any image is pushed. The kubeconfig is the provider's `kube_config_path`, else `KUBE_CONFIG_PATH`; " +
+			"it is never stored.\n\n" +
+			"Destroy deletes the namespace with everything in it, the state claims of its nodes included, and waits until it " +
+			"is gone. Images stay in the registry.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed: true, MarkdownDescription: "The namespace name.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"app": schema.StringAttribute{
+				Optional: true, Validators: []validator.String{stringvalidator.RegexMatches(dnsLabelRE, "must be a DNS label")},
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+				MarkdownDescription: "For a per-app target: the application name, appended as `-<app>` to the base namespace, so two targets never hold the same Deployment. Unset for the `all` target. Changing it replaces the namespace (and deletes the old one with all in it).",
+			},
+			"name": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "The namespace: the provider's `k8s_namespace`, else `K8S_NAMESPACE`, else `fediversity`; then `-<app>` when `app` is set. " +
+					"A change of the base namespace replaces the resource.",
+			},
+			"runtime_class": schema.StringAttribute{
+				Optional: true, Computed: true, Default: stringdefault.StaticString(defaultRuntimeClass),
+				MarkdownDescription: "The method's RuntimeClass, checked at every plan. Default `fediversity`. Changing it changes nothing in the cluster; pass it on to `fediversity_k8s_rollout`.",
+			},
+			"network_policy": schema.StringAttribute{
+				Computed: true, MarkdownDescription: "Name of the NetworkPolicy (`same-namespace-only`). When Read finds it missing or changed, the next apply puts it back.",
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Read: true, Delete: true}),
+		},
+	}
+}
+
+func (r *k8sNamespaceResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	if req.ProviderData == nil {
+		return
+	}
+	cfg, ok := req.ProviderData.(*Config)
+	if !ok {
+		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_k8s_namespace wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
+		return
+	}
+	r.cfg = cfg
+}
+
+// ModifyPlan names the namespace and checks the RuntimeClass: a missing one fails the
+// plan, before any image is pushed (k8s.md edge cases).
+func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() || r.cfg == nil {
+		return
+	}
+	var plan k8sNamespaceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.App.IsUnknown() {
+		return
+	}
+	name := k8s.NamespaceName(r.cfg.K8sNamespace, plan.App.ValueString())
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("name"), types.StringValue(name))...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"), types.StringValue(name))...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("network_policy"), types.StringValue(k8s.NetworkPolicyName))...)
+	if !req.State.Raw.IsNull() {
+		var state k8sNamespaceModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+		if state.Name.ValueString() != name {
+			resp.RequiresReplace = append(resp.RequiresReplace, path.Root("name"))
+		}
+	}
+	if plan.RuntimeClass.IsUnknown() {
+		return
+	}
+	c, diags := k8sClient(r.cfg, "")
+	resp.Diagnostics.Append(diags...)
+	if diags.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, namespaceReadTimeout)
+	defer cancel()
+	if err := c.RuntimeClassExists(ctx, plan.RuntimeClass.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("runtime_class"), "RuntimeClass missing",
+			fmt.Sprintf("Namespace %s, phase plan: %v. Nothing was pushed or applied.", name, err))
+	}
+}
+
+func (r *k8sNamespaceResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan k8sNamespaceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Create(ctx, namespaceCreateTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	r.apply(ctx, &plan, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+func (r *k8sNamespaceResource) apply(ctx context.Context, plan *k8sNamespaceModel, d interface{ AddError(string, string) }) {
+	c, diags := k8sClient(r.cfg, "")
+	if diags.HasError() {
+		d.AddError(diags[0].Summary(), diags[0].Detail())
+		return
+	}
+	if err := c.EnsureNamespace(ctx, plan.Name.ValueString()); err != nil {
+		d.AddError("Unable to create the target namespace", fmt.Sprintf("Namespace %s, phase create: %v", plan.Name.ValueString(), err))
+		return
+	}
+	plan.ID = plan.Name
+	plan.NetworkPolicy = types.StringValue(k8s.NetworkPolicyName)
+}
+
+// Update only runs when the NetworkPolicy drifted (or runtime_class/timeouts changed):
+// it puts the policy back.
+func (r *k8sNamespaceResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan k8sNamespaceModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, namespaceCreateTimeout)
+	defer cancel()
+	r.apply(ctx, &plan, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+}
+
+func (r *k8sNamespaceResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state k8sNamespaceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() || r.cfg == nil {
+		return
+	}
+	limit, diags := state.Timeouts.Read(ctx, namespaceReadTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	c, diags := k8sClient(r.cfg, "")
+	if diags.HasError() {
+		resp.Diagnostics.AddWarning("Unable to read the target namespace", diags[0].Detail()+" The state is kept as it was.")
+		return
+	}
+	st, err := c.GetNamespace(ctx, state.Name.ValueString())
+	if err != nil {
+		resp.Diagnostics.AddWarning("Unable to read the target namespace", fmt.Sprintf("Namespace %s, phase read: %v. The state is kept as it was.", state.Name.ValueString(), err))
+		return
+	}
+	if !st.Exists || st.Terminating {
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if !st.NetworkPolicy {
+		state.NetworkPolicy = types.StringValue("")
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+func (r *k8sNamespaceResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var state k8sNamespaceModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := state.Timeouts.Delete(ctx, namespaceDeleteTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	c, diags := k8sClient(r.cfg, "")
+	resp.Diagnostics.Append(diags...)
+	if diags.HasError() {
+		return
+	}
+	if err := c.DeleteNamespace(ctx, state.Name.ValueString()); err != nil {
+		resp.Diagnostics.AddError("Unable to delete the target namespace",
+			fmt.Sprintf("Namespace %s, phase delete: %v. Run the destroy again, or raise timeouts.delete.", state.Name.ValueString(), err))
+	}
+}

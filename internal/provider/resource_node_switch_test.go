@@ -1,0 +1,433 @@
+package provider
+
+// Acceptance tests of fediversity_node_switch on the lab: real sshd and incusd, real nix
+// copies, real systemd in Incus containers. Each test deploys to a throwaway instance
+// (labtest.NewInstance), so tests neither disturb the shared nodes nor each other.
+// They need TF_ACC=1 and FEDIVERSITY_LAB=1 and run under Terraform and OpenTofu
+// (see provider_test.go).
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
+)
+
+// accLab skips unless both TF_ACC and the lab are enabled.
+func accLab(t *testing.T) {
+	t.Helper()
+	if os.Getenv("TF_ACC") == "" {
+		t.Skip("acceptance test: set TF_ACC=1 (and FEDIVERSITY_LAB=1 with the lab up)")
+	}
+	labtest.Require(t)
+}
+
+// Small windows keep the suite short; the verdict logic does not depend on them.
+const accTimings = `
+  timings {
+    node_wait       = "30s"
+    settle          = "1s"
+    watch           = "4s"
+    sample_interval = "1s"
+  }`
+
+func accProvider() string {
+	return fmt.Sprintf(`
+provider "fediversity" {
+  ssh_private_key_file = %q
+}
+`, labtest.KeyFile())
+}
+
+// sshBlock is the transport block of a lab node over its loopback SSH proxy.
+func sshBlock(n labtest.Node) string {
+	return fmt.Sprintf(`
+  ssh {
+    host     = %q
+    port     = %d
+    host_key = %q
+  }`, n.SSHHost, n.SSHPort, n.HostKey)
+}
+
+func incusBlock(n labtest.Node) string {
+	return fmt.Sprintf(`
+  incus {
+    instance = %q
+    project  = %q
+  }`, n.Instance, n.Project)
+}
+
+// switchConfig is one fediversity_node_switch "n" with the given transport and extras.
+func switchConfig(node labtest.Node, transport, toplevel, extra string) string {
+	return testAccConfig(accProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node     = %q
+  toplevel = %q
+%s
+%s
+%s
+}
+`, node.Name, toplevel, transport, accTimings, extra))
+}
+
+const addr = "fediversity_node_switch.n"
+
+func verdictList(name string, want ...string) statecheck.StateCheck {
+	vals := make([]knownvalue.Check, 0, len(want))
+	for _, w := range want {
+		vals = append(vals, knownvalue.StringRegexp(regexp.MustCompile("^"+regexp.QuoteMeta(w))))
+	}
+	return statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey(name), knownvalue.ListExact(vals))
+}
+
+func verdictBool(name string, v bool) statecheck.StateCheck {
+	return statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey(name), knownvalue.Bool(v))
+}
+
+// nodeExec runs a shell command on a lab instance (test setup only).
+func nodeExec(t *testing.T, n labtest.Node, script string) string {
+	t.Helper()
+	return labtest.Incus(t, "exec", n.Instance, "--", "sh", "-c", script)
+}
+
+// SSH: a good closure deploys with a clean verdict and the next plan is empty; an
+// out-of-band switch shows as drift of toplevel and the next apply puts it back; the
+// node can be imported by its address.
+func TestAccNodeSwitchSSHGoodDriftImport(t *testing.T) {
+	accLab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	goodV2 := labtest.BuildClosure(t, labtest.ClosureGoodV2)
+	node := labtest.NewInstance(t, "acc-ssh-good")
+	cfgGood := switchConfig(node, sshBlock(node), good, "")
+
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				// good-v2 first, so the node's store holds it for the out-of-band switch.
+				Config: switchConfig(node, sshBlock(node), goodV2, ""),
+			},
+			{
+				Config: cfgGood,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("toplevel"), knownvalue.StringExact(good)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("generation"), knownvalue.NotNull()),
+					verdictBool("ok", true),
+					verdictBool("unread", false),
+					verdictBool("unreachable", false),
+					verdictList("failed"),
+					verdictList("set_aside"),
+					verdictList("restart_loop"),
+					verdictList("never_spawned_closure"),
+					verdictList("never_spawned_host"),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey("switch_result"), knownvalue.StringExact("ok")),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey("system_state"), knownvalue.StringExact("running")),
+				},
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+			},
+			{
+				// Someone switches the node by hand: the plan shows toplevel changing back.
+				PreConfig: func() {
+					nodeExec(t, node, goodV2+"/bin/switch-to-configuration switch")
+				},
+				Config: cfgGood,
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue(addr, tfjsonpath.New("toplevel"), knownvalue.StringExact(good)),
+					},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				Check: func(*terraform.State) error {
+					if got := strings.TrimSpace(nodeExec(t, node, "readlink -f /run/current-system")); got != good {
+						return fmt.Errorf("after the repair the node runs %s, want %s", got, good)
+					}
+					return nil
+				},
+			},
+			{
+				ResourceName:  addr,
+				ImportState:   true,
+				ImportStateId: fmt.Sprintf("ssh://root@%s:%d/%s?known_hosts_file=%s", node.SSHHost, node.SSHPort, node.Name, writeKnownHosts(t, node)),
+				ImportStateCheck: func(states []*terraform.InstanceState) error {
+					if len(states) != 1 {
+						return fmt.Errorf("imported %d states", len(states))
+					}
+					s := states[0].Attributes
+					if s["toplevel"] != good || s["node"] != node.Name || s["ssh.port"] != fmt.Sprint(node.SSHPort) {
+						return fmt.Errorf("imported toplevel=%q node=%q ssh.port=%q, want %q %q %d", s["toplevel"], s["node"], s["ssh.port"], good, node.Name, node.SSHPort)
+					}
+					return nil
+				},
+			},
+		},
+	})
+}
+
+// writeKnownHosts writes a known_hosts file pinning the instance's key.
+func writeKnownHosts(t *testing.T, n labtest.Node) string {
+	t.Helper()
+	f := t.TempDir() + "/known_hosts"
+	if err := os.WriteFile(f, []byte(fmt.Sprintf("[%s]:%d %s\n", n.SSHHost, n.SSHPort, n.HostKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// verdictScenarioSteps are the verdict classes of DESIGN §4 through one transport, as
+// steps on one node: a failed unit fails a strict create and the next apply (taint),
+// lenient mode succeeds naming it, a failed unit fails a strict update and the next
+// apply (prior state kept), a restart loop is named and does not fail, a 214 unit is a
+// host fault, a condition-skipped unit is named and not restarted, and a failed unit
+// the configuration does not define is set aside.
+func verdictScenarioSteps(t *testing.T, node labtest.Node, transport string) []resource.TestStep {
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	failed := labtest.BuildClosure(t, labtest.ClosureFailedUnit)
+	loop := labtest.BuildClosure(t, labtest.ClosureRestartLoop)
+	hostFault := labtest.BuildClosure(t, labtest.ClosureHostFault)
+	skipped := labtest.BuildClosure(t, labtest.ClosureSkipped)
+	failedErr := regexp.MustCompile(`Unit\s+fedi-broken\.service\s+failed\s+on\s+` + regexp.QuoteMeta(node.Name))
+	cfg := func(top, extra string) string { return switchConfig(node, transport, top, extra) }
+
+	return []resource.TestStep{
+		{Config: cfg(failed, ""), ExpectError: failedErr},
+		// SC-001: the resource is tainted, so the next apply deploys and fails again.
+		{Config: cfg(failed, ""), ExpectError: failedErr},
+		{
+			Config: cfg(failed, "strict = false"),
+			ConfigStateChecks: []statecheck.StateCheck{
+				verdictBool("ok", true),
+				verdictList("failed", "fedi-broken.service"),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey("reasons"), knownvalue.ListSizeExact(1)),
+			},
+		},
+		{Config: cfg(good, ""), ConfigStateChecks: []statecheck.StateCheck{verdictBool("ok", true), verdictList("failed")}},
+		// SC-001 on update: the prior state is kept, so the next apply fails again.
+		{Config: cfg(failed, ""), ExpectError: failedErr},
+		{Config: cfg(failed, ""), ExpectError: failedErr},
+		{
+			Config: cfg(loop, ""),
+			ConfigStateChecks: []statecheck.StateCheck{
+				verdictBool("ok", true),
+				verdictList("restart_loop", "fedi-loop.service"),
+				verdictList("failed"),
+			},
+		},
+		{
+			Config: cfg(hostFault, ""),
+			ConfigStateChecks: []statecheck.StateCheck{
+				verdictBool("ok", true),
+				verdictList("never_spawned_host", "fedi-rt.service (214/SETSCHEDULER)"),
+				verdictList("never_spawned_closure"),
+				verdictList("failed"),
+			},
+		},
+		{
+			Config: cfg(skipped, ""),
+			ConfigStateChecks: []statecheck.StateCheck{
+				verdictBool("ok", true),
+				verdictList("skipped", "fedi-skipped.service"),
+				verdictList("restarted"),
+			},
+		},
+		{
+			// A unit the configuration does not define fails on the node: set aside.
+			PreConfig: func() {
+				nodeExec(t, node, "systemd-run --unit=fedi-outsider --service-type=oneshot /bin/false >/dev/null 2>&1; systemctl is-failed fedi-outsider.service >/dev/null")
+			},
+			Config: cfg(good, "strict = true # redeploy"),
+			ConfigStateChecks: []statecheck.StateCheck{
+				verdictBool("ok", true),
+				verdictList("set_aside", "fedi-outsider.service"),
+				verdictList("failed"),
+			},
+		},
+	}
+}
+
+func TestAccNodeSwitchSSHVerdictClasses(t *testing.T) {
+	accLab(t)
+	node := labtest.NewInstance(t, "acc-ssh-classes")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps:                    verdictScenarioSteps(t, node, sshBlock(node)),
+	})
+}
+
+// An unknown host key is refused, showing the fingerprint, before anything is copied.
+func TestAccNodeSwitchSSHUnknownHostKey(t *testing.T) {
+	accLab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	nodes := labtest.Nodes(t)
+	node := nodes[0]
+	other := nodes[len(nodes)-1]
+	if other.HostKey == node.HostKey {
+		t.Skip("the lab nodes share a host key; cannot make a wrong pin")
+	}
+	wrong := node
+	wrong.HostKey = other.HostKey // a real key, but not this node's
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config:      switchConfig(wrong, sshBlock(wrong), good, ""),
+			ExpectError: regexp.MustCompile(`(?i)host key[\s\S]*SHA256:`),
+		}},
+	})
+}
+
+func TestAccNodeSwitchIncusVerdictClasses(t *testing.T) {
+	accLab(t)
+	node := labtest.NewInstance(t, "acc-incus-classes")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps:                    verdictScenarioSteps(t, node, incusBlock(node)),
+	})
+}
+
+// buildConfig deploys testdata/node.nix built by the provider, with a node plan.
+func buildConfig(node labtest.Node, transport, plan, args, extra string) string {
+	return testAccConfig(accProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node      = %q
+  node_plan = jsonencode(%s)
+  build {
+    file = %q
+    args = %s
+  }
+%s
+%s
+%s
+}
+`, node.Name, plan, testdataFile("node.nix"), args, transport, accTimings, extra))
+}
+
+func testdataFile(name string) string {
+	wd, _ := os.Getwd()
+	return wd + "/testdata/" + name
+}
+
+// ourSnapshots lists the instance's snapshots this provider took.
+func ourSnapshots(t *testing.T, n labtest.Node) []string {
+	t.Helper()
+	var out []string
+	for _, l := range strings.Split(labtest.Incus(t, "snapshot", "list", n.Instance, "--format", "csv", "-c", "n"), "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "fediversity-") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Incus: the provider builds the closure with the written node plan (FR-015), takes a
+// snapshot before each switch and keeps exactly `keep`; a stopped instance in Read keeps
+// the state (with a warning) instead of dropping it; the node imports by address.
+func TestAccNodeSwitchIncusBuildSnapshotsRead(t *testing.T) {
+	accLab(t)
+	node := labtest.NewInstance(t, "acc-incus-build")
+	snap := "snapshot {\n    keep = 2\n  }"
+	cfg := func(plan string) string { return buildConfig(node, incusBlock(node), plan, `{ seed = "acc" }`, snap) }
+	planOnNode := func(want string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			got := strings.TrimSpace(nodeExec(t, node, "cat /run/current-system/etc/fediversity/node-plan.json"))
+			if got != want {
+				return fmt.Errorf("the node's closure was built from plan %s, want %s", got, want)
+			}
+			return nil
+		}
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: cfg(`{ domain = "a.example" }`),
+				Check:  planOnNode(`{"domain":"a.example"}`),
+				ConfigStateChecks: []statecheck.StateCheck{
+					verdictBool("ok", true),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("toplevel"), knownvalue.StringRegexp(regexp.MustCompile(`^/nix/store/.*-nixos-system-fedi-acc$`))),
+				},
+				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			},
+			{Config: cfg(`{ domain = "b.example" }`), Check: planOnNode(`{"domain":"b.example"}`)},
+			{
+				Config: cfg(`{ domain = "c.example" }`),
+				Check: func(s *terraform.State) error {
+					if err := planOnNode(`{"domain":"c.example"}`)(s); err != nil {
+						return err
+					}
+					if got := ourSnapshots(t, node); len(got) != 2 {
+						return fmt.Errorf("after 3 deploys with keep = 2 the instance has snapshots %v, want exactly 2", got)
+					}
+					return nil
+				},
+			},
+			{
+				ResourceName:      addr,
+				ImportState:       true,
+				ImportStateId:     fmt.Sprintf("incus://local/%s/%s", node.Project, node.Instance),
+				ImportStateVerify: true,
+				ImportStateVerifyIgnore: []string{
+					"build", "node_plan", "snapshot", "timings", "timeouts", "verdict", "generation", "incus.remote",
+				},
+			},
+			{
+				// The node is down: refresh keeps the state and warns; nothing is planned.
+				PreConfig: func() { labtest.Incus(t, "stop", "--force", node.Instance) },
+				Config:    cfg(`{ domain = "c.example" }`),
+				PlanOnly:  true,
+			},
+		},
+	})
+}
+
+// Incus: a closure that leaves the node unreachable after the switch: the snapshot
+// taken before it is restored, the instance started, and the apply fails saying so.
+func TestAccNodeSwitchIncusUnreachableRestoresSnapshot(t *testing.T) {
+	accLab(t)
+	node := labtest.NewInstance(t, "acc-incus-brick")
+	snap := "snapshot {\n    keep = 3\n  }"
+	var goodTop string
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: buildConfig(node, incusBlock(node), `{}`, `{ seed = "acc-brick" }`, snap),
+				Check: func(s *terraform.State) error {
+					goodTop = s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
+					return nil
+				},
+			},
+			{
+				Config:      buildConfig(node, incusBlock(node), `{}`, `{ seed = "acc-brick", brick = "1" }`, snap),
+				ExpectError: regexp.MustCompile(`unreachable\s+after\s+the\s+switch:\s+snapshot\s+fediversity-gen-\d+\s+restored`),
+			},
+			{
+				// The node is back, running, with the previous system as its boot entry.
+				PreConfig: func() {
+					if got := strings.TrimSpace(nodeExec(t, node, "systemctl is-system-running; readlink -f /nix/var/nix/profiles/system")); !strings.HasSuffix(got, "\n"+goodTop) {
+						t.Errorf("after the restore the node says %q, want it running with system profile %q", got, goodTop)
+					}
+				},
+				Config:   buildConfig(node, incusBlock(node), `{}`, `{ seed = "acc-brick" }`, snap),
+				PlanOnly: true,
+			},
+		},
+	})
+}

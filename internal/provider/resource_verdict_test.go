@@ -1,0 +1,227 @@
+package provider
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+)
+
+const vaddr = "fediversity_verdict.v"
+
+// handDeploy puts toplevel on the instance without the provider (test setup for the
+// verdict-only pass, which never copies or switches): nix-store --export piped into
+// `incus exec … nix-store --import`, then switch-to-configuration switch. The switch's
+// exit code is not checked: scenarios with failing units exit 4 on purpose.
+func handDeploy(t *testing.T, n labtest.Node, toplevel string) {
+	t.Helper()
+	paths, err := nixstore.Closure(t.Context(), toplevel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nar bytes.Buffer
+	if err := nixstore.Export(t.Context(), paths, &nar); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("incus", "exec", n.Instance, "--", "nix-store", "--import")
+	cmd.Stdin = &nar
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("import %s into %s: %v\n%s", toplevel, n.Instance, err, out)
+	}
+	_, _ = labtest.IncusErr("exec", n.Instance, "--", toplevel+"/bin/switch-to-configuration", "switch")
+}
+
+func verdictConfig(n labtest.Node, transport, toplevel, extra string) string {
+	top := ""
+	if toplevel != "" {
+		top = fmt.Sprintf("toplevel = %q", toplevel)
+	}
+	return testAccConfig(accProvider() + fmt.Sprintf(`
+resource "fediversity_verdict" "v" {
+  node = %q
+  %s
+%s
+%s
+}
+`, n.Name, top, transport, extra))
+}
+
+const chainMembers = `secret_chain = ["secret-chain-fetch.service", "secret-chain-install.service"]`
+
+func vBool(name string, v bool) statecheck.StateCheck {
+	return statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("verdict").AtMapKey(name), knownvalue.Bool(v))
+}
+
+func vList(name string, want ...string) statecheck.StateCheck {
+	vals := make([]knownvalue.Check, 0, len(want))
+	for _, w := range want {
+		vals = append(vals, knownvalue.StringRegexp(regexp.MustCompile("^"+regexp.QuoteMeta(w))))
+	}
+	return statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("verdict").AtMapKey(name), knownvalue.ListExact(vals))
+}
+
+// A chain that converges: app.service fails until the chain has made /run/secret; the
+// pass waits for the chain, restarts app.service, and the verdict is clean. A change of
+// triggers runs the pass again.
+func TestAccVerdictChainConverges(t *testing.T) {
+	accLab(t)
+	chain := labtest.BuildClosure(t, labtest.ClosureChain)
+	node := labtest.NewInstance(t, "acc-v-chain")
+	timings := `
+  timings {
+    chain_wait      = "2m"
+    no_progress     = "20s"
+    settle          = "1s"
+    watch           = "3s"
+    sample_interval = "1s"
+  }`
+	cfg := func(trigger string) string {
+		return verdictConfig(node, incusBlock(node), chain, chainMembers+timings+fmt.Sprintf("\n  triggers = { run = %q }", trigger))
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				PreConfig: func() { handDeploy(t, node, chain) },
+				Config:    cfg("1"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					vBool("ok", true),
+					vBool("verdict_only", true),
+					vList("failed"),
+					statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("verdict").AtMapKey("switch_result"), knownvalue.StringExact("not-run")),
+					statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("judged_toplevel"), knownvalue.StringExact(chain)),
+				},
+			},
+			{
+				// The chain runs afresh (a new switch clears /run/secret); a new trigger
+				// judges again, and app.service is restarted after the chain.
+				PreConfig: func() { handDeploy(t, node, chain) },
+				Config:    cfg("2"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					vBool("ok", true),
+					vList("failed"),
+				},
+			},
+		},
+	})
+}
+
+// A chain member that fails, or that makes no progress, stops the pass before
+// chain_wait (SC-005) with an error naming the member.
+func TestAccVerdictChainStopsEarly(t *testing.T) {
+	accLab(t)
+	fails := labtest.BuildClosure(t, labtest.ClosureChainMemberFails)
+	stuck := labtest.BuildClosure(t, labtest.ClosureChainNoProgress)
+	node := labtest.NewInstance(t, "acc-v-chainstop")
+	timings := `
+  timings {
+    chain_wait      = "10m"
+    no_progress     = "6s"
+    sample_interval = "1s"
+  }`
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				PreConfig:   func() { handDeploy(t, node, fails) },
+				Config:      verdictConfig(node, incusBlock(node), fails, chainMembers+timings),
+				ExpectError: regexp.MustCompile(`secret-chain-fetch\.service[\s\S]*(failed|fail)`),
+			},
+			{
+				PreConfig:   func() { handDeploy(t, node, stuck) },
+				Config:      verdictConfig(node, incusBlock(node), stuck, chainMembers+timings),
+				ExpectError: regexp.MustCompile(`secret-chain-fetch\.service[\s\S]*progress`),
+			},
+		},
+	})
+}
+
+// A unit still looping past its loop budget fails a strict verdict-only pass, naming
+// the unit and the budget.
+func TestAccVerdictLoopPastBudget(t *testing.T) {
+	accLab(t)
+	loop := labtest.BuildClosure(t, labtest.ClosureRestartLoop)
+	node := labtest.NewInstance(t, "acc-v-loop")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			PreConfig: func() { handDeploy(t, node, loop) },
+			Config: verdictConfig(node, sshBlock(node), "", `
+  loop_budgets = { "fedi-loop.service" = 1 }
+  timings {
+    settle          = "1s"
+    watch           = "4s"
+    sample_interval = "1s"
+    chain_wait      = "10s"
+  }`),
+			ExpectError: regexp.MustCompile(`fedi-loop\.service[\s\S]*budget\s+1`),
+		}},
+	})
+}
+
+// A stopped instance: the verdict says unreachable.
+func TestAccVerdictStoppedInstanceUnreachable(t *testing.T) {
+	accLab(t)
+	node := labtest.NewInstance(t, "acc-v-stopped")
+	labtest.Incus(t, "stop", "--force", node.Instance)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: verdictConfig(node, incusBlock(node), "", `
+  timings {
+    node_wait       = "5s"
+    sample_interval = "1s"
+    watch           = "3s"
+  }`),
+			ExpectError: regexp.MustCompile(`(?i)unreachable`),
+		}},
+	})
+}
+
+// A severed system bus: the unit sets are unread, not empty. Lenient, so the pass
+// succeeds and the state shows what was (not) read.
+func TestAccVerdictSeveredBusUnread(t *testing.T) {
+	accLab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	node := labtest.NewInstance(t, "acc-v-bus")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			PreConfig: func() {
+				handDeploy(t, node, good)
+				nodeExec(t, node, "mount --bind /dev/null /run/systemd/private && mount --bind /dev/null /run/dbus/system_bus_socket")
+				if out, _ := labtest.IncusErr("exec", node.Instance, "--", "systemctl", "list-units"); !strings.Contains(out, "Failed to connect to bus") {
+					t.Fatalf("the bus is not severed: systemctl said %q", out)
+				}
+			},
+			Config: verdictConfig(node, sshBlock(node), good, `
+  strict = false
+  timings {
+    node_wait       = "5s"
+    settle          = "1s"
+    watch           = "3s"
+    sample_interval = "1s"
+  }`),
+			ConfigStateChecks: []statecheck.StateCheck{
+				vBool("unread", true),
+				statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("verdict").AtMapKey("failed"), knownvalue.Null()),
+				statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("verdict").AtMapKey("unread_sources"), knownvalue.ListSizeExact(1)),
+			},
+		}},
+	})
+}

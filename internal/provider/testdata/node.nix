@@ -1,0 +1,58 @@
+# A stand-in NixOS toplevel for the provider's acceptance tests, built without nixpkgs
+# (like lab/closures): one healthy unit, plus
+#   planFile  the node plan the provider wrote (FR-015): copied to
+#             $out/etc/fediversity/node-plan.json, so a test can read back what the
+#             build was given;
+#   brick     "1": `switch` powers the node off right after pointing
+#             /run/current-system at $out, i.e. a closure that leaves the node
+#             unreachable (snapshot restore test).
+#   seed      any string, for fresh store paths.
+{ planFile ? "", brick ? "", seed ? "", system ? builtins.currentSystem }:
+let
+  plan = if planFile == "" then "{}" else builtins.readFile planFile;
+in
+derivation {
+  name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}";
+  inherit system seed plan brick;
+  builder = "/bin/sh";
+  args = [ "-c" ''
+    set -e
+    PATH=/usr/bin:/bin
+    mkdir -p $out/bin $out/sw/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
+    printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
+    echo "25.05.fediversity-acc" > $out/nixos-version
+    cat > $out/etc/systemd/system/fedi-acc.service <<EOF_UNIT
+    [Unit]
+    Description=fediversity acceptance unit
+    [Service]
+    Type=exec
+    ExecStart=/bin/sleep infinity
+    EOF_UNIT
+    ln -s ../fedi-acc.service $out/etc/systemd/system/multi-user.target.wants/fedi-acc.service
+    cat > $out/bin/switch-to-configuration <<EOF_SWITCH
+    #!/bin/sh
+    set -u
+    PATH=/usr/sbin:/usr/bin:/sbin:/bin
+    case "\$1" in
+    boot) mkdir -p /nix/var/nix; echo $out > /nix/var/nix/fediversity-boot-entry; exit 0 ;;
+    dry-activate) exit 0 ;;
+    switch|test) ;;
+    *) echo "usage: \$0 switch|boot|test|dry-activate" >&2; exit 1 ;;
+    esac
+    ln -sfn $out /run/current-system.tmp && mv -T /run/current-system.tmp /run/current-system
+    if [ "$brick" = 1 ]; then
+      echo "bricking the node" >&2
+      systemctl --no-block poweroff
+      exit 0
+    fi
+    mkdir -p /run/systemd/system
+    ln -sfn $out/etc/systemd/system/fedi-acc.service /run/systemd/system/fedi-acc.service
+    systemctl daemon-reload
+    systemctl restart fedi-acc.service
+    sleep 1
+    systemctl is-failed --quiet fedi-acc.service && { echo "warning: the following units failed: fedi-acc.service" >&2; exit 4; }
+    exit 0
+    EOF_SWITCH
+    chmod +x $out/bin/switch-to-configuration
+  '' ];
+}
