@@ -9,12 +9,16 @@
 #   bash lab/lab.sh status  print how to reach each node
 #   bash lab/lab.sh image   only build (when not cached) and import the node image
 #
-# Environment: LAB_NODES (default 3), LAB_PORT_BASE (default 2200: node i listens on
+# Environment: LAB_NODES (default 3), LAB_PREFIX (default fedi), LAB_STATE (default
+# /var/lib/fediversity-lab), LAB_PORT_BASE (default 2200: node i listens on
 # 127.0.0.1:$((LAB_PORT_BASE+i))), FEDIVERSITY_CACHE (default /var/cache/fediversity).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 LAB_NODES=${LAB_NODES:-3}
+# LAB_PREFIX names the nodes (<prefix>-n1 …) and tests' throwaway instances (<prefix>-t-…),
+# so two labs (a developer's and a CI run) can share one incusd.
+LAB_PREFIX=${LAB_PREFIX:-fedi}
 LAB_PORT_BASE=${LAB_PORT_BASE:-2200}
 CACHE=${FEDIVERSITY_CACHE:-/var/cache/fediversity}
 STATE=${LAB_STATE:-/var/lib/fediversity-lab}
@@ -156,7 +160,7 @@ launch_node() {
 write_state() {
   local json="[" kh="" first=1 i name port key
   for i in $(seq 1 "$LAB_NODES"); do
-    name=fedi-n$i
+    name=$LAB_PREFIX-n$i
     port=$((LAB_PORT_BASE + i))
     key=$(incus exec "$name" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')
     kh+="[127.0.0.1]:$port $key"$'\n'
@@ -174,7 +178,7 @@ status() {
   echo "Lab nodes (key $STATE/id_ed25519, known_hosts $STATE/known_hosts):"
   local i
   for i in $(seq 1 "$LAB_NODES"); do
-    echo "  fedi-n$i: ssh -i $STATE/id_ed25519 -o UserKnownHostsFile=$STATE/known_hosts -p $((LAB_PORT_BASE + i)) root@127.0.0.1   |   incus exec fedi-n$i -- bash"
+    echo "  $LAB_PREFIX-n$i: ssh -i $STATE/id_ed25519 -o UserKnownHostsFile=$STATE/known_hosts -p $((LAB_PORT_BASE + i)) root@127.0.0.1   |   incus exec $LAB_PREFIX-n$i -- bash"
   done
 }
 
@@ -187,7 +191,7 @@ up() {
   import_image
   ensure_key
   local i
-  for i in $(seq 1 "$LAB_NODES"); do launch_node "fedi-n$i" $((LAB_PORT_BASE + i)); done
+  for i in $(seq 1 "$LAB_NODES"); do launch_node "$LAB_PREFIX-n$i" $((LAB_PORT_BASE + i)); done
   write_state
   log "lab up in $((SECONDS - t0)) s"
   status
@@ -196,11 +200,15 @@ up() {
 down() {
   if incusd_up; then
     local n
-    for n in $(incus list --format csv -c n | grep -E '^fedi-(n[0-9]+|t-.*)$' || true); do
+    for n in $(incus list --format csv -c n | grep -E "^$LAB_PREFIX-(n[0-9]+|t-.*)\$" || true); do
       log "deleting $n"
       incus delete --force "$n" >/dev/null
     done
-    incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
+    # The image is shared with any other lab on this incusd (another LAB_PREFIX): keep it
+    # while one of those still has nodes.
+    if ! incus list --format csv -c n | grep -qE -- '-n[0-9]+$'; then
+      incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
+    fi
   fi
   rm -rf "$STATE"
   log "lab down (incusd and the cached image tarballs in $IMAGE_DIR are kept)"

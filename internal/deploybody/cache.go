@@ -92,15 +92,17 @@ func (c *EvalCache) Store(key, toplevel string, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("writing evaluation cache %s: %w", c.Dir, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing evaluation cache entry %s: %w", file, err)
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing evaluation cache entry %s: %w", file, err)
+	if err == nil {
+		err = os.Rename(tmp.Name(), file)
 	}
-	if err := os.Rename(tmp.Name(), file); err != nil {
+	if err != nil {
+		// The entry was not written; the temporary file is ours to clean up, and a
+		// failure to remove it adds nothing to the error the caller gets.
+		_ = os.Remove(tmp.Name())
 		return fmt.Errorf("writing evaluation cache entry %s: %w", file, err)
 	}
 	return nil

@@ -51,6 +51,15 @@ func TestEvalCache(t *testing.T) {
 	if err := c.Store("../escape", testToplevel, time.Now()); err == nil {
 		t.Fatal("a key that is not a MakeCacheKey key must be refused")
 	}
+	// A failed write leaves no temporary file behind, and neither does a good one.
+	blocked := MakeCacheKey("blocked", nil)
+	must(t, os.Mkdir(filepath.Join(dir, blocked+".json"), 0o755))
+	if err := c.Store(blocked, testToplevel, time.Now()); err == nil || !strings.Contains(err.Error(), blocked) {
+		t.Fatalf("storing onto a directory: err = %v, want an error naming the entry", err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".entry-*")); len(left) != 0 {
+		t.Fatalf("temporary files left in the cache: %v", left)
+	}
 }
 
 func TestValidStorePath(t *testing.T) {

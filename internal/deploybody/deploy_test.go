@@ -315,7 +315,7 @@ func TestDeploySeveredBusShowsUnread(t *testing.T) {
 			t.Fatalf("strict=%v: report must say unread, never none:\n%s", strict, res.Report)
 		}
 		if strict {
-			deployErr(t, err, PhaseVerdict)
+			wantDeployErr(t, err, PhaseVerdict)
 		} else if err != nil {
 			t.Fatalf("lenient: %v", err)
 		}
@@ -536,7 +536,7 @@ func TestVerdictOnlyWaitsForChainThenRestartsWantedUnits(t *testing.T) {
 	if err == nil {
 		t.Fatal("unwanted.service stays failed: a strict verdict must fail")
 	}
-	deployErr(t, err, PhaseVerdict)
+	wantDeployErr(t, err, PhaseVerdict)
 	restarts := s.node.runsOf("systemctl", "restart")
 	if len(restarts) != 1 || !reflect.DeepEqual(restarts[0].argv[4:], []string{"app.service"}) {
 		t.Fatalf("restarts = %+v, want only the wanted app.service", restarts)

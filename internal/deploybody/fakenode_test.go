@@ -564,6 +564,15 @@ func (s *scenario) verdictOnly() (*Result, error) {
 // deployErr asserts err is a DeployError of phase and returns it.
 func deployErr(t *testing.T, err error, phase string) *DeployError {
 	t.Helper()
+	wantDeployErr(t, err, phase)
+	var de *DeployError
+	errors.As(err, &de)
+	return de
+}
+
+// wantDeployErr is deployErr for callers that only check the error.
+func wantDeployErr(t *testing.T, err error, phase string) {
+	t.Helper()
 	var de *DeployError
 	if !errors.As(err, &de) {
 		t.Fatalf("error %v (%T) is not a *DeployError", err, err)
@@ -574,5 +583,4 @@ func deployErr(t *testing.T, err error, phase string) *DeployError {
 	if de.Node != "fedi-n1" || !strings.Contains(err.Error(), "fedi-n1") || de.Hint == "" {
 		t.Fatalf("error must name the node and say what to do: %v", err)
 	}
-	return de
 }

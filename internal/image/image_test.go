@@ -137,7 +137,9 @@ func TestPushUnreachableRegistryFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	archive, _ := writeArchive(t)
 	_, err = Push(context.Background(), archive, Target{Registry: addr, Namespace: "ns", Node: "n", Tag: "t"}, Options{})
 	if err == nil {
@@ -159,7 +161,9 @@ func TestNoRegistryNamesEnv(t *testing.T) {
 func TestPushRejectsNonArchive(t *testing.T) {
 	host, n := startRegistry(t, "", "")
 	p := filepath.Join(t.TempDir(), "not.tar")
-	os.WriteFile(p, []byte("hello"), 0o600)
+	if err := os.WriteFile(p, []byte("hello"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	_, err := Push(context.Background(), p, Target{Registry: host, Namespace: "ns", Node: "n", Tag: "t"}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "docker-archive") {
 		t.Fatalf("err = %v", err)
@@ -186,7 +190,9 @@ func TestAuthFromFile(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "a.json")
-			os.WriteFile(p, []byte(c.body), 0o600)
+			if err := os.WriteFile(p, []byte(c.body), 0o600); err != nil {
+				t.Fatal(err)
+			}
 			a, err := AuthFromFile(p, c.registry)
 			if c.wantErr {
 				if err == nil {
@@ -213,7 +219,9 @@ func FuzzAuthFromFile(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		p := filepath.Join(t.TempDir(), "a.json")
-		os.WriteFile(p, body, 0o600)
+		if err := os.WriteFile(p, body, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		_, _ = AuthFromFile(p, "r")
 	})
 }

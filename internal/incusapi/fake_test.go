@@ -17,7 +17,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -29,6 +29,14 @@ import (
 	"testing"
 	"time"
 )
+
+// reply writes a fake daemon's response body; a failed write fails the test.
+func reply(t *testing.T, w io.Writer, body string) {
+	t.Helper()
+	if _, err := io.WriteString(w, body); err != nil {
+		t.Errorf("fake incusd: writing response: %v", err)
+	}
+}
 
 func fakeClient(t *testing.T, h http.HandlerFunc) *Client {
 	t.Helper()
@@ -43,7 +51,7 @@ func TestErrorCarriesDaemonTextInstanceAndProject(t *testing.T) {
 			t.Errorf("project query = %q, want tenant-a", got)
 		}
 		w.WriteHeader(http.StatusInternalServerError)
-		fmt.Fprint(w, `{"type":"error","error":"Failed to load instance: disk on fire","error_code":500,"metadata":null}`)
+		reply(t, w, `{"type":"error","error":"Failed to load instance: disk on fire","error_code":500,"metadata":null}`)
 	}).WithProject("tenant-a")
 	_, err := c.GetInstance(context.Background(), "web01")
 	var ae *APIError
@@ -68,9 +76,9 @@ func TestOperationFailureCarriesOperationError(t *testing.T) {
 		switch {
 		case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/snapshots"):
 			w.WriteHeader(http.StatusAccepted)
-			fmt.Fprint(w, `{"type":"async","status":"Operation created","status_code":100,"operation":"/1.0/operations/op-1","metadata":{"id":"op-1","status":"Running","status_code":103}}`)
+			reply(t, w, `{"type":"async","status":"Operation created","status_code":100,"operation":"/1.0/operations/op-1","metadata":{"id":"op-1","status":"Running","status_code":103}}`)
 		case r.URL.Path == "/1.0/operations/op-1/wait":
-			fmt.Fprint(w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"id":"op-1","status":"Failure","status_code":400,"err":"Create instance snapshot: no space left on device"}}`)
+			reply(t, w, `{"type":"sync","status":"Success","status_code":200,"metadata":{"id":"op-1","status":"Failure","status_code":400,"err":"Create instance snapshot: no space left on device"}}`)
 		default:
 			http.NotFound(w, r)
 		}
@@ -84,7 +92,7 @@ func TestOperationFailureCarriesOperationError(t *testing.T) {
 
 func TestMalformedJSONIsAnError(t *testing.T) {
 	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `{"type":"sync","metadata":{"status":`)
+		reply(t, w, `{"type":"sync","metadata":{"status":`)
 	})
 	_, err := c.GetInstanceState(context.Background(), "web01")
 	var ae *APIError
@@ -95,12 +103,16 @@ func TestMalformedJSONIsAnError(t *testing.T) {
 
 func TestOversizedResponseIsRefused(t *testing.T) {
 	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `{"type":"sync","metadata":{"name":"`)
 		chunk := strings.Repeat("x", 1<<16)
+		parts := []string{`{"type":"sync","metadata":{"name":"`}
 		for i := 0; i < (MaxJSONResponse>>16)+2; i++ {
-			fmt.Fprint(w, chunk)
+			parts = append(parts, chunk)
 		}
-		fmt.Fprint(w, `"}}`)
+		for _, p := range append(parts, `"}}`) {
+			if _, err := io.WriteString(w, p); err != nil {
+				return // the client stopped reading at its limit, as it should
+			}
+		}
 	})
 	_, err := c.GetInstance(context.Background(), "web01")
 	if err == nil || !strings.Contains(err.Error(), "larger than") {
@@ -124,10 +136,10 @@ func TestOperationWaitEndsAtTimeout(t *testing.T) {
 		// versions answer the operation still running. Both mean "ask again".
 		if n%2 == 0 {
 			w.WriteHeader(http.StatusInternalServerError)
-			fmt.Fprint(w, `{"type":"error","error":"context deadline exceeded","error_code":500}`)
+			reply(t, w, `{"type":"error","error":"context deadline exceeded","error_code":500}`)
 			return
 		}
-		fmt.Fprint(w, `{"type":"sync","metadata":{"id":"op-2","status":"Running","status_code":103}}`)
+		reply(t, w, `{"type":"sync","metadata":{"id":"op-2","status":"Running","status_code":103}}`)
 	})
 	_, err := c.WaitOperation(context.Background(), "op-2", 1500*time.Millisecond)
 	var te *OperationTimeoutError
@@ -156,14 +168,14 @@ func TestExecReadsReturnAndLogsThenDeletesThem(t *testing.T) {
 	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.Method == http.MethodPost && r.URL.Path == "/1.0/instances/web01/exec":
-			fmt.Fprint(w, `{"type":"async","operation":"/1.0/operations/op-4","metadata":{"id":"op-4","status_code":103}}`)
+			reply(t, w, `{"type":"async","operation":"/1.0/operations/op-4","metadata":{"id":"op-4","status_code":103}}`)
 		case r.URL.Path == "/1.0/operations/op-4/wait":
-			fmt.Fprint(w, `{"type":"sync","metadata":{"id":"op-4","status":"Success","status_code":200,"metadata":{"return":3,"output":{"1":"/1.0/instances/web01/logs/exec_x.stdout","2":"/1.0/instances/web01/logs/exec_x.stderr"}}}}`)
+			reply(t, w, `{"type":"sync","metadata":{"id":"op-4","status":"Success","status_code":200,"metadata":{"return":3,"output":{"1":"/1.0/instances/web01/logs/exec_x.stdout","2":"/1.0/instances/web01/logs/exec_x.stderr"}}}}`)
 		case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/1.0/instances/web01/logs/"):
-			fmt.Fprint(w, strings.TrimPrefix(r.URL.Path, "/1.0/instances/web01/logs/"))
+			reply(t, w, strings.TrimPrefix(r.URL.Path, "/1.0/instances/web01/logs/"))
 		case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/1.0/instances/web01/logs/"):
 			deleted.Add(1)
-			fmt.Fprint(w, `{"type":"sync","metadata":{}}`)
+			reply(t, w, `{"type":"sync","metadata":{}}`)
 		default:
 			http.NotFound(w, r)
 		}
@@ -182,11 +194,11 @@ func TestExecReadsReturnAndLogsThenDeletesThem(t *testing.T) {
 
 func TestExecRefusesForeignLogPath(t *testing.T) {
 	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == "/1.0/instances/web01/exec":
-			fmt.Fprint(w, `{"type":"async","metadata":{"id":"op-5"}}`)
-		case r.URL.Path == "/1.0/operations/op-5/wait":
-			fmt.Fprint(w, `{"type":"sync","metadata":{"id":"op-5","status_code":200,"metadata":{"return":0,"output":{"1":"/1.0/certificates?x"}}}}`)
+		switch r.URL.Path {
+		case "/1.0/instances/web01/exec":
+			reply(t, w, `{"type":"async","metadata":{"id":"op-5"}}`)
+		case "/1.0/operations/op-5/wait":
+			reply(t, w, `{"type":"sync","metadata":{"id":"op-5","status_code":200,"metadata":{"return":0,"output":{"1":"/1.0/certificates?x"}}}}`)
 		default:
 			t.Errorf("unexpected request %s %s", r.Method, r.URL)
 			http.NotFound(w, r)
@@ -250,7 +262,7 @@ func TestHTTPSPinsServerCertAndSendsClientCert(t *testing.T) {
 		if r.TLS != nil && len(r.TLS.PeerCertificates) == 1 && r.TLS.PeerCertificates[0].Subject.CommonName == "client" {
 			sawClientCert.Store(true)
 		}
-		fmt.Fprint(w, `{"type":"sync","metadata":{"status":"Running","status_code":103}}`)
+		reply(t, w, `{"type":"sync","metadata":{"status":"Running","status_code":103}}`)
 	}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{srvPair}, ClientAuth: tls.RequireAnyClientCert, MinVersion: tls.VersionTLS12}
 	srv.StartTLS()

@@ -168,11 +168,13 @@ func TestClassifyFailFast(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cs.CoreV1().Events("fediversity").Create(context.Background(), &corev1.Event{
+			if _, err := cs.CoreV1().Events("fediversity").Create(context.Background(), &corev1.Event{
 				ObjectMeta:     metav1.ObjectMeta{Name: "ev1", Namespace: "fediversity"},
 				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "a", Namespace: "fediversity"},
 				Type:           corev1.EventTypeWarning, Reason: "Failed", Message: "event for pod a",
-			}, metav1.CreateOptions{})
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
 			w := &watcher{c: &Client{CS: cs}, s: testSpec(), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
 			t0 := time.Unix(1_000_000, 0)
 			var rerr *RolloutError

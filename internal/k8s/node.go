@@ -267,8 +267,11 @@ type NodeState struct {
 	Image         string // the node container's image in the Deployment
 	Ready         bool   // the rollout of that template is complete and its pod ready
 	ContainerUUID string
+	RuntimeClass  string
 	ClaimExists   bool
 	ClaimPhase    string
+	StorageClass  string
+	StorageSize   string
 }
 
 // GetNode reads the Deployment and the claim of a node.
@@ -281,6 +284,9 @@ func (c *Client) GetNode(ctx context.Context, ns, node string) (NodeState, error
 		return NodeState{}, fmt.Errorf("node %s: read Deployment %s/%s: %w", node, ns, node, err)
 	}
 	st := NodeState{Exists: true, Image: containerImage(d.Spec.Template.Spec), Ready: rolloutComplete(d)}
+	if rc := d.Spec.Template.Spec.RuntimeClassName; rc != nil {
+		st.RuntimeClass = *rc
+	}
 	for _, ct := range d.Spec.Template.Spec.Containers {
 		for _, e := range ct.Env {
 			if e.Name == "container_uuid" {
@@ -291,6 +297,12 @@ func (c *Client) GetNode(ctx context.Context, ns, node string) (NodeState, error
 	pvc, err := c.CS.CoreV1().PersistentVolumeClaims(ns).Get(ctx, ClaimName(node), metav1.GetOptions{})
 	if err == nil {
 		st.ClaimExists, st.ClaimPhase = true, string(pvc.Status.Phase)
+		if pvc.Spec.StorageClassName != nil {
+			st.StorageClass = *pvc.Spec.StorageClassName
+		}
+		if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			st.StorageSize = q.String()
+		}
 	} else if !apierrors.IsNotFound(err) {
 		return st, fmt.Errorf("node %s: read claim %s: %w", node, ClaimName(node), err)
 	}

@@ -97,7 +97,15 @@ func IncusErr(args ...string) (string, error) {
 
 var instanceMu sync.Mutex
 
-// NewInstance launches a throwaway lab container named fedi-t-<name> from the lab image,
+// Prefix is the lab's name prefix (LAB_PREFIX, default "fedi"), shared with lab.sh.
+func Prefix() string {
+	if p := os.Getenv("LAB_PREFIX"); p != "" {
+		return p
+	}
+	return "fedi"
+}
+
+// NewInstance launches a throwaway lab container named <prefix>-t-<name> from the lab image,
 // with the lab key authorised, fresh host keys and an SSH proxy on a free loopback port.
 // It is deleted when the test ends. Use it for tests that damage a node (stop it, sever
 // its bus, restore snapshots) so the shared nodes stay clean.
@@ -106,7 +114,7 @@ func NewInstance(t testing.TB, name string) Node {
 	Require(t)
 	instanceMu.Lock()
 	defer instanceMu.Unlock()
-	inst := "fedi-t-" + name
+	inst := Prefix() + "-t-" + name
 	_, _ = IncusErr("delete", "--force", inst)
 	Incus(t, "launch", "lab/debian", inst)
 	t.Cleanup(func() { _, _ = IncusErr("delete", "--force", inst) })
@@ -143,8 +151,11 @@ func freePort(t testing.TB) int {
 	if err != nil {
 		t.Fatalf("free port: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	return port
 }
 
 // RepoRoot finds the repository root (the directory with go.mod) from the test's

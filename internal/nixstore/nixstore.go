@@ -43,7 +43,7 @@ func ValidStorePath(p string) bool {
 		}
 	}
 	for _, c := range rest[33:] {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("+-._?=", c)) {
+		if !isASCIIAlnum(c) && !strings.ContainsRune("+-._?=", c) {
 			return false
 		}
 	}
@@ -259,3 +259,7 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.b) }
+
+func isASCIIAlnum(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}

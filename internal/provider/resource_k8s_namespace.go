@@ -20,9 +20,10 @@ import (
 )
 
 var (
-	_ resource.Resource               = &k8sNamespaceResource{}
-	_ resource.ResourceWithConfigure  = &k8sNamespaceResource{}
-	_ resource.ResourceWithModifyPlan = &k8sNamespaceResource{}
+	_ resource.Resource                = &k8sNamespaceResource{}
+	_ resource.ResourceWithConfigure   = &k8sNamespaceResource{}
+	_ resource.ResourceWithModifyPlan  = &k8sNamespaceResource{}
+	_ resource.ResourceWithImportState = &k8sNamespaceResource{}
 )
 
 // NewK8sNamespaceResource is the fediversity_k8s_namespace resource.
@@ -236,4 +237,17 @@ func (r *k8sNamespaceResource) Delete(ctx context.Context, req resource.DeleteRe
 		resp.Diagnostics.AddError("Unable to delete the target namespace",
 			fmt.Sprintf("Namespace %s, phase delete: %v. Run the destroy again, or raise timeouts.delete.", state.Name.ValueString(), err))
 	}
+}
+
+// ImportState takes the namespace name. The RuntimeClass is taken to be the default;
+// set runtime_class in the configuration when it differs.
+func (r *k8sNamespaceResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	if !dnsLabelRE.MatchString(req.ID) {
+		resp.Diagnostics.AddError("Invalid import ID", fmt.Sprintf("Want a namespace name, e.g. fediversity; got %q.", req.ID))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), req.ID)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("runtime_class"), defaultRuntimeClass)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("network_policy"), k8s.NetworkPolicyName)...)
 }

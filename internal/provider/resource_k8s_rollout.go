@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -21,9 +22,10 @@ import (
 )
 
 var (
-	_ resource.Resource               = &k8sRolloutResource{}
-	_ resource.ResourceWithConfigure  = &k8sRolloutResource{}
-	_ resource.ResourceWithModifyPlan = &k8sRolloutResource{}
+	_ resource.Resource                = &k8sRolloutResource{}
+	_ resource.ResourceWithConfigure   = &k8sRolloutResource{}
+	_ resource.ResourceWithModifyPlan  = &k8sRolloutResource{}
+	_ resource.ResourceWithImportState = &k8sRolloutResource{}
 )
 
 // NewK8sRolloutResource is the fediversity_k8s_rollout resource.
@@ -334,6 +336,21 @@ func (r *k8sRolloutResource) Read(ctx context.Context, req resource.ReadRequest,
 	}
 	state.ImageRef = types.StringValue(st.Image)
 	state.RunningImageRef = types.StringValue(st.Image)
+	if state.ContainerUUID.ValueString() == "" { // imported: take what the cluster has
+		state.ID = types.StringValue(state.Namespace.ValueString() + "/" + node)
+		state.ContainerUUID = types.StringValue(st.ContainerUUID)
+		state.MachineID = types.StringValue(k8s.MachineID(st.ContainerUUID))
+		state.RuntimeClass = types.StringValue(st.RuntimeClass)
+		state.StorageSize = types.StringValue(st.StorageSize)
+		if st.StorageClass != "" {
+			state.StorageClass = types.StringValue(st.StorageClass)
+		}
+		state.LastGoodImageRef = types.StringValue("")
+		if st.Ready {
+			state.LastGoodImageRef = types.StringValue(st.Image)
+		}
+		state.Status = types.StringValue(rolloutNotReady)
+	}
 	switch {
 	case st.Ready:
 		state.Status = types.StringValue(rolloutReady)
@@ -362,4 +379,17 @@ func (r *k8sRolloutResource) Delete(ctx context.Context, req resource.DeleteRequ
 	if err := c.DeleteNode(ctx, state.Namespace.ValueString(), node); err != nil {
 		resp.Diagnostics.AddError("Unable to delete node "+node, fmt.Sprintf("Node %s, phase delete: %v. Run the destroy again.", node, err))
 	}
+}
+
+// ImportState takes `<namespace>/<node>`; Read fills the rest from the cluster,
+// container_uuid included, so the machine ID stays the one the node has.
+func (r *k8sRolloutResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	ns, node, ok := strings.Cut(req.ID, "/")
+	if !ok || !dnsLabelRE.MatchString(ns) || !dnsLabelRE.MatchString(node) {
+		resp.Diagnostics.AddError("Invalid import ID", fmt.Sprintf("Want <namespace>/<node>, e.g. fediversity/web01; got %q.", req.ID))
+		return
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("namespace"), ns)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("node"), node)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
 }

@@ -90,7 +90,9 @@ func closedPort(t *testing.T) string {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
-	l.Close()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return addr
 }
 
@@ -379,6 +381,22 @@ func TestAccK8sRollout_deployReapplyChangeDestroy(t *testing.T) {
 				Config:           a.good("v2", "v2"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
+			{
+				// Import by <namespace>/<node>: the same container_uuid, image and claim settings.
+				Config:                  a.good("v2", "v2"),
+				ResourceName:            "fediversity_k8s_rollout.web01",
+				ImportState:             true,
+				ImportStateIdFunc:       func(*terraform.State) (string, error) { return a.ns + "/web01", nil },
+				ImportStateVerify:       true,
+				ImportStateVerifyIgnore: []string{"timings", "timeouts"},
+			},
+			{
+				Config:            a.good("v2", "v2"),
+				ResourceName:      "fediversity_k8s_namespace.ns",
+				ImportState:       true,
+				ImportStateIdFunc: func(*terraform.State) (string, error) { return a.ns, nil },
+				ImportStateVerify: true,
+			},
 		},
 	})
 }
@@ -448,8 +466,10 @@ func TestAccK8sRollout_rollbackTruthAndRetry(t *testing.T) {
 				Config: a.good("v3", "v3"),
 				Check: resource.ComposeTestCheckFunc(
 					a.checkRunsStateImage("web01"),
-					resource.TestCheckResourceAttr("fediversity_k8s_rollout.web01", "container_uuid", uuid),
 					func(s *terraform.State) error {
+						if u := stateAttr(s, "fediversity_k8s_rollout.web01", "container_uuid"); u != uuid {
+							return fmt.Errorf("container_uuid changed %s -> %s across the rollbacks", uuid, u)
+						}
 						if c, _ := a.claimUID(); c != claimUID {
 							return fmt.Errorf("claim replaced")
 						}

@@ -17,8 +17,10 @@ func ReadFile(file string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	raw, err := io.ReadAll(io.LimitReader(f, MaxSubmissionBytes+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -59,13 +59,6 @@ func (es *Errors) add(in, node, path, problem, fix string) {
 	*es = append(*es, &PathError{In: in, Node: node, Path: path, Problem: problem, Fix: fix})
 }
 
-func (es Errors) orNil() error {
-	if len(es) == 0 {
-		return nil
-	}
-	return es
-}
-
 // withIn labels a parse error with the document it came from.
 func withIn(err error, in string) Errors {
 	if pe, ok := err.(*PathError); ok {

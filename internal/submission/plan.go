@@ -253,7 +253,7 @@ func checkNodes(merged, apps map[string]any, haveSubmission bool, errs *Errors) 
 			}
 			if _, defined := apps[a]; !defined {
 				errs.add(InMerged, "", eat, fmt.Sprintf("node %s lists application %s, which the configuration does not define", name, a),
-					fmt.Sprintf(`define it under "applications" in the baked configuration, or remove it from the node`))
+					`define it under "applications" in the baked configuration, or remove it from the node`)
 			}
 		}
 	}

@@ -90,12 +90,27 @@ func dig(m map[string]any, keys ...string) any {
 
 func wantError(t *testing.T, errs Errors, path, problem string) *PathError {
 	t.Helper()
+	e := findError(errs, path, problem)
+	if e == nil {
+		t.Fatalf("no error at %s containing %q; got:\n%v", path, problem, errs)
+	}
+	return e
+}
+
+// requireError is wantError for callers that only check the error is there.
+func requireError(t *testing.T, errs Errors, path, problem string) {
+	t.Helper()
+	if findError(errs, path, problem) == nil {
+		t.Fatalf("no error at %s containing %q; got:\n%v", path, problem, errs)
+	}
+}
+
+func findError(errs Errors, path, problem string) *PathError {
 	for _, e := range errs {
 		if e.Path == path && strings.Contains(e.Problem, problem) {
 			return e
 		}
 	}
-	t.Fatalf("no error at %s containing %q; got:\n%v", path, problem, errs)
 	return nil
 }
 
@@ -324,7 +339,7 @@ func TestNonDataValuesAreRefusedWithTheirPath(t *testing.T) {
 				t.Errorf("error %+v is not labelled as web01's node plan", e)
 			}
 			// web03 runs mastodon too: its plan is refused as well, under its own name.
-			wantError(t, errs, strings.Replace(tt.wantPath, "web01", "web03", 1), tt.problem)
+			requireError(t, errs, strings.Replace(tt.wantPath, "web01", "web03", 1), tt.problem)
 		})
 	}
 }
@@ -375,7 +390,7 @@ func TestFileReferences(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sub := `{"applications": {"mastodon": {"enable": true, "key": {"_file": "` + tt.ref + `"}}}}`
 			errs := evaluateErr(t, Input{Submission: []byte(sub), OperatorRoot: root})
-			wantError(t, errs, at, tt.problem)
+			requireError(t, errs, at, tt.problem)
 		})
 	}
 }
@@ -390,7 +405,7 @@ func TestNodeMapWithoutNamesIsRefusedWithASubmission(t *testing.T) {
 		`{"nodes": null, "applications": {"mastodon": {"enable": true}}}`,
 	} {
 		errs := evaluateErr(t, Input{Submission: sub, Baked: []byte(baked)})
-		wantError(t, errs, "$.nodes", "publishes no node names")
+		requireError(t, errs, "$.nodes", "publishes no node names")
 		// Without a submission the same baked configuration is not refused.
 		res := evaluate(t, Input{Baked: []byte(baked)})
 		if len(res.NodePlans) != 0 || res.Digest != "" {

@@ -29,6 +29,7 @@ REG_PID=$!
 cleanup() {
   if [[ "$(readlink /proc/$REG_PID/exe 2>/dev/null || true)" == "$W/labregistry" ]]; then kill "$REG_PID"; fi
   curl -sS -o /dev/null --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" -X DELETE "$API/api/v1/namespaces/$NS" || true
+  rm -rf "$W"
 }
 trap cleanup EXIT
 for _ in $(seq 1 50); do [[ -s $W/registry.addr ]] && break; sleep 0.1; done

@@ -41,7 +41,7 @@ ready() {
 
 all_alive=1
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do alive "$c" || all_alive=0; done
-if [[ $all_alive == 1 ]] && ready; then
+if [[ $all_alive == 1 && -s $KUBECONFIG_OUT ]] && ready; then
   echo "$KUBECONFIG_OUT"; exit 0
 fi
 # Partly up: stop what is left and start clean.

@@ -26,7 +26,7 @@ func validSnapshotName(name string) error {
 		return fmt.Errorf("snapshot name %q must start with %q and name something after it", name, SnapshotPrefix)
 	}
 	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if !isASCIIAlnum(c) && !strings.ContainsRune("-_.", c) {
 			return fmt.Errorf("snapshot name %q: only letters, digits, '-', '_' and '.' are allowed", name)
 		}
 	}
@@ -153,4 +153,8 @@ func (t *Transport) waitReach(ctx context.Context, phase string, tries int) erro
 		}
 	}
 	return fmt.Errorf("%s: %s: the instance did not answer after %d tries: %w", t.where(), phase, tries, last)
+}
+
+func isASCIIAlnum(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }

@@ -60,11 +60,11 @@ func (f *fakeNode) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 		if ans == "fault" {
 			return 0, &TransportError{Err: errors.New("connection lost")}
 		}
-		fmt.Fprintln(stdout, ans)
-		return 0, nil
+		_, err := fmt.Fprintln(stdout, ans)
+		return 0, err
 	case argv[0] == "cat":
-		fmt.Fprint(stdout, f.files[strings.TrimPrefix(argv[1], f.prefix)])
-		return 0, nil
+		_, err := fmt.Fprint(stdout, f.files[strings.TrimPrefix(argv[1], f.prefix)])
+		return 0, err
 	case argv[0] == "rm":
 		return 0, nil
 	}

@@ -102,7 +102,7 @@ func TestBenchSSHTransport(t *testing.T) {
 	}
 	apply("ours first")
 	apply("ours re-apply")
-	tr.Close()
+	mustClose(t, tr)
 	var self syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
 
@@ -179,10 +179,10 @@ func newCountingProxy(t *testing.T, target string) *countingProxy {
 	var mu sync.Mutex
 	var open []net.Conn
 	t.Cleanup(func() {
-		l.Close()
+		closeQuietly(l)
 		mu.Lock()
 		for _, c := range open {
-			c.Close()
+			closeQuietly(c)
 		}
 		mu.Unlock()
 		wg.Wait()
@@ -195,7 +195,7 @@ func newCountingProxy(t *testing.T, target string) *countingProxy {
 			}
 			u, err := net.Dial("tcp", target)
 			if err != nil {
-				c.Close()
+				closeQuietly(c)
 				continue
 			}
 			mu.Lock()
@@ -205,8 +205,8 @@ func newCountingProxy(t *testing.T, target string) *countingProxy {
 			cp := func(dst, src net.Conn) {
 				defer wg.Done()
 				_, _ = io.Copy(countTo{dst, &p.n}, src)
-				dst.Close()
-				src.Close()
+				closeQuietly(dst)
+				closeQuietly(src)
 			}
 			go cp(u, c)
 			go cp(c, u)

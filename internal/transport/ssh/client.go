@@ -25,11 +25,10 @@ type Client struct {
 	cfg Config
 	log atomic.Pointer[remote.Logger]
 
-	mu      sync.Mutex
-	conn    *conn // nil or dead: dial on next use
-	dials   uint64
-	closed  bool
-	dialErr error // last dial error, for messages
+	mu     sync.Mutex
+	conn   *conn // nil or dead: dial on next use
+	dials  uint64
+	closed bool
 }
 
 var (
@@ -337,7 +336,9 @@ func (c *Client) Exec(ctx context.Context, argv []string, stdin io.Reader, stdou
 }
 
 func (c *Client) runSession(ctx context.Context, cn *conn, sess *gossh.Session, line string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	defer sess.Close()
+	// Once Wait has returned the channel is closed and Close reports io.EOF; a Close
+	// error here has nothing left to tell the caller.
+	defer func() { _ = sess.Close() }()
 	if stdin != nil {
 		sess.Stdin = stdin
 	}

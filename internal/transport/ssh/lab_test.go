@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +37,7 @@ func TestLabHostKeys(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer mustClose(t, c)
 		_, err = c.Exec(tctx(t), []string{"true"}, nil, nil, nil)
 		return err
 	}
@@ -80,7 +79,7 @@ func TestLabJumpHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	defer mustClose(t, tr)
 	// The lab nodes share hostname and machine-id (one image), so mark this one.
 	marker := fmt.Sprintf("jump-%d", time.Now().UnixNano())
 	labtest.Incus(t, "exec", n.Instance, "--", "sh", "-c", "echo "+marker+" > /run/fediversity-jump-marker")
@@ -94,7 +93,6 @@ func TestLabJumpHost(t *testing.T) {
 // switchLog captures the transport's log so the test can act when the switch started.
 type switchLog struct {
 	t       *testing.T
-	mu      sync.Mutex
 	started chan string
 }
 
@@ -122,7 +120,7 @@ func TestLabDeploy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	defer mustClose(t, tr)
 	ctx := tctx(t)
 	sh := func(script string) string {
 		t.Helper()
@@ -280,7 +278,7 @@ func TestLabClosureScenarios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	defer mustClose(t, tr)
 	ctx := tctx(t)
 	show := func(t *testing.T, unit string) map[string]string {
 		t.Helper()

@@ -96,7 +96,7 @@ PidFile %s/sshd.pid
 	for i := 0; i < 100; i++ {
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), time.Second)
 		if err == nil {
-			c.Close()
+			closeQuietly(c) // only probing that sshd listens
 			return s
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -114,8 +114,9 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	port := l.Addr().(*net.TCPAddr).Port
+	mustClose(t, l)
+	return port
 }
 
 func tctx(t *testing.T) context.Context {
@@ -159,7 +160,7 @@ func TestRealSSHDQuotingAndReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
+	defer mustClose(t, tr)
 	roundTrip(t, tr)
 	if n := tr.Client().Dials(); n != 1 {
 		t.Fatalf("%d dials for several commands, want one reused connection", n)
@@ -188,7 +189,7 @@ func TestRealSSHDHostKeys(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer c.Close()
+		defer mustClose(t, c)
 		_, err = c.Exec(ctx, []string{"true"}, nil, nil, nil)
 		return err
 	}
@@ -292,14 +293,14 @@ func TestRealSSHDAgentAndJump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer mustClose(t, l)
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			go func() { _ = agent.ServeAgent(kr, c); c.Close() }()
+			go func() { _ = agent.ServeAgent(kr, c); closeQuietly(c) }()
 		}
 	}()
 	agentCfg := s.config()
@@ -310,7 +311,7 @@ func TestRealSSHDAgentAndJump(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tr.Close()
+		defer mustClose(t, tr)
 		roundTrip(t, tr)
 	})
 	t.Run("jump host", func(t *testing.T) {
@@ -324,7 +325,7 @@ func TestRealSSHDAgentAndJump(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer tr.Close()
+		defer mustClose(t, tr)
 		roundTrip(t, tr)
 		res, err := tr.Run(tctx(t), []string{"sh", "-c", `echo "$SSH_CONNECTION"`}, deploybody.RunOptions{})
 		if err != nil {
@@ -338,8 +339,11 @@ func TestRealSSHDAgentAndJump(t *testing.T) {
 		// A wrong target key is refused even through the jump.
 		bad := target
 		bad.HostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIIWiYhsol3/p3B2LEReK2ZOYpaX+UmC9gbixEoLJWleG"
-		c, _ := NewClient(bad, nil)
-		defer c.Close()
+		c, err := NewClient(bad, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mustClose(t, c)
 		if _, err := c.Exec(tctx(t), []string{"true"}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "HOST KEY CHANGED") {
 			t.Fatalf("jumped with a wrong target key: %v", err)
 		}
@@ -362,10 +366,10 @@ func newSilentProxy(t *testing.T, target string) *silentProxy {
 	}
 	p := &silentProxy{l: l}
 	t.Cleanup(func() {
-		l.Close()
+		closeQuietly(l)
 		p.mu.Lock()
 		for _, c := range p.conns {
-			c.Close()
+			closeQuietly(c)
 		}
 		p.mu.Unlock()
 	})
@@ -377,7 +381,7 @@ func newSilentProxy(t *testing.T, target string) *silentProxy {
 			}
 			u, err := net.Dial("tcp", target)
 			if err != nil {
-				c.Close()
+				closeQuietly(c)
 				continue
 			}
 			p.mu.Lock()
@@ -412,7 +416,7 @@ func (p *silentProxy) pipe(dst, src net.Conn) {
 			if err != io.EOF {
 				return
 			}
-			dst.Close()
+			closeQuietly(dst)
 			return
 		}
 	}
@@ -435,7 +439,7 @@ func TestKeepaliveDetectsSilentConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer mustClose(t, c)
 	if _, err := c.Exec(tctx(t), []string{"true"}, nil, nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +467,7 @@ var _ remote.Runner = (*Client)(nil)
 func TestPoolSharesOneConnectionPerTarget(t *testing.T) {
 	s := startSSHD(t)
 	var p Pool
-	defer p.Close()
+	defer mustClose(t, &p)
 	a, err := p.Transport("a", s.config(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -485,4 +489,18 @@ func TestPoolSharesOneConnectionPerTarget(t *testing.T) {
 	if res, err := a.Run(tctx(t), []string{"true"}, deploybody.RunOptions{}); err != nil || res.ExitCode != 0 || ca.Dials() != 1 {
 		t.Fatalf("after Close of a pooled transport: %v, dials %d", err, ca.Dials())
 	}
+}
+
+// mustClose closes what a test opened; a failing Close fails the test.
+func mustClose(t testing.TB, c io.Closer) {
+	t.Helper()
+	if err := c.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
+
+// closeQuietly closes a proxy's or probe's connection, where the peer or the other copy
+// direction may have closed it first; that error says nothing about the code under test.
+func closeQuietly(c io.Closer) {
+	_ = c.Close()
 }

@@ -13,7 +13,6 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -45,6 +44,5 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Println(l.Addr().String())
-	os.Stdout.Sync()
 	log.Fatal(http.Serve(l, registry.New(registry.Logger(log.New(io.Discard, "", 0)))))
 }

@@ -1,0 +1,1 @@
+terraform import fediversity_k8s_namespace.target fediversity

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Speed benchmark of fediversity_node_switch against a hand-run deploy, on one
+# throwaway lab node, for each transport (ssh, incus). Prints, per transport:
+#   hand      seconds of a hand-run deploy of a fresh closure
+#             (ssh: nix copy + ssh systemd-run switch-to-configuration + systemctl show;
+#              incus: nix-store --export | incus exec nix-store --import + incus exec
+#              systemd-run switch-to-configuration + incus exec systemctl show)
+#   provider  seconds of `terraform apply` deploying an equal fresh closure, minus the
+#             configured settle + watch windows (the verdict's deliberate waiting)
+#   ratio     provider / hand (target <= 1.1)
+#   reapply   bytes the provider copied when the same closure is deployed again
+#             (`apply -replace`, so the deploy really runs; target 0)
+#   rss       the provider process's peak RSS (VmHWM) over the runs
+# Timings are measurements, not assertions: the machine is shared and noisy.
+#
+#   bash lab/bench-apply.sh            # both transports
+#   bash lab/bench-apply.sh ssh        # one of them
+#   TF=$(bash lab/build-tofu.sh) bash lab/bench-apply.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+transports=${*:-ssh incus}
+TF=${TF:-/usr/local/bin/terraform}
+state=${LAB_STATE:-/var/lib/fediversity-lab}
+key=$state/id_ed25519
+SETTLE=2
+WATCH=4
+inst=fedi-t-bench-h6
+port=2299
+
+[ -f "$state/nodes.json" ] || bash lab/lab.sh up >/dev/null
+go build -trimpath -o "$root/bin/terraform-provider-fediversity" .
+
+work=$(mktemp -d /tmp/fediversity-bench.XXXXXX)
+cleanup() {
+  [ -n "${sampler:-}" ] && kill "$sampler" 2>/dev/null || true
+  incus delete --force "$inst" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+[ -n "${BENCH_KEEP:-}" ] && trap - EXIT
+
+# A throwaway node like labtest.NewInstance: lab key authorised, fresh host key, SSH proxy.
+incus delete --force "$inst" >/dev/null 2>&1 || true
+incus launch lab/debian "$inst" >/dev/null
+incus config device add "$inst" ssh proxy "listen=tcp:127.0.0.1:$port" connect=tcp:127.0.0.1:22 bind=host >/dev/null
+for _ in $(seq 60); do
+  s=$(incus exec "$inst" -- systemctl is-system-running 2>/dev/null || true)
+  [ "$s" = running ] || [ "$s" = degraded ] && break
+  sleep 1
+done
+incus file push --mode 0600 "$key.pub" "$inst/root/.ssh/authorized_keys" >/dev/null
+incus exec "$inst" -- sh -c 'test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -A >/dev/null; systemctl restart ssh'
+hostkey=$(incus exec "$inst" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')
+echo "[127.0.0.1]:$port $hostkey" >"$work/known_hosts"
+sshopts="-p $port -i $key -o UserKnownHostsFile=$work/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes"
+
+build() { # attr seed
+  local extra=()
+  getent group nixbld >/dev/null || extra=(--option build-users-group "")
+  nix-build --option sandbox false "${extra[@]}" lab/closures -A "$1" --argstr seed "$2" --no-out-link 2>/dev/null
+}
+units="fedi-web.service fedi-setup.service"
+showprops=ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestampMonotonic,ConditionResult,InvocationID
+
+hand_ssh() { # toplevel
+  NIX_SSHOPTS="$sshopts" nix copy --extra-experimental-features nix-command --to "ssh://root@127.0.0.1" "$1"
+  # shellcheck disable=SC2086
+  ssh $sshopts root@127.0.0.1 "systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-switch-\$\$ $1/bin/switch-to-configuration switch; systemctl show -p $showprops $units" >/dev/null
+}
+
+hand_incus() { # toplevel
+  # shellcheck disable=SC2046
+  nix-store --export $(nix-store -qR "$1") | incus exec "$inst" -- nix-store --import >/dev/null
+  incus exec "$inst" -- systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-switch "$1/bin/switch-to-configuration" switch >/dev/null
+  # shellcheck disable=SC2086
+  incus exec "$inst" -- systemctl show -p $showprops $units >/dev/null
+}
+
+now() { date +%s.%N; }
+
+# Sample the provider's peak RSS (VmHWM, kB) while terraform runs it.
+peak=$work/peak_kb
+echo 0 >"$peak"
+(
+  while :; do
+    for pid in $(pgrep -f "$root/bin/terraform-provider-fediversity" || true); do
+      hwm=$(awk '/VmHWM/{print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+      [ "${hwm:-0}" -gt "$(cat "$peak")" ] && echo "$hwm" >"$peak"
+    done
+    sleep 0.1
+  done
+) &
+sampler=$!
+
+cat >"$work/tfrc" <<RC
+provider_installation {
+  dev_overrides {
+    "registry.terraform.io/fediversity/fediversity" = "$root/bin"
+    "registry.opentofu.org/fediversity/fediversity" = "$root/bin"
+  }
+  direct {}
+}
+RC
+export TF_CLI_CONFIG_FILE=$work/tfrc CHECKPOINT_DISABLE=1
+export SSH_PRIVATE_KEY_FILE=$key
+
+stamp=$(date +%s)
+for tr in $transports; do
+  case "$tr" in
+  ssh) block="ssh {
+    host             = \"127.0.0.1\"
+    port             = $port
+    known_hosts_file = \"$work/known_hosts\"
+  }" ;;
+  incus) block="incus {
+    instance = \"$inst\"
+  }" ;;
+  *) echo "unknown transport $tr (want ssh or incus)" >&2; exit 2 ;;
+  esac
+  # Two closures of equal size the node has never seen: one per contender.
+  hand_top=$(build good "bench-hand-$tr-$stamp")
+  prov_top=$(build good "bench-prov-$tr-$stamp")
+
+  t0=$(now); "hand_$tr" "$hand_top"; t1=$(now)
+  hand=$(echo "$t1 - $t0" | bc -l)
+
+  dir=$work/$tr
+  mkdir -p "$dir"
+  cat >"$dir/main.tf" <<TF
+terraform {
+  required_providers {
+    fediversity = { source = "fediversity/fediversity" }
+  }
+}
+provider "fediversity" {}
+resource "fediversity_node_switch" "n" {
+  node     = "$inst"
+  toplevel = "$prov_top"
+  $block
+  timings {
+    settle          = "${SETTLE}s"
+    watch           = "${WATCH}s"
+    sample_interval = "1s"
+  }
+}
+TF
+  (cd "$dir" && "$TF" init -input=false >/dev/null 2>&1 || true)
+  export TF_LOG_PROVIDER=INFO TF_LOG_PATH=$dir/apply.log
+  t0=$(now); (cd "$dir" && "$TF" apply -auto-approve -input=false >"$dir/out1" 2>&1); t1=$(now)
+  apply=$(echo "$t1 - $t0" | bc -l)
+  export TF_LOG_PATH=$dir/reapply.log
+  (cd "$dir" && "$TF" apply -auto-approve -input=false -replace=fediversity_node_switch.n >"$dir/out2" 2>&1)
+  unset TF_LOG_PROVIDER TF_LOG_PATH
+  sent=$(grep -o '[0-9]* of [0-9]* paths sent, [0-9]* bytes' "$dir/apply.log" | tail -1)
+  resent=$(grep -o '[0-9]* of [0-9]* paths sent, [0-9]* bytes' "$dir/reapply.log" | tail -1)
+  net=$(echo "$apply - $SETTLE - $WATCH" | bc -l)
+  printf '\n=== %s (node %s, closure %s)\n' "$tr" "$inst" "$(basename "$prov_top")"
+  printf '  hand deploy            %6.2f s\n' "$hand"
+  printf '  provider apply         %6.2f s  (minus settle %ss + watch %ss = %.2f s)\n' "$apply" "$SETTLE" "$WATCH" "$net"
+  printf '  ratio provider/hand    %6.2f    (target <= 1.10)\n' "$(echo "$net / $hand" | bc -l)"
+  printf '  first apply copied     %s\n' "${sent:-?}"
+  printf '  re-apply copied        %s  (target: 0 bytes)\n' "${resent:-?}"
+done
+printf '\n  provider peak RSS      %d MiB\n' "$(($(cat "$peak") / 1024))"
