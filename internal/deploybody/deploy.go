@@ -484,7 +484,7 @@ func (r *run) restartFailedUnits() (string, error) {
 	}
 	var restart []string
 	for _, u := range candidates {
-		if st, ok := states[u]; ok && skippedOnCondition(st, r.closure.wants(u)) {
+		if st, ok := states[u]; ok && skippedOnCondition(st, false) {
 			continue // skipped on a condition: restarting it changes nothing
 		}
 		restart = append(restart, u)
@@ -679,19 +679,54 @@ func (r *run) loopBudget(unit string) int {
 
 func (r *run) classifySamples() *Verdict {
 	return classify(classifyInput{
-		Samples:      r.watchSamples,
-		Window:       r.watchSampleCount(),
-		Owns:         r.closure.owns,
-		Wants:        r.closure.wants,
-		FailedBefore: r.failedBefore,
-		Budget:       r.loopBudget,
-		JobFirstSeen: r.jobs.firstSeen,
-		StaleJob:     r.o.Timings.StaleJob,
-		Now:          r.o.Clock.Now(),
-		Strict:       r.o.Strict,
-		VerdictOnly:  r.verdictOnly,
-		Restarted:    r.restarted,
+		Samples:          r.watchSamples,
+		Window:           r.watchSampleCount(),
+		Owns:             r.closure.owns,
+		SkippedInJournal: r.skippedInJournal(),
+		FailedBefore:     r.failedBefore,
+		Budget:           r.loopBudget,
+		JobFirstSeen:     r.jobs.firstSeen,
+		StaleJob:         r.o.Timings.StaleJob,
+		Now:              r.o.Clock.Now(),
+		Strict:           r.o.Strict,
+		VerdictOnly:      r.verdictOnly,
+		Restarted:        r.restarted,
 	})
+}
+
+// maxJournalLookups bounds how many units' journals the classify phase reads.
+const maxJournalLookups = 32
+
+// skippedInJournal asks the node's journal about the wanted units whose state cannot tell
+// a condition skip from a unit never started (see skippedOnCondition). A journal that
+// cannot be read leaves the unit unclassified rather than guessed.
+func (r *run) skippedInJournal() map[string]bool {
+	out := map[string]bool{}
+	if len(r.watchSamples) == 0 {
+		return out
+	}
+	last := r.watchSamples[len(r.watchSamples)-1]
+	var names []string
+	for name, st := range last.Units {
+		if r.closure.wants(name) && ValidUnitName(name) && mayBeForgottenSkip(st) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	if len(names) > maxJournalLookups {
+		r.warn(PhaseClassify, fmt.Sprintf("%d units may have been skipped on a condition; read the journal of the first %d", len(names), maxJournalLookups))
+		names = names[:maxJournalLookups]
+	}
+	for _, name := range names {
+		res, err := r.remote("journalctl", "--no-pager", "-o", "cat", "-b", "-n", "50", "-u", name)
+		if err != nil || res.ExitCode != 0 {
+			continue
+		}
+		if lastStartSkipped(string(res.Stdout)) {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 func (r *run) classify() (string, error) {

@@ -43,9 +43,9 @@ type classifyInput struct {
 	Window int
 	// Owns reports whether the deployed configuration defines a unit.
 	Owns func(unit string) bool
-	// Wants reports whether the deployed configuration asks for a unit to start (it is
-	// in one of the toplevel's *.wants/ directories); nil means none.
-	Wants func(unit string) bool
+	// SkippedInJournal are units whose last start the node's journal reports as
+	// "skipped because of an unmet condition check" (see skippedOnCondition).
+	SkippedInJournal map[string]bool
 	// FailedBefore is the set of units failed at the snapshot; nil when the snapshot
 	// could not be read.
 	FailedBefore map[string]bool
@@ -183,7 +183,7 @@ func classify(in classifyInput) *Verdict {
 			v.Failed = append(v.Failed, FailedUnit{Unit: name, Result: last.Result, Origin: origin(name)})
 		case last.ActiveState == "failed":
 			setAside[name] = true
-		case skippedOnCondition(last, in.Wants != nil && in.Wants(name)):
+		case skippedOnCondition(last, in.SkippedInJournal[name]):
 			v.SkippedOnCondition = append(v.SkippedOnCondition, name)
 		}
 	}
@@ -412,16 +412,42 @@ func renderReport(node string, v *Verdict) string {
 
 // skippedOnCondition tells a unit whose start was skipped because a Condition…= was
 // false. systemd reports ConditionResult=no also for units whose conditions were never
-// checked, so it takes one more fact: either the check has a timestamp, or the closure
-// wants the unit started and it is inactive without ever having been invoked. (systemd
-// 252, as on the lab nodes, leaves ConditionTimestampMonotonic at 0 for such a unit after
-// a daemon-reload, which is why the timestamp alone is not enough.)
-func skippedOnCondition(st UnitState, wanted bool) bool {
+// checked, so it takes one more fact: either the check has a timestamp, or the node's
+// journal says the last start was skipped on a condition. The journal is needed because
+// systemd (252, as on the lab nodes) garbage-collects a skipped unit: when it is shown
+// again every timestamp is 0 and it looks exactly like a unit that was never started.
+func skippedOnCondition(st UnitState, journalSaysSkipped bool) bool {
 	if st.ConditionResult != "no" || st.ActiveState == "failed" {
 		return false
 	}
-	if st.ConditionTimestampMono > 0 {
-		return true
+	return st.ConditionTimestampMono > 0 || (journalSaysSkipped && st.InvocationID == "")
+}
+
+// mayBeForgottenSkip is a unit whose state cannot tell "skipped on a condition" from
+// "never started": the journal must decide.
+func mayBeForgottenSkip(st UnitState) bool {
+	return st.ConditionResult == "no" && st.ConditionTimestampMono == 0 &&
+		st.ActiveState == "inactive" && st.InvocationID == ""
+}
+
+// journalSkipMarker is what systemd logs when a start is skipped on a condition.
+const journalSkipMarker = "skipped because of an unmet condition check"
+
+// lastStartSkipped reads `journalctl -o cat -u <unit>` output and reports whether the
+// unit's most recent start attempt was skipped on a condition (a later "Starting"/
+// "Started"/"Failed" line means it was not).
+func lastStartSkipped(journal string) bool {
+	lines := strings.Split(strings.TrimSpace(journal), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := lines[i]
+		switch {
+		case strings.Contains(l, journalSkipMarker):
+			return true
+		case strings.HasPrefix(l, "Starting "), strings.HasPrefix(l, "Started "),
+			strings.HasPrefix(l, "Failed "), strings.Contains(l, "Failed with result"),
+			strings.HasPrefix(l, "Finished "), strings.Contains(l, "Deactivated successfully"):
+			return false
+		}
 	}
-	return wanted && st.ActiveState == "inactive" && st.InvocationID == ""
+	return false
 }

@@ -349,23 +349,36 @@ func TestSpawnStatusTable(t *testing.T) {
 	}
 }
 
-// The lab's systemd (252) leaves ConditionTimestampMonotonic at 0 for a wanted unit whose
-// condition was false; it must still be named as skipped, and a unit that was never asked
-// to start must not be.
+// The lab's systemd (252) forgets a skipped unit: only ConditionResult=no remains, as for
+// a unit never started. The journal decides, and a later start overrides an old skip.
 func TestSkippedOnConditionWithoutTimestamp(t *testing.T) {
 	st := UnitState{ID: "fedi-skipped.service", ActiveState: "inactive", SubState: "dead", ConditionResult: "no"}
+	if !mayBeForgottenSkip(st) {
+		t.Fatal("a forgotten unit must be looked up in the journal")
+	}
 	if !skippedOnCondition(st, true) {
-		t.Error("wanted, inactive, never invoked, ConditionResult=no: want skipped")
+		t.Error("journal says skipped: want skipped")
 	}
 	if skippedOnCondition(st, false) {
-		t.Error("a unit nobody asked to start is not skipped on a condition")
+		t.Error("no journal evidence: a unit never started is not skipped on a condition")
 	}
 	st.InvocationID = "abc"
 	if skippedOnCondition(st, true) {
 		t.Error("a unit that was invoked was not skipped")
 	}
 	st.InvocationID, st.ConditionTimestampMono = "", 42
-	if !skippedOnCondition(st, false) {
-		t.Error("a checked condition with a timestamp is skipped")
+	if !skippedOnCondition(st, false) || mayBeForgottenSkip(st) {
+		t.Error("a checked condition with a timestamp is skipped without the journal")
+	}
+	for journal, want := range map[string]bool{
+		"u.service was skipped because of an unmet condition check (ConditionPathExists=/x).": true,
+		"u.service was skipped because of an unmet condition check (ConditionPathExists=/x).\nStarting u.service...\nStarted u.service.": false,
+		"Starting u.service...\nu.service: Failed with result 'exit-code'.": false,
+		"-- No entries --": false,
+		"": false,
+	} {
+		if got := lastStartSkipped(journal); got != want {
+			t.Errorf("lastStartSkipped(%q) = %v, want %v", journal, got, want)
+		}
 	}
 }
