@@ -35,10 +35,9 @@ work=$(mktemp -d /tmp/fediversity-bench.XXXXXX)
 cleanup() {
   [ -n "${sampler:-}" ] && kill "$sampler" 2>/dev/null || true
   incus delete --force "$inst" >/dev/null 2>&1 || true
-  rm -rf "$work"
+  if [ -n "${BENCH_KEEP:-}" ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
-[ -n "${BENCH_KEEP:-}" ] && trap - EXIT
 
 # A throwaway node like labtest.NewInstance: lab key authorised, fresh host key, SSH proxy.
 incus delete --force "$inst" >/dev/null 2>&1 || true
@@ -161,5 +160,6 @@ TF
   printf '  ratio provider/hand    %6.2f    (target <= 1.10)\n' "$(echo "$net / $hand" | bc -l)"
   printf '  first apply copied     %s\n' "${sent:-?}"
   printf '  re-apply copied        %s  (target: 0 bytes)\n' "${resent:-?}"
+  printf '  provider phases        %s\n' "$(grep -o '"phases":"[^"]*"' "$dir/apply.log" | tail -1 | cut -d'"' -f4)"
 done
 printf '\n  provider peak RSS      %d MiB\n' "$(($(cat "$peak") / 1024))"

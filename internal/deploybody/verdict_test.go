@@ -371,11 +371,11 @@ func TestSkippedOnConditionWithoutTimestamp(t *testing.T) {
 		t.Error("a checked condition with a timestamp is skipped without the journal")
 	}
 	for journal, want := range map[string]bool{
-		"u.service was skipped because of an unmet condition check (ConditionPathExists=/x).": true,
+		"u.service was skipped because of an unmet condition check (ConditionPathExists=/x).":                                            true,
 		"u.service was skipped because of an unmet condition check (ConditionPathExists=/x).\nStarting u.service...\nStarted u.service.": false,
-		"Starting u.service...\nu.service: Failed with result 'exit-code'.": false,
+		"Starting u.service...\nu.service: Failed with result 'exit-code'.":                                                              false,
 		"-- No entries --": false,
-		"": false,
+		"":                 false,
 	} {
 		if got := lastStartSkipped(journal); got != want {
 			t.Errorf("lastStartSkipped(%q) = %v, want %v", journal, got, want)

@@ -296,7 +296,7 @@ func (r *nodeSwitchResource) Create(ctx context.Context, req resource.CreateRequ
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 
-	out, res, runErr, diags := r.deploy(ctx, plan)
+	out, res, diags, runErr := r.deploy(ctx, plan)
 	resp.Diagnostics.Append(diags...)
 	if out == nil {
 		return // nothing reached the node: no state (the resource is not created)
@@ -336,7 +336,7 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 		return
 	}
 
-	out, res, runErr, diags := r.deploy(ctx, plan)
+	out, res, diags, runErr := r.deploy(ctx, plan)
 	resp.Diagnostics.Append(diags...)
 	if runErr != nil || out == nil {
 		// SC-001 on update: the prior state stays (the framework starts from it), so
@@ -397,28 +397,48 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 
 	failed := privateString(ctx, req.Private, privateFailed)
 	imported := privateString(ctx, req.Private, privateDeployed) == "" && state.Verdict.IsNull()
-	running, diags := r.refresh(ctx, &state, failed)
-	resp.Diagnostics.Append(diags...)
-	if imported && running != "" {
-		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, running)...)
+	resp.Diagnostics.Append(r.refresh(ctx, &state, failed, nil)...)
+	if imported && !state.Toplevel.IsNull() {
+		// An imported node: what it runs now is what this resource "deployed".
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, state.Toplevel.ValueString())...)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
-// refresh is the one place that re-reads the node into a model (STYLE.md: one refresh
-// helper per resource, shared by Create, Read and Update). It asks the node which system
-// it runs and records it in Toplevel, so a system switched out of band shows as a
-// planned change. The toplevel of a deploy that failed on update (failedToplevel) is not
+// refresh is the one place that fills a model with what the node runs (STYLE.md: one
+// refresh helper per resource, shared by Create, Read and Update).
+//
+// After a deploy (res set) it records the result: the toplevel the node runs, the
+// generation and the verdict. Without a result (Read) it asks the node which system it
+// runs and records it in Toplevel, so a system switched out of band shows as a planned
+// change. The toplevel of a deploy that failed on update (failedToplevel) is not
 // recorded: the state must keep saying the node is not where the configuration wants it
-// (SC-001). An unreachable node keeps its state and gives a warning.
-func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string) (string, diag.Diagnostics) {
+// (SC-001). An unreachable node keeps its state and gives a warning, naming the node.
+func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string, res *deploybody.Result) diag.Diagnostics {
 	var diags diag.Diagnostics
 	node := m.Node.ValueString()
-	if m.ID.IsNull() || m.ID.IsUnknown() {
-		m.ID = types.StringValue(node)
-	}
-	if m.Strict.IsNull() {
+	m.ID = types.StringValue(node)
+	if m.Strict.IsNull() || m.Strict.IsUnknown() {
 		m.Strict = types.BoolValue(true)
+	}
+	if res != nil {
+		if res.Toplevel != "" {
+			m.Toplevel = types.StringValue(res.Toplevel)
+		}
+		if res.RunningSystem != "" && res.Confirmed {
+			m.Toplevel = types.StringValue(res.RunningSystem)
+		}
+		if m.Toplevel.IsUnknown() {
+			m.Toplevel = types.StringNull()
+		}
+		m.Generation = types.Int64Null()
+		if res.Generation > 0 {
+			m.Generation = types.Int64Value(int64(res.Generation))
+		}
+		v, vdiags := verdictValue(res)
+		diags.Append(vdiags...)
+		m.Verdict = v
+		return diags
 	}
 	if m.Verdict.IsUnknown() {
 		m.Verdict = types.ObjectNull(verdictAttrTypes)
@@ -431,29 +451,29 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		diags.AddWarning(fmt.Sprintf("Cannot read node %s", node),
 			"The transport blocks in state are incomplete, so the running system was not read; the state is kept. "+
 				summarizeDiags(tdiags))
-		return "", diags
+		return diags
 	}
 	running, err := readRunningSystem(ctx, node, target, r.cfg)
 	if err != nil {
 		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
 			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
 				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
-		return "", diags
+		return diags
 	}
 	if running == m.Toplevel.ValueString() {
-		return running, diags
+		return diags
 	}
 	if running == failedToplevel {
 		diags.AddWarning(fmt.Sprintf("Node %s runs a system whose deploy failed", node),
 			fmt.Sprintf("The node runs %s, which the last apply switched to but judged failed. The state keeps %s, so the next apply deploys and judges it again.",
 				running, m.Toplevel.ValueString()))
-		return running, diags
+		return diags
 	}
 	if !m.Toplevel.IsNull() && m.Toplevel.ValueString() != "" {
 		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": node, "state": m.Toplevel.ValueString(), "running": running})
 	}
 	m.Toplevel = types.StringValue(running)
-	return running, diags
+	return diags
 }
 
 func summarizeDiags(d diag.Diagnostics) string {
@@ -470,7 +490,7 @@ func readRunningSystem(ctx context.Context, node string, target transportTarget,
 	if err != nil {
 		return "", err
 	}
-	defer t.Close()
+	defer func() { _ = t.Close() }()
 	// -e: every component must exist; a node that booted without a NixOS system (or
 	// whose /run was cleared) has no /run/current-system, and that is not "drift".
 	res, err := t.Run(ctx, []string{"readlink", "-e", "/run/current-system"}, deploybody.RunOptions{})
@@ -527,7 +547,7 @@ var timeoutsAttrTypes = map[string]attr.Type{
 // deploy runs the deploy body for the planned model. out is the model to store (nil
 // when the run did not reach the node's state at all, e.g. a refused submission); res
 // is the body's result; runErr is the run's error (diags already say it).
-func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (out *nodeSwitchModel, res *deploybody.Result, runErr error, diags diag.Diagnostics) {
+func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (out *nodeSwitchModel, res *deploybody.Result, diags diag.Diagnostics, runErr error) {
 	node := plan.Node.ValueString()
 
 	// The submission must be the one the plan was made from (FR-011).
@@ -535,28 +555,26 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		if err := submission.CheckUnchanged(plan.SubmissionFile.ValueString(), plan.SubmissionDigest.ValueString()); err != nil {
 			diags.AddAttributeError(path.Root("submission_digest"), fmt.Sprintf("Refusing to deploy %s: the submission changed", node),
 				fmt.Sprintf("Node %s, phase submission-check: %v.", node, err))
-			return nil, nil, err, diags
+			return nil, nil, diags, err
 		}
 	}
 	target, tdiags := resolveTarget(plan.SSH, plan.Incus, r.cfg)
 	diags.Append(tdiags...)
 	if diags.HasError() {
-		return nil, nil, errors.New("invalid transport"), diags
+		return nil, nil, diags, errors.New("invalid transport")
 	}
 	opts, odiags := r.bodyOptions(ctx, plan)
 	diags.Append(odiags...)
 	if diags.HasError() {
-		return nil, nil, errors.New("invalid options"), diags
+		return nil, nil, diags, errors.New("invalid options")
 	}
-	var planFile string
 	if plan.Build != nil {
 		spec, cleanup, bdiags := buildSpec(plan)
 		diags.Append(bdiags...)
 		if diags.HasError() {
-			return nil, nil, errors.New("invalid build"), diags
+			return nil, nil, diags, errors.New("invalid build")
 		}
 		defer cleanup()
-		planFile = spec.PlanFile
 		opts.Build = func(ctx context.Context) (string, error) {
 			spec.Log = &tflogWriter{ctx: ctx, node: node}
 			return nixstore.Build(ctx, spec)
@@ -564,19 +582,18 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	} else if plan.Toplevel.IsNull() || plan.Toplevel.IsUnknown() || plan.Toplevel.ValueString() == "" {
 		diags.AddError(fmt.Sprintf("Nothing to deploy to %s", node),
 			"Set `toplevel` to a prebuilt system closure, or give a `build` block that builds one.")
-		return nil, nil, errors.New("nothing to deploy"), diags
+		return nil, nil, diags, errors.New("nothing to deploy")
 	} else {
 		opts.Toplevel = plan.Toplevel.ValueString()
 	}
-	_ = planFile
 
 	t, err := openTransport(ctx, node, target, r.cfg)
 	if err != nil {
 		diags.AddError(fmt.Sprintf("Unable to reach %s", node),
 			fmt.Sprintf("Node %s, phase connect: %v. Check the transport block and the provider's credentials, then apply again.", node, err))
-		return nil, nil, err, diags
+		return nil, nil, diags, err
 	}
-	defer t.Close()
+	defer func() { _ = t.Close() }()
 
 	var snap *snapshotGuard
 	if plan.Snapshot != nil && (plan.Snapshot.Enabled.IsNull() || plan.Snapshot.Enabled.ValueBool()) {
@@ -587,7 +604,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		snap, err = newSnapshotGuard(t, keep, target.Instance)
 		if err != nil {
 			diags.AddAttributeError(path.Root("snapshot"), "Snapshots need the Incus transport", err.Error())
-			return nil, nil, err, diags
+			return nil, nil, diags, err
 		}
 		t = snap
 	}
@@ -596,35 +613,21 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	if snap != nil {
 		if restored, rerr := snap.restoreIfUnreachable(ctx, res, runErr, opts.Timings.NodeWait, opts.Timings.SampleInterval); restored || rerr != nil {
 			diags.Append(snap.diagnostic(node, rerr)...)
-			return nil, res, errors.Join(runErr, errors.New("restored")), diags
+			return nil, res, diags, errors.Join(runErr, errors.New("restored"))
 		}
 	}
 	for _, w := range res.Warnings {
 		diags.AddWarning(fmt.Sprintf("Deploy of %s", node), w)
 	}
 	m := plan
-	m.ID = types.StringValue(node)
-	if res.Toplevel != "" {
-		m.Toplevel = types.StringValue(res.Toplevel)
-	}
-	if res.RunningSystem != "" && res.Confirmed {
-		m.Toplevel = types.StringValue(res.RunningSystem)
-	}
-	if res.Generation > 0 {
-		m.Generation = types.Int64Value(int64(res.Generation))
-	} else {
-		m.Generation = types.Int64Null()
-	}
-	v, vdiags := verdictValue(res)
-	diags.Append(vdiags...)
-	m.Verdict = v
+	diags.Append(r.refresh(ctx, &m, "", res)...)
 	tflog.Info(ctx, "deploy finished", map[string]any{"node": node, "phases": phaseTimingsLog(res), "ok": runErr == nil})
 
 	if runErr != nil {
 		var de *deploybody.DeployError
 		if res.Verdict != nil && !res.Verdict.OK && errors.As(runErr, &de) && de.Phase == deploybody.PhaseVerdict {
 			diags.Append(verdictDiagnostic(node, res, runErr, "To accept these units for now, set strict = false (they stay named in the verdict).")...)
-			return &m, res, runErr, diags
+			return &m, res, diags, runErr
 		}
 		diags.AddError(fmt.Sprintf("Unable to deploy %s", node), runErr.Error())
 		if res.Verdict == nil && m.Toplevel.IsUnknown() {
@@ -633,12 +636,12 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		if res.Verdict == nil {
 			// The run stopped before any verdict (build, copy or switch failed): on
 			// create there is nothing worth storing.
-			return nil, res, runErr, diags
+			return nil, res, diags, runErr
 		}
-		return &m, res, runErr, diags
+		return &m, res, diags, runErr
 	}
 	diags.Append(verdictDiagnostic(node, res, nil, "")...)
-	return &m, res, nil, diags
+	return &m, res, diags, nil
 }
 
 // bodyOptions translates the model into deploy body options (without toplevel/build).

@@ -5,6 +5,13 @@ package provider
 // (labtest.NewInstance), so tests neither disturb the shared nodes nor each other.
 // They need TF_ACC=1 and FEDIVERSITY_LAB=1 and run under Terraform and OpenTofu
 // (see provider_test.go).
+//
+// An SSH connection cut during the switch is proven where the cut can be made on
+// demand, at the transport level: internal/transport/ssh TestLabDeploy, subtest
+// "dropped connection during the switch" (closes the TCP connection under SSH while the
+// slow-switch closure activates on a lab node; the result is read after reconnecting).
+// The resource runs that same transport and only maps SwitchResult.Reconnected to
+// verdict.switch_reconnected.
 
 import (
 	"fmt"
@@ -21,6 +28,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
+	"github.com/fediversity/terraform-provider-fediversity/internal/submission"
 )
 
 // accLab skips unless both TF_ACC and the lab are enabled.
@@ -428,6 +436,68 @@ func TestAccNodeSwitchIncusUnreachableRestoresSnapshot(t *testing.T) {
 				Config:   buildConfig(node, incusBlock(node), `{}`, `{ seed = "acc-brick" }`, snap),
 				PlanOnly: true,
 			},
+		},
+	})
+}
+
+// accOnly skips unless TF_ACC is set (tests that need no lab: they fail before any node
+// is contacted).
+func accOnly(t *testing.T) {
+	t.Helper()
+	if os.Getenv("TF_ACC") == "" {
+		t.Skip("acceptance test: set TF_ACC=1")
+	}
+}
+
+// A submission that changed after the plan was made is refused at apply, with an error
+// that shows both digests, before any node is contacted (FR-011).
+func TestAccNodeSwitchRefusesChangedSubmission(t *testing.T) {
+	accOnly(t)
+	dir := t.TempDir()
+	file := dir + "/submission.json"
+	if err := os.WriteFile(file, []byte(`{"tf":{"domain":"a.example"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	planned, err := submission.ReadAndDigest(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(`{"tf":{"domain":"b.example"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	current, err := submission.ReadAndDigest(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := labtest.Node{Name: "web01", SSHHost: "127.0.0.1", SSHPort: 1, HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD"}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: switchConfig(node, sshBlock(node), "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-nixos-system-web01",
+				fmt.Sprintf("submission_digest = %q\n  submission_file = %q", planned, file)),
+			ExpectError: regexp.MustCompile(`(?s)` + planned + `.*` + current),
+		}},
+	})
+}
+
+// Configuration mistakes are refused at plan time, before anything runs.
+func TestAccNodeSwitchConfigValidation(t *testing.T) {
+	accOnly(t)
+	node := labtest.Node{Name: "web01", Instance: "web01", Project: "default", SSHHost: "127.0.0.1", SSHPort: 22, HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD"}
+	top := "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-nixos-system-web01"
+	step := func(cfg, want string) resource.TestStep {
+		return resource.TestStep{Config: cfg, PlanOnly: true, ExpectError: regexp.MustCompile(want)}
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			step(switchConfig(node, sshBlock(node)+incusBlock(node), top, ""), `(?i)invalid\s+attribute\s+combination`),
+			step(switchConfig(node, "", top, ""), `(?i)exactly\s+one\s+of\s+these\s+attributes`),
+			step(switchConfig(node, sshBlock(node), top, "snapshot {\n    keep = 2\n  }"), `(?i)invalid\s+attribute\s+combination`),
+			step(switchConfig(node, sshBlock(node), top, "build {\n    file = \"x.nix\"\n  }"), `(?i)cannot\s+be\s+specified\s+when`),
+			step(switchConfig(node, sshBlock(node), top, `loop_budgets = { "a.service" = "many" }`), `(?i)incorrect\s+attribute\s+value\s+type|number\s+required|Inappropriate\s+value`),
 		},
 	})
 }

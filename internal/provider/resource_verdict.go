@@ -147,14 +147,14 @@ func (r *verdictResource) Create(ctx context.Context, req resource.CreateRequest
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	judged, err, diags := r.pass(ctx, &plan)
+	judged, diags, err := r.pass(ctx, &plan)
 	resp.Diagnostics.Append(diags...)
 	if judged {
 		// Also when the verdict failed: the resource is then tainted, and the next apply
 		// runs the pass again (SC-001).
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 	}
-	_ = err
+	tflog.Debug(ctx, "verdict-only pass stored", map[string]any{"judged": judged, "failed": err != nil})
 }
 
 func (r *verdictResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -170,7 +170,7 @@ func (r *verdictResource) Update(ctx context.Context, req resource.UpdateRequest
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	judged, err, diags := r.pass(ctx, &plan)
+	judged, diags, err := r.pass(ctx, &plan)
 	resp.Diagnostics.Append(diags...)
 	if judged && err == nil {
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
@@ -246,23 +246,23 @@ func refreshVerdictModel(m *verdictModel, res *deploybody.Result) diag.Diagnosti
 
 // pass runs the verdict-only body. judged is true when a verdict was reached (m is then
 // filled); err is the run's error.
-func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged bool, err error, diags diag.Diagnostics) {
+func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged bool, diags diag.Diagnostics, err error) {
 	node := m.Node.ValueString()
 	target, tdiags := resolveTarget(m.SSH, m.Incus, r.cfg)
 	diags.Append(tdiags...)
 	opts, odiags := commonBodyOptions(ctx, r.cfg, node, m.Strict, m.SecretChain, m.LoopBudgets, m.Timings)
 	diags.Append(odiags...)
 	if diags.HasError() {
-		return false, errors.New("invalid configuration"), diags
+		return false, diags, errors.New("invalid configuration")
 	}
 	opts.Toplevel = m.Toplevel.ValueString()
 	t, err := openTransport(ctx, node, target, r.cfg)
 	if err != nil {
 		diags.AddError(fmt.Sprintf("Unable to reach %s", node),
 			fmt.Sprintf("Node %s, phase connect: %v. Check the transport block and the provider's credentials, then apply again.", node, err))
-		return false, err, diags
+		return false, diags, err
 	}
-	defer t.Close()
+	defer func() { _ = t.Close() }()
 	res, runErr := deploybody.VerdictOnly(ctx, t, opts)
 	for _, w := range res.Warnings {
 		diags.AddWarning(fmt.Sprintf("Verdict of %s", node), w)
@@ -277,7 +277,7 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 		if runErr == nil {
 			runErr = errors.New(msg)
 		}
-		return false, runErr, diags
+		return false, diags, runErr
 	}
 	diags.Append(refreshVerdictModel(m, res)...)
 	if runErr != nil {
@@ -287,8 +287,8 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 		} else {
 			diags.AddError(fmt.Sprintf("Unable to judge %s", node), runErr.Error())
 		}
-		return true, runErr, diags
+		return true, diags, runErr
 	}
 	diags.Append(verdictDiagnostic(node, res, nil, "")...)
-	return true, nil, diags
+	return true, diags, nil
 }

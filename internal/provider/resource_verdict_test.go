@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -38,7 +39,18 @@ func handDeploy(t *testing.T, n labtest.Node, toplevel string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("import %s into %s: %v\n%s", toplevel, n.Instance, err, out)
 	}
-	_, _ = labtest.IncusErr("exec", n.Instance, "--", toplevel+"/bin/switch-to-configuration", "switch")
+	// Detached, so a switch that waits on units (a chain member that never finishes) does
+	// not hold the test; the test goes on once the node points at the new system.
+	labtest.Incus(t, "exec", n.Instance, "--", "systemd-run", "--collect", "--quiet", "--unit=hand-switch-"+fmt.Sprint(time.Now().UnixNano()),
+		toplevel+"/bin/switch-to-configuration", "switch")
+	for i := 0; i < 60; i++ {
+		out, _ := labtest.IncusErr("exec", n.Instance, "--", "readlink", "-e", "/run/current-system")
+		if strings.TrimSpace(out) == toplevel {
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("%s does not run %s 30 s after the hand-run switch", n.Instance, toplevel)
 }
 
 func verdictConfig(n labtest.Node, transport, toplevel, extra string) string {

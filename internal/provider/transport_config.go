@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
-	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -56,12 +55,6 @@ type incusBlockModel struct {
 	Instance types.String `tfsdk:"instance"`
 	Project  types.String `tfsdk:"project"`
 	Remote   types.String `tfsdk:"remote"`
-}
-
-// sshBlockAttrTypes / incusBlockAttrTypes are used to build null objects.
-var jumpAttrTypes = map[string]attr.Type{
-	"host": types.StringType, "port": types.Int64Type, "user": types.StringType,
-	"host_key": types.StringType, "known_hosts_file": types.StringType,
 }
 
 const (
@@ -382,11 +375,15 @@ func validNodeName(s string) bool {
 		return false
 	}
 	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if !nameRune(c) {
 			return false
 		}
 	}
 	return true
+}
+
+func nameRune(c rune) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
 }
 
 // sshBlockFromTarget / incusBlockFromTarget fill the blocks on import.

@@ -332,4 +332,3 @@ func phaseTimingsLog(r *deploybody.Result) string {
 	}
 	return strings.Join(parts, " ")
 }
-

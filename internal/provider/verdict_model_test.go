@@ -206,4 +206,3 @@ func TestNeedsDeploy(t *testing.T) {
 		t.Error("an imported node (no verdict yet) must be deployed and judged")
 	}
 }
-
