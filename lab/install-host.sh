@@ -9,6 +9,7 @@ command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v nix-build >/dev/null 2>&1 || need+=(nix-bin)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 [ ${#need[@]} -eq 0 ] && { echo "install-host: all present"; exit 0; }

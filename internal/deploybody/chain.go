@@ -114,7 +114,8 @@ func (r *run) waitForSecretChain() (string, error) {
 // node answers). states is nil when systemd did not answer (unread says why).
 func (r *run) sampleChain() (states map[string]UnitState, unread string, answered bool) {
 	if len(r.o.SecretChain) == 0 {
-		return nil, "", r.t.Reach(r.ctx) == nil
+		err := r.t.Reach(r.ctx)
+		return nil, "", err == nil || errors.Is(err, ErrSystemdUnanswered)
 	}
 	states, unread, err := r.showUnits(r.o.SecretChain)
 	if err != nil {

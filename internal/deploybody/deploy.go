@@ -244,6 +244,16 @@ func (r *run) waitForNode() (string, error) {
 		if lastErr == nil {
 			return fmt.Sprintf("answered at attempt %d", attempt), nil
 		}
+		if errors.Is(lastErr, ErrRefused) {
+			return "", withHint(fmt.Errorf("the node refused the connection: %w", lastErr),
+				"retrying will not help: fix the host key pin or the credentials named above, then apply again")
+		}
+		if r.verdictOnly && errors.Is(lastErr, ErrSystemdUnanswered) {
+			// The node answers; only its systemd does not. The verdict shows the unit
+			// states as unread instead of calling the node unreachable.
+			r.warn(PhaseWaitForNode, "the node answers but its systemd does not: "+lastErr.Error())
+			return "node answered; systemd did not (unit states will be unread)", nil
+		}
 		if r.ctx.Err() != nil || !r.o.Clock.Now().Before(deadline) {
 			break
 		}

@@ -818,3 +818,43 @@ func TestDeployHonoursCancelledContext(t *testing.T) {
 		t.Fatalf("phases %v calls %v after cancel", res.Phases, s.node.calls)
 	}
 }
+
+// A refused host key or credentials cannot be mended by waiting: the body fails at
+// once, in the wait-for-node phase, after a single attempt, and touches nothing.
+func TestDeployRefusedNodeFailsAtOnce(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.refuses = true
+	_, err := s.deploy()
+	wantDeployErr(t, err, PhaseWaitForNode)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "retrying will not help") {
+		t.Fatalf("error = %v", err)
+	}
+	if n := len(s.node.callsOf("reach")); n != 1 {
+		t.Fatalf("%d reach attempts, want 1", n)
+	}
+	if n := len(s.node.callsOf("copy")); n != 0 {
+		t.Fatalf("a refused node was copied to")
+	}
+}
+
+// Verdict-only on a node whose bus is severed: the node answers, so the verdict is
+// unread, never unreachable.
+func TestVerdictOnlySeveredBusIsUnreadNotUnreachable(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.running = testToplevel
+	s.node.busSevered = true
+	res, err := VerdictOnly(context.Background(), s.node, s.opts)
+	if res == nil || res.Verdict == nil {
+		t.Fatalf("no verdict: %v", err)
+	}
+	v := res.Verdict
+	if v.Unreachable {
+		t.Fatalf("a node that answers was judged unreachable: %v", err)
+	}
+	if len(v.Unread) == 0 || v.Failed != nil {
+		t.Fatalf("unit sets must be unread (nil) with reasons: %+v", v)
+	}
+	if err == nil {
+		t.Fatal("strict verdict-only with unread units must fail")
+	}
+}

@@ -100,6 +100,7 @@ type fakeNode struct {
 
 	ownPathEmpty         bool // the node's own PATH resolves nothing (no /usr/bin tools)
 	busSevered           bool
+	refuses              bool // the transport refuses the node (host key, credentials)
 	severBusAtSwitch     bool
 	unreachable          bool
 	unreachableAtSwitch  bool          // stops answering right after the switch
@@ -240,8 +241,15 @@ func (n *fakeNode) isUnreachable() bool {
 
 func (n *fakeNode) Reach(ctx context.Context) error {
 	n.record(call{what: "reach"})
+	if n.refuses {
+		return fmt.Errorf("ssh root@127.0.0.1:2201: host key SHA256:abc is not the pinned key (%w)", ErrRefused)
+	}
 	if n.isUnreachable() {
 		return errFakeUnreachable
+	}
+	if n.busSevered {
+		// As the SSH and Incus transports report it: the command ran, systemd is silent.
+		return fmt.Errorf("reach: systemctl is-system-running said \"offline\": %w", ErrSystemdUnanswered)
 	}
 	return nil
 }

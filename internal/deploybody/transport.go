@@ -83,3 +83,13 @@ type SwitchResult struct {
 
 // ErrUnreachable is wrapped by transport errors that mean the node did not answer.
 var ErrUnreachable = errors.New("node unreachable")
+
+// ErrSystemdUnanswered is wrapped by a Reach error when the node answered but its systemd
+// did not (a severed system bus, systemd not PID 1): the node is reachable, its unit
+// states are unread.
+var ErrSystemdUnanswered = errors.New("systemd does not answer")
+
+// ErrRefused is wrapped by transport errors that retrying cannot mend: the node refused
+// its host key check or the credentials. The body fails at once instead of waiting for
+// node_wait.
+var ErrRefused = errors.New("refused")

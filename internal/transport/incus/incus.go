@@ -161,8 +161,9 @@ func (t *Transport) Reach(ctx context.Context) error {
 	state := strings.TrimSpace(string(res.Stdout))
 	switch state {
 	case "", "offline", "unknown":
-		return t.unreachable(phase, fmt.Errorf("systemctl is-system-running said %q (exit %d, stderr %q)", state, res.ExitCode, trim(res.Stderr)),
-			"the instance runs but its systemd does not answer; is systemd PID 1 in it, and has it finished booting?")
+		// The instance ran the command, so it is reachable; only systemd is silent.
+		return fmt.Errorf("node %s: %s: systemctl is-system-running said %q (exit %d, stderr %q): %w; the instance runs but its systemd does not answer: is systemd PID 1 in it, and has it finished booting?",
+			t.node, phase, state, res.ExitCode, trim(res.Stderr), deploybody.ErrSystemdUnanswered)
 	}
 	return nil
 }

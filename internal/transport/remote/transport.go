@@ -50,7 +50,7 @@ func (t *Transport) Reach(ctx context.Context) error {
 	case "initializing", "starting", "running", "degraded", "maintenance", "stopping":
 		return nil
 	}
-	return t.wrap(fmt.Errorf("reach: the node answers but its systemd does not (systemctl is-system-running said %q)", state))
+	return t.wrap(fmt.Errorf("reach: the node answers but its systemd does not (systemctl is-system-running said %q): %w", state, deploybody.ErrSystemdUnanswered))
 }
 
 func (t *Transport) Run(ctx context.Context, argv []string, opts deploybody.RunOptions) (deploybody.RunResult, error) {

@@ -254,9 +254,9 @@ func dial(ctx context.Context, cfg Config) (*conn, error) {
 		var hk *HostKeyError
 		switch {
 		case errors.As(err, &hk):
-			return fail(hk)
+			return fail(fmt.Errorf("%w (%w)", hk, deploybody.ErrRefused))
 		case isAuthError(err):
-			return fail(fmt.Errorf("ssh %s: %w: the node accepted none of the keys (check the private key file or agent, and the node's authorized_keys)", cfg, errAuth))
+			return fail(fmt.Errorf("ssh %s: %w: the node accepted none of the keys (check the private key file or agent, and the node's authorized_keys) (%w)", cfg, errAuth, deploybody.ErrRefused))
 		case timedOut:
 			return fail(fmt.Errorf("ssh %s: handshake timed out after %s: %w", cfg, cfg.connectTimeout(), deploybody.ErrUnreachable))
 		}
