@@ -160,6 +160,6 @@ TF
   printf '  ratio provider/hand    %6.2f    (target <= 1.10)\n' "$(echo "$net / $hand" | bc -l)"
   printf '  first apply copied     %s\n' "${sent:-?}"
   printf '  re-apply copied        %s  (target: 0 bytes)\n' "${resent:-?}"
-  printf '  provider phases        %s\n' "$(grep -o '"phases":"[^"]*"' "$dir/apply.log" | tail -1 | cut -d'"' -f4)"
+  printf '  provider phases        %s\n' "$(grep -o 'phases="[^"]*"' "$dir/apply.log" | tail -1 | cut -d'"' -f2)"
 done
 printf '\n  provider peak RSS      %d MiB\n' "$(($(cat "$peak") / 1024))"

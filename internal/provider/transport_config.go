@@ -559,15 +559,23 @@ func (g *snapshotGuard) restoreIfUnreachable(ctx context.Context, res *deploybod
 	return true, g.RestoreSnapshot(rctx, g.taken)
 }
 
-// answers polls Reach until the node answers or wait has passed.
+// answers polls the node until it answers twice in a row, interval apart, with a
+// systemd that is up (not "stopping": a node that powers itself off still answers for a
+// moment), or until wait has passed.
 func (g *snapshotGuard) answers(ctx context.Context, wait, interval time.Duration) bool {
 	if interval <= 0 {
 		interval = time.Second
 	}
 	deadline := time.Now().Add(wait)
+	good := 0
 	for i := 0; i < 1000; i++ {
-		if g.Reach(ctx) == nil {
-			return true
+		if g.systemdUp(ctx) {
+			good++
+			if good >= 2 {
+				return true
+			}
+		} else {
+			good = 0
 		}
 		if time.Now().After(deadline) {
 			return false
@@ -577,6 +585,21 @@ func (g *snapshotGuard) answers(ctx context.Context, wait, interval time.Duratio
 			return false
 		case <-time.After(interval):
 		}
+	}
+	return false
+}
+
+func (g *snapshotGuard) systemdUp(ctx context.Context) bool {
+	if g.Reach(ctx) != nil {
+		return false
+	}
+	res, err := g.Run(ctx, []string{"systemctl", "is-system-running"}, deploybody.RunOptions{})
+	if err != nil {
+		return false
+	}
+	switch strings.TrimSpace(string(res.Stdout)) {
+	case "running", "degraded", "starting", "initializing", "maintenance":
+		return true
 	}
 	return false
 }

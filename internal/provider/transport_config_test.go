@@ -230,3 +230,28 @@ func TestTimingsMergeAndDefaults(t *testing.T) {
 		t.Fatalf("bad chain and budget must be refused: %s", msg)
 	}
 }
+
+// After the switch, any failure except a verdict the node answered is probed for
+// reachability; a failed unit never is (FR-004 keeps its new boot entry).
+func TestMayBeUnreachable(t *testing.T) {
+	switched := []deploybody.PhaseTiming{{Name: deploybody.PhaseSwitch}}
+	verdictErr := &deploybody.DeployError{Node: "n", Phase: deploybody.PhaseVerdict, Err: errors.New("unit failed")}
+	watchErr := &deploybody.DeployError{Node: "n", Phase: deploybody.PhaseRestartFailedUnits, Err: errors.New("500: Failed to retrieve PID")}
+	cases := []struct {
+		name string
+		res  *deploybody.Result
+		err  error
+		want bool
+	}{
+		{"failed unit", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, verdictErr, false},
+		{"error after the switch", &deploybody.Result{Phases: switched}, watchErr, true},
+		{"no error", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{OK: true}}, nil, false},
+		{"error before the switch", &deploybody.Result{}, watchErr, false},
+		{"skipped switch (verdict-only)", &deploybody.Result{Phases: []deploybody.PhaseTiming{{Name: deploybody.PhaseSwitch, Note: "skipped: verdict-only"}}}, watchErr, false},
+	}
+	for _, c := range cases {
+		if got := mayBeUnreachable(c.res, c.err); got != c.want {
+			t.Errorf("%s: mayBeUnreachable = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
