@@ -6,27 +6,38 @@
 #   2. the provider's acceptance tests (TF_ACC=1) with Terraform 1.11;
 #   3. the same acceptance tests with OpenTofu.
 #   bash lab/test.sh        all of it
-#   bash lab/test.sh acc    only 2 and 3 (the lab and cluster must be up)
+#   bash lab/test.sh acc    only 2 and 3
+#   bash lab/test.sh setup  only bring up what the tests need
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mode=${1:-all}
 step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
 
+# A TF_CLI_CONFIG_FILE naming a missing file only adds warnings to every run.
+[ -f "${TF_CLI_CONFIG_FILE:-/nonexistent}" ] || unset TF_CLI_CONFIG_FILE
+
+# On a cold machine the two Go builds (OpenTofu, the Kubernetes binaries) take minutes of
+# CPU while the lab image build mostly waits on the package mirror: run them side by side.
+# Each is a no-op when its cache (keyed on versions, outside the clone) is present.
+logs=$(mktemp -d)
+step "building OpenTofu and the Kubernetes binaries in the background (cached: no-op)"
+bash lab/build-tofu.sh >"$logs/tofu.out" 2>"$logs/tofu.err" &
+tofu_build=$!
+bash lab/k8s/build.sh >"$logs/k8s.out" 2>"$logs/k8s.err" &
+k8s_build=$!
 step "lab"
 bash lab/lab.sh up >/dev/null
 step "opentofu"
-TOFU=$(bash lab/build-tofu.sh)
+wait "$tofu_build" || { cat "$logs/tofu.err" >&2; echo "OpenTofu build failed" >&2; exit 1; }
+TOFU=$(tail -1 "$logs/tofu.out")
 "$TOFU" version | head -1
-if [ -f lab/k8s/up.sh ]; then
-  step "kubernetes control plane"
-  bash lab/k8s/build.sh >/dev/null
-  bash lab/k8s/up.sh
-  export FEDIVERSITY_K8S=1
-  export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
-fi
+step "kubernetes control plane"
+wait "$k8s_build" || { tail -50 "$logs/k8s.err" >&2; echo "Kubernetes build failed" >&2; exit 1; }
+bash lab/k8s/up.sh
+export FEDIVERSITY_K8S=1
+export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
+if [ "$mode" = setup ]; then step "setup done"; exit 0; fi
 export FEDIVERSITY_LAB=1
-# A TF_CLI_CONFIG_FILE naming a missing file only adds warnings to every run.
-[ -f "${TF_CLI_CONFIG_FILE:-/nonexistent}" ] || unset TF_CLI_CONFIG_FILE
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
 
 if [ "$mode" = all ]; then

@@ -113,7 +113,7 @@ func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
 	if name == "" {
 		return t.errorf(phase, "no snapshot name given")
 	}
-	st, err := t.c.GetInstanceState(ctx, t.instance)
+	st, err := t.stateSettled(ctx)
 	if err != nil {
 		return t.classify(ctx, phase, err)
 	}
@@ -143,7 +143,7 @@ func (t *Transport) waitReach(ctx context.Context, phase string, tries int) erro
 		if last = t.Reach(ctx); last == nil {
 			return nil
 		}
-		if !errors.Is(last, deploybody.ErrUnreachable) {
+		if !errors.Is(last, deploybody.ErrUnreachable) && !isTransient(last) {
 			return last
 		}
 		select {
@@ -153,6 +153,37 @@ func (t *Transport) waitReach(ctx context.Context, phase string, tries int) erro
 		}
 	}
 	return fmt.Errorf("%s: %s: the instance did not answer after %d tries: %w", t.where(), phase, tries, last)
+}
+
+// transientTries bounds how often a daemon error seen while an instance changes state is
+// asked again (about one second apart).
+const transientTries = 15
+
+// isTransient tells a daemon-side error that an instance in the middle of a state change
+// can cause: incusd 6.0.4 answers a state read of a container that is powering off with
+// `500 Invalid PID` (seen in the lab, when a switch bricks the node and it shuts down).
+func isTransient(err error) bool {
+	var ae *incusapi.APIError
+	return errors.As(err, &ae) && ae.StatusCode >= 500
+}
+
+// stateSettled reads the instance state, asking again while the daemon answers with a
+// transient error.
+func (t *Transport) stateSettled(ctx context.Context) (*incusapi.InstanceState, error) {
+	var last error
+	for i := 0; i < transientTries; i++ {
+		st, err := t.c.GetInstanceState(ctx, t.instance)
+		if err == nil || !isTransient(err) {
+			return st, err
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return st, err
+		case <-time.After(time.Second):
+		}
+	}
+	return nil, last
 }
 
 func isASCIIAlnum(c rune) bool {
