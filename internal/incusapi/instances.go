@@ -230,12 +230,10 @@ func logPath(p string) (string, bool) {
 	return p, true
 }
 
-func (c *Client) fetchLog(ctx context.Context, w where, p string, limit int64) ([]byte, error) {
-	lp, ok := logPath(p)
-	if !ok {
-		return nil, c.apiErr(w, 0, fmt.Sprintf("unexpected output log path %q", p))
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(lp, nil), nil)
+// getRaw GETs a body that is not a JSON envelope (a log, a file). A status of 400 or more
+// is decoded into the daemon's error; otherwise the caller reads and closes the body.
+func (c *Client) getRaw(ctx context.Context, w where, u string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -243,11 +241,24 @@ func (c *Client) fetchLog(ctx context.Context, w where, p string, limit int64) (
 	if err != nil {
 		return nil, c.transportErr(w, err)
 	}
-	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode >= 400 {
+		defer func() { _ = resp.Body.Close() }()
 		_, err := c.decode(w, resp)
 		return nil, err
 	}
+	return resp, nil
+}
+
+func (c *Client) fetchLog(ctx context.Context, w where, p string, limit int64) ([]byte, error) {
+	lp, ok := logPath(p)
+	if !ok {
+		return nil, c.apiErr(w, 0, fmt.Sprintf("unexpected output log path %q", p))
+	}
+	resp, err := c.getRaw(ctx, w, c.url(lp, nil))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, c.transportErr(w, err)
@@ -310,20 +321,11 @@ func (c *Client) PullFile(ctx context.Context, name, path string, limit int64) (
 	if limit <= 0 {
 		limit = DefaultMaxFile
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		c.url(instPath(name, "files"), url.Values{"path": {path}}), nil)
+	resp, err := c.getRaw(ctx, w, c.url(instPath(name, "files"), url.Values{"path": {path}}))
 	if err != nil {
 		return nil, err
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, c.transportErr(w, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode >= 400 {
-		_, err := c.decode(w, resp)
-		return nil, err
-	}
 	if t := resp.Header.Get("X-Incus-Type"); t != "" && t != "file" && t != "symlink" {
 		return nil, c.apiErr(w, 0, fmt.Sprintf("%s is a %s, not a file", path, t))
 	}
