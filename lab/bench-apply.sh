@@ -8,6 +8,11 @@
 #   provider  seconds of `terraform apply` deploying an equal fresh closure, minus the
 #             configured settle + watch windows (the verdict's deliberate waiting)
 #   ratio     provider / hand (target <= 1.1)
+#   deploy    the provider's own deploy (first phase to "deploy finished" in its log),
+#             i.e. the apply without Terraform's own plan/apply work and plugin starts,
+#             minus the settle + watch windows, and its ratio to the hand-run deploy
+# Each transport runs BENCH_ROUNDS rounds (default 3), each with fresh closures and a
+# fresh state, alternating hand and provider; the medians are printed with every round.
 #   reapply   bytes the provider copied when the same closure is deployed again
 #             (`apply -replace`, so the deploy really runs; target 0)
 #   rss       the provider process's peak RSS (VmHWM) over the runs
@@ -15,6 +20,7 @@
 #
 #   bash lab/bench-apply.sh            # both transports
 #   bash lab/bench-apply.sh ssh        # one of them
+#   BENCH_ROUNDS=5 bash lab/bench-apply.sh
 #   TF=$(bash lab/build-tofu.sh) bash lab/bench-apply.sh
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -24,6 +30,7 @@ TF=${TF:-/usr/local/bin/terraform}
 state=${LAB_STATE:-/var/lib/fediversity-lab}
 key=$state/id_ed25519
 SETTLE=2
+ROUNDS=${BENCH_ROUNDS:-3}
 WATCH=4
 inst=fedi-t-bench-h6
 port=2299
@@ -105,6 +112,10 @@ export TF_CLI_CONFIG_FILE=$work/tfrc CHECKPOINT_DISABLE=1
 export SSH_PRIVATE_KEY_FILE=$key
 
 stamp=$(date +%s)
+# ts LINE: the seconds of the log line's leading RFC 3339 timestamp.
+ts() { date -d "$(cut -d' ' -f1 <<<"$1")" +%s.%N; }
+median() { sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+
 for tr in $transports; do
   case "$tr" in
   ssh) block="ssh {
@@ -117,16 +128,20 @@ for tr in $transports; do
   }" ;;
   *) echo "unknown transport $tr (want ssh or incus)" >&2; exit 2 ;;
   esac
-  # Two closures of equal size the node has never seen: one per contender.
-  hand_top=$(build good "bench-hand-$tr-$stamp")
-  prov_top=$(build good "bench-prov-$tr-$stamp")
+  printf '\n=== %s (node %s, %d rounds)\n' "$tr" "$inst" "$ROUNDS"
+  printf '  %-5s %8s %10s %8s %8s %10s %8s\n' round hand apply-net ratio "" deploy-net ratio
+  : >"$work/$tr.rows"
+  for round in $(seq "$ROUNDS"); do
+    # Two closures of equal size the node has never seen: one per contender.
+    hand_top=$(build good "bench-hand-$tr-$stamp-$round")
+    prov_top=$(build good "bench-prov-$tr-$stamp-$round")
 
-  t0=$(now); "hand_$tr" "$hand_top"; t1=$(now)
-  hand=$(echo "$t1 - $t0" | bc -l)
+    t0=$(now); "hand_$tr" "$hand_top" >/dev/null 2>&1; t1=$(now)
+    hand=$(echo "$t1 - $t0" | bc -l)
 
-  dir=$work/$tr
-  mkdir -p "$dir"
-  cat >"$dir/main.tf" <<TF
+    dir=$work/$tr-$round
+    mkdir -p "$dir"
+    cat >"$dir/main.tf" <<TF
 terraform {
   required_providers {
     fediversity = { source = "fediversity/fediversity" }
@@ -144,20 +159,30 @@ resource "fediversity_node_switch" "n" {
   }
 }
 TF
-  (cd "$dir" && "$TF" init -input=false >/dev/null 2>&1 || true)
-  export TF_LOG_PROVIDER=INFO TF_LOG_PATH=$dir/apply.log
-  t0=$(now); (cd "$dir" && "$TF" apply -auto-approve -input=false >"$dir/out1" 2>&1); t1=$(now)
-  apply=$(echo "$t1 - $t0" | bc -l)
-  export TF_LOG_PATH=$dir/reapply.log
+    (cd "$dir" && "$TF" init -input=false >/dev/null 2>&1 || true)
+    export TF_LOG_PROVIDER=INFO TF_LOG_PATH=$dir/apply.log
+    t0=$(now); (cd "$dir" && "$TF" apply -auto-approve -input=false >"$dir/out1" 2>&1); t1=$(now)
+    unset TF_LOG_PROVIDER TF_LOG_PATH
+    grep -q 'deploy finished' "$dir/apply.log" || { echo "apply failed:"; tail -20 "$dir/out1"; exit 1; }
+    apply=$(echo "$t1 - $t0" | bc -l)
+    first=$(grep -m1 'phase started' "$dir/apply.log")
+    last=$(grep 'deploy finished' "$dir/apply.log" | tail -1)
+    deploy=$(echo "$(ts "$last") - $(ts "$first")" | bc -l)
+    net=$(echo "$apply - $SETTLE - $WATCH" | bc -l)
+    dnet=$(echo "$deploy - $SETTLE - $WATCH" | bc -l)
+    printf '%s %s %s %s %s\n' "$hand" "$net" "$(echo "$net / $hand" | bc -l)" "$dnet" "$(echo "$dnet / $hand" | bc -l)" >>"$work/$tr.rows"
+    printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f\n' "$round" "$hand" "$net" "$(echo "$net / $hand" | bc -l)" "" "$dnet" "$(echo "$dnet / $hand" | bc -l)"
+  done
+  col() { awk -v c="$1" '{print $c}' "$work/$tr.rows" | median; }
+  printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f   (medians; ratio target <= 1.10)\n' median "$(col 1)" "$(col 2)" "$(col 3)" "" "$(col 4)" "$(col 5)"
+  printf '  apply-net = terraform apply minus settle %ss + watch %ss; deploy-net = the same without Terraform'"'"'s own work\n' "$SETTLE" "$WATCH"
+
+  # The same closure again (apply -replace, so the deploy really runs): nothing to copy.
+  export TF_LOG_PROVIDER=INFO TF_LOG_PATH=$dir/reapply.log
   (cd "$dir" && "$TF" apply -auto-approve -input=false -replace=fediversity_node_switch.n >"$dir/out2" 2>&1)
   unset TF_LOG_PROVIDER TF_LOG_PATH
   sent=$(grep -o '[0-9]* of [0-9]* paths sent, [0-9]* bytes' "$dir/apply.log" | tail -1)
   resent=$(grep -o '[0-9]* of [0-9]* paths sent, [0-9]* bytes' "$dir/reapply.log" | tail -1)
-  net=$(echo "$apply - $SETTLE - $WATCH" | bc -l)
-  printf '\n=== %s (node %s, closure %s)\n' "$tr" "$inst" "$(basename "$prov_top")"
-  printf '  hand deploy            %6.2f s\n' "$hand"
-  printf '  provider apply         %6.2f s  (minus settle %ss + watch %ss = %.2f s)\n' "$apply" "$SETTLE" "$WATCH" "$net"
-  printf '  ratio provider/hand    %6.2f    (target <= 1.10)\n' "$(echo "$net / $hand" | bc -l)"
   printf '  first apply copied     %s\n' "${sent:-?}"
   printf '  re-apply copied        %s  (target: 0 bytes)\n' "${resent:-?}"
   printf '  provider phases        %s\n' "$(grep -o 'phases="[^"]*"' "$dir/apply.log" | tail -1 | cut -d'"' -f2)"

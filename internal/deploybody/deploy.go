@@ -49,6 +49,11 @@ type run struct {
 	watchSamples  []sample
 	budgetCache   map[string]int
 	verdictFailed error
+	// failedAfterSwitch is the failed-unit list read with the running system after the
+	// switch, for the restart phase (one round trip less).
+	failedAfterSwitch *RunResult
+	// seenFailed holds every unit a watch sample found failed: later samples show them.
+	seenFailed map[string]bool
 }
 
 func newRun(ctx context.Context, t Transport, o Options, verdictOnly bool) *run {
@@ -186,6 +191,39 @@ func (r *run) searchPath() []string {
 
 func (r *run) remote(argv ...string) (RunResult, error) {
 	return r.t.Run(r.ctx, argv, RunOptions{Path: r.searchPath()})
+}
+
+// remoteBatch runs cmds in one round trip when the transport is a BatchRunner, else one
+// by one. The results are in the order of cmds; err is only for transport faults.
+func (r *run) remoteBatch(cmds ...[]string) ([]RunResult, error) {
+	if b, ok := r.t.(BatchRunner); ok && len(cmds) > 1 {
+		res, err := b.RunBatch(r.ctx, cmds, RunOptions{Path: r.searchPath()})
+		if err == nil && len(res) != len(cmds) {
+			err = fmt.Errorf("the transport answered %d of a batch of %d commands", len(res), len(cmds))
+		}
+		return res, err
+	}
+	out := make([]RunResult, 0, len(cmds))
+	for _, c := range cmds {
+		res, err := r.remote(c...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// The reads the body sends to a node.
+var (
+	cmdReadRunning = []string{"readlink", "-f", "/run/current-system"}
+	cmdListFailed  = []string{"systemctl", "list-units", "--state=failed", "--no-legend", "--plain", "--full"}
+	cmdListJobs    = []string{"systemctl", "list-jobs", "--no-legend", "--no-pager"}
+	cmdSystemState = []string{"systemctl", "is-system-running"}
+)
+
+func cmdShow(units []string) []string {
+	return append([]string{"systemctl", "show", "-p", strings.Join(showProperties, ","), "--"}, units...)
 }
 
 // ---- build ----
@@ -329,23 +367,22 @@ func (r *run) checkHardwareAddresses() error {
 
 // ---- snapshot ----
 
-func (r *run) readRunningSystem() (string, error) {
-	res, err := r.remote("readlink", "-f", "/run/current-system")
-	if err != nil {
-		return "", err
-	}
+// runningSystem reads the answer to cmdReadRunning: "" when no NixOS system runs yet.
+func runningSystem(res RunResult) string {
 	running := strings.TrimSpace(string(res.Stdout))
 	if res.ExitCode != 0 || running == "/run/current-system" {
-		return "", nil // no NixOS system runs yet
+		return ""
 	}
-	return running, nil
+	return running
 }
 
 func (r *run) snapshotUnitStates() (string, error) {
-	running, err := r.readRunningSystem()
+	// One round trip: the running system, the failed units and the job queue.
+	answers, err := r.remoteBatch(cmdReadRunning, cmdListFailed, cmdListJobs)
 	if err != nil {
-		return "", withHint(fmt.Errorf("reading /run/current-system: %w", err), "")
+		return "", withHint(fmt.Errorf("reading /run/current-system and the unit states: %w", err), "")
 	}
+	running := runningSystem(answers[0])
 	if r.verdictOnly {
 		r.res.RunningSystem = running
 		switch {
@@ -359,20 +396,16 @@ func (r *run) snapshotUnitStates() (string, error) {
 	} else {
 		r.res.PreviousSystem = running
 	}
-	res, err := r.remote("systemctl", "list-units", "--state=failed", "--no-legend", "--plain", "--full")
-	if err != nil {
-		return "", withHint(fmt.Errorf("reading failed units: %w", err), "")
-	}
-	if reason := unreadReason(res); reason != "" {
+	failed, reason := r.parseFailed(answers[1])
+	if reason != "" {
 		r.warn(PhaseSnapshotUnitStates, "unit states before the switch are unread ("+reason+"): failed units cannot be told new or old")
 		return "unread: " + reason, nil
 	}
-	failed, _ := parseUnitList(string(res.Stdout))
 	r.failedBefore = map[string]bool{}
 	for _, u := range failed {
 		r.failedBefore[u] = true
 	}
-	if jobs, ok := r.readJobs(); ok {
+	if jobs, reason := parseJobs(answers[2]); reason == "" {
 		r.jobs.observe(jobs, r.o.Clock.Now())
 	}
 	return fmt.Sprintf("%d failed units before", len(failed)), nil
@@ -416,11 +449,14 @@ func (r *run) readSwitchResult() (string, error) {
 // ---- detect unconfirmed ----
 
 func (r *run) detectUnconfirmedSwitch() (string, error) {
-	running, err := r.readRunningSystem()
+	// One round trip: the running system, and the failed units the restart phase needs.
+	answers, err := r.remoteBatch(cmdReadRunning, cmdListFailed)
 	if err != nil {
 		return "", withHint(fmt.Errorf("reading /run/current-system after the switch: %w", err),
 			"the node may run either system; the boot entry was not finalized")
 	}
+	running := runningSystem(answers[0])
+	r.failedAfterSwitch = &answers[1]
 	r.res.RunningSystem = running
 	if running == r.toplevel {
 		r.res.Confirmed = true
@@ -467,7 +503,17 @@ func (r *run) collectOwnedUnits() (string, error) {
 // ---- restart ----
 
 func (r *run) restartFailedUnits() (string, error) {
-	failed, reason, err := r.readFailedUnits()
+	var (
+		failed []string
+		reason string
+		err    error
+	)
+	if r.failedAfterSwitch != nil { // read with the running system, just before
+		failed, reason = r.parseFailed(*r.failedAfterSwitch)
+		r.failedAfterSwitch = nil
+	} else {
+		failed, reason, err = r.readFailedUnits()
+	}
 	if err != nil {
 		return "", withHint(fmt.Errorf("reading failed units: %w", err), "")
 	}
@@ -534,9 +580,18 @@ func (r *run) watchSampleCount() int {
 
 func (r *run) watch() (string, error) {
 	window := r.watchSampleCount()
+	// Samples are taken on a fixed grid (start + i*sample_interval), so the time a
+	// sample takes does not stretch the window: the watch lasts its configured length
+	// plus one sample.
+	start := r.o.Clock.Now()
 	for i := 0; i < window; i++ {
 		if i > 0 {
-			if err := r.o.Clock.Sleep(r.ctx, r.o.Timings.SampleInterval); err != nil {
+			wait := start.Add(time.Duration(i) * r.o.Timings.SampleInterval).Sub(r.o.Clock.Now())
+			if wait > 0 {
+				if err := r.o.Clock.Sleep(r.ctx, wait); err != nil {
+					return "", err
+				}
+			} else if err := r.ctx.Err(); err != nil {
 				return "", err
 			}
 		}
@@ -570,44 +625,72 @@ func (r *run) watch() (string, error) {
 	return note, nil
 }
 
-// takeSample reads the failed units, the states of every unit the verdict looks at
-// and the job list. A transport fault leaves the sample unanswered.
+// takeSample reads the failed units, the states of every unit the verdict looks at,
+// the job list and the system state, in one round trip where the transport allows. A
+// transport fault leaves the sample unanswered.
 func (r *run) takeSample() sample {
 	s := sample{At: r.o.Clock.Now()}
-	failed, reason, err := r.readFailedUnits()
+	interest := map[string]bool{}
+	for _, u := range r.closure.concreteUnits() {
+		interest[u] = true
+	}
+	for _, u := range append(append(append([]string{}, r.restarted...), r.o.SecretChain...), sortedKeys(r.seenFailed)...) {
+		if ValidUnitName(u) {
+			interest[u] = true
+		}
+	}
+	shown := sortedKeys(interest)
+	cmds := [][]string{cmdListFailed, cmdListJobs, cmdSystemState}
+	for start := 0; start < len(shown); start += showUnitsBatch {
+		cmds = append(cmds, cmdShow(shown[start:min(start+showUnitsBatch, len(shown))]))
+	}
+	answers, err := r.remoteBatch(cmds...)
 	if err != nil {
 		r.log(LevelDebug, PhaseWatch, "sample unanswered", map[string]any{"error": err.Error()})
 		return s
 	}
 	s.Answered = true
-	s.Failed, s.FailedUnread = failed, reason
-	interest := map[string]bool{}
-	for _, u := range r.closure.concreteUnits() {
-		interest[u] = true
-	}
-	for _, u := range append(append(append([]string{}, failed...), r.restarted...), r.o.SecretChain...) {
-		if ValidUnitName(u) {
-			interest[u] = true
+	s.Failed, s.FailedUnread = r.parseFailed(answers[0])
+	s.Units = map[string]UnitState{}
+	for _, res := range answers[3:] {
+		states, reason := r.parseShowAnswer(res)
+		if reason != "" {
+			s.Units, s.UnitsUnread = nil, reason
+			break
+		}
+		for name, st := range states {
+			s.Units[name] = st
 		}
 	}
-	units, reason, err := r.showUnits(sortedKeys(interest))
-	if err != nil {
-		s.Answered = false
-		return s
+	// A unit that failed since the last sample and that the sample did not show yet.
+	var newly []string
+	for _, u := range s.Failed {
+		if !interest[u] {
+			newly = append(newly, u)
+		}
+		if r.seenFailed == nil {
+			r.seenFailed = map[string]bool{}
+		}
+		r.seenFailed[u] = true
 	}
-	s.Units, s.UnitsUnread = units, reason
-	res, err := r.remote("systemctl", "list-jobs", "--no-legend", "--no-pager")
-	if err != nil {
-		s.Answered = false
-		return s
+	if len(newly) > 0 && s.UnitsUnread == "" {
+		states, reason, err := r.showUnits(newly)
+		switch {
+		case err != nil:
+			s.Answered = false
+			return s
+		case reason != "":
+			s.Units, s.UnitsUnread = nil, reason
+		default:
+			for name, st := range states {
+				s.Units[name] = st
+			}
+		}
 	}
-	if reason := unreadReason(res); reason != "" {
+	s.SystemState, s.SystemStateUnread = systemState(answers[2])
+	jobs, reason := parseJobs(answers[1])
+	if reason != "" {
 		s.JobsUnread = reason
-		return s
-	}
-	jobs, _, parseErr := parseListJobs(string(res.Stdout))
-	if parseErr != nil {
-		s.JobsUnread = parseErr.Error()
 		return s
 	}
 	s.Jobs = append([]Job{}, jobs...)
@@ -615,28 +698,67 @@ func (r *run) takeSample() sample {
 	return s
 }
 
-func (r *run) readFailedUnits() (units []string, unread string, err error) {
-	res, err := r.remote("systemctl", "list-units", "--state=failed", "--no-legend", "--plain", "--full")
-	if err != nil {
-		return nil, "", err
-	}
+// parseFailed reads the answer to cmdListFailed: the failed units, or why they are unread.
+func (r *run) parseFailed(res RunResult) (units []string, unread string) {
 	if reason := unreadReason(res); reason != "" {
-		return nil, reason, nil
+		return nil, reason
 	}
 	units, rejected := parseUnitList(string(res.Stdout))
 	for _, name := range rejected {
 		r.log(LevelWarn, PhaseWatch, "ignoring an invalid unit name read from the node", map[string]any{"name": name})
 	}
-	return append([]string{}, units...), "", nil
+	return append([]string{}, units...), ""
 }
 
-func (r *run) readJobs() ([]Job, bool) {
-	res, err := r.remote("systemctl", "list-jobs", "--no-legend", "--no-pager")
-	if err != nil || unreadReason(res) != "" {
-		return nil, false
+// parseJobs reads the answer to cmdListJobs: the jobs, or why they are unread.
+func parseJobs(res RunResult) (jobs []Job, unread string) {
+	if reason := unreadReason(res); reason != "" {
+		return nil, reason
 	}
 	jobs, _, err := parseListJobs(string(res.Stdout))
-	return jobs, err == nil
+	if err != nil {
+		return nil, err.Error()
+	}
+	return jobs, ""
+}
+
+// systemState reads the answer to cmdSystemState: the state systemd reports about
+// itself, or why it is unread ("offline"/"unknown" with an error means systemd did
+// not answer).
+func systemState(res RunResult) (state, unread string) {
+	state = strings.TrimSpace(string(res.Stdout))
+	if state == "" || ((state == "offline" || state == "unknown") && strings.TrimSpace(string(res.Stderr)) != "") {
+		return "", firstLine(string(res.Stderr), "no answer")
+	}
+	return state, ""
+}
+
+// parseShowAnswer reads the answer to cmdShow: the unit states, or why they are unread.
+func (r *run) parseShowAnswer(res RunResult) (states map[string]UnitState, unread string) {
+	if reason := unreadReason(res); reason != "" {
+		return nil, reason
+	}
+	parsed, rejected, err := parseShow(string(res.Stdout))
+	if err != nil {
+		return nil, err.Error()
+	}
+	for _, name := range rejected {
+		r.log(LevelWarn, PhaseWatch, "ignoring an invalid unit name read from the node", map[string]any{"name": name})
+	}
+	states = map[string]UnitState{}
+	for _, st := range parsed {
+		states[st.ID] = st
+	}
+	return states, ""
+}
+
+func (r *run) readFailedUnits() (units []string, unread string, err error) {
+	res, err := r.remote(cmdListFailed...)
+	if err != nil {
+		return nil, "", err
+	}
+	units, unread = r.parseFailed(res)
+	return units, unread, nil
 }
 
 // showUnitsBatch keeps each command line short.
@@ -647,24 +769,16 @@ const showUnitsBatch = 200
 func (r *run) showUnits(units []string) (states map[string]UnitState, unread string, err error) {
 	states = map[string]UnitState{}
 	for start := 0; start < len(units); start += showUnitsBatch {
-		end := min(start+showUnitsBatch, len(units))
-		argv := append([]string{"systemctl", "show", "-p", strings.Join(showProperties, ","), "--"}, units[start:end]...)
-		res, err := r.remote(argv...)
+		res, err := r.remote(cmdShow(units[start:min(start+showUnitsBatch, len(units))])...)
 		if err != nil {
 			return nil, "", err
 		}
-		if reason := unreadReason(res); reason != "" {
+		part, reason := r.parseShowAnswer(res)
+		if reason != "" {
 			return nil, reason, nil
 		}
-		parsed, rejected, parseErr := parseShow(string(res.Stdout))
-		if parseErr != nil {
-			return nil, parseErr.Error(), nil
-		}
-		for _, name := range rejected {
-			r.log(LevelWarn, PhaseWatch, "ignoring an invalid unit name read from the node", map[string]any{"name": name})
-		}
-		for _, st := range parsed {
-			states[st.ID] = st
+		for name, st := range part {
+			states[name] = st
 		}
 	}
 	return states, "", nil
@@ -727,13 +841,20 @@ func (r *run) skippedInJournal() map[string]bool {
 		r.warn(PhaseClassify, fmt.Sprintf("%d units may have been skipped on a condition; read the journal of the first %d", len(names), maxJournalLookups))
 		names = names[:maxJournalLookups]
 	}
-	for _, name := range names {
-		res, err := r.remote("journalctl", "--no-pager", "-o", "cat", "-b", "-n", "50", "-u", name)
-		if err != nil || res.ExitCode != 0 {
-			continue
-		}
-		if lastStartSkipped(string(res.Stdout)) {
-			out[name] = true
+	if len(names) == 0 {
+		return out
+	}
+	cmds := make([][]string, len(names))
+	for i, name := range names {
+		cmds[i] = []string{"journalctl", "--no-pager", "-o", "cat", "-b", "-n", "50", "-u", name}
+	}
+	answers, err := r.remoteBatch(cmds...)
+	if err != nil {
+		return out
+	}
+	for i, res := range answers {
+		if res.ExitCode == 0 && lastStartSkipped(string(res.Stdout)) {
+			out[names[i]] = true
 		}
 	}
 	return out
@@ -742,16 +863,20 @@ func (r *run) skippedInJournal() map[string]bool {
 func (r *run) classify() (string, error) {
 	v := r.classifySamples()
 	if !v.Unreachable {
-		res, err := r.remote("systemctl", "is-system-running")
-		state := strings.TrimSpace(string(res.Stdout))
-		switch {
-		case err != nil:
+		// The last watch sample read the system state at the end of the window; ask
+		// again only when that sample went unanswered.
+		var state, unread string
+		if n := len(r.watchSamples); n > 0 && r.watchSamples[n-1].Answered {
+			state, unread = r.watchSamples[n-1].SystemState, r.watchSamples[n-1].SystemStateUnread
+		} else if res, err := r.remote(cmdSystemState...); err != nil {
+			unread = err.Error()
+		} else {
+			state, unread = systemState(res)
+		}
+		if unread != "" {
 			v.SystemState = "unread"
-			v.Unread = append(v.Unread, "system state: "+err.Error())
-		case state == "" || ((state == "offline" || state == "unknown") && strings.TrimSpace(string(res.Stderr)) != ""):
-			v.SystemState = "unread"
-			v.Unread = append(v.Unread, "system state: "+firstLine(string(res.Stderr), "no answer"))
-		default:
+			v.Unread = append(v.Unread, "system state: "+unread)
+		} else {
 			v.SystemState = state
 		}
 	}

@@ -93,3 +93,12 @@ var ErrSystemdUnanswered = errors.New("systemd does not answer")
 // its host key check or the credentials. The body fails at once instead of waiting for
 // node_wait.
 var ErrRefused = errors.New("refused")
+
+// BatchRunner is implemented by transports that can run several commands in one round
+// trip (one remote shell that frames each command's output). The body uses it for the
+// reads it takes together (a watch sample, the snapshot); without it, the commands run
+// one by one through Run. Each result is what Run would have returned for that
+// command; err is only for transport faults.
+type BatchRunner interface {
+	RunBatch(ctx context.Context, cmds [][]string, opts RunOptions) ([]RunResult, error)
+}

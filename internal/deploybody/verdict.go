@@ -18,6 +18,10 @@ type sample struct {
 	FailedUnread string
 	Jobs         []Job
 	JobsUnread   string
+	// SystemState is what `systemctl is-system-running` said (SystemStateUnread: why
+	// it is unread).
+	SystemState       string
+	SystemStateUnread string
 }
 
 // jobTracker remembers when this run first saw each job, because systemd publishes no

@@ -6,19 +6,19 @@ package provider
 // They need TF_ACC=1 and FEDIVERSITY_LAB=1 and run under Terraform and OpenTofu
 // (see provider_test.go).
 //
-// An SSH connection cut during the switch is proven where the cut can be made on
-// demand, at the transport level: internal/transport/ssh TestLabDeploy, subtest
-// "dropped connection during the switch" (closes the TCP connection under SSH while the
-// slow-switch closure activates on a lab node; the result is read after reconnecting).
-// The resource runs that same transport and only maps SwitchResult.Reconnected to
-// verdict.switch_reconnected.
+// An SSH connection cut during the switch is proven here through a whole apply
+// (TestAccNodeSwitchSSHConnectionCutDuringSwitch: the node's loopback proxy is removed
+// while the slow-switch closure activates) and at the transport level in
+// internal/transport/ssh TestLabDeploy (the TCP connection under SSH is closed).
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -499,5 +499,81 @@ func TestAccNodeSwitchConfigValidation(t *testing.T) {
 			step(switchConfig(node, sshBlock(node), top, "build {\n    file = \"x.nix\"\n  }"), `(?i)cannot\s+be\s+specified\s+when`),
 			step(switchConfig(node, sshBlock(node), top, `loop_budgets = { "a.service" = "many" }`), `(?i)incorrect\s+attribute\s+value\s+type|number\s+required|Inappropriate\s+value`),
 		},
+	})
+}
+
+// The network between the deployer and the node drops while the node switches: the
+// node's loopback proxy (its only way in) is removed once the detached switch runs and
+// put back two seconds later. The apply reconnects, reads the switch's real result and
+// gives the right verdict; the state says the result was read after reconnecting.
+func TestAccNodeSwitchSSHConnectionCutDuringSwitch(t *testing.T) {
+	accLab(t)
+	slow := labtest.BuildClosure(t, labtest.ClosureSlowSwitch) // its activation takes 15 s
+	node := labtest.NewInstance(t, "acc-ssh-cut")
+	proxy := strings.Fields(labtest.Incus(t, "config", "device", "get", node.Instance, "ssh", "listen"))
+	if len(proxy) != 1 {
+		t.Fatalf("the instance's ssh proxy listens on %v", proxy)
+	}
+	cut := make(chan error, 1)
+	incus := func(args ...string) (string, error) {
+		out, err := exec.Command("incus", args...).CombinedOutput()
+		if err != nil {
+			return string(out), fmt.Errorf("incus %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return string(out), nil
+	}
+	cutDuringSwitch := func() {
+		// Bounded: 600 polls of 0.2 s, then give up (the Check step reports it).
+		for i := 0; i < 600; i++ {
+			out, _ := incus("exec", node.Instance, "--", "systemctl", "list-units", "--no-legend", "--plain", "--state=active", "fediversity-switch-*")
+			if strings.Contains(out, "fediversity-switch-") {
+				if _, err := incus("config", "device", "remove", node.Instance, "ssh"); err != nil {
+					cut <- err
+					return
+				}
+				time.Sleep(2 * time.Second)
+				_, err := incus("config", "device", "add", node.Instance, "ssh", "proxy",
+					"listen="+proxy[0], "connect=tcp:127.0.0.1:22", "bind=host")
+				if err == nil {
+					// The switch must still be running when the connection came back.
+					if out, _ := incus("exec", node.Instance, "--", "sh", "-c", "ls /run/fediversity/*.rc 2>/dev/null; true"); strings.TrimSpace(out) != "" {
+						err = fmt.Errorf("the switch had finished before the connection was cut: %s", out)
+					}
+				}
+				cut <- err
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		cut <- fmt.Errorf("the switch never started on %s", node.Instance)
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			PreConfig: func() { go cutDuringSwitch() },
+			Config:    switchConfig(node, sshBlock(node), slow, ""),
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("toplevel"), knownvalue.StringExact(slow)),
+				verdictBool("ok", true),
+				verdictBool("switch_reconnected", true),
+				verdictList("failed"),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey("switch_result"), knownvalue.StringExact("ok")),
+			},
+			Check: func(*terraform.State) error {
+				select {
+				case err := <-cut:
+					if err != nil {
+						return err
+					}
+				case <-time.After(time.Minute):
+					return fmt.Errorf("the connection was never cut")
+				}
+				if got := strings.TrimSpace(nodeExec(t, node, "readlink -f /run/current-system")); got != slow {
+					return fmt.Errorf("the node runs %s, want %s", got, slow)
+				}
+				return nil
+			},
+		}},
 	})
 }

@@ -67,25 +67,40 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 	if err := t.c.PushFile(ctx, t.instance, remoteFile, f, size, incusapi.FileMode{Mode: 0o600}); err != nil {
 		return stats, t.classify(ctx, phase+": push export", err)
 	}
-	defer t.removeFile(remoteFile)
+	removed := false // the import command removes the file itself
+	defer func() {
+		if !removed {
+			t.removeFile(remoteFile)
+		}
+	}()
 	stats.BytesSent = size
 	t.logPrintf("copy: pushed %s in %s", remoteFile, lap())
 
-	// The file name is a positional parameter, never part of the script.
-	res, err := t.Run(ctx, []string{"/bin/sh", "-c", `exec nix-store --import < "$1" > /dev/null`, "sh", remoteFile},
-		deploybody.RunOptions{})
+	// The import, the removal of the file and the check of the closure in one exec
+	// (closures of up to a few hundred paths; larger ones are checked separately). The
+	// file name goes in the environment and the paths as arguments, never in the script.
+	inline := remote.VerifyInline(closure)
+	argv := []string{"/bin/sh", "-c", remote.ImportScript, "sh"}
+	if inline {
+		argv = append(argv, closure...)
+	}
+	argv = append([]string{"env", "IMPORT_FILE=" + remoteFile}, argv...)
+	res, err := t.Run(ctx, argv, deploybody.RunOptions{})
 	if err != nil {
 		return stats, err
 	}
+	removed = res.ExitCode == 0
 	if res.ExitCode != 0 {
 		return stats, t.errorf(phase, "nix-store --import exited %d: %s (is Nix installed on the node and is its store writable?)",
 			res.ExitCode, trim(res.Stderr))
 	}
 	stats.PathsMissing = len(missing)
 	t.logPrintf("copy: imported %d paths in %s", len(missing), lap())
-	still, err := remote.MissingPaths(ctx, t.runner(), closure)
-	if err != nil {
-		return stats, t.wrapErr(phase+": verify", err)
+	still := remote.InvalidPaths(string(res.Stdout), closure)
+	if !inline {
+		if still, err = remote.MissingPaths(ctx, t.runner(), closure); err != nil {
+			return stats, t.wrapErr(phase+": verify", err)
+		}
 	}
 	if len(still) > 0 {
 		return stats, t.errorf(phase, "after the import the node still lacks %d paths (first %s)", len(still), still[0])

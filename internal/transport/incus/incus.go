@@ -52,7 +52,10 @@ type Transport struct {
 	basePath string // the PATH commands get after the caller's entries
 }
 
-var _ deploybody.Transport = (*Transport)(nil)
+var (
+	_ deploybody.Transport   = (*Transport)(nil)
+	_ deploybody.BatchRunner = (*Transport)(nil)
+)
 
 // New returns a transport for cfg.
 func New(cfg Config) (*Transport, error) {

@@ -30,20 +30,40 @@ func MissingPaths(ctx context.Context, r Runner, paths []string) ([]string, erro
 		if err != nil {
 			return nil, fmt.Errorf("ask the node which paths it lacks: %w", err)
 		}
-		invalid := map[string]bool{}
-		for _, l := range strings.Split(out, "\n") {
-			if l = strings.TrimSpace(l); l != "" {
-				invalid[l] = true
-			}
-		}
-		for _, p := range batch {
-			if invalid[p] {
-				missing = append(missing, p)
-			}
-		}
+		missing = append(missing, InvalidPaths(out, batch)...)
 	}
 	return missing, nil
 }
+
+// InvalidPaths reads the output of `nix-store --check-validity --print-invalid` asked
+// about paths: the paths it names, in the order of paths.
+func InvalidPaths(out string, paths []string) []string {
+	invalid := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			invalid[l] = true
+		}
+	}
+	var missing []string
+	for _, p := range paths {
+		if invalid[p] {
+			missing = append(missing, p)
+		}
+	}
+	return missing
+}
+
+// VerifyInline says whether a closure is small enough to be checked in the same
+// command as its import (ImportScript): its paths fit one command line.
+func VerifyInline(closure []string) bool { return len(closure) <= checkBatch }
+
+// ImportScript imports a `nix-store --export` stream and then prints which of its
+// arguments (the closure's paths) the store still lacks: the import and its check in
+// one round trip. With IMPORT_FILE set it reads that file and deletes it afterwards,
+// else stdin.
+const ImportScript = `if [ -n "${IMPORT_FILE:-}" ]; then nix-store --import <"$IMPORT_FILE" >/dev/null; rc=$?; rm -f "$IMPORT_FILE"; ` +
+	`else nix-store --import >/dev/null; rc=$?; fi; [ "$rc" -eq 0 ] || exit "$rc"; ` +
+	`exec nix-store --check-validity --print-invalid "$@"`
 
 // CopyClosure makes the node hold the closure of storePath: it exports, from the local
 // store, only the paths the node lacks and streams them into `nix-store --import` on
@@ -77,7 +97,12 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 		pw.CloseWithError(err) // nil closes cleanly: the import sees EOF
 		exportErr <- err
 	}()
-	_, importErr := runSys(ctx, r, pr, "nix-store", "--import")
+	inline := VerifyInline(closure)
+	importArgv := []string{"nix-store", "--import"}
+	if inline {
+		importArgv = append([]string{"/bin/sh", "-c", ImportScript, "sh"}, closure...)
+	}
+	out, importErr := runSys(ctx, r, pr, importArgv...)
 	// If the import ended early, unblock and stop the export.
 	pr.CloseWithError(io.ErrClosedPipe)
 	cancelExport()
@@ -92,9 +117,11 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 	if expErr != nil {
 		return stats, fmt.Errorf("copy closure: local %w", expErr)
 	}
-	still, err := MissingPaths(ctx, r, closure)
-	if err != nil {
-		return stats, fmt.Errorf("copy closure: verify: %w", err)
+	still := InvalidPaths(out, closure)
+	if !inline {
+		if still, err = MissingPaths(ctx, r, closure); err != nil {
+			return stats, fmt.Errorf("copy closure: verify: %w", err)
+		}
 	}
 	if len(still) > 0 {
 		return stats, fmt.Errorf("copy closure: after the import the node still lacks %d paths (first %s)", len(still), still[0])

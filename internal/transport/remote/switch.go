@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -27,9 +28,13 @@ var validActions = map[string]bool{"switch": true, "boot": true, "test": true, "
 
 // SwitchOptions tune the detached switch. Zero values take the defaults.
 type SwitchOptions struct {
-	// PollInterval between two reads of the result (default 250 ms: a read over a reused
-	// connection costs milliseconds, and the poll adds up to one interval to every switch).
+	// PollInterval is the pause between two polls that ended without a result (default
+	// 250 ms). A poll itself waits on the node (PollWait), so a switch's result is read
+	// within about 20 ms of the switch ending, in one round trip.
 	PollInterval time.Duration
+	// PollWait is how long one poll waits on the node for the result before it answers
+	// with the unit's state (default 5 s). A dropped connection ends a poll at once.
+	PollWait time.Duration
 	// Grace is how long past the limit the result is still awaited (default 30 s):
 	// systemd stops the unit at the limit, then the result file must appear.
 	Grace time.Duration
@@ -43,6 +48,9 @@ type SwitchOptions struct {
 func (o *SwitchOptions) defaults() {
 	if o.PollInterval <= 0 {
 		o.PollInterval = 250 * time.Millisecond
+	}
+	if o.PollWait <= 0 {
+		o.PollWait = 5 * time.Second
 	}
 	if o.Grace <= 0 {
 		o.Grace = 30 * time.Second
@@ -58,11 +66,33 @@ func (o *SwitchOptions) defaults() {
 const detachedScript = `"$1/bin/switch-to-configuration" "$2" >"$3.out" 2>"$3.err"; ` +
 	`echo $? >"$3.rc.tmp" && mv "$3.rc.tmp" "$3.rc"`
 
-// pollScript prints "rc <code>" when the switch is over, else "unit <ActiveState>
-// <LoadState>". $1 file prefix, $2 unit.
-const pollScript = `if [ -e "$1.rc" ]; then printf 'rc %s\n' "$(cat "$1.rc")"; exit 0; fi; ` +
+// pollTick is how often pollScript looks for the result file on the node: a `[ -e ]`
+// and a sleep, 50 times a second, for the length of the switch.
+const pollTick = 20 * time.Millisecond
+
+// pollScript waits up to $3 ticks of 20 ms for the switch to end. When it has ended it
+// prints "rc <code>" and then the switch's stdout, and copies its stderr to stderr: the
+// whole result in one round trip. Otherwise (time is up, or the unit failed or is gone:
+// checked about once a second) it prints "unit <ActiveState> <LoadState>".
+// $1 file prefix, $2 unit, $3 ticks. The result files stay (see startScript).
+const pollScript = `i=0; while [ ! -e "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
+	`if [ "$i" -gt 0 ] && [ $((i % 50)) -eq 0 ]; then ` +
+	`case "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)/$(systemctl show -p LoadState --value "$2" 2>/dev/null)" in ` +
+	`failed/* | */not-found) break ;; esac; fi; ` +
+	`sleep 0.02 2>/dev/null || sleep 1; i=$((i + 1)); done; ` +
+	`if [ -e "$1.rc" ]; then printf 'rc %s\n' "$(cat "$1.rc")"; cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
 	`printf 'unit %s %s\n' "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)" ` +
 	`"$(systemctl show -p LoadState --value "$2" 2>/dev/null)"`
+
+// startScript makes the result directory, removes results of switches older than an
+// hour (a result stays readable that long, so a poll cut by a dropped connection can
+// be repeated), runs its other arguments (systemd-run …) and goes on as the first poll
+// (pollScript), so starting the switch and reading a quick result is one round trip.
+// $1 result directory, $2 file prefix, $3 unit, $4 ticks. Exit 90: the directory
+// could not be made; 91: systemd-run failed.
+const startScript = `d=$1 p=$2 u=$3 n=$4; shift 4; ` +
+	`mkdir -p "$d" || exit 90; find "$d" -maxdepth 1 -name '` + SwitchUnitPrefix + `*' -mmin +60 -exec rm -f {} + 2>/dev/null; ` +
+	`"$@" || exit 91; set -- "$p" "$u" "$n"; ` + pollScript
 
 // SwitchUnitPrefix names the transient units of detached switches.
 const SwitchUnitPrefix = "fediversity-switch-"
@@ -88,33 +118,39 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 	prefix := ResultDir + "/" + unit
 	secs := int64((limit + time.Second - 1) / time.Second)
 
-	startArgv := []string{"/bin/sh", "-c",
-		`mkdir -p "$1" && shift && exec "$@"`, "sh", ResultDir,
+	deadline := time.Now().Add(limit + opts.Grace)
+	ticks := strconv.FormatInt(int64(max(opts.PollWait/(pollTick), 1)), 10)
+	startArgv := []string{"/bin/sh", "-c", startScript, "sh", ResultDir, prefix, unit, ticks,
 		"systemd-run", "--unit=" + unit, "--description=fediversity switch-to-configuration " + action,
 		"--property=RuntimeMaxSec=" + strconv.FormatInt(secs, 10) + "s",
 		"--no-block", "--collect", "--quiet",
 		"/bin/sh", "-c", detachedScript, "sh", toplevel, action, prefix}
 	started := time.Now()
 	sawTransportError := false
-	if _, err := runSys(ctx, r, nil, startArgv...); err != nil {
-		// A transport fault here leaves it open whether the unit started: polling tells.
-		if !isTransportFault(err) {
-			return res, fmt.Errorf("switch: start %s: %w", unit, err)
-		}
-		sawTransportError = true
-		opts.Log.printf("switch: starting %s: %v; polling to learn whether it started", unit, err)
-	} else {
-		opts.Log.printf("switch: started %s (%s %s, limit %s)", unit, path.Base(toplevel), action, limit)
-	}
-
-	deadline := started.Add(limit + opts.Grace)
+	opts.Log.printf("switch: starting %s (%s %s, limit %s)", unit, path.Base(toplevel), action, limit)
 	transportErrors, gone := 0, 0
 	var lastErr error
-	for {
+	for first := true; ; first = false {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("switch: %w while waiting for %s (it keeps running on the node; see journalctl -u %s)", err, unit, unit)
 		}
-		out, err := runSys(ctx, r, nil, "/bin/sh", "-c", pollScript, "sh", prefix, unit)
+		var out, stderr string
+		var err error
+		if first {
+			// Start, then wait for the result in the same round trip.
+			out, stderr, err = runScript(ctx, r, startArgv)
+			switch {
+			case err != nil && isTransportFault(err):
+				// It is open whether the unit started: polling tells.
+				opts.Log.printf("switch: starting %s: %v; polling to learn whether it started", unit, err)
+			case err != nil:
+				return res, fmt.Errorf("switch: start %s: %w", unit, err)
+			default:
+				opts.Log.printf("switch: started %s", unit)
+			}
+		} else {
+			out, stderr, err = runScript(ctx, r, []string{"/bin/sh", "-c", pollScript, "sh", prefix, unit, ticks})
+		}
 		switch {
 		case err != nil && isTransportFault(err):
 			sawTransportError = true
@@ -135,14 +171,8 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 					return res, fmt.Errorf("switch: %s left an unreadable exit code %q", unit, f[1])
 				}
 				res.ExitCode = code
-				var rerr error
-				if res.Stdout, rerr = readResult(ctx, r, prefix+".out"); rerr != nil {
-					return res, fmt.Errorf("switch: %s exited %d, but its output could not be read: %w", unit, code, rerr)
-				}
-				if res.Stderr, rerr = readResult(ctx, r, prefix+".err"); rerr != nil {
-					return res, fmt.Errorf("switch: %s exited %d, but its messages could not be read: %w", unit, code, rerr)
-				}
-				_, _ = runSys(ctx, r, nil, "rm", "-f", prefix+".out", prefix+".err", prefix+".rc")
+				_, res.Stdout, _ = strings.Cut(out, "\n")
+				res.Stderr = stderr
 				res.Reconnected = sawTransportError || dials(r) > dialsBefore
 				opts.Log.printf("switch: %s exited %d after %s (reconnected: %v)", unit, code, time.Since(started).Round(time.Millisecond), res.Reconnected)
 				return res, nil
@@ -179,22 +209,29 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 	}
 }
 
-// readResult reads a result file of the switch, retrying transport faults a few times
-// (the connection may drop right after the exit code was read).
-func readResult(ctx context.Context, r Runner, file string) (string, error) {
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		var out string
-		if out, err = runSys(ctx, r, nil, "cat", file); err == nil || !isTransportFault(err) {
-			return out, err
-		}
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(time.Second):
-		}
+// runScript runs one of the switch's scripts (with NixFallbackPath) and returns its
+// stdout and stderr; a non-zero exit is an error that quotes stderr.
+func runScript(ctx context.Context, r Runner, argv []string) (stdout, stderr string, err error) {
+	wrapped, err := WithPath(argv, nil, NixFallbackPath)
+	if err != nil {
+		return "", "", err
 	}
-	return "", err
+	var out, errOut bytes.Buffer
+	code, err := r.Exec(ctx, wrapped, nil, &out, &errOut)
+	if err != nil {
+		return "", "", err
+	}
+	if code != 0 {
+		what := "exited"
+		switch code {
+		case 90:
+			what = "could not make " + ResultDir + ":"
+		case 91:
+			what = "systemd-run failed:"
+		}
+		return "", "", fmt.Errorf("%s %d: %s", what, code, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), errOut.String(), nil
 }
 
 func isTransportFault(err error) bool {
@@ -231,9 +268,14 @@ func Generation(ctx context.Context, r Runner) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read the system profile %s: %w", SystemProfile, err)
 	}
-	m := generationLink.FindStringSubmatch(path.Base(strings.TrimSpace(out)))
+	return generationOf(out)
+}
+
+// generationOf reads the generation number from where the system profile points.
+func generationOf(link string) (int, error) {
+	m := generationLink.FindStringSubmatch(path.Base(strings.TrimSpace(link)))
 	if m == nil {
-		return 0, fmt.Errorf("the system profile %s points at %q, not at a system-<n>-link generation", SystemProfile, strings.TrimSpace(out))
+		return 0, fmt.Errorf("the system profile %s points at %q, not at a system-<n>-link generation", SystemProfile, strings.TrimSpace(link))
 	}
 	return strconv.Atoi(m[1])
 }
@@ -252,26 +294,38 @@ func Resolve(ctx context.Context, r Runner, link string) (string, error) {
 	return p, nil
 }
 
+// finalizeScript points the system profile $1 at toplevel $2 (a new generation only
+// when it points elsewhere), runs `$2/bin/switch-to-configuration boot` (its output to
+// stderr) and prints where the profile points: one round trip. Exit 10: the profile
+// could not be set; 11: the boot entry could not be written.
+const finalizeScript = `if [ "$(readlink -f "$1" 2>/dev/null)" != "$2" ]; then nix-env --profile "$1" --set "$2" >&2 || exit 10; fi; ` +
+	`"$2/bin/switch-to-configuration" boot >&2 || exit 11; readlink "$1"`
+
 // FinalizeBoot points the system profile at toplevel (a new generation only when it
-// points elsewhere) and runs `<toplevel>/bin/switch-to-configuration boot`. It returns
-// the profile's generation afterwards.
+// points elsewhere) and runs `<toplevel>/bin/switch-to-configuration boot`, in one
+// round trip. It returns the profile's generation afterwards.
 func FinalizeBoot(ctx context.Context, r Runner, toplevel string, log Logger) (int, error) {
 	if !nixstore.ValidStorePath(toplevel) {
 		return 0, fmt.Errorf("finalize boot entry: toplevel %q is not a store path", toplevel)
 	}
-	current, err := Resolve(ctx, r, SystemProfile)
+	argv, err := WithPath([]string{"/bin/sh", "-c", finalizeScript, "sh", SystemProfile, toplevel}, nil, NixFallbackPath)
 	if err != nil {
+		return 0, err
+	}
+	var out, errOut bytes.Buffer
+	code, err := r.Exec(ctx, argv, nil, &out, &errOut)
+	msg := strings.TrimSpace(errOut.String())
+	switch {
+	case err != nil:
 		return 0, fmt.Errorf("finalize boot entry: %w", err)
+	case code == 10:
+		return 0, fmt.Errorf("finalize boot entry: set the system profile to %s: nix-env failed: %s", toplevel, msg)
+	case code == 11:
+		return 0, fmt.Errorf("finalize boot entry: %s boot failed: %s", path.Base(toplevel), msg)
+	case code != 0:
+		return 0, fmt.Errorf("finalize boot entry: exited %d: %s", code, msg)
 	}
-	if current != toplevel {
-		if _, err := runSys(ctx, r, nil, "nix-env", "--profile", SystemProfile, "--set", toplevel); err != nil {
-			return 0, fmt.Errorf("finalize boot entry: set the system profile to %s: %w", toplevel, err)
-		}
-	}
-	if _, err := runSys(ctx, r, nil, toplevel+"/bin/switch-to-configuration", "boot"); err != nil {
-		return 0, fmt.Errorf("finalize boot entry: %s boot: %w", path.Base(toplevel), err)
-	}
-	gen, err := Generation(ctx, r)
+	gen, err := generationOf(out.String())
 	if err != nil {
 		return 0, fmt.Errorf("finalize boot entry: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -43,32 +44,40 @@ func (f *fakeNode) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 			}
 		}
 		f.prefix = argv[len(argv)-1]
-		if want := ResultDir + "/" + f.unit; f.prefix != want {
+		if want := ResultDir + "/" + f.unit; f.prefix != want || argv[2] != startScript || argv[5] != f.prefix || argv[6] != f.unit {
 			return 1, fmt.Errorf("fake: result prefix %q, want %q", f.prefix, want)
 		}
-		return 0, f.startErr
-	case len(argv) == 6 && argv[2] == pollScript:
-		if argv[4] != f.prefix || argv[5] != f.unit {
+		if f.startErr != nil {
+			return 0, f.startErr
+		}
+		return f.answerPoll(stdout, stderr) // the start script goes on as the first poll
+	case len(argv) == 7 && argv[2] == pollScript:
+		if argv[4] != f.prefix || argv[5] != f.unit || argv[6] == "" {
 			return 1, fmt.Errorf("fake: poll of %v, started %s", argv[4:], f.unit)
 		}
-		i := f.pollN
-		f.pollN++
-		if f.dialAt != 0 && i == f.dialAt {
-			f.dialCount++
-		}
-		ans := f.polls[min(i, len(f.polls)-1)]
-		if ans == "fault" {
-			return 0, &TransportError{Err: errors.New("connection lost")}
-		}
-		_, err := fmt.Fprintln(stdout, ans)
-		return 0, err
-	case argv[0] == "cat":
-		_, err := fmt.Fprint(stdout, f.files[strings.TrimPrefix(argv[1], f.prefix)])
-		return 0, err
-	case argv[0] == "rm":
-		return 0, nil
+		return f.answerPoll(stdout, stderr)
 	}
 	return 1, fmt.Errorf("fake: unexpected command %q", argv)
+}
+
+func (f *fakeNode) answerPoll(stdout, stderr io.Writer) (int, error) {
+	i := f.pollN
+	f.pollN++
+	if f.dialAt != 0 && i == f.dialAt {
+		f.dialCount++
+	}
+	ans := f.polls[min(i, len(f.polls)-1)]
+	if ans == "fault" {
+		return 0, &TransportError{Err: errors.New("connection lost")}
+	}
+	if _, err := fmt.Fprintln(stdout, ans); err != nil {
+		return 0, err
+	}
+	if strings.HasPrefix(ans, "rc ") { // the poll script sends the result with the code
+		_, _ = fmt.Fprint(stdout, f.files[".out"])
+		_, _ = fmt.Fprint(stderr, f.files[".err"])
+	}
+	return 0, nil
 }
 
 const testToplevel = "/nix/store/yz1f3iqli0jfd7wzg3vngchnpjq7xnp5-nixos-system-fedi-good-1"
@@ -142,4 +151,64 @@ func TestTransportErrorsNameNode(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 	var _ deploybody.Transport = tr
+}
+
+// The poll script, run by a real /bin/sh (this machine has no systemd, so the unit
+// state reads come back empty): it waits on the node for the result and hands the exit
+// code, stdout and stderr back in one answer.
+func TestPollScriptWaitsAndReadsTheResult(t *testing.T) {
+	r := localRunner{env: []string{"PATH=/usr/bin:/bin"}}
+	dir := t.TempDir()
+	prefix := dir + "/" + SwitchUnitPrefix + "abc"
+	write := func(ext, s string) {
+		if err := os.WriteFile(prefix+ext, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(".out", "activating\n")
+	write(".err", "warning: the following units failed: a.service\n")
+
+	// No result yet and 3 ticks: the poll gives up and reports the unit's state.
+	poll := func(ctx context.Context, r Runner, prefix, unit, ticks string) (string, string, error) {
+		return runScript(ctx, r, []string{"/bin/sh", "-c", pollScript, "sh", prefix, unit, ticks})
+	}
+	out, _, err := poll(context.Background(), r, prefix, "x.service", "3")
+	if err != nil || !strings.HasPrefix(out, "unit ") {
+		t.Fatalf("no result: %q %v", out, err)
+	}
+	// The result appears while the poll waits: it is read in the same poll.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = os.WriteFile(prefix+".rc", []byte("4\n"), 0o600)
+	}()
+	out, stderr, err := poll(context.Background(), r, prefix, "x.service", "100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != "rc 4\nactivating\n" || stderr != "warning: the following units failed: a.service\n" {
+		t.Fatalf("poll = %q, %q", out, stderr)
+	}
+	// The files stay, so a poll cut by a dropped connection can be repeated.
+	if again, _, err := poll(context.Background(), r, prefix, "x.service", "1"); err != nil || again != out {
+		t.Fatalf("second poll = %q %v", again, err)
+	}
+}
+
+// The start script, run by a real /bin/sh with stand-ins for systemd-run: a start that
+// succeeds goes on as the first poll; one that fails is exit 91 with its message.
+func TestStartScriptStartsThenPolls(t *testing.T) {
+	r := localRunner{env: []string{"PATH=/usr/bin:/bin"}}
+	dir := t.TempDir()
+	prefix := dir + "/" + SwitchUnitPrefix + "def"
+	// The stand-in "starts" a switch that ends at once with exit 0.
+	out, _, err := runScript(context.Background(), r, []string{"/bin/sh", "-c", startScript, "sh", dir, prefix, "x.service", "40",
+		"sh", "-c", `echo done >"$0.out"; echo 0 >"$0.rc"`, prefix})
+	if err != nil || out != "rc 0\ndone\n" {
+		t.Fatalf("start then poll: %q %v", out, err)
+	}
+	_, _, err = runScript(context.Background(), r, []string{"/bin/sh", "-c", startScript, "sh", dir, prefix + "x", "x.service", "40",
+		"sh", "-c", `echo "Failed to start transient service unit" >&2; exit 1`})
+	if err == nil || !strings.Contains(err.Error(), "systemd-run failed: 91: Failed to start transient service unit") {
+		t.Fatalf("failed start: %v", err)
+	}
 }

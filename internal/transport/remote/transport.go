@@ -20,7 +20,10 @@ type Transport struct {
 	SwitchOpts SwitchOptions
 }
 
-var _ deploybody.Transport = (*Transport)(nil)
+var (
+	_ deploybody.Transport   = (*Transport)(nil)
+	_ deploybody.BatchRunner = (*Transport)(nil)
+)
 
 // NewTransport returns the deploybody.Transport of node over r. log may be nil.
 func NewTransport(node string, r Runner, log Logger) *Transport {
