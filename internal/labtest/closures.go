@@ -22,6 +22,7 @@ const (
 	ClosureClosureFault     = "closure-fault"
 	ClosureSkipped          = "skipped"
 	ClosureSlowSwitch       = "slow-switch"
+	ClosureStaleJob         = "stale-job"
 	ClosureChain            = "chain"
 	ClosureChainMemberFails = "chain-member-fails"
 	ClosureChainNoProgress  = "chain-no-progress"

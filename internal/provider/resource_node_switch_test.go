@@ -577,3 +577,47 @@ func TestAccNodeSwitchSSHConnectionCutDuringSwitch(t *testing.T) {
 		}},
 	})
 }
+
+// A start job that does not finish is named stale (and does not fail the deploy): the
+// switch starts fedi-waiter.service, which wants fedi-slowstart.service, a oneshot whose
+// start takes 10 minutes. Its start job is first seen by the first watch sample and is
+// older than stale_job (2 s) by the last one.
+func TestAccNodeSwitchStaleStartJob(t *testing.T) {
+	accLab(t)
+	stale := labtest.BuildClosure(t, labtest.ClosureStaleJob)
+	node := labtest.NewInstance(t, "acc-stale-job")
+	cfg := testAccConfig(accProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node     = %q
+  toplevel = %q
+%s
+  timings {
+    node_wait       = "30s"
+    settle          = "1s"
+    watch           = "4s"
+    sample_interval = "1s"
+    stale_job       = "2s"
+  }
+}
+`, node.Name, stale, sshBlock(node)))
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			ConfigStateChecks: []statecheck.StateCheck{
+				verdictBool("ok", true),
+				verdictList("stale_jobs", "fedi-slowstart.service (job "),
+				verdictList("failed"),
+				verdictList("restart_loop"),
+			},
+			Check: func(*terraform.State) error {
+				// The job is real: systemd still lists it on the node.
+				if out := nodeExec(t, node, "systemctl list-jobs --no-legend"); !strings.Contains(out, "fedi-slowstart.service") {
+					return fmt.Errorf("no start job of fedi-slowstart.service on the node: %q", out)
+				}
+				return nil
+			},
+		}},
+	})
+}

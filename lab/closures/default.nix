@@ -180,6 +180,25 @@ in
     extraUnit = "ConditionPathExists=/nonexistent/fediversity";
   });
 
+  # A start job that does not finish: fedi-waiter.service (started by the switch) wants
+  # fedi-slowstart.service, a oneshot whose start takes 10 minutes. The switch waits for
+  # fedi-waiter only, so it ends while fedi-slowstart's start job is still queued.
+  stale-job = toplevel {
+    scenario = "stale-job";
+    units = base "1" // {
+      "fedi-waiter.service" = service {
+        exec = "@out@/sw/bin/fedi-idle";
+        extraUnit = "Wants=fedi-slowstart.service";
+      };
+      "fedi-slowstart.service" = service {
+        type = "oneshot";
+        exec = "/bin/sleep 600";
+        extraService = "TimeoutStartSec=infinity";
+      };
+    };
+    wants = baseWants ++ [ "fedi-waiter.service" ];
+  };
+
   # The activation takes switchDelay seconds (for the dropped-connection test).
   slow-switch = toplevel {
     scenario = "slow-switch";

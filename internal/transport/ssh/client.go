@@ -202,7 +202,8 @@ func dial(ctx context.Context, cfg Config) (*conn, error) {
 	}
 	signers, agentConn, err := cfg.signers()
 	if err != nil {
-		return nil, err
+		// Missing or unusable credentials: retrying cannot mend them.
+		return nil, fmt.Errorf("%w (%w)", err, deploybody.ErrRefused)
 	}
 	cc := &gossh.ClientConfig{
 		User:              cfg.user(),

@@ -504,3 +504,54 @@ func mustClose(t testing.TB, c io.Closer) {
 func closeQuietly(c io.Closer) {
 	_ = c.Close()
 }
+
+// The agent path against OpenSSH's own ssh-agent (not x/crypto's keyring): the key is
+// added with ssh-add and never read by the transport. Skips where ssh-agent is missing.
+func TestRealSSHDOpenSSHAgent(t *testing.T) {
+	s := startSSHD(t)
+	agentBin, err := exec.LookPath("ssh-agent")
+	if err != nil {
+		t.Skip("no ssh-agent on this machine (openssh-client provides it)")
+	}
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	cmd := exec.Command(agentBin, "-D", "-a", sock)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for i := 0; i < 50; i++ { // bounded: 5 s for the socket to appear
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	add := exec.Command("ssh-add", s.keyFile)
+	add.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add: %v: %s", err, out)
+	}
+	cfg := s.config()
+	cfg.PrivateKeyFile, cfg.AgentSocket = "", sock
+	tr, err := New("openssh-agent", cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, tr)
+	roundTrip(t, tr)
+
+	// An agent without the key is refused at once, as a refusal (not unreachable).
+	del := exec.Command("ssh-add", "-D")
+	del.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	if out, err := del.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add -D: %v: %s", err, out)
+	}
+	cfg.DialAttempts = 1
+	empty, err := New("openssh-agent-empty", cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, empty)
+	if _, err := empty.Run(tctx(t), []string{"true"}, deploybody.RunOptions{}); !errors.Is(err, deploybody.ErrRefused) {
+		t.Fatalf("an agent without the key: err = %v, want ErrRefused", err)
+	}
+}
