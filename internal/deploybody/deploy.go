@@ -66,6 +66,7 @@ func newRun(ctx context.Context, t Transport, o Options, verdictOnly bool) *run 
 		tree:        localTree{root: o.LocalRoot},
 		res:         &Result{Node: o.Node},
 		budgetCache: map[string]int{},
+		seenFailed:  map[string]bool{},
 	}
 }
 
@@ -667,9 +668,6 @@ func (r *run) takeSample() sample {
 	for _, u := range s.Failed {
 		if !interest[u] {
 			newly = append(newly, u)
-		}
-		if r.seenFailed == nil {
-			r.seenFailed = map[string]bool{}
 		}
 		r.seenFailed[u] = true
 	}

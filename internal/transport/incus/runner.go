@@ -98,22 +98,16 @@ func (t *Transport) log() remote.Logger {
 // RunBatch runs cmds in one exec (remote.BatchCommand): a watch sample's reads cost
 // one exec, about 50 ms, instead of one each. It implements deploybody.BatchRunner.
 func (t *Transport) RunBatch(ctx context.Context, cmds [][]string, opts deploybody.RunOptions) ([]deploybody.RunResult, error) {
-	if opts.Stdin != nil {
-		return nil, t.errorf("run batch", "commands of a batch take no stdin")
-	}
-	argv, split, err := remote.BatchCommand(cmds)
-	if err != nil {
+	var runErr error
+	out, err := remote.BatchVia(cmds, opts, func(argv []string, o deploybody.RunOptions) (deploybody.RunResult, error) {
+		res, err := t.Run(ctx, argv, o)
+		runErr = err // already names the node and keeps ErrUnreachable
+		return res, err
+	})
+	if err != nil && runErr == nil {
 		return nil, t.errorf("run batch", "%v", err)
 	}
-	res, err := t.Run(ctx, argv, deploybody.RunOptions{Path: opts.Path})
-	if err != nil {
-		return nil, err
-	}
-	out, err := split(res)
-	if err != nil {
-		return nil, t.errorf("run batch", "%v", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // Switch runs switch-to-configuration detached in a transient systemd unit with a

@@ -114,6 +114,15 @@ func firstLine(s string) string {
 // node's PATH. opts.Stdin must be empty (the commands read /dev/null). err is only for
 // transport faults and for output that cannot be split.
 func RunBatch(ctx context.Context, r Runner, cmds [][]string, opts deploybody.RunOptions) ([]deploybody.RunResult, error) {
+	return BatchVia(cmds, opts, func(argv []string, o deploybody.RunOptions) (deploybody.RunResult, error) {
+		return Run(ctx, r, argv, o)
+	})
+}
+
+// BatchVia runs cmds as one command through run (a transport's own way to run argv
+// with a PATH prefix) and splits its result: the whole of a batch for transports that
+// do not run commands through a Runner.
+func BatchVia(cmds [][]string, opts deploybody.RunOptions, run func([]string, deploybody.RunOptions) (deploybody.RunResult, error)) ([]deploybody.RunResult, error) {
 	if opts.Stdin != nil {
 		return nil, errors.New("batch: commands of a batch take no stdin")
 	}
@@ -121,7 +130,7 @@ func RunBatch(ctx context.Context, r Runner, cmds [][]string, opts deploybody.Ru
 	if err != nil {
 		return nil, err
 	}
-	res, err := Run(ctx, r, argv, deploybody.RunOptions{Path: opts.Path})
+	res, err := run(argv, deploybody.RunOptions{Path: opts.Path})
 	if err != nil {
 		return nil, err
 	}
