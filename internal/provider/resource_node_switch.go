@@ -2,11 +2,8 @@ package provider
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,7 +11,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
-	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -81,15 +77,6 @@ type nodeSwitchModel struct {
 	Timeouts         timeouts.Value   `tfsdk:"timeouts"`
 	Generation       types.Int64      `tfsdk:"generation"`
 	Verdict          types.Object     `tfsdk:"verdict"`
-}
-
-// buildModel is the `build` block: how to build the node's toplevel with nix-build.
-type buildModel struct {
-	Installable types.String `tfsdk:"installable"`
-	File        types.String `tfsdk:"file"`
-	Attribute   types.String `tfsdk:"attribute"`
-	Expression  types.String `tfsdk:"expression"`
-	Args        types.Map    `tfsdk:"args"`
 }
 
 // snapshotModel is the `snapshot` block (Incus only).
@@ -248,38 +235,6 @@ func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.Modify
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
 	}
-}
-
-// privateGetter is the part of the framework's private state both requests offer.
-type privateGetter interface {
-	GetKey(ctx context.Context, key string) ([]byte, diag.Diagnostics)
-}
-
-type privateSetter interface {
-	SetKey(ctx context.Context, key string, value []byte) diag.Diagnostics
-}
-
-func privateString(ctx context.Context, p privateGetter, key string) string {
-	if p == nil {
-		return ""
-	}
-	b, diags := p.GetKey(ctx, key)
-	if diags.HasError() || len(b) == 0 {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(b, &s) != nil {
-		return ""
-	}
-	return s
-}
-
-func setPrivateString(ctx context.Context, p privateSetter, key, value string) diag.Diagnostics {
-	b, _ := json.Marshal(value)
-	if value == "" {
-		b = nil // SetKey with an empty value removes the key
-	}
-	return p.SetKey(ctx, key, b)
 }
 
 func (r *nodeSwitchResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -476,14 +431,6 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	return diags
 }
 
-func summarizeDiags(d diag.Diagnostics) string {
-	var parts []string
-	for _, e := range d.Errors() {
-		parts = append(parts, e.Summary()+": "+e.Detail())
-	}
-	return strings.Join(parts, " ")
-}
-
 // readRunningSystem asks the node what /run/current-system points at.
 func readRunningSystem(ctx context.Context, node string, target transportTarget, cfg *Config) (string, error) {
 	t, err := openTransport(ctx, node, target, cfg)
@@ -538,10 +485,6 @@ func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.Impor
 		m.Incus = incusBlockFromTarget(addr.Target)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
-}
-
-var timeoutsAttrTypes = map[string]attr.Type{
-	"create": types.StringType, "read": types.StringType, "update": types.StringType, "delete": types.StringType,
 }
 
 // deploy runs the deploy body for the planned model. out is the model to store (nil
@@ -647,133 +590,4 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 // bodyOptions translates the model into deploy body options (without toplevel/build).
 func (r *nodeSwitchResource) bodyOptions(ctx context.Context, plan nodeSwitchModel) (deploybody.Options, diag.Diagnostics) {
 	return commonBodyOptions(ctx, r.cfg, plan.Node.ValueString(), plan.Strict, plan.SecretChain, plan.LoopBudgets, plan.Timings)
-}
-
-func commonBodyOptions(ctx context.Context, cfg *Config, node string, strict types.Bool, chain types.List, budgets types.Map, tm *timingsModel) (deploybody.Options, diag.Diagnostics) {
-	var diags diag.Diagnostics
-	o := deploybody.Options{Node: node, Strict: strict.IsNull() || strict.ValueBool()}
-	if !chain.IsNull() && !chain.IsUnknown() {
-		diags.Append(chain.ElementsAs(ctx, &o.SecretChain, false)...)
-		for i, u := range o.SecretChain {
-			if !deploybody.ValidUnitName(u) {
-				diags.AddAttributeError(path.Root("secret_chain").AtListIndex(i), "Invalid unit name",
-					fmt.Sprintf("%q is not a systemd unit name (want e.g. \"secrets-fetch.service\").", u))
-			}
-		}
-	}
-	if !budgets.IsNull() && !budgets.IsUnknown() {
-		m := map[string]int64{}
-		diags.Append(budgets.ElementsAs(ctx, &m, false)...)
-		o.LoopBudgets = map[string]int{}
-		for u, n := range m {
-			if !deploybody.ValidUnitName(u) || n < 0 {
-				diags.AddAttributeError(path.Root("loop_budgets").AtMapKey(u), "Invalid loop budget",
-					fmt.Sprintf("loop_budgets[%q] = %d: want a systemd unit name and a budget ≥ 0.", u, n))
-				continue
-			}
-			o.LoopBudgets[u] = int(n)
-		}
-	}
-	own, tdiags := tm.toTimings(path.Root("timings"))
-	diags.Append(tdiags...)
-	var def Timings
-	if cfg != nil {
-		def = cfg.Timings
-	}
-	merged := own.Merge(def)
-	o.Timings = deploybody.Timings{
-		NodeWait: merged.NodeWait, SwitchTimeout: merged.SwitchTimeout, Settle: merged.Settle, Watch: merged.Watch,
-		SampleInterval: merged.SampleInterval, StaleJob: merged.StaleJob, ChainWait: merged.ChainWait, NoProgress: merged.NoProgress,
-	}.WithDefaults()
-	o.Logger = deploybody.LoggerFunc(func(ctx context.Context, level deploybody.Level, phase, message string, fields map[string]any) {
-		f := map[string]any{"node": node, "phase": phase}
-		for k, v := range fields {
-			f[k] = v
-		}
-		switch level {
-		case deploybody.LevelWarn:
-			tflog.Warn(ctx, message, f)
-		case deploybody.LevelDebug:
-			tflog.Debug(ctx, message, f)
-		default:
-			tflog.Info(ctx, message, f)
-		}
-	})
-	return o, diags
-}
-
-// buildSpec turns the build block into a nix-build spec, writing the node plan to a
-// temporary file (FR-015). cleanup removes it.
-func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnostics) {
-	var diags diag.Diagnostics
-	b := plan.Build
-	spec := nixstore.BuildSpec{
-		File: b.File.ValueString(), Attr: b.Attribute.ValueString(), Expr: b.Expression.ValueString(),
-	}
-	if inst := b.Installable.ValueString(); inst != "" {
-		file, attrName, _ := strings.Cut(inst, "#")
-		if spec.File != "" || spec.Expr != "" {
-			diags.AddAttributeError(path.Root("build").AtName("installable"), "Conflicting build inputs",
-				"build.installable already names the file (and attribute); remove build.file / build.expression.")
-		}
-		spec.File = file
-		if attrName != "" {
-			if spec.Attr != "" {
-				diags.AddAttributeError(path.Root("build").AtName("attribute"), "Conflicting build inputs",
-					"build.installable already names the attribute after '#'; remove build.attribute.")
-			}
-			spec.Attr = attrName
-		}
-	}
-	if (spec.File == "") == (spec.Expr == "") {
-		diags.AddAttributeError(path.Root("build"), "Incomplete build block",
-			"Give exactly one of build.installable, build.file and build.expression.")
-	}
-	if !b.Args.IsNull() && !b.Args.IsUnknown() {
-		spec.ArgStr = map[string]string{}
-		for k, v := range b.Args.Elements() {
-			if s, ok := v.(types.String); ok {
-				spec.ArgStr[k] = s.ValueString()
-			}
-		}
-	}
-	cleanup := func() {}
-	if diags.HasError() {
-		return spec, cleanup, diags
-	}
-	if !plan.NodePlan.IsNull() && plan.NodePlan.ValueString() != "" {
-		if !json.Valid([]byte(plan.NodePlan.ValueString())) {
-			diags.AddAttributeError(path.Root("node_plan"), "Invalid node plan",
-				fmt.Sprintf("node_plan of %s is not JSON; pass data.fediversity_submission.<name>.node_plans[\"<node>\"].", plan.Node.ValueString()))
-			return spec, cleanup, diags
-		}
-		dir, err := os.MkdirTemp("", "fediversity-plan-")
-		if err != nil {
-			diags.AddError("Unable to write the node plan", fmt.Sprintf("node %s, phase build: %v", plan.Node.ValueString(), err))
-			return spec, cleanup, diags
-		}
-		cleanup = func() { _ = os.RemoveAll(dir) }
-		file := filepath.Join(dir, "node-plan.json")
-		if err := os.WriteFile(file, []byte(plan.NodePlan.ValueString()), 0o600); err != nil {
-			diags.AddError("Unable to write the node plan", fmt.Sprintf("node %s, phase build: %v", plan.Node.ValueString(), err))
-			return spec, cleanup, diags
-		}
-		spec.PlanFile = file
-	}
-	return spec, cleanup, diags
-}
-
-// tflogWriter sends nix-build's log lines to tflog (debug).
-type tflogWriter struct {
-	ctx  context.Context
-	node string
-}
-
-func (w *tflogWriter) Write(p []byte) (int, error) {
-	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
-		if line != "" {
-			tflog.Debug(w.ctx, "nix-build", map[string]any{"node": w.node, "line": line})
-		}
-	}
-	return len(p), nil
 }

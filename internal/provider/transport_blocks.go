@@ -1,0 +1,152 @@
+package provider
+
+// The `ssh {}` and `incus {}` blocks of the node resources: their models and schemas, and
+// how an import address fills them. They hold only where the node is and how its identity
+// is pinned, never a per-run value.
+
+import (
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+// sshBlockModel is the `ssh` block.
+type sshBlockModel struct {
+	Host                  types.String   `tfsdk:"host"`
+	Port                  types.Int64    `tfsdk:"port"`
+	User                  types.String   `tfsdk:"user"`
+	HostKey               types.String   `tfsdk:"host_key"`
+	KnownHostsFile        types.String   `tfsdk:"known_hosts_file"`
+	InsecureIgnoreHostKey types.Bool     `tfsdk:"insecure_ignore_host_key"`
+	Keepalive             types.String   `tfsdk:"keepalive"`
+	Jump                  *jumpHostModel `tfsdk:"jump"`
+}
+
+// jumpHostModel is the `ssh { jump {} }` block.
+type jumpHostModel struct {
+	Host           types.String `tfsdk:"host"`
+	Port           types.Int64  `tfsdk:"port"`
+	User           types.String `tfsdk:"user"`
+	HostKey        types.String `tfsdk:"host_key"`
+	KnownHostsFile types.String `tfsdk:"known_hosts_file"`
+}
+
+// incusBlockModel is the `incus` block.
+type incusBlockModel struct {
+	Instance types.String `tfsdk:"instance"`
+	Project  types.String `tfsdk:"project"`
+	Remote   types.String `tfsdk:"remote"`
+}
+
+const (
+	defaultSSHPort   = 22
+	defaultSSHUser   = "root"
+	defaultKeepalive = 15 * time.Second
+	localRemote      = "local"
+)
+
+func sshBlockSchema(changeEffect string) schema.SingleNestedBlock {
+	return schema.SingleNestedBlock{
+		MarkdownDescription: "Reach the node over SSH (`golang.org/x/crypto/ssh`). Exactly one of `ssh` and `incus`. " +
+			"The host key is pinned: give `host_key` or `known_hosts_file`; an unknown or changed key is refused. " +
+			"The private key or agent comes from the provider (`ssh_private_key_file`, `ssh_auth_sock`), never from here. " + changeEffect,
+		Attributes: map[string]schema.Attribute{
+			"host": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Host name or address of the node's sshd. Required in the block.",
+				Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"port": schema.Int64Attribute{
+				Optional:            true,
+				MarkdownDescription: "TCP port of the node's sshd. Default `22`.",
+				Validators:          []validator.Int64{int64validator.Between(1, 65535)},
+			},
+			"user": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Remote user; it must be able to switch the system (root). Default `root`.",
+			},
+			"host_key": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "The node's public host key in authorized_keys form (`ssh-ed25519 AAAA…`). " +
+					"Takes precedence over `known_hosts_file`.",
+			},
+			"known_hosts_file": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "A known_hosts file that pins the node's host key (entries `[host]:port` for a port other than 22).",
+			},
+			"insecure_ignore_host_key": schema.BoolAttribute{
+				Optional:            true,
+				MarkdownDescription: "Accept any host key. Default `false`. Only for throwaway test nodes: it lets anyone on the path impersonate the node.",
+			},
+			"keepalive": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Interval of SSH keepalive requests (Go duration). Default `15s`; `0s` turns them off.",
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"jump": schema.SingleNestedBlock{
+				MarkdownDescription: "Reach the node through this jump host (like `ssh -J`). Its host key is pinned the same way; the same credentials are used.",
+				Attributes: map[string]schema.Attribute{
+					"host":             schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host name or address."},
+					"port":             schema.Int64Attribute{Optional: true, MarkdownDescription: "Jump host sshd port. Default `22`.", Validators: []validator.Int64{int64validator.Between(1, 65535)}},
+					"user":             schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host user. Default: the node's `user`."},
+					"host_key":         schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host public key (`ssh-ed25519 AAAA…`)."},
+					"known_hosts_file": schema.StringAttribute{Optional: true, MarkdownDescription: "known_hosts file pinning the jump host's key. Default: the node's `known_hosts_file`."},
+				},
+			},
+		},
+	}
+}
+
+func incusBlockSchema(changeEffect string) schema.SingleNestedBlock {
+	return schema.SingleNestedBlock{
+		MarkdownDescription: "Reach the node as an Incus instance through the Incus REST API (exec, files, snapshots). Exactly one of `ssh` and `incus`. " +
+			"The API connection (unix socket, or HTTPS with client certificates) comes from the provider's `incus` block. " + changeEffect,
+		Attributes: map[string]schema.Attribute{
+			"instance": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Name of the Incus instance. Required in the block.",
+				Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"project": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Incus project of the instance. Default: the provider's `incus.project`, then `default`.",
+			},
+			"remote": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "Which Incus daemon: `local` (default) is the one the provider's `incus` block configures. " +
+					"Any other value must equal the provider's `incus.address` (a guard against deploying to the wrong daemon); " +
+					"the provider connects to one daemon per run.",
+			},
+		},
+	}
+}
+
+// sshBlockFromTarget / incusBlockFromTarget fill the blocks on import.
+func sshBlockFromTarget(t transportTarget) *sshBlockModel {
+	return &sshBlockModel{
+		Host:                  types.StringValue(t.Host),
+		Port:                  types.Int64Value(int64(t.Port)),
+		User:                  types.StringValue(t.User),
+		HostKey:               stringOrNull(t.HostKey),
+		KnownHostsFile:        stringOrNull(t.KnownHostsFile),
+		InsecureIgnoreHostKey: types.BoolNull(),
+		Keepalive:             types.StringNull(),
+	}
+}
+
+func incusBlockFromTarget(t transportTarget) *incusBlockModel {
+	remote := types.StringNull()
+	if t.Remote != "" && t.Remote != localRemote {
+		remote = types.StringValue(t.Remote)
+	}
+	return &incusBlockModel{
+		Instance: types.StringValue(t.Instance),
+		Project:  types.StringValue(t.Project),
+		Remote:   remote,
+	}
+}
