@@ -7,8 +7,9 @@ import (
 	"strings"
 	"time"
 
+	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
+
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
-	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -78,14 +79,6 @@ type nodeSwitchModel struct {
 	Generation       types.Int64      `tfsdk:"generation"`
 	Verdict          types.Object     `tfsdk:"verdict"`
 }
-
-// snapshotModel is the `snapshot` block (Incus only).
-type snapshotModel struct {
-	Enabled types.Bool  `tfsdk:"enabled"`
-	Keep    types.Int64 `tfsdk:"keep"`
-}
-
-const defaultSnapshotKeep = 3
 
 func (r *nodeSwitchResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_node_switch"
@@ -179,19 +172,6 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"snapshot": snapshotBlockSchema(),
 			"timings":  timingsResourceBlock(),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
-		},
-	}
-}
-
-func snapshotBlockSchema() schema.SingleNestedBlock {
-	return schema.SingleNestedBlock{
-		MarkdownDescription: "Incus only: take a native snapshot (`fediversity-gen-<N>`, N = the generation the node ran) before each switch, " +
-			"and keep the newest `keep`. When the node does not answer after the switch, the snapshot is restored, the instance started, " +
-			"and the apply fails saying so. A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
-		Attributes: map[string]schema.Attribute{
-			"enabled": schema.BoolAttribute{Optional: true, MarkdownDescription: "Take the snapshot. Default `true` when the block is present."},
-			"keep": schema.Int64Attribute{Optional: true, MarkdownDescription: "How many of this provider's snapshots to keep, newest first. Default `3`.",
-				Validators: []validator.Int64{int64validator.AtLeast(1)}},
 		},
 	}
 }
@@ -538,13 +518,13 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	}
 	defer func() { _ = t.Close() }()
 
-	var snap *snapshotGuard
+	var snap *incustransport.SnapshotGuard
 	if plan.Snapshot != nil && (plan.Snapshot.Enabled.IsNull() || plan.Snapshot.Enabled.ValueBool()) {
 		keep := defaultSnapshotKeep
 		if !plan.Snapshot.Keep.IsNull() {
 			keep = int(plan.Snapshot.Keep.ValueInt64())
 		}
-		snap, err = newSnapshotGuard(t, keep, target.Instance)
+		snap, err = incustransport.NewSnapshotGuard(t, keep)
 		if err != nil {
 			diags.AddAttributeError(path.Root("snapshot"), "Snapshots need the Incus transport", err.Error())
 			return nil, nil, diags, err
@@ -554,8 +534,8 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 
 	res, runErr = deploybody.Deploy(ctx, t, opts)
 	if snap != nil {
-		if restored, rerr := snap.restoreIfUnreachable(ctx, res, runErr, opts.Timings.NodeWait, opts.Timings.SampleInterval); restored || rerr != nil {
-			diags.Append(snap.diagnostic(node, rerr)...)
+		if restored, rerr := snap.RestoreIfUnreachable(ctx, res, runErr, opts.Timings.NodeWait, opts.Timings.SampleInterval); restored || rerr != nil {
+			diags.Append(snapshotRestoreDiagnostic(node, snap, rerr)...)
 			return nil, res, diags, errors.Join(runErr, errors.New("restored"))
 		}
 	}

@@ -1,4 +1,4 @@
-package provider
+package incus
 
 import (
 	"errors"
@@ -7,17 +7,6 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 )
-
-func TestParseGenerationLink(t *testing.T) {
-	for in, want := range map[string]int{
-		"system-12-link": 12, "/nix/var/nix/profiles/system-3-link": 3, "system": 0,
-		"system-x-link": 0, "": 0, "/nix/store/abc-nixos-system": 0, "system--1-link": 0,
-	} {
-		if got := parseGenerationLink(in); got != want {
-			t.Errorf("parseGenerationLink(%q) = %d, want %d", in, got, want)
-		}
-	}
-}
 
 func TestUnreachableAfterSwitch(t *testing.T) {
 	switched := []deploybody.PhaseTiming{{Name: deploybody.PhaseWaitForNode}, {Name: deploybody.PhaseSwitch}}

@@ -1,0 +1,55 @@
+package provider
+
+// The `snapshot` block of fediversity_node_switch (Incus only) and the diagnostics of a
+// restore. Taking, rotating and restoring snapshots is the Incus transport's
+// (incustransport.SnapshotGuard).
+
+import (
+	"fmt"
+
+	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+// snapshotRestoreDiagnostic says that the guard restored the snapshot it took before the
+// switch (restoreErr == nil), or that restoring it failed.
+func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, restoreErr error) diag.Diagnostics {
+	var diags diag.Diagnostics
+	taken := g.Taken()
+	if restoreErr != nil {
+		diags.AddError(fmt.Sprintf("Node %s is unreachable after the switch and its snapshot could not be restored", node),
+			fmt.Sprintf("Node %s, phase restore-snapshot: the node did not answer after the switch; restoring snapshot %s failed: %v. "+
+				"Restore it by hand (`incus snapshot restore %s %s`) and start the instance.", node, taken, restoreErr, g.Instance(), taken))
+		return diags
+	}
+	diags.AddError(fmt.Sprintf("Node %s was unreachable after the switch: snapshot %s restored", node, taken),
+		fmt.Sprintf("Node %s, phase wait-for-node: the node did not answer after the switch, so the snapshot %s taken before it was restored "+
+			"and the instance started again; it runs its previous system. Find out why the new closure bricks the node before applying it again.", node, taken))
+	return diags
+}
+
+// snapshotModel is the `snapshot` block (Incus only).
+type snapshotModel struct {
+	Enabled types.Bool  `tfsdk:"enabled"`
+	Keep    types.Int64 `tfsdk:"keep"`
+}
+
+const defaultSnapshotKeep = 3
+
+func snapshotBlockSchema() schema.SingleNestedBlock {
+	return schema.SingleNestedBlock{
+		MarkdownDescription: "Incus only: take a native snapshot (`fediversity-gen-<N>`, N = the generation the node ran) before each switch, " +
+			"and keep the newest `keep`. When the node does not answer after the switch, the snapshot is restored, the instance started, " +
+			"and the apply fails saying so. A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
+		Attributes: map[string]schema.Attribute{
+			"enabled": schema.BoolAttribute{Optional: true, MarkdownDescription: "Take the snapshot. Default `true` when the block is present."},
+			"keep": schema.Int64Attribute{Optional: true, MarkdownDescription: "How many of this provider's snapshots to keep, newest first. Default `3`.",
+				Validators: []validator.Int64{int64validator.AtLeast(1)}},
+		},
+	}
+}
