@@ -192,16 +192,7 @@ func (d *submissionDataSource) ConfigValidators(_ context.Context) []datasource.
 }
 
 func (d *submissionDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data",
-			fmt.Sprintf("The data source fediversity_submission expected *provider.Config, got %T. This is a bug in the provider; please report it.", req.ProviderData))
-		return
-	}
-	d.cfg = cfg
+	configureObject(&d.cfg, req.ProviderData, "the data source fediversity_submission", &resp.Diagnostics)
 }
 
 func (d *submissionDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {

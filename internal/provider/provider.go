@@ -12,10 +12,12 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -219,4 +221,20 @@ func envOr(env, def string) string {
 		return e
 	}
 	return def
+}
+
+// configureObject is the one place that takes the provider's Config from what the
+// framework hands a resource or data source in Configure. The framework also calls
+// Configure before the provider is configured (data is then nil): dst stays as it is.
+func configureObject(dst **Config, data any, object string, diags *diag.Diagnostics) {
+	if data == nil {
+		return
+	}
+	cfg, ok := data.(*Config)
+	if !ok {
+		diags.AddError("Unexpected provider data",
+			fmt.Sprintf("%s wants *provider.Config, got %T. This is a bug in the provider; please report it.", object, data))
+		return
+	}
+	*dst = cfg
 }

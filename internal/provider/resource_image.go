@@ -114,15 +114,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 }
 
 func (r *imageResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_image wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
-		return
-	}
-	r.cfg = cfg
+	configureObject(&r.cfg, req.ProviderData, "fediversity_image", &resp.Diagnostics)
 }
 
 // ModifyPlan resolves the repository from the per-run registry, so a plan without a

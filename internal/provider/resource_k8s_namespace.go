@@ -91,15 +91,7 @@ func (r *k8sNamespaceResource) Schema(ctx context.Context, _ resource.SchemaRequ
 }
 
 func (r *k8sNamespaceResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_k8s_namespace wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
-		return
-	}
-	r.cfg = cfg
+	configureObject(&r.cfg, req.ProviderData, "fediversity_k8s_namespace", &resp.Diagnostics)
 }
 
 // ModifyPlan names the namespace and checks the RuntimeClass: a missing one fails the

@@ -153,15 +153,7 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 }
 
 func (r *k8sRolloutResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_k8s_rollout wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
-		return
-	}
-	r.cfg = cfg
+	configureObject(&r.cfg, req.ProviderData, "fediversity_k8s_rollout", &resp.Diagnostics)
 }
 
 // ModifyPlan plans a new wait when the last rollout did not end ready, so an apply with

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
-
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -184,15 +182,7 @@ func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.Config
 }
 
 func (r *nodeSwitchResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_node_switch wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
-		return
-	}
-	r.cfg = cfg
+	configureObject(&r.cfg, req.ProviderData, "fediversity_node_switch", &resp.Diagnostics)
 }
 
 // ModifyPlan plans a redeploy when Read found the node running another system than the
@@ -510,61 +500,28 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		opts.Toplevel = plan.Toplevel.ValueString()
 	}
 
-	t, err := openTransport(ctx, node, target, r.cfg)
-	if err != nil {
-		diags.AddError(fmt.Sprintf("Unable to reach %s", node),
-			fmt.Sprintf("Node %s, phase connect: %v. Check the transport block and the provider's credentials, then apply again.", node, err))
-		return nil, nil, diags, err
-	}
-	defer func() { _ = t.Close() }()
-
-	var snap *incustransport.SnapshotGuard
+	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy}
 	if plan.Snapshot != nil && (plan.Snapshot.Enabled.IsNull() || plan.Snapshot.Enabled.ValueBool()) {
-		keep := defaultSnapshotKeep
+		run.snapshotKeep = defaultSnapshotKeep
 		if !plan.Snapshot.Keep.IsNull() {
-			keep = int(plan.Snapshot.Keep.ValueInt64())
-		}
-		snap, err = incustransport.NewSnapshotGuard(t, keep)
-		if err != nil {
-			diags.AddAttributeError(path.Root("snapshot"), "Snapshots need the Incus transport", err.Error())
-			return nil, nil, diags, err
-		}
-		t = snap
-	}
-
-	res, runErr = deploybody.Deploy(ctx, t, opts)
-	if snap != nil {
-		if restored, rerr := snap.RestoreIfUnreachable(ctx, res, runErr, opts.Timings.NodeWait, opts.Timings.SampleInterval); restored || rerr != nil {
-			diags.Append(snapshotRestoreDiagnostic(node, snap, rerr)...)
-			return nil, res, diags, errors.Join(runErr, errors.New("restored"))
+			run.snapshotKeep = int(plan.Snapshot.Keep.ValueInt64())
 		}
 	}
-	for _, w := range res.Warnings {
-		diags.AddWarning(fmt.Sprintf("Deploy of %s", node), w)
+	outcome, rdiags := run.run(ctx, r.cfg)
+	diags.Append(rdiags...)
+	res, runErr = outcome.res, outcome.err
+	if res == nil || outcome.restored {
+		return nil, res, diags, runErr
 	}
 	m := plan
 	diags.Append(r.refresh(ctx, &m, "", res)...)
-	tflog.Info(ctx, "deploy finished", map[string]any{"node": node, "phases": phaseTimingsLog(res), "ok": runErr == nil})
-
-	if runErr != nil {
-		var de *deploybody.DeployError
-		if res.Verdict != nil && !res.Verdict.OK && errors.As(runErr, &de) && de.Phase == deploybody.PhaseVerdict {
-			diags.Append(verdictDiagnostic(node, res, runErr, "To accept these units for now, set strict = false (they stay named in the verdict).")...)
-			return &m, res, diags, runErr
-		}
-		diags.AddError(fmt.Sprintf("Unable to deploy %s", node), runErr.Error())
-		if res.Verdict == nil && m.Toplevel.IsUnknown() {
-			m.Toplevel = types.StringNull()
-		}
-		if res.Verdict == nil {
-			// The run stopped before any verdict (build, copy or switch failed): on
-			// create there is nothing worth storing.
-			return nil, res, diags, runErr
-		}
-		return &m, res, diags, runErr
+	diags.Append(runDiagnostics(verbDeploy, node, res, runErr)...)
+	if runErr != nil && res.Verdict == nil {
+		// The run stopped before any verdict (build, copy or switch failed): on create
+		// there is nothing worth storing.
+		return nil, res, diags, runErr
 	}
-	diags.Append(verdictDiagnostic(node, res, nil, "")...)
-	return &m, res, diags, nil
+	return &m, res, diags, runErr
 }
 
 // bodyOptions translates the model into deploy body options (without toplevel/build).

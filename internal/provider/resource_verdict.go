@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
@@ -123,15 +122,7 @@ func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigVal
 }
 
 func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_verdict wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
-		return
-	}
-	r.cfg = cfg
+	configureObject(&r.cfg, req.ProviderData, "fediversity_verdict", &resp.Diagnostics)
 }
 
 func (r *verdictResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -256,39 +247,16 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 		return false, diags, errors.New("invalid configuration")
 	}
 	opts.Toplevel = m.Toplevel.ValueString()
-	t, err := openTransport(ctx, node, target, r.cfg)
-	if err != nil {
-		diags.AddError(fmt.Sprintf("Unable to reach %s", node),
-			fmt.Sprintf("Node %s, phase connect: %v. Check the transport block and the provider's credentials, then apply again.", node, err))
+	run := nodeRun{node: node, verb: verbJudge, what: "Verdict", target: target, opts: opts, body: deploybody.VerdictOnly}
+	outcome, rdiags := run.run(ctx, r.cfg)
+	diags.Append(rdiags...)
+	res, err := outcome.res, outcome.err
+	if res == nil {
 		return false, diags, err
 	}
-	defer func() { _ = t.Close() }()
-	res, runErr := deploybody.VerdictOnly(ctx, t, opts)
-	for _, w := range res.Warnings {
-		diags.AddWarning(fmt.Sprintf("Verdict of %s", node), w)
+	if res.Verdict != nil {
+		diags.Append(refreshVerdictModel(m, res)...)
 	}
-	tflog.Info(ctx, "verdict-only pass finished", map[string]any{"node": node, "phases": phaseTimingsLog(res), "ok": runErr == nil})
-	if res.Verdict == nil {
-		msg := "the pass stopped before a verdict"
-		if runErr != nil {
-			msg = runErr.Error()
-		}
-		diags.AddError(fmt.Sprintf("Unable to judge %s", node), msg)
-		if runErr == nil {
-			runErr = errors.New(msg)
-		}
-		return false, diags, runErr
-	}
-	diags.Append(refreshVerdictModel(m, res)...)
-	if runErr != nil {
-		var de *deploybody.DeployError
-		if !res.Verdict.OK && errors.As(runErr, &de) && de.Phase == deploybody.PhaseVerdict {
-			diags.Append(verdictDiagnostic(node, res, runErr, "To accept these units for now, set strict = false (they stay named in the verdict).")...)
-		} else {
-			diags.AddError(fmt.Sprintf("Unable to judge %s", node), runErr.Error())
-		}
-		return true, diags, runErr
-	}
-	diags.Append(verdictDiagnostic(node, res, nil, "")...)
-	return true, diags, nil
+	diags.Append(runDiagnostics(verbJudge, node, res, err)...)
+	return res.Verdict != nil, diags, runError(res, err)
 }
