@@ -17,15 +17,15 @@ var (
 // defaultRuntimeClass is the method's RuntimeClass when none is configured.
 const defaultRuntimeClass = "fediversity"
 
-// k8sClient builds a client from the per-run kubeconfig. The kubeconfig is read here and
-// never copied anywhere else.
+// k8sClient is the provider configuration's Kubernetes client (made once, on first use,
+// from the per-run kubeconfig), with a diagnostic naming what needed it.
 func k8sClient(cfg *Config, node string) (*k8s.Client, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	if cfg == nil {
 		diags.AddError("Provider not configured", "The fediversity provider was not configured. This is a bug in the provider.")
 		return nil, diags
 	}
-	c, err := k8s.NewClient(cfg.KubeConfigPath)
+	c, err := cfg.k8sClient()
 	if err != nil {
 		what := "the target namespace"
 		if node != "" {

@@ -80,6 +80,9 @@ type Config struct {
 	IncusProject      string
 	// Timings holds the provider-level defaults; a zero field means "engine default".
 	Timings Timings
+
+	// clients are built once in Configure and shared by every resource (clients.go).
+	clients *providerClients
 }
 
 // Timings are the tunable waits and thresholds. A zero value means "not set here".
@@ -190,6 +193,7 @@ func (p *fediversityProvider) Configure(ctx context.Context, req provider.Config
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	cfg.clients = newProviderClients(cfg)
 	resp.DataSourceData = cfg
 	resp.ResourceData = cfg
 }

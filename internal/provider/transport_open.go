@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
-	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
@@ -180,27 +179,15 @@ func openTransport(ctx context.Context, node string, t transportTarget, cfg *Con
 	return nil, fmt.Errorf("node %s: unknown transport %q", node, t.Kind)
 }
 
-// openIncusTransport connects to the provider's Incus daemon (unix socket, or HTTPS with
-// the provider's client certificate) and addresses the target's instance.
+// openIncusTransport addresses the target's instance through the provider's Incus client
+// (unix socket, or HTTPS with the provider's client certificate), built once in Configure.
 func openIncusTransport(_ context.Context, node string, t transportTarget, cfg *Config) (deploybody.Transport, error) {
-	var client *incusapi.Client
-	var err error
-	if cfg.IncusAddress != "" {
-		client, err = incusapi.NewHTTPS(incusapi.HTTPSConfig{
-			URL: cfg.IncusAddress, ClientCertFile: cfg.IncusClientCert, ClientKeyFile: cfg.IncusClientKey, ServerCertFile: cfg.IncusServerCert,
-		})
-	} else {
-		client, err = incusapi.NewUnix(cfg.IncusSocket)
-	}
+	client, err := cfg.incusClient()
 	if err != nil {
 		return nil, fmt.Errorf("node %s: connect to the Incus API (%s): %w; check the provider's incus block or INCUS_SOCKET", node, describeIncus(cfg), err)
 	}
 	return incustransport.New(incustransport.Config{Client: client, Instance: t.Instance, Project: t.Project, Node: node})
 }
-
-// sshPool keeps one SSH connection per target for the life of the provider process,
-// so the phases of a deploy and the Read of the next plan reuse it.
-var sshPool sshtransport.Pool
 
 // sshConfig builds the SSH transport's config from a target plus the provider's per-run
 // credentials (key file, agent socket), which never come from the resource.
@@ -229,7 +216,11 @@ func openSSHTransport(ctx context.Context, node string, t transportTarget, cfg *
 	log := func(format string, args ...any) {
 		tflog.Debug(ctx, fmt.Sprintf(format, args...), map[string]any{"node": node, "transport": "ssh"})
 	}
-	tr, err := sshPool.Transport(node, c, log)
+	pool, err := cfg.sshPool()
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	tr, err := pool.Transport(node, c, log)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", node, err)
 	}

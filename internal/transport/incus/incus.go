@@ -27,10 +27,12 @@ import (
 
 // Config says which instance a transport reaches.
 type Config struct {
-	Client   *incusapi.Client // required; shared by the provider's transports
-	Instance string           // the instance name (required)
-	Project  string           // the Incus project ("" = default)
-	Node     string           // the node's name for messages (defaults to Instance)
+	// Client is required. The provider builds one per configuration and every transport
+	// shares it (and so its HTTP connections and TLS session): a transport never makes its own.
+	Client   *incusapi.Client
+	Instance string // the instance name (required)
+	Project  string // the Incus project ("" = default)
+	Node     string // the node's name for messages (defaults to Instance)
 
 	// Log, if set, receives progress messages (copy sizes, switch polling). Never secrets.
 	Log func(format string, args ...any)
@@ -83,7 +85,8 @@ func New(cfg Config) (*Transport, error) {
 // Node is the node's name.
 func (t *Transport) Node() string { return t.node }
 
-// Close releases nothing: the Incus client is shared and owned by the provider.
+// Close releases nothing: the Incus client belongs to whoever built it (the provider's
+// configuration), and other transports go on using it.
 func (t *Transport) Close() error { return nil }
 
 func (t *Transport) where() string {

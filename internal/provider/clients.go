@@ -1,0 +1,75 @@
+package provider
+
+// The clients one provider configuration builds once and hands to every resource (as
+// lxc/terraform-provider-incus does): the Incus API client, the SSH connection pool and
+// the Kubernetes client. A transport opened for a node borrows them; it never makes its
+// own HTTP client or SSH connection pool.
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
+	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
+	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
+)
+
+// providerClients are the shared clients of one provider configuration.
+type providerClients struct {
+	// incus is the Incus API client, built in Configure; incusErr says why it could not
+	// be (no socket, unreadable certificates). The error is reported only when a node is
+	// reached over Incus, so a configuration that uses no Incus node does not fail.
+	incus    *incusapi.Client
+	incusErr error
+	// ssh keeps one SSH connection per target, so the phases of a deploy and the Read of
+	// the next plan reuse it.
+	ssh *sshtransport.Pool
+	// k8s is built on first use: reading the kubeconfig is only worth it, and only
+	// possible, for a configuration with k8s resources.
+	k8sOnce sync.Once
+	k8s     *k8s.Client
+	k8sErr  error
+}
+
+// newProviderClients builds the clients of cfg.
+func newProviderClients(cfg *Config) *providerClients {
+	c := &providerClients{ssh: &sshtransport.Pool{}}
+	if cfg.IncusAddress != "" {
+		c.incus, c.incusErr = incusapi.NewHTTPS(incusapi.HTTPSConfig{
+			URL: cfg.IncusAddress, ClientCertFile: cfg.IncusClientCert, ClientKeyFile: cfg.IncusClientKey, ServerCertFile: cfg.IncusServerCert,
+		})
+	} else {
+		c.incus, c.incusErr = incusapi.NewUnix(cfg.IncusSocket)
+	}
+	return c
+}
+
+// incusClient is the configuration's Incus client, or why there is none.
+func (cfg *Config) incusClient() (*incusapi.Client, error) {
+	if cfg.clients == nil {
+		return nil, errNotConfigured
+	}
+	return cfg.clients.incus, cfg.clients.incusErr
+}
+
+// sshPool is the configuration's SSH connection pool.
+func (cfg *Config) sshPool() (*sshtransport.Pool, error) {
+	if cfg.clients == nil {
+		return nil, errNotConfigured
+	}
+	return cfg.clients.ssh, nil
+}
+
+// k8sClient is the configuration's Kubernetes client, made from the per-run kubeconfig
+// on first use. The kubeconfig is read there and never copied anywhere else.
+func (cfg *Config) k8sClient() (*k8s.Client, error) {
+	if cfg.clients == nil {
+		return nil, errNotConfigured
+	}
+	cfg.clients.k8sOnce.Do(func() {
+		cfg.clients.k8s, cfg.clients.k8sErr = k8s.NewClient(cfg.KubeConfigPath)
+	})
+	return cfg.clients.k8s, cfg.clients.k8sErr
+}
+
+var errNotConfigured = fmt.Errorf("the provider's clients were not built (the provider was not configured); this is a bug in the provider")
