@@ -24,12 +24,18 @@ type WaitOptions struct {
 	PullGrace time.Duration
 }
 
+// The defaults of WaitOptions.
+const (
+	DefaultRolloutWait = 5 * time.Minute
+	DefaultPullGrace   = 20 * time.Second
+)
+
 func (o WaitOptions) withDefaults() WaitOptions {
 	if o.Limit <= 0 {
-		o.Limit = 5 * time.Minute
+		o.Limit = DefaultRolloutWait
 	}
 	if o.PullGrace <= 0 {
-		o.PullGrace = 20 * time.Second
+		o.PullGrace = DefaultPullGrace
 	}
 	return o
 }

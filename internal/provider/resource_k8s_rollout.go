@@ -146,7 +146,7 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			},
 		},
 		Blocks: map[string]schema.Block{
-			"timings":  timingsResourceBlock(),
+			"timings":  timingsResourceBlock(timingsK8sRollout),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		},
 	}

@@ -168,7 +168,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"ssh":      sshBlockSchema(redeploys),
 			"incus":    incusBlockSchema(redeploys),
 			"snapshot": snapshotBlockSchema(),
-			"timings":  timingsResourceBlock(),
+			"timings":  timingsResourceBlock(timingsNodeSwitch),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		},
 	}

@@ -111,7 +111,7 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 		Blocks: map[string]schema.Block{
 			"ssh":      sshBlockSchema(reruns),
 			"incus":    incusBlockSchema(reruns),
-			"timings":  timingsResourceBlock(),
+			"timings":  timingsResourceBlock(timingsVerdict),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		},
 	}

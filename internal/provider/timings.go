@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -9,10 +10,15 @@ import (
 	pschema "github.com/hashicorp/terraform-plugin-framework/provider/schema"
 	rschema "github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
 )
 
 // timingsModel is the `timings` block, the same on the provider (defaults for every
 // resource) and on each long resource (overrides). Values are Go durations ("90s", "2m").
+// Every block holds every name: a resource's block marks the names it does not use
+// deprecated (they were offered once, and a configuration that sets one must not break).
 type timingsModel struct {
 	NodeWait       types.String `tfsdk:"node_wait"`
 	SwitchTimeout  types.String `tfsdk:"switch_timeout"`
@@ -26,24 +32,102 @@ type timingsModel struct {
 	PullGrace      types.String `tfsdk:"pull_grace"`
 }
 
-// timingDocs says what each timing is and its engine default.
-var timingDocs = []struct{ name, doc string }{
-	{"node_wait", "How long to wait for the node to answer (SSH or Incus exec) before the deploy fails as unreachable. Default `2m`."},
-	{"switch_timeout", "Time limit of `switch-to-configuration` on the node. Default `10m`."},
-	{"settle", "How long to let units settle after the switch and after restarts, before the watch. Default `5s`."},
-	{"watch", "How long to watch units for restart loops and cycling after settling. Samples are taken on a fixed grid (every `sample_interval` from the start of the watch), so slow samples do not stretch the watch: it lasts this long plus one sample. Default `10s`."},
-	{"sample_interval", "Interval between unit-state samples during the watch. Each sample reads the failed units, the states of the units the verdict looks at, the job queue and the system state in one round trip. Default `2s`."},
-	{"stale_job", "A start job older than this in `systemctl list-jobs` is named stale. Default `60s`."},
-	{"chain_wait", "Verdict-only pass: how long to wait for the secret chain to come up. Default `5m`."},
-	{"no_progress", "Verdict-only pass: a chain member that shows no progress for this long stops the wait early. Default `60s`."},
-	{"rollout_wait", "k8s rollout: how long to wait for the pod to become ready before rolling back. Default `5m`."},
-	{"pull_grace", "k8s rollout: how long ErrImagePull/ImagePullBackOff is tolerated before failing early. Default `20s`."},
+// The resources with a `timings` block.
+const (
+	timingsNodeSwitch = "fediversity_node_switch"
+	timingsVerdict    = "fediversity_verdict"
+	timingsK8sRollout = "fediversity_k8s_rollout"
+)
+
+// timing is one tunable wait or threshold.
+type timing struct {
+	name string
+	// def is the engine's default (the engine's own constant, so the docs cannot drift).
+	def time.Duration
+	doc string
+	// usedBy are the resources whose runs read it.
+	usedBy []string
+	// model and value pick its place in the block's model and in Timings.
+	model func(*timingsModel) *types.String
+	value func(*Timings) *time.Duration
+}
+
+// timingTable defines every timing once: the provider's block offers all of them, each
+// resource's block those it uses.
+var timingTable = []timing{
+	{"node_wait", deploybody.DefaultNodeWait,
+		"How long to wait for the node to answer (SSH or Incus exec) before the run fails as unreachable.",
+		[]string{timingsNodeSwitch, timingsVerdict},
+		func(m *timingsModel) *types.String { return &m.NodeWait }, func(t *Timings) *time.Duration { return &t.NodeWait }},
+	{"switch_timeout", deploybody.DefaultSwitchTimeout,
+		"Time limit of `switch-to-configuration` on the node.",
+		[]string{timingsNodeSwitch},
+		func(m *timingsModel) *types.String { return &m.SwitchTimeout }, func(t *Timings) *time.Duration { return &t.SwitchTimeout }},
+	{"settle", deploybody.DefaultSettle,
+		"How long to let units settle after the switch and after restarts, before the watch.",
+		[]string{timingsNodeSwitch, timingsVerdict},
+		func(m *timingsModel) *types.String { return &m.Settle }, func(t *Timings) *time.Duration { return &t.Settle }},
+	{"watch", deploybody.DefaultWatch,
+		"How long to watch units for restart loops and cycling after settling. Samples are taken on a fixed grid (every `sample_interval` from the start of the watch), so slow samples do not stretch the watch: it lasts this long plus one sample.",
+		[]string{timingsNodeSwitch, timingsVerdict},
+		func(m *timingsModel) *types.String { return &m.Watch }, func(t *Timings) *time.Duration { return &t.Watch }},
+	{"sample_interval", deploybody.DefaultSampleInterval,
+		"Interval between unit-state samples during the watch. Each sample reads the failed units, the states of the units the verdict looks at, the job queue and the system state in one round trip.",
+		[]string{timingsNodeSwitch, timingsVerdict},
+		func(m *timingsModel) *types.String { return &m.SampleInterval }, func(t *Timings) *time.Duration { return &t.SampleInterval }},
+	{"stale_job", deploybody.DefaultStaleJob,
+		"A start job older than this in `systemctl list-jobs` is named stale.",
+		[]string{timingsNodeSwitch, timingsVerdict},
+		func(m *timingsModel) *types.String { return &m.StaleJob }, func(t *Timings) *time.Duration { return &t.StaleJob }},
+	{"chain_wait", deploybody.DefaultChainWait,
+		"How long a deploy, and the verdict-only pass, wait for the secret chain (`secret_chain`) to come up.",
+		[]string{timingsNodeSwitch, timingsVerdict},
+		func(m *timingsModel) *types.String { return &m.ChainWait }, func(t *Timings) *time.Duration { return &t.ChainWait }},
+	{"no_progress", deploybody.DefaultNoProgress,
+		"A secret chain member that shows no progress for this long stops the chain wait early, in a deploy and in the verdict-only pass.",
+		[]string{timingsNodeSwitch, timingsVerdict},
+		func(m *timingsModel) *types.String { return &m.NoProgress }, func(t *Timings) *time.Duration { return &t.NoProgress }},
+	{"rollout_wait", k8s.DefaultRolloutWait,
+		"k8s rollout: how long to wait for the pod to become ready before rolling back.",
+		[]string{timingsK8sRollout},
+		func(m *timingsModel) *types.String { return &m.RolloutWait }, func(t *Timings) *time.Duration { return &t.RolloutWait }},
+	{"pull_grace", k8s.DefaultPullGrace,
+		"k8s rollout: how long ErrImagePull/ImagePullBackOff is tolerated before failing early.",
+		[]string{timingsK8sRollout},
+		func(m *timingsModel) *types.String { return &m.PullGrace }, func(t *Timings) *time.Duration { return &t.PullGrace }},
+}
+
+// description is the timing's documentation with its default.
+func (t timing) description() string {
+	return fmt.Sprintf("%s Default `%s`.", t.doc, durationWords(t.def))
+}
+
+func (t timing) usedByResource(resource string) bool {
+	for _, r := range t.usedBy {
+		if r == resource {
+			return true
+		}
+	}
+	return false
+}
+
+// durationWords writes a default as an operator would: 2m, 90s, 1h30m.
+func durationWords(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func timingsProviderBlock() pschema.SingleNestedBlock {
 	attrs := map[string]pschema.Attribute{}
-	for _, t := range timingDocs {
-		attrs[t.name] = pschema.StringAttribute{Optional: true, MarkdownDescription: t.doc}
+	for _, t := range timingTable {
+		attrs[t.name] = pschema.StringAttribute{Optional: true,
+			MarkdownDescription: t.description() + " Used by " + strings.Join(backticked(t.usedBy), ", ") + "."}
 	}
 	return pschema.SingleNestedBlock{
 		MarkdownDescription: "Provider-wide defaults of the waits and thresholds. A resource's own `timings` block overrides them.",
@@ -51,17 +135,34 @@ func timingsProviderBlock() pschema.SingleNestedBlock {
 	}
 }
 
-// timingsResourceBlock is the per-resource override block. Changing a timing changes no
-// node; it takes effect on the next deploy.
-func timingsResourceBlock() rschema.SingleNestedBlock {
+// timingsResourceBlock is resource's override block: the timings it uses, and, marked
+// deprecated, the names it offered before it offered only those. Changing a timing
+// changes no node; it takes effect on the next run.
+func timingsResourceBlock(resource string) rschema.SingleNestedBlock {
 	attrs := map[string]rschema.Attribute{}
-	for _, t := range timingDocs {
-		attrs[t.name] = rschema.StringAttribute{Optional: true, MarkdownDescription: t.doc + " Overrides the provider's value; changing it redeploys nothing."}
+	for _, t := range timingTable {
+		if t.usedByResource(resource) {
+			attrs[t.name] = rschema.StringAttribute{Optional: true,
+				MarkdownDescription: t.description() + " Overrides the provider's value; changing it redeploys nothing."}
+			continue
+		}
+		msg := fmt.Sprintf("%s does not use timings.%s (it is for %s); remove it from this block.", resource, t.name, strings.Join(t.usedBy, ", "))
+		attrs[t.name] = rschema.StringAttribute{Optional: true,
+			MarkdownDescription: "Deprecated: not used by this resource (it is for " + strings.Join(backticked(t.usedBy), ", ") + "); setting it has no effect.",
+			DeprecationMessage:  msg}
 	}
 	return rschema.SingleNestedBlock{
 		MarkdownDescription: "Per-resource waits and thresholds (Go durations such as `30s`). Unset values come from the provider's `timings`, then from the defaults.",
 		Attributes:          attrs,
 	}
+}
+
+func backticked(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = "`" + n + "`"
+	}
+	return out
 }
 
 // toTimings parses the block; a nil block yields zero (unset) timings.
@@ -71,49 +172,29 @@ func (m *timingsModel) toTimings(at path.Path) (Timings, diag.Diagnostics) {
 	if m == nil {
 		return t, diags
 	}
-	parse := func(name string, v types.String, dst *time.Duration) {
+	for _, tm := range timingTable {
+		v := *tm.model(m)
 		if v.IsNull() || v.IsUnknown() || v.ValueString() == "" {
-			return
+			continue
 		}
 		d, err := time.ParseDuration(v.ValueString())
 		if err != nil || d < 0 {
-			diags.AddAttributeError(at.AtName(name), "Invalid duration",
-				fmt.Sprintf("%s = %q is not a non-negative Go duration. Write it like \"30s\", \"2m\" or \"1h30m\".", name, v.ValueString()))
-			return
+			diags.AddAttributeError(at.AtName(tm.name), "Invalid duration",
+				fmt.Sprintf("%s = %q is not a non-negative Go duration. Write it like \"30s\", \"2m\" or \"1h30m\".", tm.name, v.ValueString()))
+			continue
 		}
-		*dst = d
+		*tm.value(&t) = d
 	}
-	parse("node_wait", m.NodeWait, &t.NodeWait)
-	parse("switch_timeout", m.SwitchTimeout, &t.SwitchTimeout)
-	parse("settle", m.Settle, &t.Settle)
-	parse("watch", m.Watch, &t.Watch)
-	parse("sample_interval", m.SampleInterval, &t.SampleInterval)
-	parse("stale_job", m.StaleJob, &t.StaleJob)
-	parse("chain_wait", m.ChainWait, &t.ChainWait)
-	parse("no_progress", m.NoProgress, &t.NoProgress)
-	parse("rollout_wait", m.RolloutWait, &t.RolloutWait)
-	parse("pull_grace", m.PullGrace, &t.PullGrace)
 	return t, diags
 }
 
 // Merge returns t with every unset field taken from def.
 func (t Timings) Merge(def Timings) Timings {
-	pick := func(a, b time.Duration) time.Duration {
-		if a != 0 {
-			return a
+	out := t
+	for _, tm := range timingTable {
+		if *tm.value(&out) == 0 {
+			*tm.value(&out) = *tm.value(&def)
 		}
-		return b
 	}
-	return Timings{
-		NodeWait:       pick(t.NodeWait, def.NodeWait),
-		SwitchTimeout:  pick(t.SwitchTimeout, def.SwitchTimeout),
-		Settle:         pick(t.Settle, def.Settle),
-		Watch:          pick(t.Watch, def.Watch),
-		SampleInterval: pick(t.SampleInterval, def.SampleInterval),
-		StaleJob:       pick(t.StaleJob, def.StaleJob),
-		ChainWait:      pick(t.ChainWait, def.ChainWait),
-		NoProgress:     pick(t.NoProgress, def.NoProgress),
-		RolloutWait:    pick(t.RolloutWait, def.RolloutWait),
-		PullGrace:      pick(t.PullGrace, def.PullGrace),
-	}
+	return out
 }

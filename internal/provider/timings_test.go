@@ -32,3 +32,40 @@ func TestTimingsMergeAndDefaults(t *testing.T) {
 		t.Fatalf("bad chain and budget must be refused: %s", msg)
 	}
 }
+
+// Each resource's timings block offers the timings its runs read; the others stay
+// accepted (a configuration that set one keeps working) but are deprecated, so the
+// operator is warned that they have no effect there.
+func TestTimingsBlockPerResource(t *testing.T) {
+	cases := []struct {
+		resource   string
+		used       []string
+		deprecated []string
+	}{
+		{timingsNodeSwitch, []string{"node_wait", "switch_timeout", "chain_wait", "no_progress", "watch"}, []string{"rollout_wait", "pull_grace"}},
+		{timingsVerdict, []string{"node_wait", "chain_wait", "no_progress", "stale_job"}, []string{"switch_timeout", "rollout_wait", "pull_grace"}},
+		{timingsK8sRollout, []string{"rollout_wait", "pull_grace"}, []string{"chain_wait", "no_progress", "node_wait", "switch_timeout"}},
+	}
+	for _, c := range cases {
+		block := timingsResourceBlock(c.resource)
+		for _, name := range c.used {
+			a, ok := block.Attributes[name]
+			if !ok || a.GetDeprecationMessage() != "" {
+				t.Errorf("%s: timings.%s must be offered and not deprecated", c.resource, name)
+			}
+		}
+		for _, name := range c.deprecated {
+			a, ok := block.Attributes[name]
+			if !ok || !strings.Contains(a.GetDeprecationMessage(), "does not use timings."+name) {
+				t.Errorf("%s: timings.%s must stay accepted with a deprecation warning", c.resource, name)
+			}
+		}
+	}
+	// The docs state the engines' defaults.
+	want := map[string]string{"node_wait": "Default `2m`.", "settle": "Default `5s`.", "chain_wait": "Default `5m`.", "pull_grace": "Default `20s`.", "stale_job": "Default `1m`."}
+	for _, tm := range timingTable {
+		if w, ok := want[tm.name]; ok && !strings.Contains(tm.description(), w) {
+			t.Errorf("timings.%s: description %q lacks %q", tm.name, tm.description(), w)
+		}
+	}
+}
