@@ -51,7 +51,7 @@ func (r nodeRun) run(ctx context.Context, cfg *Config) (out nodeRunOutcome, diag
 	t, err := openTransport(ctx, r.node, r.target, cfg)
 	if err != nil {
 		diags.AddError(fmt.Sprintf("Unable to reach %s", r.node),
-			fmt.Sprintf("Node %s, phase connect: %v. Check the transport block and the provider's credentials, then apply again.", r.node, err))
+			failureDetail("Node "+r.node, "connect", err, "Check the transport block and the provider's credentials, then apply again."))
 		return nodeRunOutcome{err: err}, diags
 	}
 	defer func() { _ = t.Close() }()
@@ -120,13 +120,20 @@ const (
 // to <verb> <node>"; detail: the node, the phase, the cause and what the operator can do.
 func engineFailure(verb, node string, err error) diag.Diagnostic {
 	summary := fmt.Sprintf("Unable to %s %s", verb, node)
+	phase, cause, hint := "run", err, ""
 	var de *deploybody.DeployError
-	if !errors.As(err, &de) {
-		return diag.NewErrorDiagnostic(summary, fmt.Sprintf("Node %s: %v. Fix the cause and apply again.", node, err))
+	if errors.As(err, &de) {
+		phase, cause, hint = de.Phase, de.Err, de.Hint
 	}
-	hint := de.Hint
 	if hint == "" {
-		hint = "Fix the cause and apply again"
+		hint = "fix the cause and apply again"
 	}
-	return diag.NewErrorDiagnostic(summary, fmt.Sprintf("Node %s, phase %s: %v. %s.", de.Node, de.Phase, de.Err, hint))
+	return diag.NewErrorDiagnostic(summary, failureDetail("Node "+node, phase, cause, upperFirst(hint)+"."))
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }

@@ -165,8 +165,8 @@ func (r *imageResource) push(ctx context.Context, plan *imageModel) error {
 
 func (r *imageResource) pushError(plan imageModel, err error) (string, string) {
 	return "Unable to push node image",
-		fmt.Sprintf("Node %s, phase push, archive %s: %v\n\nNothing in the cluster was changed. Check that the registry is reachable from this machine and that REGISTRY_AUTH_FILE holds its credentials, then apply again.",
-			plan.Node.ValueString(), plan.Archive.ValueString(), err)
+		failureDetail("Node "+plan.Node.ValueString(), "push", fmt.Errorf("archive %s: %w", plan.Archive.ValueString(), err),
+			"Nothing in the cluster was changed. Check that the registry is reachable from this machine and that REGISTRY_AUTH_FILE holds its credentials, then apply again.")
 }
 
 func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {

@@ -156,7 +156,7 @@ func (r *k8sNamespaceResource) apply(ctx context.Context, plan *k8sNamespaceMode
 		return
 	}
 	if err := c.EnsureNamespace(ctx, plan.Name.ValueString()); err != nil {
-		d.AddError("Unable to create the target namespace", fmt.Sprintf("Namespace %s, phase create: %v", plan.Name.ValueString(), err))
+		d.AddError("Unable to create the target namespace", failureDetail("Namespace "+plan.Name.ValueString(), "create", err, "Nothing else was changed; fix the cause and apply again."))
 		return
 	}
 	plan.ID = plan.Name
@@ -227,7 +227,7 @@ func (r *k8sNamespaceResource) Delete(ctx context.Context, req resource.DeleteRe
 	}
 	if err := c.DeleteNamespace(ctx, state.Name.ValueString()); err != nil {
 		resp.Diagnostics.AddError("Unable to delete the target namespace",
-			fmt.Sprintf("Namespace %s, phase delete: %v. Run the destroy again, or raise timeouts.delete.", state.Name.ValueString(), err))
+			failureDetail("Namespace "+state.Name.ValueString(), "delete", err, "Run the destroy again, or raise timeouts.delete."))
 	}
 }
 

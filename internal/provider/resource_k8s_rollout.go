@@ -223,7 +223,7 @@ func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, pr
 			out.Running = prevGood
 		}
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
-		return true, "Unable to apply node " + node, fmt.Sprintf("Node %s, phase apply: %v", node, err)
+		return true, "Unable to apply node " + node, failureDetail("Node "+node, "apply", err, "The cluster still runs what it ran; fix the cause and apply again.")
 	}
 	if rerr.RolledBack {
 		// The truth: the cluster runs the previous image. image_ref says so, so the next
