@@ -15,5 +15,6 @@ func init() {
 		NewNodeSwitchResource,
 		NewVerdictResource,
 		NewImageResource, NewK8sNamespaceResource, NewK8sRolloutResource,
+		NewIncusNodeResource,
 	}
 }
