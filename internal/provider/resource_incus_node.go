@@ -533,26 +533,26 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 	}
 	plan.Project = types.StringValue(project)
 	plan.ImageFingerprint = types.StringValue(img.Fingerprint)
-	gone := r.refresh(ctx, c, &plan, &resp.Diagnostics)
-	if gone {
-		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s) vanished right after it was created.", name, project))
+	if gone := r.refresh(ctx, c, &plan, &resp.Diagnostics); gone != nil {
+		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s) vanished right after it was created: %v.", name, project, gone))
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
 
 // refresh reads the container into m (the one shared read of Create, Read, Update and
-// import). It reports whether the container is gone.
-func (r *incusNodeResource) refresh(ctx context.Context, c *incusapi.Client, m *incusNodeModel, diags *diag.Diagnostics) (gone bool) {
+// import). When the container is gone it returns the daemon's not-found error and
+// leaves m alone. A missing project counts as gone: Incus deletes only empty projects.
+func (r *incusNodeResource) refresh(ctx context.Context, c *incusapi.Client, m *incusNodeModel, diags *diag.Diagnostics) (gone error) {
 	name := m.Name.ValueString()
 	inst, err := c.GetInstanceConfig(ctx, name)
 	if incusapi.IsNotFound(err) {
-		return true
+		return err
 	}
 	if err != nil {
 		diags.AddError("Unable to read Incus container "+name, fmt.Sprintf("Container %s (project %s): %v.", name, c.Project(), err))
 		m.nullUnknowns()
-		return false
+		return nil
 	}
 	m.ID = types.StringValue(fmt.Sprintf("incus://%s/%s/%s", localRemote, c.Project(), name))
 	m.Instance = types.StringValue(inst.Name)
@@ -582,7 +582,7 @@ func (r *incusNodeResource) refresh(ctx context.Context, c *incusapi.Client, m *
 	m.Config = types.MapValueMust(types.StringType, config)
 	m.Limits = types.MapValueMust(types.StringType, limits)
 	m.Devices = devicesToModel(m.Devices, inst.Devices)
-	return false
+	return nil
 }
 
 // devicesToModel lists the container's devices in the order the prior model had them,
@@ -629,9 +629,9 @@ func (r *incusNodeResource) Read(ctx context.Context, req resource.ReadRequest, 
 		resp.Diagnostics.AddError("Unable to read Incus container "+name, err.Error())
 		return
 	}
-	if r.refresh(ctx, c, &state, &resp.Diagnostics) {
+	if gone := r.refresh(ctx, c, &state, &resp.Diagnostics); gone != nil {
 		resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s is gone", name),
-			fmt.Sprintf("Container %s (project %s) was deleted outside Terraform. It is removed from state; the next apply creates it again.", name, project))
+			fmt.Sprintf("Container %s (project %s) was deleted outside Terraform (%v). It is removed from state; the next apply creates it again.", name, project, gone))
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -705,8 +705,8 @@ func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateReque
 		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s): %v. The container keeps its previous configuration.", name, project, err))
 		return
 	}
-	if r.refresh(ctx, c, &plan, &resp.Diagnostics) {
-		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s) vanished during the update.", name, project))
+	if gone := r.refresh(ctx, c, &plan, &resp.Diagnostics); gone != nil {
+		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s) vanished during the update: %v.", name, project, gone))
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)

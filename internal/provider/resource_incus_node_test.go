@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	fwresource "github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
@@ -260,4 +264,127 @@ func sshBanner(addr string) (string, error) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	return "", last
+}
+
+// readIncusNode runs the resource's Read on a state naming container name in project,
+// against the real daemon, and returns the response. It calls Read directly (not
+// through a binary) because terraform-plugin-testing cannot assert a warning.
+func readIncusNode(t *testing.T, name, project string) *fwresource.ReadResponse {
+	t.Helper()
+	ctx := context.Background()
+	r := &incusNodeResource{cfg: &Config{IncusSocket: envOr("INCUS_SOCKET", incusapi.DefaultSocket), IncusProject: "default"}}
+	var sr fwresource.SchemaResponse
+	r.Schema(ctx, fwresource.SchemaRequest{}, &sr)
+	st := tfsdk.State{Schema: sr.Schema}
+	m := incusNodeModel{
+		ID: types.StringValue("incus://local/" + project + "/" + name), Name: types.StringValue(name), Image: types.StringValue(labImage),
+		Project: types.StringValue(project), NodeWait: types.StringNull(),
+		Instance: types.StringValue(name), ImageFingerprint: types.StringNull(), Status: types.StringValue("Running"),
+		Profiles: types.ListNull(types.StringType), Config: types.MapNull(types.StringType), Limits: types.MapNull(types.StringType),
+		Timeouts: timeouts.Value{Object: types.ObjectNull(incusNodeTimeoutsAttrTypes)},
+	}
+	if diags := st.Set(ctx, m); diags.HasError() {
+		t.Fatalf("state: %v", diags)
+	}
+	resp := &fwresource.ReadResponse{State: st}
+	r.Read(ctx, fwresource.ReadRequest{State: st}, resp)
+	return resp
+}
+
+// TestLabIncusNodeReadGone: a container deleted out of band is removed from state with
+// a warning that names it and carries the daemon's answer; so is one whose project is
+// gone (Incus deletes only empty projects). No container is booted.
+func TestLabIncusNodeReadGone(t *testing.T) {
+	labtest.Require(t)
+	name := labtest.Prefix() + "-t-readgone"
+	_, _ = labtest.IncusErr("delete", "--force", name)
+	for _, tc := range []struct{ project, daemonSays string }{
+		{"default", "Instance not found"},
+		{labtest.Prefix() + "-t-no-such-project", "Project not found"},
+	} {
+		resp := readIncusNode(t, name, tc.project)
+		if !resp.State.Raw.IsNull() {
+			t.Fatalf("project %s: Read of a missing container must remove it from state", tc.project)
+		}
+		if resp.Diagnostics.HasError() || resp.Diagnostics.WarningsCount() != 1 {
+			t.Fatalf("project %s: want exactly one warning, got %v", tc.project, resp.Diagnostics)
+		}
+		w := resp.Diagnostics.Warnings()[0].Detail()
+		if !strings.Contains(w, name+" (project "+tc.project+") was deleted outside Terraform") || !strings.Contains(w, tc.daemonSays) {
+			t.Fatalf("project %s: the warning must name the container and carry %q: %s", tc.project, tc.daemonSays, w)
+		}
+		t.Logf("warning: %s", w)
+	}
+}
+
+// TestAccIncusNodeDaemonRefusals: what only the daemon can refuse fails the apply with
+// the daemon's own text. A device it refuses at create leaves nothing behind; a
+// container it creates but cannot start (its proxy's port is taken) is kept in state as
+// tainted, so the next plan replaces it, and destroy removes it. No container boots.
+// (Incus words the failed listen differently from run to run, "address already in use"
+// or "Failed to receive fd from listener process"; its prefix is stable.)
+func TestAccIncusNodeDaemonRefusals(t *testing.T) {
+	accLab(t)
+	c, err := incusapi.NewFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := labtest.Prefix() + "-t-accrefuse"
+	_, _ = labtest.IncusErr("delete", "--force", name)
+	t.Cleanup(func() { _, _ = labtest.IncusErr("delete", "--force", name) })
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = taken.Close() }()
+	missing := t.TempDir() + "/missing"
+	config := func(device string) string {
+		return testAccConfig(fmt.Sprintf(`
+provider "fediversity" {}
+resource "fediversity_incus_node" "n" {
+  name      = %q
+  image     = %q
+  node_wait = "20s"
+  %s
+}
+`, name, labImage, device))
+	}
+	disk := fmt.Sprintf(`device {
+    name       = "data"
+    type       = "disk"
+    properties = { source = %q, path = "/mnt/data" }
+  }`, missing)
+	proxy := fmt.Sprintf(`device {
+    name       = "ssh"
+    type       = "proxy"
+    properties = { listen = "tcp:%s", connect = "tcp:127.0.0.1:22", bind = "host" }
+  }`, taken.Addr())
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy: func(*terraform.State) error {
+			if _, err := c.GetInstance(context.Background(), name); !incusapi.IsNotFound(err) {
+				return fmt.Errorf("after destroy, container %s should be gone; the daemon says %v", name, err)
+			}
+			return nil
+		},
+		Steps: []resource.TestStep{
+			{
+				Config:      config(disk),
+				ExpectError: regexp.MustCompile(`(?s)Missing\s+source\s+path.*Nothing\s+was\s+created`),
+			},
+			{
+				Config:      config(proxy),
+				ExpectError: regexp.MustCompile(`(?s)was\s+created\s+but\s+did\s+not\s+start:.*Error\s+occurred\s+when\s+starting\s+proxy\s+device.*tainted`),
+			},
+			{
+				Config:             config(proxy),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPreRefresh: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("fediversity_incus_node.n", plancheck.ResourceActionDestroyBeforeCreate),
+				}},
+			},
+		},
+	})
 }
