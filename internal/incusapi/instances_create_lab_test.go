@@ -133,7 +133,8 @@ func TestLabInstanceLifecycle(t *testing.T) {
 	// "UNIQUE constraint failed: instances.project_id, instances.name"; later versions
 	// "already exists"), and the running container is untouched.
 	err = c.CreateInstance(ctx, InstanceCreate{Name: name, Fingerprint: img.Fingerprint})
-	if !errors.As(err, &ae) || !(strings.Contains(ae.Message, "instances.name") || strings.Contains(ae.Message, "already exists")) {
+	refused := errors.As(err, &ae) && (strings.Contains(ae.Message, "instances.name") || strings.Contains(ae.Message, "already exists"))
+	if !refused {
 		t.Fatalf("second create: want the daemon's refusal, got %v", err)
 	}
 	if again, err := c.GetInstanceConfig(ctx, name); err != nil || !again.Running() {

@@ -51,7 +51,7 @@ const (
 	defaultIncusNodeWait = 2 * time.Minute
 	// incusNodeCleanStop is how long destroy lets the container shut down cleanly
 	// before it stops it by force.
-	incusNodeCleanStop = 30 * time.Second
+	incusNodeCleanStop   = 30 * time.Second
 	incusNodeSystemdPoll = 500 * time.Millisecond
 )
 

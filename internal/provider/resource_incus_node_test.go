@@ -217,7 +217,7 @@ resource "fediversity_incus_node" "n" {
 		{node("web01", labImage, `node_wait = "soon"`), `(?s)node_wait = "soon" is not a positive Go duration`},
 		{node("web01", labImage, proxy("ssh", `listen = "tcp:127.0.0.1:2299"`)), `(?s)device "ssh": a proxy needs .connect.`},
 		{node("web01", labImage, proxy("ssh", `listen = "127.0.0.1:2299", connect = "tcp:127.0.0.1:22"`)), `(?s)listen "127.0.0.1:2299": unknown protocol`},
-		{node("web01", labImage, proxy("ssh", `listen = "tcp:127.0.0.1:1", connect = "tcp:127.0.0.1:22"`) +
+		{node("web01", labImage, proxy("ssh", `listen = "tcp:127.0.0.1:1", connect = "tcp:127.0.0.1:22"`)+
 			proxy("ssh", `listen = "tcp:127.0.0.1:2", connect = "tcp:127.0.0.1:22"`)), `Two device blocks are named "ssh"`},
 		{node("web01", labImage, "  device {\n    name = \"data\"\n    type = \"disk\"\n    properties = { source = \"/srv\" }\n  }\n"),
 			`(?s)device "data": a disk needs .path.`},
