@@ -403,26 +403,53 @@ func proxyAddressProblem(v string) string {
 // ModifyPlan fills the project from the provider when the configuration leaves it out,
 // so it is known at plan time (a node switch can use it in the same plan). A container
 // made in another project (the provider's project changed) is replaced, as when the
-// project attribute itself changes.
+// project attribute itself changes. For a new container it resolves the image, so the
+// plan shows the fingerprint that create will use.
 func (r *incusNodeResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() || r.cfg == nil {
 		return
 	}
 	var project types.String
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("project"), &project)...)
-	if resp.Diagnostics.HasError() || !project.IsNull() {
+	if resp.Diagnostics.HasError() {
 		return
 	}
-	want := r.projectOrDefault("")
-	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("project"), types.StringValue(want))...)
-	if req.State.Raw.IsNull() {
+	if project.IsNull() {
+		want := r.projectOrDefault("")
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("project"), types.StringValue(want))...)
+		if !req.State.Raw.IsNull() {
+			var prior types.String
+			resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("project"), &prior)...)
+			if !prior.IsNull() && prior.ValueString() != want {
+				resp.RequiresReplace = append(resp.RequiresReplace, path.Root("project"))
+			}
+		}
+		project = types.StringValue(want)
+	}
+	if !req.State.Raw.IsNull() || project.IsUnknown() {
 		return
 	}
-	var prior types.String
-	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("project"), &prior)...)
-	if !prior.IsNull() && prior.ValueString() != want {
-		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("project"))
+	var image, name types.String
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("image"), &image)...)
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("name"), &name)...)
+	if resp.Diagnostics.HasError() || image.IsUnknown() {
+		return
 	}
+	c, err := r.client(project.ValueString())
+	if err != nil {
+		return // create reports it, with what to do
+	}
+	img, err := c.ResolveImage(ctx, image.ValueString())
+	if err != nil {
+		// A warning, not an error: another resource of the same apply may import the
+		// image before this one is created.
+		resp.Diagnostics.AddAttributeWarning(path.Root("image"), fmt.Sprintf("Image %q is not on the Incus daemon yet", image.ValueString()),
+			fmt.Sprintf("Planning container %s (project %s): %v. The apply fails unless the image is imported before the container is created "+
+				"(`incus image import`, `incus image copy`); check the alias with `incus image list --project %s`.",
+				name.ValueString(), project.ValueString(), err, project.ValueString()))
+		return
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("image_fingerprint"), types.StringValue(img.Fingerprint))...)
 }
 
 func (r *incusNodeResource) projectOrDefault(p string) string {
@@ -486,7 +513,12 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 		resp.Diagnostics.AddError(summary, err.Error())
 		return
 	}
-	img, err := c.ResolveImage(ctx, plan.Image.ValueString())
+	// The image the plan showed is the one used, even if its alias moved since.
+	ref := plan.Image.ValueString()
+	if fp := plan.ImageFingerprint; !fp.IsUnknown() && !fp.IsNull() {
+		ref = fp.ValueString()
+	}
+	img, err := c.ResolveImage(ctx, ref)
 	if err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("image"), summary,
 			fmt.Sprintf("Container %s (project %s), image %q: %v. Import the image into the daemon (`incus image import`, `incus image copy`) "+

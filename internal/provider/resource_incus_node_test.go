@@ -97,6 +97,8 @@ func TestAccIncusNode(t *testing.T) {
 					plancheck.ExpectResourceAction(res, plancheck.ResourceActionCreate),
 					// Known at plan time, so a node switch in the same plan can use it.
 					plancheck.ExpectKnownValue(res, tfjsonpath.New("project"), knownvalue.StringExact("default")),
+					// The image is resolved at plan time; create uses exactly this one.
+					plancheck.ExpectKnownValue(res, tfjsonpath.New("image_fingerprint"), knownvalue.StringExact(img.Fingerprint)),
 				}},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(res, tfjsonpath.New("id"), knownvalue.StringExact("incus://local/default/"+name)),
@@ -318,7 +320,8 @@ func TestLabIncusNodeReadGone(t *testing.T) {
 }
 
 // TestAccIncusNodeDaemonRefusals: what only the daemon can refuse fails the apply with
-// the daemon's own text. A device it refuses at create leaves nothing behind; a
+// the daemon's own text. A missing image and a device it refuses at create leave nothing
+// behind; a
 // container it creates but cannot start (its proxy's port is taken) is kept in state as
 // tainted, so the next plan replaces it, and destroy removes it. No container boots.
 // (Incus words the failed listen differently from run to run, "address already in use"
@@ -369,6 +372,12 @@ resource "fediversity_incus_node" "n" {
 			return nil
 		},
 		Steps: []resource.TestStep{
+			{
+				// An image the daemon does not have: planned with a warning (another resource
+				// might import it first), refused at create.
+				Config:      strings.Replace(config(""), labImage, labtest.Prefix()+"-t-no-such-image", 1),
+				ExpectError: regexp.MustCompile(`(?s)no\s+image\s+alias\s+"` + labtest.Prefix() + `-t-no-such-image".*Import\s+the\s+image`),
+			},
 			{
 				Config:      config(disk),
 				ExpectError: regexp.MustCompile(`(?s)Missing\s+source\s+path.*Nothing\s+was\s+created`),
