@@ -403,8 +403,8 @@ func proxyAddressProblem(v string) string {
 // ModifyPlan fills the project from the provider when the configuration leaves it out,
 // so it is known at plan time (a node switch can use it in the same plan). A container
 // made in another project (the provider's project changed) is replaced, as when the
-// project attribute itself changes. For a new container it resolves the image, so the
-// plan shows the fingerprint that create will use.
+// project attribute itself changes. For a new container it plans the instance name and
+// id, and resolves the image, so the plan shows the fingerprint that create will use.
 func (r *incusNodeResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() || r.cfg == nil {
 		return
@@ -432,7 +432,16 @@ func (r *incusNodeResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 	var image, name types.String
 	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("image"), &image)...)
 	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("name"), &name)...)
-	if resp.Diagnostics.HasError() || image.IsUnknown() {
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if !name.IsUnknown() {
+		// What a node switch's incus block takes, known before the container exists.
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("instance"), name)...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"),
+			types.StringValue(fmt.Sprintf("incus://%s/%s/%s", localRemote, project.ValueString(), name.ValueString())))...)
+	}
+	if image.IsUnknown() {
 		return
 	}
 	c, err := r.client(project.ValueString())

@@ -97,6 +97,7 @@ func TestAccIncusNode(t *testing.T) {
 					plancheck.ExpectResourceAction(res, plancheck.ResourceActionCreate),
 					// Known at plan time, so a node switch in the same plan can use it.
 					plancheck.ExpectKnownValue(res, tfjsonpath.New("project"), knownvalue.StringExact("default")),
+					plancheck.ExpectKnownValue(res, tfjsonpath.New("instance"), knownvalue.StringExact(name)),
 					// The image is resolved at plan time; create uses exactly this one.
 					plancheck.ExpectKnownValue(res, tfjsonpath.New("image_fingerprint"), knownvalue.StringExact(img.Fingerprint)),
 				}},
@@ -395,5 +396,66 @@ resource "fediversity_incus_node" "n" {
 				}},
 			},
 		},
+	})
+}
+
+// TestAccIncusNodeThenNodeSwitch: a tf-incus node in one graph. The container is made
+// and the node deployed to it through the Incus API in the same apply, with a clean
+// verdict; destroy removes both (the container is gone).
+func TestAccIncusNodeThenNodeSwitch(t *testing.T) {
+	accLab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	c, err := incusapi.NewFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := labtest.Prefix() + "-t-accgraph"
+	_, _ = labtest.IncusErr("delete", "--force", name)
+	t.Cleanup(func() { _, _ = labtest.IncusErr("delete", "--force", name) })
+	config := testAccConfig(fmt.Sprintf(`
+provider "fediversity" {}
+
+resource "fediversity_incus_node" "n" {
+  name      = %q
+  image     = %q
+  node_wait = "60s"
+}
+
+resource "fediversity_node_switch" "n" {
+  node     = "web01"
+  toplevel = %q
+  incus {
+    instance = fediversity_incus_node.n.instance
+    project  = fediversity_incus_node.n.project
+  }
+%s
+}
+`, name, labImage, good, accTimings))
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy: func(*terraform.State) error {
+			if _, err := c.GetInstance(context.Background(), name); !incusapi.IsNotFound(err) {
+				return fmt.Errorf("after destroy, container %s should be gone; the daemon says %v", name, err)
+			}
+			return nil
+		},
+		Steps: []resource.TestStep{{
+			Config: config,
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("toplevel"), knownvalue.StringExact(good)),
+				verdictBool("ok", true),
+			},
+			Check: func(*terraform.State) error {
+				res, err := c.Exec(context.Background(), name, incusapi.ExecRequest{Command: []string{"readlink", "/run/current-system"}})
+				if err != nil {
+					return err
+				}
+				if got := strings.TrimSpace(string(res.Stdout)); got != good {
+					return fmt.Errorf("container %s runs %q, want %s", name, got, good)
+				}
+				return nil
+			},
+		}},
 	})
 }
