@@ -107,7 +107,8 @@ func (r *incusNodeResource) Schema(ctx context.Context, _ resource.SchemaRequest
 			"(the daemon of the provider's `incus` block). Create makes the container from a local image, starts it and waits until " +
 			"systemd in it answers `running` or `degraded` (bounded by `node_wait`), so that a `fediversity_node_switch` with " +
 			"`incus { instance = …, project = … }` can deploy to it in the same apply. Read notices a container deleted outside " +
-			"Terraform (it is removed from state with a warning and the next apply creates it again). Destroy stops the container " +
+			"Terraform (it is removed from state with a warning and the next apply creates it again), and warns about a stopped one " +
+			"(it is not started again behind the operator's back). Destroy stops the container " +
 			"(cleanly for up to 30 s, then by force) and deletes it, within `timeouts.delete`.\n\n" +
 			"**Why this resource exists.** The Incus provider's Go module cannot be used by this project (it may not depend on " +
 			"`github.com/lxc/incus`), and a `tf-incus` group must create its containers in the same graph as the deploys that " +
@@ -678,6 +679,11 @@ func (r *incusNodeResource) Read(ctx context.Context, req resource.ReadRequest, 
 	}
 	if resp.Diagnostics.HasError() {
 		return
+	}
+	if st := state.Status.ValueString(); st != "Running" {
+		resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s is %s", name, st),
+			fmt.Sprintf("Container %s (project %s) is %s, so a deploy to it cannot reach the node. This resource does not start it again; "+
+				"run `incus start --project %s %s`, or replace it with `-replace`.", name, project, st, project, name))
 	}
 	if state.Image.IsNull() {
 		// Imported: name the image as the operator most likely did, by its alias.

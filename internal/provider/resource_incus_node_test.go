@@ -296,7 +296,8 @@ func readIncusNode(t *testing.T, name, project string) *fwresource.ReadResponse 
 
 // TestLabIncusNodeReadGone: a container deleted out of band is removed from state with
 // a warning that names it and carries the daemon's answer; so is one whose project is
-// gone (Incus deletes only empty projects). No container is booted.
+// gone (Incus deletes only empty projects). A stopped one is kept, with a warning. No
+// container is booted.
 func TestLabIncusNodeReadGone(t *testing.T) {
 	labtest.Require(t)
 	name := labtest.Prefix() + "-t-readgone"
@@ -317,6 +318,15 @@ func TestLabIncusNodeReadGone(t *testing.T) {
 			t.Fatalf("project %s: the warning must name the container and carry %q: %s", tc.project, tc.daemonSays, w)
 		}
 		t.Logf("warning: %s", w)
+	}
+
+	// A stopped container stays in state, with a warning that says how to start it.
+	labtest.Incus(t, "init", "--empty", name)
+	t.Cleanup(func() { _, _ = labtest.IncusErr("delete", "--force", name) })
+	resp := readIncusNode(t, name, "default")
+	if resp.State.Raw.IsNull() || resp.Diagnostics.HasError() || resp.Diagnostics.WarningsCount() != 1 ||
+		!strings.Contains(resp.Diagnostics.Warnings()[0].Detail(), "incus start --project default "+name) {
+		t.Fatalf("stopped container: want it kept with one warning saying how to start it, got %v", resp.Diagnostics)
 	}
 }
 
