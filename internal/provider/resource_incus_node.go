@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 )
 
@@ -48,7 +49,7 @@ const (
 	defaultIncusNodeDeleteTimeout = 5 * time.Minute
 	// defaultIncusNodeWait bounds the wait for systemd when neither node_wait nor the
 	// provider's timings.node_wait is set (the same default as the deploy's node wait).
-	defaultIncusNodeWait = 2 * time.Minute
+	defaultIncusNodeWait = deploybody.DefaultNodeWait
 	// incusNodeCleanStop is how long destroy lets the container shut down cleanly
 	// before it stops it by force.
 	incusNodeCleanStop   = 30 * time.Second
@@ -235,15 +236,7 @@ func (r *incusNodeResource) Schema(ctx context.Context, _ resource.SchemaRequest
 }
 
 func (r *incusNodeResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_incus_node wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
-		return
-	}
-	r.cfg = cfg
+	configureObject(&r.cfg, req.ProviderData, "fediversity_incus_node", &resp.Diagnostics)
 }
 
 // ValidateConfig checks at plan time what does not need the daemon: config and limit
@@ -472,20 +465,13 @@ func (r *incusNodeResource) projectOrDefault(p string) string {
 	return "default"
 }
 
-// client returns the provider's Incus client addressing project.
+// client returns the provider's Incus client (built once in the provider's Configure)
+// addressing project.
 func (r *incusNodeResource) client(project string) (*incusapi.Client, error) {
 	if r.cfg == nil {
-		return nil, fmt.Errorf("the provider is not configured")
+		return nil, errNotConfigured
 	}
-	var c *incusapi.Client
-	var err error
-	if r.cfg.IncusAddress != "" {
-		c, err = incusapi.NewHTTPS(incusapi.HTTPSConfig{
-			URL: r.cfg.IncusAddress, ClientCertFile: r.cfg.IncusClientCert, ClientKeyFile: r.cfg.IncusClientKey, ServerCertFile: r.cfg.IncusServerCert,
-		})
-	} else {
-		c, err = incusapi.NewUnix(r.cfg.IncusSocket)
-	}
+	c, err := r.cfg.incusClient()
 	if err != nil {
 		return nil, fmt.Errorf("connect to the Incus API (%s): %w; check the provider's incus block or INCUS_SOCKET", describeIncus(r.cfg), err)
 	}
@@ -518,9 +504,10 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 
 	name, project := plan.Name.ValueString(), r.projectOrDefault(plan.Project.ValueString())
 	summary := "Unable to create Incus container " + name
+	subject := fmt.Sprintf("Container %s (project %s)", name, project)
 	c, err := r.client(project)
 	if err != nil {
-		resp.Diagnostics.AddError(summary, err.Error())
+		resp.Diagnostics.AddError(summary, failureDetail(subject, "connect", err, "Nothing was created."))
 		return
 	}
 	// The image the plan showed is the one used, even if its alias moved since.
@@ -531,8 +518,8 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 	img, err := c.ResolveImage(ctx, ref)
 	if err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("image"), summary,
-			fmt.Sprintf("Container %s (project %s), image %q: %v. Import the image into the daemon (`incus image import`, `incus image copy`) "+
-				"or give an alias or fingerprint that `incus image list --project %s` shows.", name, project, plan.Image.ValueString(), err, project))
+			failureDetail(subject, "resolve-image", err, fmt.Sprintf("Nothing was created. Import the image into the daemon (`incus image import`, `incus image copy`) "+
+				"or give an alias or fingerprint that `incus image list --project %s` shows.", project)))
 		return
 	}
 	if img.Type != "" && img.Type != "container" {
@@ -557,18 +544,18 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 		// The daemon may have made the container and failed to start it (a device that
 		// cannot be set up): keep it in state, tainted, so that it is not orphaned.
 		if _, err := c.GetInstanceConfig(ctx, name); err != nil {
-			resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s): %v. Nothing was created.", name, project, createErr))
+			resp.Diagnostics.AddError(summary, failureDetail(subject, "create", createErr, "Nothing was created; fix the cause and apply again."))
 			return
 		}
-		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s) was created but did not start: %v. "+
-			"It is kept in state as tainted; the next apply replaces it. See `incus info --show-log %s`.", name, project, createErr, name))
+		resp.Diagnostics.AddError(summary, failureDetail(subject, "start", createErr, fmt.Sprintf(
+			"The container was created but did not start. It is kept in state as tainted; the next apply replaces it. See `incus info --show-log %s`.", name)))
 	} else {
 		wait := r.nodeWait(plan)
 		state, err := c.WaitSystemd(ctx, name, wait, incusNodeSystemdPoll)
 		if err != nil {
 			resp.Diagnostics.AddError(fmt.Sprintf("Container %s did not come up", name),
-				fmt.Sprintf("Container %s (project %s), phase wait-for-systemd: %v. The container is kept in state as tainted; the next apply replaces it. "+
-					"Look at `incus exec %s -- systemctl --failed` and `incus info --show-log %s`, or raise node_wait.", name, project, err, name, name))
+				failureDetail(subject, "wait-for-systemd", err, fmt.Sprintf("The container is kept in state as tainted; the next apply replaces it. "+
+					"Look at `incus exec %s -- systemctl --failed` and `incus info --show-log %s`, or raise node_wait.", name, name)))
 		} else {
 			tflog.Info(ctx, "incus container up", map[string]any{"instance": name, "project": project, "systemd": state})
 		}
@@ -576,7 +563,7 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 	plan.Project = types.StringValue(project)
 	plan.ImageFingerprint = types.StringValue(img.Fingerprint)
 	if gone := r.refresh(ctx, c, &plan, &resp.Diagnostics); gone != nil {
-		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s) vanished right after it was created: %v.", name, project, gone))
+		resp.Diagnostics.AddError(summary, failureDetail(subject, "read", gone, "It vanished right after it was created; find out what deletes it, then apply again."))
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
@@ -592,7 +579,8 @@ func (r *incusNodeResource) refresh(ctx context.Context, c *incusapi.Client, m *
 		return err
 	}
 	if err != nil {
-		diags.AddError("Unable to read Incus container "+name, fmt.Sprintf("Container %s (project %s): %v.", name, c.Project(), err))
+		diags.AddError("Unable to read Incus container "+name, failureDetail(fmt.Sprintf("Container %s (project %s)", name, c.Project()), "read", err,
+			"Nothing was changed; check that the daemon answers (`incus info`), then run again."))
 		m.nullUnknowns()
 		return nil
 	}
@@ -668,7 +656,8 @@ func (r *incusNodeResource) Read(ctx context.Context, req resource.ReadRequest, 
 	name, project := state.Name.ValueString(), r.projectOrDefault(state.Project.ValueString())
 	c, err := r.client(project)
 	if err != nil {
-		resp.Diagnostics.AddError("Unable to read Incus container "+name, err.Error())
+		resp.Diagnostics.AddError("Unable to read Incus container "+name,
+			failureDetail(fmt.Sprintf("Container %s (project %s)", name, project), "connect", err, "Nothing was changed."))
 		return
 	}
 	if gone := r.refresh(ctx, c, &state, &resp.Diagnostics); gone != nil {
@@ -723,14 +712,15 @@ func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateReque
 	defer cancel()
 	name, project := plan.Name.ValueString(), r.projectOrDefault(plan.Project.ValueString())
 	summary := "Unable to update Incus container " + name
+	subject := fmt.Sprintf("Container %s (project %s)", name, project)
 	c, err := r.client(project)
 	if err != nil {
-		resp.Diagnostics.AddError(summary, err.Error())
+		resp.Diagnostics.AddError(summary, failureDetail(subject, "connect", err, "Nothing was changed."))
 		return
 	}
 	cur, err := c.GetInstanceConfig(ctx, name)
 	if err != nil {
-		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s): %v.", name, project, err))
+		resp.Diagnostics.AddError(summary, failureDetail(subject, "read", err, "Nothing was changed."))
 		return
 	}
 	next := *cur
@@ -749,11 +739,11 @@ func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateReque
 		return
 	}
 	if err := c.UpdateInstance(ctx, name, next); err != nil {
-		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s): %v. The container keeps its previous configuration.", name, project, err))
+		resp.Diagnostics.AddError(summary, failureDetail(subject, "update", err, "The container keeps its previous configuration; fix the cause and apply again."))
 		return
 	}
 	if gone := r.refresh(ctx, c, &plan, &resp.Diagnostics); gone != nil {
-		resp.Diagnostics.AddError(summary, fmt.Sprintf("Container %s (project %s) vanished during the update: %v.", name, project, gone))
+		resp.Diagnostics.AddError(summary, failureDetail(subject, "read", gone, "It vanished during the update; the next plan creates it again."))
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
@@ -779,7 +769,8 @@ func (r *incusNodeResource) Delete(ctx context.Context, req resource.DeleteReque
 	}
 	if err != nil {
 		resp.Diagnostics.AddError("Unable to delete Incus container "+name,
-			fmt.Sprintf("Container %s (project %s): %v. Delete it by hand with `incus delete --force --project %s %s` if it is still there.", name, project, err, project, name))
+			failureDetail(fmt.Sprintf("Container %s (project %s)", name, project), "delete", err,
+				fmt.Sprintf("Delete it by hand with `incus delete --force --project %s %s` if it is still there.", project, name)))
 	}
 }
 

@@ -275,7 +275,9 @@ func sshBanner(addr string) (string, error) {
 func readIncusNode(t *testing.T, name, project string) *fwresource.ReadResponse {
 	t.Helper()
 	ctx := context.Background()
-	r := &incusNodeResource{cfg: &Config{IncusSocket: envOr("INCUS_SOCKET", incusapi.DefaultSocket), IncusProject: "default"}}
+	cfg := &Config{IncusSocket: envOr("INCUS_SOCKET", incusapi.DefaultSocket), IncusProject: "default"}
+	cfg.clients = newProviderClients(cfg)
+	r := &incusNodeResource{cfg: cfg}
 	var sr fwresource.SchemaResponse
 	r.Schema(ctx, fwresource.SchemaRequest{}, &sr)
 	st := tfsdk.State{Schema: sr.Schema}
@@ -395,7 +397,7 @@ resource "fediversity_incus_node" "n" {
 			},
 			{
 				Config:      config(proxy),
-				ExpectError: regexp.MustCompile(`(?s)was\s+created\s+but\s+did\s+not\s+start:.*Error\s+occurred\s+when\s+starting\s+proxy\s+device.*tainted`),
+				ExpectError: regexp.MustCompile(`(?s)phase\s+start:.*Error\s+occurred\s+when\s+starting\s+proxy\s+device.*created\s+but\s+did\s+not\s+start.*tainted`),
 			},
 			{
 				Config:             config(proxy),
