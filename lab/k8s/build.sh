@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build a real Kubernetes control plane (kube-apiserver, kube-controller-manager,
-# kube-scheduler, etcd) and kwok into a cache outside the clone, keyed on versions.
+# kube-scheduler, etcd), the kubelet of the lab's real node (see node-up.sh) and kwok into a cache outside the clone, keyed on versions.
 #
 # Idempotent: when every binary is cached it prints the paths and does nothing.
 # Output (stdout): one line per binary, "name=/abs/path".
@@ -25,7 +25,7 @@ NICE="nice -n 10"
 
 log() { echo "build.sh: $*" >&2; }
 
-components=(kube-apiserver kube-controller-manager kube-scheduler etcd)
+components=(kube-apiserver kube-controller-manager kube-scheduler kubelet etcd)
 
 have_all=1
 for c in "${components[@]}"; do [[ -x "$BIN/$c" ]] || have_all=0; done
@@ -85,6 +85,7 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
   log "go mod tidy (wrapper)"
@@ -98,7 +99,7 @@ GO
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld="$ld -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  for c in kube-apiserver kube-controller-manager kube-scheduler; do
+  for c in kube-apiserver kube-controller-manager kube-scheduler kubelet; do
     [[ -x "$BIN/$c" ]] && continue
     log "building $c"
     CGO_ENABLED=0 $NICE go build -trimpath -ldflags "$ld" -o "$BIN/$c.tmp" "k8s.io/kubernetes/cmd/$c" >&2

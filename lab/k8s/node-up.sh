@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# Start the lab's real Kubernetes node on 127.0.0.1 beside kwok's fake one: containerd
+# (CRI, overlayfs, CNI bridge), the "fediversity" runtime handler (fediversity-runtime
+# around runc, see its source for what it gives a pod) and a kubelet, registered against
+# the control plane of up.sh. Follows /work/shared/K8S-LAB.md ("A real kubelet").
+#
+# The node keeps to its own pods and they to it: it is registered with the taint and the
+# label fediversity.org/real-node, and the RuntimeClass "fediversity-real" (handler
+# "fediversity") carries the matching nodeSelector and toleration in its `scheduling`. A
+# pod of any other class never lands here; a pod of this class never lands on kwok's node.
+# The StorageClass "fediversity-real" has no provisioner: a test makes a static hostPath
+# PV under $STATE/volumes for its claim, so a replaced pod finds the old one's files.
+#
+# Idempotent and fast when already up. Output (stdout): the node's name. State:
+# /var/lib/fediversity-k8s-node (FEDIVERSITY_K8S_NODE_STATE). Stop with node-down.sh.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+STATE="${FEDIVERSITY_K8S_NODE_STATE:-/var/lib/fediversity-k8s-node}"
+CP_STATE="${FEDIVERSITY_K8S_STATE:-/var/lib/fediversity-k8s}"
+KUBECONFIG_CP="$CP_STATE/kubeconfig"
+NODE="${FEDIVERSITY_K8S_NODE_NAME:-fediversity-real-0}"
+KUBELET_PORT=10250; KUBELET_HEALTHZ=10248
+PIDS="$STATE/pids"; LOGS="$STATE/logs"; RUN="$STATE/run"
+SOCK="$RUN/containerd/containerd.sock"
+PAUSE_IMAGE="fediversity.local/pause:1"
+# A subnet of its own, on its own bridge: pods reach only each other and this host.
+POD_SUBNET=10.244.77.0/24; BRIDGE=fedik8s0
+
+log() { echo "node-up.sh: $*" >&2; }
+kc() { kubectl --kubeconfig "$KUBECONFIG_CP" "$@"; }
+
+alive() { # name -> 0 when its saved PID runs the expected binary
+  local f="$PIDS/$1.pid" pid exe
+  [[ -f $f ]] || return 1
+  pid=$(cat "$f"); exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
+  [[ -n $exe && $(basename "${exe% (deleted)}") == "$1" ]]
+}
+
+node_ready() {
+  kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
+}
+
+[[ -s $KUBECONFIG_CP ]] || { log "no control plane: run lab/k8s/up.sh first"; exit 1; }
+command -v kubectl >/dev/null || { log "kubectl is needed"; exit 1; }
+if alive containerd && alive kubelet && node_ready; then echo "$NODE"; exit 0; fi
+bash "$HERE/node-down.sh" >&2 || true
+
+declare -A BIN
+while IFS='=' read -r k v; do BIN[$k]=$v; done < <(bash "$HERE/node-build.sh")
+for c in containerd containerd-shim-runc-v2 ctr runc kubelet fediversity-runtime pause; do
+  [[ -x ${BIN[$c]:-} ]] || { log "missing binary $c; run lab/k8s/node-build.sh"; exit 1; }
+done
+start=$(date +%s%N)
+mkdir -p "$PIDS" "$LOGS" "$RUN" "$STATE/bin" "$STATE/cni/net.d" "$STATE/volumes" "$STATE/home"
+chmod 700 "$STATE"
+
+# Every systemd (in Incus containers and in pods) takes inotify instances that count
+# against host root; 128 is far too few for a lab of them.
+for kv in fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=1048576; do
+  k=${kv%=*}; v=${kv#*=}
+  (( $(sysctl -n "$k") >= v )) || sysctl -qw "$kv"
+done
+
+# The shim runs "runc" and the handler's binary by these paths; fediversity-runtime finds
+# runc next to itself.
+for c in runc fediversity-runtime containerd-shim-runc-v2 ctr; do ln -sfn "${BIN[$c]}" "$STATE/bin/$c"; done
+
+cat > "$STATE/containerd.toml" <<TOML
+version = 4
+root = '$STATE/containerd'
+state = '$RUN/containerd'
+imports = []
+
+[grpc]
+  address = '$SOCK'
+
+[ttrpc]
+  address = '$SOCK.ttrpc'
+
+[debug]
+  address = '$RUN/containerd/debug.sock'
+
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'overlayfs'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '$PAUSE_IMAGE'
+
+  [plugins.'io.containerd.cri.v1.runtime']
+    # Root lacks CAP_SYS_RESOURCE here: runc cannot lower oom_score_adj below its own.
+    restrict_oom_score_adj = true
+    disable_apparmor = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = 'io.containerd.runc.v2'
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = '$STATE/bin/runc'
+          SystemdCgroup = false
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.fediversity]
+        runtime_type = 'io.containerd.runc.v2'
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.fediversity.options]
+          BinaryName = '$STATE/bin/fediversity-runtime'
+          SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['${BIN[cni]}']
+      conf_dir = '$STATE/cni/net.d'
+
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = '127.0.0.1'
+TOML
+
+cat > "$STATE/cni/net.d/10-fediversity.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "fediversity-lab",
+  "plugins": [
+    {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_SUBNET"}]], "dataDir": "$STATE/cni/ipam"}},
+    {"type": "loopback"}
+  ]
+}
+JSON
+
+run() { # name binary args... : start in background, save PID
+  local name=$1; shift
+  # setsid: the node outlives the shell (and the CI step) that started it.
+  HOME="$STATE/home" PATH="$STATE/bin:$PATH" setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! > "$PIDS/$name.pid"
+}
+
+run containerd "${BIN[containerd]}" --config "$STATE/containerd.toml"
+for i in $(seq 1 100); do
+  [[ -S $SOCK ]] && "${BIN[ctr]}" --address "$SOCK" version >/dev/null 2>&1 && break
+  alive containerd || { log "containerd exited; see $LOGS/containerd.log"; tail -20 "$LOGS/containerd.log" >&2; exit 1; }
+  [[ $i == 100 ]] && { log "containerd not answering after 20s"; exit 1; }
+  sleep 0.2
+done
+
+# The sandbox image: no registry is reachable, so it is made here from the static pause
+# binary as a docker archive and imported.
+if ! "${BIN[ctr]}" --address "$SOCK" -n k8s.io images check "name==$PAUSE_IMAGE" 2>/dev/null | grep -q "$PAUSE_IMAGE"; then
+  w=$(mktemp -d)
+  mkdir -p "$w/root"; cp "${BIN[pause]}" "$w/root/pause"
+  tar -C "$w/root" --owner=0 --group=0 --numeric-owner -cf "$w/layer.tar" pause
+  diff_id=$(sha256sum "$w/layer.tar" | cut -d' ' -f1)
+  mkdir -p "$w/img/$diff_id"; mv "$w/layer.tar" "$w/img/$diff_id/layer.tar"
+  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":["/pause"],"User":"65535:65535"},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$diff_id" > "$w/config.json"
+  cfg=$(sha256sum "$w/config.json" | cut -d' ' -f1); mv "$w/config.json" "$w/img/$cfg.json"
+  printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$cfg" "$PAUSE_IMAGE" "$diff_id" > "$w/img/manifest.json"
+  tar -C "$w/img" -cf "$w/pause.tar" .
+  "${BIN[ctr]}" --address "$SOCK" -n k8s.io images import --no-unpack=false "$w/pause.tar" >&2
+  "${BIN[ctr]}" --address "$SOCK" -n k8s.io images label "$PAUSE_IMAGE" io.cri-containerd.pinned=pinned >/dev/null
+  rm -rf "$w"
+fi
+
+cat > "$STATE/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: $KUBELET_PORT
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: $KUBELET_HEALTHZ
+containerRuntimeEndpoint: unix://$SOCK
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+# The lab apiserver dials the kubelet without a client certificate (it has no
+# --kubelet-client-certificate): exec and logs need anonymous access, on 127.0.0.1 only.
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+registerWithTaints:
+- {key: fediversity.org/real-node, value: "true", effect: NoSchedule}
+# A shared machine's disk fills with other work: never evict or collect images for it.
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+maxPods: 20
+resolvConf: /etc/resolv.conf
+YAML
+
+run kubelet "${BIN[kubelet]}" --config "$STATE/kubelet.yaml" --kubeconfig "$KUBECONFIG_CP" \
+  --root-dir "$STATE/kubelet" --hostname-override "$NODE" --node-ip 127.0.0.1 \
+  --node-labels "fediversity.org/real-node=true"
+
+for i in $(seq 1 300); do
+  node_ready && break
+  for c in containerd kubelet; do
+    alive "$c" || { log "$c exited; see $LOGS/$c.log"; tail -30 "$LOGS/$c.log" >&2; exit 1; }
+  done
+  [[ $i == 300 ]] && { log "node $NODE not Ready after 60s; see $LOGS/kubelet.log"; tail -30 "$LOGS/kubelet.log" >&2; exit 1; }
+  sleep 0.2
+done
+
+# The cluster objects of the real node (idempotent).
+kc apply -f - >/dev/null <<YAML
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: fediversity-real}
+handler: fediversity
+scheduling:
+  nodeSelector: {fediversity.org/real-node: "true"}
+  tolerations:
+  - {key: fediversity.org/real-node, operator: Exists, effect: NoSchedule}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: fediversity-real}
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: Immediate
+YAML
+log "node $NODE Ready in $(( ($(date +%s%N) - start) / 1000000 )) ms"
+echo "$NODE"
