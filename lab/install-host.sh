@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what the lab and the tests need on a fresh Debian 12 machine
 # of this project's kind: incus (bookworm-backports), debootstrap, nix-bin, openssh-client,
-# openssl, xz. Safe to run again; does nothing that is already done.
+# openssl, xz; for the real Kubernetes node, the CNI plugins (containernetworking-plugins)
+# and libseccomp-dev (runc is built with seccomp). Safe to run again; does nothing that is
+# already done.
 set -euo pipefail
 need=()
 command -v incus >/dev/null 2>&1 || need+=(incus)
@@ -12,6 +14,8 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+[ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
 [ ${#need[@]} -eq 0 ] && { echo "install-host: all present"; exit 0; }
 
 src=/etc/apt/sources.list.d/bookworm-backports.sources

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make test`: everything CI runs. Brings up what is missing (the Incus lab, OpenTofu, the
-# Kubernetes control plane), then runs
+# Kubernetes control plane with kwok's fake node and a real node), then runs
 #   1. go vet and every package's tests with the lab and the cluster enabled
 #      (unit tests, fuzz seed corpora, lab tests against real incusd/sshd/nix/systemd);
 #   2. the provider's acceptance tests (TF_ACC=1) with Terraform 1.11;
@@ -25,6 +25,8 @@ bash lab/build-tofu.sh >"$logs/tofu.out" 2>"$logs/tofu.err" &
 tofu_build=$!
 bash lab/k8s/build.sh >"$logs/k8s.out" 2>"$logs/k8s.err" &
 k8s_build=$!
+bash lab/k8s/node-build.sh >"$logs/node.out" 2>"$logs/node.err" &
+node_build=$!
 step "lab"
 bash lab/lab.sh up >/dev/null
 step "opentofu"
@@ -36,6 +38,10 @@ wait "$k8s_build" || { tail -50 "$logs/k8s.err" >&2; echo "Kubernetes build fail
 bash lab/k8s/up.sh
 export FEDIVERSITY_K8S=1
 export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
+step "kubernetes real node"
+wait "$node_build" || { tail -50 "$logs/node.err" >&2; echo "real node build failed" >&2; exit 1; }
+bash lab/k8s/node-up.sh
+export FEDIVERSITY_K8S_NODE=1
 if [ "$mode" = setup ]; then step "setup done"; exit 0; fi
 export FEDIVERSITY_LAB=1
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the real node's parts into a cache outside the clone, keyed on versions:
-# containerd (+ its runc shim and ctr), runc, the kubelet (from the control plane's
-# wrapper module, see build.sh), the lab's runtime wrapper (fediversity-runtime) and a
-# static pause binary for the sandbox image. The CNI plugins come from Debian
+# containerd (+ its runc shim and ctr), runc, the lab's runtime wrapper
+# (fediversity-runtime) and a static pause binary for the sandbox image. The kubelet is
+# built by build.sh, in the control plane's wrapper module. The CNI plugins come from Debian
 # (containernetworking-plugins) and runc needs libseccomp-dev: both are installed by apt
 # when missing.
 #
@@ -13,7 +13,6 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 RUNC_VERSION="${RUNC_VERSION:-v1.5.3}"
-K8S_VERSION="${K8S_VERSION:-v1.36.1}"
 CACHE_ROOT="${FEDIVERSITY_K8S_CACHE:-/var/cache/fediversity}"
 CTRD_BIN="$CACHE_ROOT/containerd-$CONTAINERD_VERSION/bin"
 RUNC_BIN="$CACHE_ROOT/runc-$RUNC_VERSION/bin"
@@ -29,7 +28,6 @@ print_paths() {
   echo "containerd-shim-runc-v2=$CTRD_BIN/containerd-shim-runc-v2"
   echo "ctr=$CTRD_BIN/ctr"
   echo "runc=$RUNC_BIN/runc"
-  echo "kubelet=$CACHE_ROOT/k8s-$K8S_VERSION/bin/kubelet"
   echo "fediversity-runtime=$LAB_BIN/fediversity-runtime"
   echo "pause=$LAB_BIN/pause"
   echo "cni=/usr/lib/cni"
@@ -45,7 +43,7 @@ apt_need=()
 [[ -e /usr/include/seccomp.h ]] || apt_need+=(libseccomp-dev)
 if (( ${#apt_need[@]} )); then
   log "apt-get install ${apt_need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y "${apt_need[@]}" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y "${apt_need[@]}" >&2
 fi
 
 build_containerd() {
@@ -72,11 +70,6 @@ build_runc() {
     -ldflags "-s -w" "github.com/opencontainers/runc@$RUNC_VERSION" >&2
 }
 
-build_kubelet() {
-  [[ -x $CACHE_ROOT/k8s-$K8S_VERSION/bin/kubelet ]] && return 0
-  bash "$HERE/build.sh" >/dev/null
-}
-
 build_lab() {
   [[ -x $LAB_BIN/fediversity-runtime && -x $LAB_BIN/pause ]] && return 0
   mkdir -p "$LAB_BIN"
@@ -86,9 +79,8 @@ build_lab() {
   CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$LAB_BIN/pause" ./lab/k8s/pause
 }
 
-# containerd and runc are small; the kubelet is the long one: run them side by side.
-( build_kubelet ) & kubelet_pid=$!
-( build_containerd ) && ( build_runc ) && ( build_lab ) || { kill "$kubelet_pid" 2>/dev/null; exit 1; }
-wait "$kubelet_pid"
+( build_containerd )
+( build_runc )
+( build_lab )
 log "done in $(( $(date +%s) - start ))s"
 print_paths

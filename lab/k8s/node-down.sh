@@ -32,7 +32,9 @@ fi
 stop containerd
 # Mounts the kubelet and containerd left (volumes, sandboxes' shm, snapshots).
 grep -o " $STATE/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
-if [[ -s $CP_STATE/kubeconfig ]] && command -v kubectl >/dev/null; then
-  kubectl --kubeconfig "$CP_STATE/kubeconfig" delete node "$NODE" --ignore-not-found --wait=false >/dev/null 2>&1
+PKI="$CP_STATE/pki"
+if [[ -f $PKI/admin.crt ]]; then
+  curl -sS -o /dev/null --max-time 10 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    -X DELETE "https://127.0.0.1:16443/api/v1/nodes/$NODE" 2>/dev/null
 fi
 exit 0

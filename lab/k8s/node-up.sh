@@ -27,8 +27,18 @@ PAUSE_IMAGE="fediversity.local/pause:1"
 # A subnet of its own, on its own bridge: pods reach only each other and this host.
 POD_SUBNET=10.244.77.0/24; BRIDGE=fedik8s0
 
+API="https://127.0.0.1:16443"; PKI="$CP_STATE/pki"
 log() { echo "node-up.sh: $*" >&2; }
-kc() { kubectl --kubeconfig "$KUBECONFIG_CP" "$@"; }
+api() { # method path [curl args...]
+  local method=$1 path=$2; shift 2
+  curl -sS --max-time 10 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    -H 'Content-Type: application/json' -X "$method" "$API$path" "$@"
+}
+api_apply() { # path json: create, ignore AlreadyExists
+  local code
+  code=$(api POST "$1" -d "$2" -o "$LOGS/last-apply.json" -w '%{http_code}' || true)
+  [[ $code == 201 || $code == 409 ]] || { log "POST $1 -> $code: $(cat "$LOGS/last-apply.json")"; exit 1; }
+}
 
 alive() { # name -> 0 when its saved PID runs the expected binary
   local f="$PIDS/$1.pid" pid exe
@@ -38,22 +48,35 @@ alive() { # name -> 0 when its saved PID runs the expected binary
 }
 
 node_ready() {
-  kc get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True
+  api GET "/api/v1/nodes/$NODE" 2>/dev/null | tr -d ' \n' | grep -q '"type":"Ready","status":"True"'
 }
 
 [[ -s $KUBECONFIG_CP ]] || { log "no control plane: run lab/k8s/up.sh first"; exit 1; }
-command -v kubectl >/dev/null || { log "kubectl is needed"; exit 1; }
+command -v curl >/dev/null || { log "curl is needed"; exit 1; }
 if alive containerd && alive kubelet && node_ready; then echo "$NODE"; exit 0; fi
 bash "$HERE/node-down.sh" >&2 || true
 
 declare -A BIN
-while IFS='=' read -r k v; do BIN[$k]=$v; done < <(bash "$HERE/node-build.sh")
+while IFS='=' read -r k v; do BIN[$k]=$v; done < <(bash "$HERE/build.sh"; bash "$HERE/node-build.sh")
 for c in containerd containerd-shim-runc-v2 ctr runc kubelet fediversity-runtime pause; do
   [[ -x ${BIN[$c]:-} ]] || { log "missing binary $c; run lab/k8s/node-build.sh"; exit 1; }
 done
+# The node image's base layer: the lab's debootstrap rootfs (real systemd as /sbin/init),
+# gzipped once per lab image version. Tests stack a small layer per variant on it.
+image_version=$(sed -n 's/^IMAGE_VERSION=//p' "$HERE/../lab.sh")
+LAB_ROOTFS="${FEDIVERSITY_K8S_CACHE:-/var/cache/fediversity}/lab-image-v$image_version/rootfs.tar"
+NODE_LAYER="${FEDIVERSITY_K8S_CACHE:-/var/cache/fediversity}/node-image-v$image_version/rootfs.tar.gz"
+if [[ ! -s $NODE_LAYER ]]; then
+  [[ -s $LAB_ROOTFS ]] || { log "no lab image at $LAB_ROOTFS: run lab/lab.sh up first"; exit 1; }
+  log "gzipping the lab rootfs into the node image's base layer"
+  mkdir -p "$(dirname "$NODE_LAYER")"
+  gzip -1 -c "$LAB_ROOTFS" > "$NODE_LAYER.tmp" && mv "$NODE_LAYER.tmp" "$NODE_LAYER"
+fi
+
 start=$(date +%s%N)
 mkdir -p "$PIDS" "$LOGS" "$RUN" "$STATE/bin" "$STATE/cni/net.d" "$STATE/volumes" "$STATE/home"
 chmod 700 "$STATE"
+ln -sfn "$NODE_LAYER" "$STATE/node-layer.tar.gz"
 
 # Every systemd (in Incus containers and in pods) takes inotify instances that count
 # against host root; 128 is far too few for a lab of them.
@@ -198,21 +221,7 @@ for i in $(seq 1 300); do
 done
 
 # The cluster objects of the real node (idempotent).
-kc apply -f - >/dev/null <<YAML
-apiVersion: node.k8s.io/v1
-kind: RuntimeClass
-metadata: {name: fediversity-real}
-handler: fediversity
-scheduling:
-  nodeSelector: {fediversity.org/real-node: "true"}
-  tolerations:
-  - {key: fediversity.org/real-node, operator: Exists, effect: NoSchedule}
----
-apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata: {name: fediversity-real}
-provisioner: kubernetes.io/no-provisioner
-volumeBindingMode: Immediate
-YAML
+api_apply /apis/node.k8s.io/v1/runtimeclasses '{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass","metadata":{"name":"fediversity-real"},"handler":"fediversity","scheduling":{"nodeSelector":{"fediversity.org/real-node":"true"},"tolerations":[{"key":"fediversity.org/real-node","operator":"Exists","effect":"NoSchedule"}]}}'
+api_apply /apis/storage.k8s.io/v1/storageclasses '{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"fediversity-real"},"provisioner":"kubernetes.io/no-provisioner","volumeBindingMode":"Immediate"}'
 log "node $NODE Ready in $(( ($(date +%s%N) - start) / 1000000 )) ms"
 echo "$NODE"
