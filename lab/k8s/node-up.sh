@@ -75,7 +75,8 @@ fi
 
 start=$(date +%s%N)
 mkdir -p "$PIDS" "$LOGS" "$RUN" "$STATE/bin" "$STATE/cni/net.d" "$STATE/volumes" "$STATE/home"
-chmod 700 "$STATE"
+# 711: the pods' mapped root must be able to walk to their bundles and rootfs.
+chmod 711 "$STATE"
 ln -sfn "$NODE_LAYER" "$STATE/node-layer.tar.gz"
 
 # Every systemd (in Incus containers and in pods) takes inotify instances that count
@@ -95,16 +96,12 @@ root = '$STATE/containerd'
 state = '$RUN/containerd'
 imports = []
 
-[grpc]
-  address = '$SOCK'
-
-[ttrpc]
-  address = '$SOCK.ttrpc'
-
-[debug]
-  address = '$RUN/containerd/debug.sock'
-
 [plugins]
+  [plugins.'io.containerd.server.v1.grpc']
+    address = '$SOCK'
+  [plugins.'io.containerd.server.v1.ttrpc']
+    address = '$SOCK.ttrpc'
+
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = 'overlayfs'
     [plugins.'io.containerd.cri.v1.images'.pinned_images]

@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 const (
@@ -42,8 +43,10 @@ const (
 	recordDir = "/run/fediversity-runtime"
 )
 
-// Incus' unprivileged containers keep every capability but these.
-var droppedCaps = map[string]bool{"CAP_SYS_MODULE": true, "CAP_SYS_TIME": true, "CAP_MAC_ADMIN": true, "CAP_MAC_OVERRIDE": true}
+// Incus' unprivileged containers (LXC's defaults) keep every capability but these.
+// Without CAP_SYS_RAWIO, systemd also skips the debugfs and tracefs mounts, which a
+// user namespace may not make.
+var droppedCaps = map[string]bool{"CAP_SYS_MODULE": true, "CAP_SYS_RAWIO": true, "CAP_SYS_TIME": true, "CAP_MAC_ADMIN": true, "CAP_MAC_OVERRIDE": true}
 
 var allCaps = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
@@ -67,8 +70,7 @@ func main() {
 	case "create", "run":
 		id := lastArg(rest)
 		if err := prepare(bundleOf(rest), id); err != nil {
-			fmt.Fprintf(os.Stderr, "fediversity-runtime: container %s: %v\n", id, err)
-			os.Exit(1)
+			fail(args, fmt.Errorf("container %s: %w", id, err))
 		}
 	case "delete":
 		// runc first: the container's processes must be gone before its cgroups can go.
@@ -116,6 +118,23 @@ func bundleOf(args []string) string {
 		}
 	}
 	return "."
+}
+
+// fail reports err where containerd reads a runtime's errors (runc's --log file, in
+// its JSON form) and on stderr, and exits.
+func fail(args []string, err error) {
+	msg := "fediversity-runtime: " + err.Error()
+	fmt.Fprintln(os.Stderr, msg)
+	for i, a := range args {
+		if a == "--log" && i+1 < len(args) {
+			line, _ := json.Marshal(map[string]string{"level": "error", "msg": msg, "time": time.Now().Format(time.RFC3339Nano)})
+			if f, ferr := os.OpenFile(args[i+1], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); ferr == nil {
+				f.Write(append(line, '\n'))
+				f.Close()
+			}
+		}
+	}
+	os.Exit(1)
 }
 
 func lastArg(args []string) string {
