@@ -17,9 +17,11 @@
 //   - The pod runs systemd as PID 1: its own user namespace (hostUsers: false), a tty,
 //     tmpfs on /run and /tmp, the environment "container=fediversity" (systemd's container
 //     detection reads it) and "container_uuid" (systemd takes it as the machine ID, so the
-//     machine ID is the same across pod replacements and distinct per node, FR-013). No
-//     capability is added: in its own user namespace systemd has what it needs, and the
-//     method's RuntimeClass handler gives it a writable cgroup file system.
+//     machine ID is the same across pod replacements and distinct per node, FR-013). The
+//     pod asks for no capability and no host path: what systemd needs beyond its own user
+//     namespace (a delegated, writable cgroup tree and the capabilities of that user
+//     namespace) is the method's RuntimeClass handler's job, as the lab's real node shows
+//     (lab/k8s/fediversity-runtime).
 //   - Readiness is `systemctl is-system-running`, which exits non-zero for "starting" and
 //     "degraded", so a failed unit keeps the pod unready (FR-005).
 //   - The image is always named by digest (FR-003).
