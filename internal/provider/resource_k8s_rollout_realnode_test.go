@@ -225,6 +225,29 @@ func (a *realNodeAcc) hostUIDMap(pod *corev1.Pod) (string, error) {
 	return strings.TrimSpace(string(m)), err
 }
 
+// watchFirstEvent reports when an event of the namespace with this reason and a message
+// containing msg is first seen (polled every 0.2 s, for at most 5 minutes).
+func (a *realNodeAcc) watchFirstEvent(reason, msg string) <-chan time.Time {
+	seen := make(chan time.Time, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		for ctx.Err() == nil {
+			list, err := a.c.CS.CoreV1().Events(a.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
+			if err == nil {
+				for _, e := range list.Items {
+					if strings.Contains(e.Message, msg) {
+						seen <- time.Now()
+						return
+					}
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	return seen
+}
+
 // bootFacts are what a booted node pod shows from inside and from the host.
 type bootFacts struct {
 	podUID, state, machineID, variant, probe string
@@ -309,6 +332,7 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 	token := fmt.Sprintf("written-%d", time.Now().UnixNano())
 	var first, second bootFacts
 	var failStart time.Time
+	var unrecoverable <-chan time.Time
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -348,14 +372,24 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 			{
 				// A unit that fails at boot: systemd says "degraded", the pod never becomes
 				// ready, and the rollout is set back with the reason.
-				PreConfig:   func() { failStart = time.Now() },
+				PreConfig: func() {
+					failStart = time.Now()
+					unrecoverable = a.watchFirstEvent("Unhealthy", "degraded")
+				},
 				Config:      a.config(failing, "fails", "45s"),
 				ExpectError: regexp.MustCompile(`(?s)Readiness\s+probe\s+failed:\s+degraded.*set\s+back\s+to\s+the\s+previous\s+image`),
 			},
 			{
 				// After the rollback a new pod of v2 runs, with the same /var/lib and machine ID.
 				PreConfig: func() {
-					t.Logf("figure: a unit failing at boot on the real node -> failed apply (rollback included) in %s with rollout_wait 45s", time.Since(failStart).Round(100*time.Millisecond))
+					failed := time.Now()
+					select {
+					case seen := <-unrecoverable:
+						t.Logf("figure: on the real node, from the first readiness failure \"degraded\" (a unit failed at boot) to the failed apply, rollback included: %s (whole apply %s, rollout_wait 45s)",
+							failed.Sub(seen).Round(100*time.Millisecond), failed.Sub(failStart).Round(100*time.Millisecond))
+					default:
+						t.Fatalf("no readiness failure \"degraded\" was seen during the failed apply")
+					}
 					after, err := a.checkPod("v2")
 					if err != nil {
 						t.Fatalf("after the rollback: %v", err)

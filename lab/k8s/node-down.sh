@@ -30,6 +30,12 @@ if [[ -S $STATE/run/containerd/containerd.sock && -x $STATE/bin/ctr ]]; then
   for c in $(ctr containers ls -q 2>/dev/null); do ctr containers delete "$c" >/dev/null 2>&1; done
 fi
 stop containerd
+# Shims left without tasks: only those of this node's containerd (by their -address).
+for d in /proc/[0-9]*; do
+  exe=$(readlink "$d/exe" 2>/dev/null) || continue
+  [[ $(basename "${exe% (deleted)}") == containerd-shim-runc-v2 ]] || continue
+  tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -q -- "-address $STATE/run/containerd/containerd.sock" && kill "${d#/proc/}" 2>/dev/null
+done
 # Mounts the kubelet and containerd left (volumes, sandboxes' shm, snapshots).
 grep -o " $STATE/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done
 PKI="$CP_STATE/pki"
