@@ -76,12 +76,8 @@ func requireRealNode(t *testing.T) {
 // nodeImage writes a docker archive of the lab's systemd rootfs (the base layer that
 // node-up.sh keeps gzipped) with one small layer on top: /etc/fediversity-variant naming
 // the variant, and the extra files given (path -> content; content "->target" is a symlink).
-func nodeImage(t *testing.T, dir, variant string, files map[string]string) string {
+func nodeImage(t *testing.T, dir string, base v1.Layer, variant string, files map[string]string) string {
 	t.Helper()
-	base, err := tarball.LayerFromFile(filepath.Join(realNodeState(), "node-layer.tar.gz"))
-	if err != nil {
-		t.Fatalf("node image base layer (made by node-up.sh): %v", err)
-	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	all := map[string]string{"etc/fediversity-variant": variant + "\n"}
@@ -323,9 +319,13 @@ func (a *realNodeAcc) checkPod(want string) (bootFacts, error) {
 func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 	a := newRealNodeAcc(t)
 	dir := t.TempDir()
-	v1Archive := nodeImage(t, dir, "v1", nil)
-	v2Archive := nodeImage(t, dir, "v2", nil)
-	failing := nodeImage(t, dir, "fails", map[string]string{
+	base, err := tarball.LayerFromFile(filepath.Join(realNodeState(), "node-layer.tar.gz"))
+	if err != nil {
+		t.Fatalf("node image base layer (made by node-up.sh): %v", err)
+	}
+	v1Archive := nodeImage(t, dir, base, "v1", nil)
+	v2Archive := nodeImage(t, dir, base, "v2", nil)
+	failing := nodeImage(t, dir, base, "fails", map[string]string{
 		"etc/systemd/system/fediversity-fails.service":                         "[Unit]\nDescription=A unit that fails at boot\n[Service]\nType=oneshot\nExecStart=/bin/false\n[Install]\nWantedBy=multi-user.target\n",
 		"etc/systemd/system/multi-user.target.wants/fediversity-fails.service": "->/etc/systemd/system/fediversity-fails.service",
 	})

@@ -32,11 +32,11 @@ log() { echo "node-up.sh: $*" >&2; }
 api() { # method path [curl args...]
   local method=$1 path=$2; shift 2
   curl -sS --max-time 10 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
-    -H 'Content-Type: application/json' -X "$method" "$API$path" "$@"
+    -X "$method" "$API$path" "$@"
 }
 api_apply() { # path json: create, ignore AlreadyExists
   local code
-  code=$(api POST "$1" -d "$2" -o "$LOGS/last-apply.json" -w '%{http_code}' || true)
+  code=$(api POST "$1" -H 'Content-Type: application/json' -d "$2" -o "$LOGS/last-apply.json" -w '%{http_code}' || true)
   [[ $code == 201 || $code == 409 ]] || { log "POST $1 -> $code: $(cat "$LOGS/last-apply.json")"; exit 1; }
 }
 
@@ -216,6 +216,12 @@ for i in $(seq 1 300); do
   [[ $i == 300 ]] && { log "node $NODE not Ready after 60s; see $LOGS/kubelet.log"; tail -30 "$LOGS/kubelet.log" >&2; exit 1; }
   sleep 0.2
 done
+
+# The kubelet refuses a loopback node IP ("nodeIP can't be loopback address") and then
+# reports no address at all, so the apiserver could not reach it for exec and logs. It
+# keeps an address written into the Node's status, since its own address setter fails.
+api PATCH "/api/v1/nodes/$NODE/status" -H 'Content-Type: application/merge-patch+json' \
+  -d '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}]}}' -o /dev/null
 
 # The cluster objects of the real node (idempotent).
 api_apply /apis/node.k8s.io/v1/runtimeclasses '{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass","metadata":{"name":"fediversity-real"},"handler":"fediversity","scheduling":{"nodeSelector":{"fediversity.org/real-node":"true"},"tolerations":[{"key":"fediversity.org/real-node","operator":"Exists","effect":"NoSchedule"}]}}'
