@@ -265,6 +265,7 @@ func (a *realNodeAcc) checkBooted(s *terraform.State, want string) (bootFacts, e
 
 // checkPod is checkBooted without the state: the one ready pod of web01, booted.
 func (a *realNodeAcc) checkPod(want string) (bootFacts, error) {
+	a.t.Helper()
 	var f bootFacts
 	pod, err := a.readyPod()
 	if err != nil {
@@ -290,10 +291,14 @@ func (a *realNodeAcc) checkPod(want string) (bootFacts, error) {
 	if _, err := fmt.Sscanf(strings.TrimPrefix(finish, "@"), "%d", &sec); err != nil {
 		return f, fmt.Errorf("FinishTimestamp %q: %v", finish, err)
 	}
+	var ready time.Time
 	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady && c.LastTransitionTime.Unix() < sec {
-			return f, fmt.Errorf("pod became ready at %s, before systemd finished booting at %s", c.LastTransitionTime.UTC(), time.Unix(sec, 0).UTC())
+		if c.Type == corev1.PodReady {
+			ready = c.LastTransitionTime.Time
 		}
+	}
+	if ready.Unix() < sec {
+		return f, fmt.Errorf("pod became ready at %s, before systemd finished booting at %s", ready.UTC(), time.Unix(sec, 0).UTC())
 	}
 	m, err := a.hostUIDMap(pod)
 	if err != nil {
@@ -310,6 +315,8 @@ func (a *realNodeAcc) checkPod(want string) (bootFacts, error) {
 		return f, fmt.Errorf("the pod runs image variant %q (err %v), want %q", f.variant, err, want)
 	}
 	f.probe, _ = a.exec(pod, "cat", "/var/lib/fediversity-probe")
+	a.t.Logf("pod %s (image %s) on %s: PID 1 systemd says %q; boot finished %s, Ready %s; uid_map on the host %q; machine ID %s; /var/lib/fediversity-probe %q",
+		pod.Name, f.variant, pod.Spec.NodeName, f.state, time.Unix(sec, 0).UTC().Format(time.TimeOnly), ready.UTC().Format(time.TimeOnly), m, f.machineID, f.probe)
 	return f, nil
 }
 
