@@ -28,8 +28,9 @@
 //   - Applying the Deployment and waiting for it are separate calls (FR-006). The wait has
 //     an operator-set limit and stops early on states that do not recover: ErrImagePull or
 //     ImagePullBackOff seen for longer than a grace period, CrashLoopBackOff, an
-//     Unschedulable pod, a claim whose provisioning failed, and a ReplicaSet that cannot
-//     create its pod. The error carries the pod-level reasons: container waiting reasons
+//     Unschedulable pod, a claim whose provisioning failed, a ReplicaSet that cannot
+//     create its pod, and a systemd that booted with a failed unit (the readiness probe
+//     answers "degraded": that does not change by itself once the boot is done). The error carries the pod-level reasons: container waiting reasons
 //     and messages, the pod's false conditions, the claim's phase, and recent Warning
 //     events of the pod and the claim.
 //   - Rollback restores the whole previous pod template, as `kubectl rollout undo` does,

@@ -3,6 +3,7 @@ package k8s
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +207,62 @@ func TestClassifyFailFast(t *testing.T) {
 			}
 			if len(c.objs) > 0 && c.objs[0].Spec.Containers[0].Image == testImage && !strings.Contains(msg, "event for pod a") {
 				t.Errorf("error lacks the pod's events:\n%s", msg)
+			}
+		})
+	}
+}
+
+// TestDegradedSystemFails: a running pod whose readiness probe (systemctl
+// is-system-running) answers "degraded" stops the wait after the grace; one that answers
+// "starting" does not. A fake clientset, because the kubelet's probe events need a clock
+// the test controls; the lab's real node shows the same end to end.
+func TestDegradedSystemFails(t *testing.T) {
+	for _, c := range []struct {
+		probe      string
+		at         []int
+		wantReason string
+	}{
+		{"degraded", []int{0, 9}, ""},
+		{"degraded", []int{0, 11}, ReasonSystemDegraded},
+		{"starting", []int{0, 100}, ""},
+	} {
+		t.Run(fmt.Sprint(c.probe, c.at), func(t *testing.T) {
+			cs := fake.NewClientset(deploymentNotDone())
+			p := pod("a", func(p *corev1.Pod) {
+				p.Status.Phase = corev1.PodRunning
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+				p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"}}
+			})
+			ctx := context.Background()
+			if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cs.CoreV1().Events("fediversity").Create(ctx, &corev1.Event{
+				ObjectMeta:     metav1.ObjectMeta{Name: "ev1", Namespace: "fediversity"},
+				InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "a", Namespace: "fediversity"},
+				Type:           corev1.EventTypeWarning, Reason: "Unhealthy", Message: "Readiness probe failed: " + c.probe + "\n",
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			w := &watcher{c: &Client{CS: cs}, s: testSpec(), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
+			t0 := time.Unix(1_000_000, 0)
+			var rerr *RolloutError
+			for _, s := range c.at {
+				done, r, err := w.check(ctx, t0.Add(time.Duration(s)*time.Second))
+				if err != nil || done {
+					t.Fatalf("done=%v err=%v", done, err)
+				}
+				if rerr = r; r != nil {
+					break
+				}
+			}
+			switch {
+			case c.wantReason == "" && rerr != nil:
+				t.Fatalf("stopped with %v, want to keep waiting", rerr)
+			case c.wantReason != "" && (rerr == nil || rerr.Reason != c.wantReason):
+				t.Fatalf("got %v, want %s", rerr, c.wantReason)
+			case rerr != nil && (!strings.Contains(rerr.Error(), "systemctl --failed") || !strings.Contains(rerr.Error(), "Readiness probe failed: degraded")):
+				t.Errorf("error lacks the reason or the probe's event:\n%s", rerr.Error())
 			}
 		})
 	}

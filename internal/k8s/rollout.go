@@ -49,9 +49,16 @@ const (
 	ReasonClaimNotBound    = "ClaimNotBound"
 	ReasonReplicaFailure   = "ReplicaFailure"
 	ReasonPodFailed        = "PodFailed"
+	ReasonSystemDegraded   = "SystemDegraded"
 	ReasonProgressDeadline = "ProgressDeadlineExceeded"
 	ReasonTimeout          = "Timeout"
 )
+
+// degradedGrace is how long the pod's readiness probe may answer "degraded" before the
+// wait stops. systemctl is-system-running says "starting" until the boot's jobs are
+// done and "degraded" only after, when a unit has failed: that unit stays failed (one
+// that restarts is not failed meanwhile). Two probe periods rule out a reading in flight.
+const degradedGrace = 10 * time.Second
 
 // RolloutError says why a node's pod did not become ready, and what the engine did.
 type RolloutError struct {
@@ -187,6 +194,17 @@ func (w *watcher) check(ctx context.Context, now time.Time) (done bool, rerr *Ro
 			}
 		}
 	}
+	// systemd booted and a unit failed: the pod will not become ready.
+	for i := range pods {
+		if podReady(&pods[i]) || !containerRunning(&pods[i]) || !w.saysDegraded(ctx, pods[i].Name) {
+			continue
+		}
+		key := string(pods[i].UID) + "/degraded"
+		if w.since(key, now) >= degradedGrace {
+			return false, w.fail(ctx, w.firstSeen[key], ReasonSystemDegraded,
+				fmt.Sprintf("pod %s: systemd booted with a failed unit (systemctl is-system-running says \"degraded\"; `systemctl --failed` in the pod names it)", pods[i].Name)), nil
+		}
+	}
 	// A claim whose provisioning failed will not bind: the pod cannot start on a real
 	// cluster, whatever its status says now.
 	if len(pods) > 0 && !podReady(&pods[0]) {
@@ -226,6 +244,26 @@ func (w *watcher) pods(ctx context.Context) ([]corev1.Pod, error) {
 		}
 	}
 	return out, nil
+}
+
+func containerRunning(p *corev1.Pod) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == ContainerName && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// saysDegraded: the pod's latest readiness probe failure answered "degraded".
+func (w *watcher) saysDegraded(ctx context.Context, pod string) bool {
+	var last string
+	for _, ev := range w.events(ctx, "Pod", pod) {
+		if msg, ok := strings.CutPrefix(ev.Message, "Readiness probe failed:"); ok && ev.Reason == "Unhealthy" {
+			last = strings.TrimSpace(msg)
+		}
+	}
+	return last == "degraded"
 }
 
 func (w *watcher) claimFailure(ctx context.Context) string {

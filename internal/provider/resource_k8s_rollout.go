@@ -79,8 +79,9 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"for the pod to become ready, for at most `timings.rollout_wait` (default 5m).\n\n" +
 			"The wait stops early, with the pod-level reasons (container waiting reasons, false conditions, recent events, the claim), " +
 			"on states that do not recover: ErrImagePull/ImagePullBackOff for longer than `timings.pull_grace` (default 20s), " +
-			"CrashLoopBackOff, an Unschedulable pod (e.g. a claim with no volume), a claim whose provisioning failed, or a " +
-			"ReplicaSet that cannot create the pod for longer than the grace.\n\n" +
+			"CrashLoopBackOff, an Unschedulable pod (e.g. a claim with no volume), a claim whose provisioning failed, a " +
+			"ReplicaSet that cannot create the pod for longer than the grace, or systemd booted with a failed unit " +
+			"(the readiness probe answers `degraded` for 10s).\n\n" +
 			"When the pod does not become ready, the Deployment is set back to its previous pod template (image included) and " +
 			"the apply fails saying so. A first deploy has nothing to go back to and just fails (the resource is then tainted, " +
 			"and the next apply makes it again). After a rollback the state tells the truth: `image_ref` holds the image the " +

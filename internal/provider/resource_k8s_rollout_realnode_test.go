@@ -378,13 +378,14 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 			},
 			{
 				// A unit that fails at boot: systemd says "degraded", the pod never becomes
-				// ready, and the rollout is set back with the reason.
+				// ready, the wait stops well before rollout_wait, and the rollout is set back
+				// with the reason.
 				PreConfig: func() {
 					failStart = time.Now()
 					unrecoverable = a.watchFirstEvent("Unhealthy", "degraded")
 				},
-				Config:      a.config(failing, "fails", "45s"),
-				ExpectError: regexp.MustCompile(`(?s)Readiness\s+probe\s+failed:\s+degraded.*set\s+back\s+to\s+the\s+previous\s+image`),
+				Config:      a.config(failing, "fails", "3m"),
+				ExpectError: regexp.MustCompile(`(?s)stopped\s+after.*SystemDegraded.*failed\s+unit.*Readiness\s+probe\s+failed:\s+degraded.*set\s+back\s+to\s+the\s+previous\s+image`),
 			},
 			{
 				// After the rollback a new pod of v2 runs, with the same /var/lib and machine ID.
@@ -392,7 +393,7 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 					failed := time.Now()
 					select {
 					case seen := <-unrecoverable:
-						t.Logf("figure: on the real node, from the first readiness failure \"degraded\" (a unit failed at boot) to the failed apply, rollback included: %s (whole apply %s, rollout_wait 45s)",
+						t.Logf("figure: on the real node, from the first readiness failure \"degraded\" (a unit failed at boot) to the failed apply, rollback included: %s (whole apply %s, rollout_wait 3m)",
 							failed.Sub(seen).Round(100*time.Millisecond), failed.Sub(failStart).Round(100*time.Millisecond))
 					default:
 						t.Fatalf("no readiness failure \"degraded\" was seen during the failed apply")
@@ -409,7 +410,7 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 					}
 				},
 				// The state tells the truth: the cluster runs v2, not the failing image.
-				Config:             a.config(failing, "fails", "45s"),
+				Config:             a.config(failing, "fails", "3m"),
 				PlanOnly:           true,
 				ExpectNonEmptyPlan: true,
 			},
