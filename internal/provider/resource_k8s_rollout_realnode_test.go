@@ -244,6 +244,23 @@ func (a *realNodeAcc) watchFirstEvent(reason, msg string) <-chan time.Time {
 	return seen
 }
 
+// subordinateRange is the first ID and the count of user's line in /etc/subuid.
+func subordinateRange(path, user string) (int64, int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var first, n int64
+		if rest, ok := strings.CutPrefix(line, user+":"); ok {
+			if _, err := fmt.Sscanf(strings.ReplaceAll(rest, ":", " "), "%d %d", &first, &n); err == nil {
+				return first, n, nil
+			}
+		}
+	}
+	return 0, 0, fmt.Errorf("%s has no line for %s (node-up.sh writes it)", path, user)
+}
+
 // bootFacts are what a booted node pod shows from inside and from the host.
 type bootFacts struct {
 	podUID, state, machineID, variant, probe string
@@ -307,6 +324,9 @@ func (a *realNodeAcc) checkPod(want string) (bootFacts, error) {
 	var inside, host, size int64
 	if _, err := fmt.Sscanf(m, "%d %d %d", &inside, &host, &size); err != nil || inside != 0 || host == 0 || size > 1<<20 {
 		return f, fmt.Errorf("uid_map of the pod's PID 1 on the host is %q: want root mapped to an unprivileged host range", m)
+	}
+	if first, n, err := subordinateRange("/etc/subuid", "kubelet"); err != nil || host < first || host+size > first+n {
+		return f, fmt.Errorf("uid_map of the pod's PID 1 on the host is %q: want a range inside the kubelet's subordinate IDs (%d+%d, err %v), away from the host's other users", m, first, n, err)
 	}
 	if f.machineID, err = a.exec(pod, "cat", "/etc/machine-id"); err != nil {
 		return f, err

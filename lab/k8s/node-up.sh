@@ -26,6 +26,7 @@ SOCK="$RUN/containerd/containerd.sock"
 PAUSE_IMAGE="fediversity.local/pause:1"
 # A subnet of its own, on its own bridge: pods reach only each other and this host.
 POD_SUBNET=10.244.77.0/24; BRIDGE=fedik8s0
+MAX_PODS=20; USERNS_FIRST=$((1 << 31)); USERNS_LEN=$((MAX_PODS * 65536))
 
 API="https://127.0.0.1:16443"; PKI="$CP_STATE/pki"
 log() { echo "node-up.sh: $*" >&2; }
@@ -84,6 +85,16 @@ ln -sfn "$NODE_LAYER" "$STATE/node-layer.tar.gz"
 for kv in fs.inotify.max_user_instances=8192 fs.inotify.max_user_watches=1048576; do
   k=${kv%=*}; v=${kv#*=}
   (( $(sysctl -n "$k") >= v )) || sysctl -qw "$kv"
+done
+
+# The pods' user namespaces: the kubelet takes host IDs from the subordinate range of a
+# user named "kubelet" (read with getsubids), else from anywhere in 65536..2^32, which
+# would overlap Incus' range (root:1000000:1000000000 here). Give it its own range above
+# 2^31: 65536 IDs per pod, maxPods of them.
+command -v getsubids >/dev/null || { log "getsubids (package uidmap) is needed"; exit 1; }
+id kubelet >/dev/null 2>&1 || useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kubelet
+for f in /etc/subuid /etc/subgid; do
+  grep -q '^kubelet:' "$f" 2>/dev/null || echo "kubelet:$USERNS_FIRST:$USERNS_LEN" >> "$f"
 done
 
 # The shim runs "runc" and the handler's binary by these paths; fediversity-runtime finds
@@ -200,7 +211,7 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.availabl
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
-maxPods: 20
+maxPods: $MAX_PODS
 resolvConf: /etc/resolv.conf
 YAML
 
