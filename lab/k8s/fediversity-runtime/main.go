@@ -129,8 +129,8 @@ func fail(args []string, err error) {
 		if a == "--log" && i+1 < len(args) {
 			line, _ := json.Marshal(map[string]string{"level": "error", "msg": msg, "time": time.Now().Format(time.RFC3339Nano)})
 			if f, ferr := os.OpenFile(args[i+1], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600); ferr == nil {
-				f.Write(append(line, '\n'))
-				f.Close()
+				_, _ = f.Write(append(line, '\n'))
+				_ = f.Close()
 			}
 		}
 	}
@@ -271,7 +271,7 @@ func v1Hierarchies() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var dirs []string
 	s := bufio.NewScanner(f)
 	for s.Scan() {
@@ -340,7 +340,7 @@ func removeRecorded(id string) {
 		return
 	}
 	removeTree(string(dir))
-	os.Remove(rec)
+	_ = os.Remove(rec)
 }
 
 func removeTree(dir string) {
@@ -350,7 +350,7 @@ func removeTree(dir string) {
 			removeTree(filepath.Join(dir, e.Name()))
 		}
 	}
-	syscall.Rmdir(dir)
+	_ = syscall.Rmdir(dir) // one still in use stays behind, empty cgroups cost nothing
 }
 
 func grantCapabilities(spec object) {
