@@ -48,6 +48,10 @@ alive() { # name -> 0 when its saved PID runs the expected binary
   [[ -n $exe && $(basename "${exe% (deleted)}") == "$1" ]]
 }
 
+# In the wait loops: the process may not have exec'd its binary yet, so only ask
+# whether its PID lives.
+running() { kill -0 "$(cat "$PIDS/$1.pid" 2>/dev/null)" 2>/dev/null; }
+
 node_ready() {
   api GET "/api/v1/nodes/$NODE" 2>/dev/null | tr -d ' \n' | grep -q '"type":"Ready","status":"True"'
 }
@@ -161,10 +165,11 @@ run() { # name binary args... : start in background, save PID
   echo $! > "$PIDS/$name.pid"
 }
 
+rm -f "$SOCK" "$SOCK.ttrpc" # a stale socket would look like a containerd that answers
 run containerd "${BIN[containerd]}" --config "$STATE/containerd.toml"
 for i in $(seq 1 100); do
   [[ -S $SOCK ]] && "${BIN[ctr]}" --address "$SOCK" version >/dev/null 2>&1 && break
-  alive containerd || { log "containerd exited; see $LOGS/containerd.log"; tail -20 "$LOGS/containerd.log" >&2; exit 1; }
+  running containerd || { log "containerd exited; see $LOGS/containerd.log"; tail -20 "$LOGS/containerd.log" >&2; exit 1; }
   [[ $i == 100 ]] && { log "containerd not answering after 20s"; exit 1; }
   sleep 0.2
 done
@@ -222,7 +227,7 @@ run kubelet "${BIN[kubelet]}" --config "$STATE/kubelet.yaml" --kubeconfig "$KUBE
 for i in $(seq 1 300); do
   node_ready && break
   for c in containerd kubelet; do
-    alive "$c" || { log "$c exited; see $LOGS/$c.log"; tail -30 "$LOGS/$c.log" >&2; exit 1; }
+    running "$c" || { log "$c exited; see $LOGS/$c.log"; tail -30 "$LOGS/$c.log" >&2; exit 1; }
   done
   [[ $i == 300 ]] && { log "node $NODE not Ready after 60s; see $LOGS/kubelet.log"; tail -30 "$LOGS/kubelet.log" >&2; exit 1; }
   sleep 0.2
