@@ -1,0 +1,213 @@
+// Command fediversity is the `ssh` deployment method: it deploys (or judges) a group of
+// NixOS nodes over SSH from a submission, without Terraform and without state, and
+// prints one verdict per node.
+//
+//	fediversity deploy  --roster nodes.json [--submission s.json --baked b.json] [--parallel 10] [--strict|--lenient] [--json]
+//	fediversity verdict --roster nodes.json [...]
+//
+// Exit codes: 0 every node is ok, 1 a verdict failed (or a node could not be deployed),
+// 2 bad input (nothing was done on any node).
+//
+// It only parses, runs and prints: the engines (internal/fleet, internal/deploybody,
+// internal/submission, the SSH transport) are the provider's own.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
+	"github.com/fediversity/terraform-provider-fediversity/internal/submission"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitFailed   = 1
+	exitBadInput = 2
+)
+
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `usage: fediversity <command> [flags]
+
+commands:
+  deploy    build each enabled node, copy its closure, switch it and judge it
+  verdict   judge the running nodes (no build, no copy, no switch)
+  version   print the version
+
+Run 'fediversity <command> -h' for the flags. Credentials come from
+SSH_PRIVATE_KEY_FILE and SSH_AUTH_SOCK, never from flags or the roster.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitBadInput
+	}
+	switch args[0] {
+	case "deploy", "verdict":
+		return runGroup(ctx, args[0], args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "fediversity", version)
+		return exitOK
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "fediversity: unknown command %q\n\n%s", args[0], usage)
+		return exitBadInput
+	}
+}
+
+type groupFlags struct {
+	roster, submissionFile, bakedFile, method, identityKeys, operatorRoot string
+	parallel                                                              int
+	strict, lenient, json                                                 bool
+}
+
+func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("fediversity "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f groupFlags
+	fs.StringVar(&f.roster, "roster", "", "roster file: how to reach (and build) each node (required)")
+	fs.StringVar(&f.submissionFile, "submission", "", "submission file (JSON); without it every roster node runs with no node plan")
+	fs.StringVar(&f.bakedFile, "baked", "", "baked configuration (JSON) the submission is merged into (required with --submission)")
+	fs.StringVar(&f.method, "method", "ssh", "deployment method whose branch of the submission is taken")
+	fs.StringVar(&f.identityKeys, "identity-keys", "", "comma-separated node identity keys that reach a node plan")
+	fs.StringVar(&f.operatorRoot, "operator-root", "", "operator tree file references are relative to (default: the submission's directory)")
+	fs.IntVar(&f.parallel, "parallel", fleet.DefaultParallel, "how many nodes run at once")
+	fs.BoolVar(&f.strict, "strict", false, "a failed unit fails the node (the default)")
+	fs.BoolVar(&f.lenient, "lenient", false, "a failed unit is named and warned about, but does not fail the node")
+	fs.BoolVar(&f.json, "json", false, "print the verdicts as JSON on stdout")
+	if err := fs.Parse(args); err != nil {
+		return exitBadInput
+	}
+	if fs.NArg() > 0 {
+		return badInput(stderr, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	g, err := f.group(cmd == "verdict")
+	if err != nil {
+		return badInput(stderr, err)
+	}
+	if _, _, err := g.Plan(); err != nil {
+		return badInput(stderr, err)
+	}
+	progress := newProgress(stderr)
+	g.Progress = progress.event
+	outcomes, err := g.Run(ctx)
+	progress.finish()
+	if err != nil {
+		return badInput(stderr, err)
+	}
+	if f.json {
+		if err := writeJSON(stdout, outcomes); err != nil {
+			fmt.Fprintln(stderr, "fediversity:", err)
+			return exitFailed
+		}
+	} else {
+		writeTable(stdout, outcomes)
+	}
+	for _, o := range outcomes {
+		if !o.OK() {
+			return exitFailed
+		}
+	}
+	return exitOK
+}
+
+func badInput(stderr io.Writer, err error) int {
+	fmt.Fprintln(stderr, "fediversity: bad input, nothing was done:")
+	for _, line := range strings.Split(err.Error(), "\n") {
+		fmt.Fprintln(stderr, "  "+line)
+	}
+	return exitBadInput
+}
+
+// group turns the flags into a fleet.Group: the roster, and the node plans of the
+// submission merged into the baked configuration.
+func (f groupFlags) group(verdictOnly bool) (*fleet.Group, error) {
+	if f.roster == "" {
+		return nil, fmt.Errorf("--roster: missing: give the roster file (see 'fediversity %s -h')", map[bool]string{true: "verdict", false: "deploy"}[verdictOnly])
+	}
+	if f.strict && f.lenient {
+		return nil, fmt.Errorf("--strict and --lenient: give at most one")
+	}
+	if f.parallel < 1 {
+		return nil, fmt.Errorf("--parallel: %d: want 1 or more", f.parallel)
+	}
+	roster, err := fleet.LoadRoster(f.roster)
+	if err != nil {
+		return nil, err
+	}
+	g := &fleet.Group{
+		Roster:      roster,
+		VerdictOnly: verdictOnly,
+		Strict:      !f.lenient,
+		Parallel:    f.parallel,
+		Credentials: fleet.CredentialsFromEnv(),
+	}
+	if f.submissionFile == "" && f.bakedFile == "" {
+		return g, nil
+	}
+	plans, err := f.nodePlans(g.Credentials)
+	if err != nil {
+		return nil, err
+	}
+	g.NodePlans = plans
+	return g, nil
+}
+
+func (f groupFlags) nodePlans(creds fleet.Credentials) (map[string]string, error) {
+	if f.bakedFile == "" {
+		return nil, fmt.Errorf("--baked: missing: the submission is merged into a baked configuration")
+	}
+	baked, err := os.ReadFile(f.bakedFile)
+	if err != nil {
+		return nil, fmt.Errorf("--baked: %v", err)
+	}
+	in := submission.Input{Baked: baked, Method: f.method, OperatorRoot: f.operatorRoot,
+		PerRunValues: map[string]string{}}
+	if creds.PrivateKeyFile != "" {
+		in.PerRunValues["SSH_PRIVATE_KEY_FILE"] = creds.PrivateKeyFile
+	}
+	if creds.AgentSocket != "" {
+		in.PerRunValues["SSH_AUTH_SOCK"] = creds.AgentSocket
+	}
+	if f.identityKeys != "" {
+		in.IdentityKeys = strings.Split(f.identityKeys, ",")
+	}
+	if f.submissionFile != "" {
+		if in.Submission, err = submission.ReadFile(f.submissionFile); err != nil {
+			return nil, fmt.Errorf("--submission: %v", err)
+		}
+		if in.OperatorRoot == "" {
+			in.OperatorRoot = filepath.Dir(f.submissionFile)
+		}
+	}
+	if in.OperatorRoot == "" {
+		in.OperatorRoot = "."
+	}
+	if in.OperatorRoot, err = filepath.Abs(in.OperatorRoot); err != nil {
+		return nil, fmt.Errorf("--operator-root: %v", err)
+	}
+	res, err := submission.Evaluate(in)
+	if err != nil {
+		return nil, fmt.Errorf("submission %s merged into %s: %v", f.submissionFile, f.bakedFile, err)
+	}
+	return res.NodePlans, nil
+}

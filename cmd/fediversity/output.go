@@ -1,0 +1,223 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
+)
+
+// writeTable prints one line per node, then the full report of every node that is not
+// ok, so the reason is on screen without --json.
+func writeTable(w io.Writer, outcomes []fleet.Outcome) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tRESULT\tGENERATION\tTIME\tREASONS")
+	for _, o := range outcomes {
+		gen := "-"
+		if o.Result != nil && o.Result.Generation > 0 {
+			gen = fmt.Sprint(o.Result.Generation)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", o.Node, resultWord(o), gen, elapsed(o), strings.Join(reasons(o), "; "))
+	}
+	_ = tw.Flush()
+	for _, o := range outcomes {
+		if o.OK() || o.Disabled {
+			continue
+		}
+		fmt.Fprintf(w, "\n--- %s\n", o.Node)
+		if o.Err != nil {
+			fmt.Fprintln(w, o.Err)
+		}
+		if o.Result != nil && o.Result.Report != "" {
+			fmt.Fprintln(w, strings.TrimRight(o.Result.Report, "\n"))
+		}
+	}
+	ok, failed, disabled := counts(outcomes)
+	fmt.Fprintf(w, "\n%d ok, %d failed, %d disabled by the submission\n", ok, failed, disabled)
+}
+
+func resultWord(o fleet.Outcome) string {
+	switch {
+	case o.Disabled:
+		return "disabled"
+	case o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.Unreachable:
+		return "unreachable"
+	case o.OK():
+		if o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0 {
+			return "ok (warnings)"
+		}
+		return "ok"
+	default:
+		return "FAILED"
+	}
+}
+
+func reasons(o fleet.Outcome) []string {
+	if o.Result != nil && o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0 {
+		return o.Result.Verdict.Reasons
+	}
+	if o.Err != nil {
+		return []string{firstLine(o.Err.Error())}
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func elapsed(o fleet.Outcome) string {
+	if o.Disabled {
+		return "-"
+	}
+	return o.Elapsed.Round(100 * time.Millisecond).String()
+}
+
+func counts(outcomes []fleet.Outcome) (ok, failed, disabled int) {
+	for _, o := range outcomes {
+		switch {
+		case o.Disabled:
+			disabled++
+		case o.OK():
+			ok++
+		default:
+			failed++
+		}
+	}
+	return
+}
+
+// jsonNode is one node in --json output. Field names are stable.
+type jsonNode struct {
+	Node       string              `json:"node"`
+	OK         bool                `json:"ok"`
+	Disabled   bool                `json:"disabled,omitempty"`
+	Error      string              `json:"error,omitempty"`
+	Phase      string              `json:"failed_phase,omitempty"`
+	Toplevel   string              `json:"toplevel,omitempty"`
+	Generation int                 `json:"generation,omitempty"`
+	Running    string              `json:"running_system,omitempty"`
+	Copied     *jsonCopy           `json:"copied,omitempty"`
+	Seconds    float64             `json:"seconds"`
+	Verdict    *deploybody.Verdict `json:"verdict,omitempty"`
+	Report     string              `json:"report,omitempty"`
+	Phases     []jsonPhase         `json:"phases,omitempty"`
+}
+
+type jsonCopy struct {
+	PathsTotal  int   `json:"paths_total"`
+	PathsCopied int   `json:"paths_copied"`
+	Bytes       int64 `json:"bytes"`
+}
+
+type jsonPhase struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+	Note    string  `json:"note,omitempty"`
+}
+
+type jsonSummary struct {
+	Nodes    []jsonNode `json:"nodes"`
+	OK       []string   `json:"ok"`
+	Failed   []string   `json:"failed"`
+	Disabled []string   `json:"disabled"`
+}
+
+func writeJSON(w io.Writer, outcomes []fleet.Outcome) error {
+	s := jsonSummary{Nodes: []jsonNode{}, OK: []string{}, Failed: []string{}, Disabled: []string{}}
+	for _, o := range outcomes {
+		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds()}
+		if o.Err != nil {
+			n.Error = o.Err.Error()
+			var de *deploybody.DeployError
+			if errors.As(o.Err, &de) {
+				n.Phase = de.Phase
+			}
+		}
+		if r := o.Result; r != nil {
+			n.Toplevel, n.Generation, n.Running = r.Toplevel, r.Generation, r.RunningSystem
+			n.Copied = &jsonCopy{PathsTotal: r.Copy.PathsTotal, PathsCopied: r.Copy.PathsMissing, Bytes: r.Copy.BytesSent}
+			n.Verdict, n.Report = r.Verdict, r.Report
+			for _, p := range r.Phases {
+				n.Phases = append(n.Phases, jsonPhase{Name: p.Name, Seconds: p.Duration.Seconds(), Note: p.Note})
+			}
+		}
+		s.Nodes = append(s.Nodes, n)
+		switch {
+		case o.Disabled:
+			s.Disabled = append(s.Disabled, o.Node)
+		case n.OK:
+			s.OK = append(s.OK, o.Node)
+		default:
+			s.Failed = append(s.Failed, o.Node)
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+// progress shows each node's current phase on stderr: a live view (one line per node,
+// redrawn in place) on a terminal, plain lines on a pipe.
+type progress struct {
+	w     io.Writer
+	live  bool
+	order []string
+	line  map[string]string
+	drawn int
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w, line: map[string]string{}}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb" {
+			p.live = true
+		}
+	}
+	return p
+}
+
+func (p *progress) event(e fleet.Event) {
+	text := e.Phase
+	if e.Done {
+		text = map[bool]string{true: "done: ok", false: "done: FAILED"}[e.OK]
+	}
+	msg := fmt.Sprintf("%-7s %s", e.Elapsed.Round(100*time.Millisecond), text)
+	if !p.live {
+		fmt.Fprintf(p.w, "%s: %s\n", e.Node, msg)
+		return
+	}
+	if _, seen := p.line[e.Node]; !seen {
+		p.order = append(p.order, e.Node)
+		sort.Strings(p.order)
+	}
+	p.line[e.Node] = msg
+	p.redraw()
+}
+
+func (p *progress) redraw() {
+	var b strings.Builder
+	if p.drawn > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", p.drawn)
+	}
+	width := 0
+	for _, n := range p.order {
+		width = max(width, len(n))
+	}
+	for _, n := range p.order {
+		fmt.Fprintf(&b, "\x1b[2K%-*s  %s\n", width, n, p.line[n])
+	}
+	p.drawn = len(p.order)
+	_, _ = io.WriteString(p.w, b.String())
+}
+
+func (p *progress) finish() {}

@@ -1,0 +1,209 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
+)
+
+// DefaultParallel is how many nodes run at once unless told otherwise (colmena's
+// default too).
+const DefaultParallel = 10
+
+// Group is one run of the `ssh` method over a group.
+type Group struct {
+	Roster *Roster
+	// NodePlans maps each enabled node to its plan (canonical JSON), as the submission
+	// data source publishes it. Nil means no submission: every roster node runs with no
+	// plan.
+	NodePlans map[string]string
+	// VerdictOnly judges the running nodes: no build, no copy, no switch.
+	VerdictOnly bool
+	Strict      bool
+	// Parallel bounds how many nodes run at once (DefaultParallel when 0).
+	Parallel    int
+	Credentials Credentials
+	// Progress, if set, is told each phase a node starts and when it is done. It is
+	// called from the nodes' goroutines, one call at a time.
+	Progress func(Event)
+}
+
+// Event is one step of one node.
+type Event struct {
+	Node    string
+	Phase   string
+	Elapsed time.Duration // since the node's run began
+	// Done is the node's last event; OK tells its verdict.
+	Done bool
+	OK   bool
+}
+
+// Outcome is what happened to one node.
+type Outcome struct {
+	Node string
+	// Disabled: the roster has the node but the submission enables nothing on it; it
+	// was not touched.
+	Disabled bool
+	Result   *deploybody.Result
+	Err      error
+	Elapsed  time.Duration
+}
+
+// OK is true when the node's verdict does not fail the run.
+func (o Outcome) OK() bool {
+	return o.Disabled || (o.Err == nil && o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.OK)
+}
+
+// Plan checks the group before anything runs and returns the nodes that will run, in
+// order. Bad input is an InputError: nothing has been done on any node.
+func (g *Group) Plan() (run []string, disabled []string, err error) {
+	var problems []string
+	if g.NodePlans == nil {
+		run = g.Roster.NodeNames()
+	} else {
+		for node := range g.NodePlans {
+			if _, ok := g.Roster.Nodes[node]; !ok {
+				problems = append(problems, fmt.Sprintf("node %q: the submission enables it, but the roster has no entry for it: add it under \"nodes\"", node))
+				continue
+			}
+			run = append(run, node)
+		}
+		sort.Strings(run)
+		for _, node := range g.Roster.NodeNames() {
+			if _, ok := g.NodePlans[node]; !ok {
+				disabled = append(disabled, node)
+			}
+		}
+	}
+	if !g.VerdictOnly {
+		for _, node := range run {
+			if g.Roster.Nodes[node].Toplevel == "" && g.Roster.buildFor(node) == nil {
+				problems = append(problems, fmt.Sprintf("node %q: build: nothing to deploy: give the roster a \"build\" (or the node a \"build\" or \"toplevel\")", node))
+			}
+		}
+	}
+	if g.Credentials.PrivateKeyFile == "" && g.Credentials.AgentSocket == "" {
+		problems = append(problems, "credentials: neither SSH_PRIVATE_KEY_FILE nor SSH_AUTH_SOCK is set: set one to authenticate to the nodes")
+	}
+	if len(problems) > 0 {
+		return nil, nil, &InputError{problems}
+	}
+	return run, disabled, nil
+}
+
+// Run deploys (or judges) every enabled node, at most Parallel at once, and returns one
+// outcome per roster node, sorted by name. A failing node never stops the others.
+func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
+	nodes, disabled, err := g.Plan()
+	if err != nil {
+		return nil, err
+	}
+	parallel := g.Parallel
+	if parallel <= 0 {
+		parallel = DefaultParallel
+	}
+	pool := &sshtransport.Pool{}
+	defer func() { _ = pool.Close() }()
+
+	var progressMu sync.Mutex
+	report := func(e Event) {
+		if g.Progress == nil {
+			return
+		}
+		progressMu.Lock()
+		defer progressMu.Unlock()
+		g.Progress(e)
+	}
+
+	outcomes := make([]Outcome, len(nodes))
+	slots := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i, node := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				outcomes[i] = Outcome{Node: node, Err: ctx.Err()}
+				return
+			}
+			defer func() { <-slots }()
+			outcomes[i] = g.runNode(ctx, pool, node, report)
+		}()
+	}
+	wg.Wait()
+	for _, node := range disabled {
+		outcomes = append(outcomes, Outcome{Node: node, Disabled: true})
+	}
+	sort.Slice(outcomes, func(a, b int) bool { return outcomes[a].Node < outcomes[b].Node })
+	return outcomes, nil
+}
+
+func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, node string, report func(Event)) Outcome {
+	start := time.Now()
+	out := Outcome{Node: node}
+	defer func() {
+		out.Elapsed = time.Since(start)
+		report(Event{Node: node, Elapsed: out.Elapsed, Done: true, OK: out.OK()})
+	}()
+	t, err := pool.Transport(node, g.Roster.sshConfig(node, g.Credentials), nil)
+	if err != nil {
+		out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err, Hint: "check the node's roster entry and SSH_PRIVATE_KEY_FILE / SSH_AUTH_SOCK"}
+		return out
+	}
+	opts := deploybody.Options{
+		Node:     node,
+		Toplevel: g.Roster.Nodes[node].Toplevel,
+		Strict:   g.Strict,
+		Timings:  g.Roster.timings(),
+		Logger: deploybody.LoggerFunc(func(_ context.Context, _ deploybody.Level, phase, message string, _ map[string]any) {
+			if message == "phase started" {
+				report(Event{Node: node, Phase: phase, Elapsed: time.Since(start)})
+			}
+		}),
+	}
+	if g.VerdictOnly {
+		out.Result, out.Err = deploybody.VerdictOnly(ctx, t, opts)
+		return out
+	}
+	if opts.Toplevel == "" {
+		cleanup, err := g.setBuild(&opts, node)
+		defer cleanup()
+		if err != nil {
+			out.Err = &deploybody.DeployError{Node: node, Phase: deploybody.PhaseBuild, Err: err}
+			return out
+		}
+	}
+	out.Result, out.Err = deploybody.Deploy(ctx, t, opts)
+	return out
+}
+
+// setBuild makes opts build the node: its node plan goes to a private temporary file
+// handed to nix-build as planFile, as the provider does.
+func (g *Group) setBuild(opts *deploybody.Options, node string) (cleanup func(), err error) {
+	cleanup = func() {}
+	spec := g.Roster.nixSpec(g.Roster.buildFor(node))
+	if plan, ok := g.NodePlans[node]; ok {
+		dir, err := os.MkdirTemp("", "fediversity-plan-")
+		if err != nil {
+			return cleanup, err
+		}
+		cleanup = func() { _ = os.RemoveAll(dir) }
+		file := filepath.Join(dir, "node-plan.json")
+		if err := os.WriteFile(file, []byte(plan), 0o600); err != nil {
+			return cleanup, err
+		}
+		spec.PlanFile = file
+	}
+	opts.Build = func(ctx context.Context) (string, error) { return nixstore.Build(ctx, spec) }
+	return cleanup, nil
+}
