@@ -176,7 +176,8 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 
 func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	return []resource.ConfigValidator{
-		resourcevalidator.ExactlyOneOf(path.MatchRoot("ssh"), path.MatchRoot("incus")),
+		// "Neither" is refused at plan time (requireTransport): see there why.
+		atMostOneTransport{},
 		resourcevalidator.Conflicting(path.MatchRoot("snapshot"), path.MatchRoot("ssh")),
 	}
 }
@@ -189,6 +190,9 @@ func (r *nodeSwitchResource) Configure(_ context.Context, req resource.Configure
 // one this resource deployed (build mode: `toplevel` is not in the configuration, so
 // the framework alone would keep the drifted value).
 func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if !req.Plan.Raw.IsNull() {
+		requireTransport(ctx, req.Config, &resp.Diagnostics)
+	}
 	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
 		return
 	}

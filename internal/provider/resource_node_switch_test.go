@@ -494,7 +494,7 @@ func TestAccNodeSwitchConfigValidation(t *testing.T) {
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
 			step(switchConfig(node, sshBlock(node)+incusBlock(node), top, ""), `(?i)invalid\s+attribute\s+combination`),
-			step(switchConfig(node, "", top, ""), `(?i)exactly\s+one\s+of\s+these\s+attributes`),
+			step(switchConfig(node, "", top, ""), `(?s)No transport for web01.*exactly one of an ssh block or an incus block`),
 			step(switchConfig(node, sshBlock(node), top, "snapshot {\n    keep = 2\n  }"), `(?i)invalid\s+attribute\s+combination`),
 			step(switchConfig(node, sshBlock(node), top, "build {\n    file = \"x.nix\"\n  }"), `(?i)cannot\s+be\s+specified\s+when`),
 			step(switchConfig(node, sshBlock(node), top, `loop_budgets = { "a.service" = "many" }`), `(?i)incorrect\s+attribute\s+value\s+type|number\s+required|Inappropriate\s+value`),

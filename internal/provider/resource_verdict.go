@@ -6,10 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
-	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
@@ -27,6 +25,7 @@ var (
 	_ resource.ResourceWithConfigure        = &verdictResource{}
 	_ resource.ResourceWithImportState      = &verdictResource{}
 	_ resource.ResourceWithConfigValidators = &verdictResource{}
+	_ resource.ResourceWithModifyPlan       = &verdictResource{}
 )
 
 // NewVerdictResource is the constructor of fediversity_verdict.
@@ -118,7 +117,15 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 }
 
 func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigValidator {
-	return []resource.ConfigValidator{resourcevalidator.ExactlyOneOf(path.MatchRoot("ssh"), path.MatchRoot("incus"))}
+	// "Neither" is refused at plan time (requireTransport): see there why.
+	return []resource.ConfigValidator{atMostOneTransport{}}
+}
+
+// ModifyPlan refuses a pass with no transport block (see requireTransport).
+func (r *verdictResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if !req.Plan.Raw.IsNull() {
+		requireTransport(ctx, req.Config, &resp.Diagnostics)
+	}
 }
 
 func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
