@@ -45,7 +45,9 @@ func (atMostOneTransport) Description(context.Context) string {
 	return "at most one of the ssh and incus blocks"
 }
 
-func (v atMostOneTransport) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (v atMostOneTransport) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
 
 func (atMostOneTransport) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var sshBlock, incusBlock types.Object
