@@ -23,7 +23,6 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
-	"github.com/fediversity/terraform-provider-fediversity/internal/submission"
 )
 
 var (
@@ -117,17 +116,6 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"the next plan shows this attribute changing back. " + redeploys,
 				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("build"))},
 			},
-			"submission_digest": schema.StringAttribute{
-				Optional: true,
-				MarkdownDescription: "The `digest` of the `fediversity_submission` this node plan was made from. With `submission_file`, " +
-					"the file is read again at apply and a different digest is refused with an error that shows both. " + redeploys,
-				Validators: []validator.String{stringvalidator.AlsoRequires(path.MatchRoot("submission_file"))},
-			},
-			"submission_file": schema.StringAttribute{
-				Optional:            true,
-				MarkdownDescription: "The submission file to re-read at apply (see `submission_digest`).",
-				Validators:          []validator.String{stringvalidator.AlsoRequires(path.MatchRoot("submission_digest"))},
-			},
 			"strict": schema.BoolAttribute{
 				Optional: true,
 				Computed: true,
@@ -171,6 +159,9 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"timings":  timingsResourceBlock(timingsNodeSwitch),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		},
+	}
+	for name, a := range submissionCheckAttributes(redeploys) {
+		resp.Schema.Attributes[name] = a
 	}
 }
 
@@ -467,13 +458,9 @@ func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.Impor
 func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (out *nodeSwitchModel, res *deploybody.Result, diags diag.Diagnostics, runErr error) {
 	node := plan.Node.ValueString()
 
-	// The submission must be the one the plan was made from (FR-011).
-	if !plan.SubmissionDigest.IsNull() && !plan.SubmissionFile.IsNull() {
-		if err := submission.CheckUnchanged(plan.SubmissionFile.ValueString(), plan.SubmissionDigest.ValueString()); err != nil {
-			diags.AddAttributeError(path.Root("submission_digest"), fmt.Sprintf("Refusing to deploy %s: the submission changed", node),
-				fmt.Sprintf("Node %s, phase submission-check: %v.", node, err))
-			return nil, nil, diags, err
-		}
+	// The submission must be the one the plan was made from.
+	if sdiags, err := checkSubmission(plan.SubmissionDigest, plan.SubmissionFile, verbDeploy, node); err != nil {
+		return nil, nil, sdiags, err
 	}
 	target, tdiags := resolveTarget(plan.SSH, plan.Incus, r.cfg)
 	diags.Append(tdiags...)

@@ -38,19 +38,21 @@ type verdictResource struct {
 const defaultVerdictTimeout = 15 * time.Minute
 
 type verdictModel struct {
-	ID          types.String     `tfsdk:"id"`
-	Node        types.String     `tfsdk:"node"`
-	Toplevel    types.String     `tfsdk:"toplevel"`
-	SSH         *sshBlockModel   `tfsdk:"ssh"`
-	Incus       *incusBlockModel `tfsdk:"incus"`
-	Strict      types.Bool       `tfsdk:"strict"`
-	SecretChain types.List       `tfsdk:"secret_chain"`
-	LoopBudgets types.Map        `tfsdk:"loop_budgets"`
-	Triggers    types.Map        `tfsdk:"triggers"`
-	Timings     *timingsModel    `tfsdk:"timings"`
-	Timeouts    timeouts.Value   `tfsdk:"timeouts"`
-	Judged      types.String     `tfsdk:"judged_toplevel"`
-	Verdict     types.Object     `tfsdk:"verdict"`
+	ID               types.String     `tfsdk:"id"`
+	Node             types.String     `tfsdk:"node"`
+	Toplevel         types.String     `tfsdk:"toplevel"`
+	SSH              *sshBlockModel   `tfsdk:"ssh"`
+	Incus            *incusBlockModel `tfsdk:"incus"`
+	Strict           types.Bool       `tfsdk:"strict"`
+	SecretChain      types.List       `tfsdk:"secret_chain"`
+	LoopBudgets      types.Map        `tfsdk:"loop_budgets"`
+	Triggers         types.Map        `tfsdk:"triggers"`
+	SubmissionDigest types.String     `tfsdk:"submission_digest"`
+	SubmissionFile   types.String     `tfsdk:"submission_file"`
+	Timings          *timingsModel    `tfsdk:"timings"`
+	Timeouts         timeouts.Value   `tfsdk:"timeouts"`
+	Judged           types.String     `tfsdk:"judged_toplevel"`
+	Verdict          types.Object     `tfsdk:"verdict"`
 }
 
 func (r *verdictResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -113,6 +115,9 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			"timings":  timingsResourceBlock(timingsVerdict),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		},
+	}
+	for name, a := range submissionCheckAttributes(reruns) {
+		resp.Schema.Attributes[name] = a
 	}
 }
 
@@ -199,13 +204,15 @@ func (r *verdictResource) ImportState(ctx context.Context, req resource.ImportSt
 		return
 	}
 	m := verdictModel{
-		Node:        types.StringValue(addr.Node),
-		Toplevel:    types.StringNull(),
-		Strict:      types.BoolValue(true),
-		SecretChain: types.ListNull(types.StringType),
-		LoopBudgets: types.MapNull(types.Int64Type),
-		Triggers:    types.MapNull(types.StringType),
-		Timeouts:    timeouts.Value{Object: types.ObjectNull(timeoutsAttrTypes)},
+		Node:             types.StringValue(addr.Node),
+		Toplevel:         types.StringNull(),
+		Strict:           types.BoolValue(true),
+		SecretChain:      types.ListNull(types.StringType),
+		LoopBudgets:      types.MapNull(types.Int64Type),
+		Triggers:         types.MapNull(types.StringType),
+		SubmissionDigest: types.StringNull(),
+		SubmissionFile:   types.StringNull(),
+		Timeouts:         timeouts.Value{Object: types.ObjectNull(timeoutsAttrTypes)},
 	}
 	if addr.Target.Kind == "ssh" {
 		m.SSH = sshBlockFromTarget(addr.Target)
@@ -246,6 +253,9 @@ func refreshVerdictModel(m *verdictModel, res *deploybody.Result) diag.Diagnosti
 // filled); err is the run's error.
 func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged bool, diags diag.Diagnostics, err error) {
 	node := m.Node.ValueString()
+	if sdiags, err := checkSubmission(m.SubmissionDigest, m.SubmissionFile, verbJudge, node); err != nil {
+		return false, sdiags, err
+	}
 	target, tdiags := resolveTarget(m.SSH, m.Incus, r.cfg)
 	diags.Append(tdiags...)
 	opts, odiags := commonBodyOptions(ctx, r.cfg, node, m.Strict, m.SecretChain, m.LoopBudgets, m.Timings)

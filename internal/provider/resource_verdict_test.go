@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/submission"
 )
 
 const vaddr = "fediversity_verdict.v"
@@ -258,6 +260,46 @@ func TestAccVerdictSeveredBusUnread(t *testing.T) {
 				}
 				return fmt.Errorf("no unread source names the bus: %s sources, first %q", a["verdict.unread_sources.#"], a["verdict.unread_sources.0"])
 			},
+		}},
+	})
+}
+
+// The verdict pass refuses a submission that changed after the plan, as the deploy
+// does, before the node is contacted (port 1 answers nothing, so a pass that ran would
+// fail differently).
+func TestAccVerdictRefusesChangedSubmission(t *testing.T) {
+	accOnly(t)
+	file := t.TempDir() + "/submission.json"
+	if err := os.WriteFile(file, []byte(`{"tf":{"domain":"a.example"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	planned, err := submission.ReadAndDigest(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(`{"tf":{"domain":"b.example"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	current, err := submission.ReadAndDigest(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+resource "fediversity_verdict" "v" {
+  node              = "web01"
+  submission_digest = %q
+  submission_file   = %q
+  ssh {
+    host     = "127.0.0.1"
+    port     = 1
+    host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD"
+  }
+}`, planned, file),
+			ExpectError: regexp.MustCompile(`(?s)Refusing to judge web01: the submission changed.*` + planned + `.*` + current),
 		}},
 	})
 }
