@@ -32,6 +32,8 @@ type NodeSpec struct {
 	ContainerUUID string // the machine ID, as a UUID
 	// ProgressDeadline goes into the Deployment's progressDeadlineSeconds.
 	ProgressDeadline time.Duration
+	// SpireAgent gives the pod the SPIRE agent's token and trust bundle (spire_agent.go).
+	SpireAgent bool
 }
 
 // ClaimName is "<node>-state".
@@ -75,6 +77,14 @@ func labels(node string) map[string]string {
 // BuildDeployment is the Deployment of one node; see the package comment for why each
 // setting is there.
 func BuildDeployment(s NodeSpec) *appsv1.Deployment {
+	d := buildDeployment(s)
+	if s.SpireAgent {
+		withSpireAgent(&d.Spec.Template.Spec)
+	}
+	return d
+}
+
+func buildDeployment(s NodeSpec) *appsv1.Deployment {
 	one := int32(1)
 	hostUsers := false
 	tty := true

@@ -10,11 +10,13 @@ import (
 func init() {
 	dataSources = []func() datasource.DataSource{
 		NewSubmissionDataSource,
+		NewSpireTrustBundleDataSource,
 	}
 	resources = []func() resource.Resource{
 		NewNodeSwitchResource,
 		NewVerdictResource,
 		NewImageResource, NewK8sNamespaceResource, NewK8sRolloutResource,
 		NewIncusNodeResource,
+		NewSpireHandoffResource, NewSpireRegistrationResource,
 	}
 }

@@ -46,6 +46,7 @@ type k8sRolloutModel struct {
 	RunningImageRef  types.String   `tfsdk:"running_image_ref"`
 	LastGoodImageRef types.String   `tfsdk:"last_good_image_ref"`
 	Status           types.String   `tfsdk:"status"`
+	SpireHandoff     types.String   `tfsdk:"spire_handoff"`
 	Timings          *timingsModel  `tfsdk:"timings"`
 	Timeouts         timeouts.Value `tfsdk:"timeouts"`
 }
@@ -140,6 +141,7 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 				Computed:            true,
 				MarkdownDescription: "The last image whose pod became ready (empty before the first successful rollout).",
 			},
+			rolloutSpireAttr: rolloutSpireAttribute(),
 			"status": schema.StringAttribute{
 				Computed: true,
 				MarkdownDescription: "`ready`: the rollout completed and the pod is ready. `not_ready`: Read found the pod not ready (the next apply waits again). " +
@@ -180,6 +182,7 @@ func (r *k8sRolloutResource) spec(m k8sRolloutModel, wait time.Duration) k8s.Nod
 		Namespace: m.Namespace.ValueString(), Node: m.Node.ValueString(), Image: m.ImageRef.ValueString(),
 		RuntimeClass: m.RuntimeClass.ValueString(), StorageClass: m.StorageClass.ValueString(), StorageSize: m.StorageSize.ValueString(),
 		ContainerUUID: m.ContainerUUID.ValueString(), ProgressDeadline: wait,
+		SpireAgent: spireAgentWanted(m.SpireHandoff),
 	}
 }
 
@@ -281,7 +284,8 @@ func (r *k8sRolloutResource) Update(ctx context.Context, req resource.UpdateRequ
 	defer cancel()
 	plan.ContainerUUID, plan.MachineID = state.ContainerUUID, state.MachineID
 	same := plan.ImageRef.Equal(state.ImageRef) && plan.RuntimeClass.Equal(state.RuntimeClass) &&
-		plan.StorageClass.Equal(state.StorageClass) && plan.StorageSize.Equal(state.StorageSize)
+		plan.StorageClass.Equal(state.StorageClass) && plan.StorageSize.Equal(state.StorageSize) &&
+		plan.SpireHandoff.Equal(state.SpireHandoff)
 	if same && state.Status.ValueString() == rolloutReady {
 		// Only timings or timeouts changed: nothing to roll out.
 		plan.RunningImageRef, plan.LastGoodImageRef, plan.Status = state.RunningImageRef, state.LastGoodImageRef, state.Status
