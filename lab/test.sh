@@ -16,17 +16,19 @@ step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
 # A TF_CLI_CONFIG_FILE naming a missing file only adds warnings to every run.
 [ -f "${TF_CLI_CONFIG_FILE:-/nonexistent}" ] || unset TF_CLI_CONFIG_FILE
 
-# On a cold machine the two Go builds (OpenTofu, the Kubernetes binaries) take minutes of
+# On a cold machine the three Go builds (OpenTofu, the Kubernetes binaries, SPIRE) take minutes of
 # CPU while the lab image build mostly waits on the package mirror: run them side by side.
 # Each is a no-op when its cache (keyed on versions, outside the clone) is present.
 logs=$(mktemp -d)
-step "building OpenTofu and the Kubernetes binaries in the background (cached: no-op)"
+step "building OpenTofu, the Kubernetes binaries and SPIRE in the background (cached: no-op)"
 bash lab/build-tofu.sh >"$logs/tofu.out" 2>"$logs/tofu.err" &
 tofu_build=$!
 bash lab/k8s/build.sh >"$logs/k8s.out" 2>"$logs/k8s.err" &
 k8s_build=$!
 bash lab/k8s/node-build.sh >"$logs/node.out" 2>"$logs/node.err" &
 node_build=$!
+bash lab/spire/build.sh >"$logs/spire.out" 2>"$logs/spire.err" &
+spire_build=$!
 step "lab"
 bash lab/lab.sh up >/dev/null
 step "opentofu"
@@ -42,6 +44,10 @@ step "kubernetes real node"
 wait "$node_build" || { tail -50 "$logs/node.err" >&2; echo "real node build failed" >&2; exit 1; }
 bash lab/k8s/node-up.sh
 export FEDIVERSITY_K8S_NODE=1
+step "spire node"
+wait "$spire_build" || { tail -50 "$logs/spire.err" >&2; echo "SPIRE build failed" >&2; exit 1; }
+bash lab/spire/up.sh
+export FEDIVERSITY_SPIRE=1
 if [ "$mode" = setup ]; then step "setup done"; exit 0; fi
 export FEDIVERSITY_LAB=1
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
