@@ -1,0 +1,7 @@
+# Read at plan time from the spire node of the central group, over SSH.
+data "fediversity_spire_trust_bundle" "central" {
+  spire_node {
+    host     = "spire.central.example.org"
+    host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI…"
+  }
+}
