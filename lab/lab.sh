@@ -200,7 +200,7 @@ up() {
 down() {
   if incusd_up; then
     local n
-    for n in $(incus list --format csv -c n | grep -E "^$LAB_PREFIX-(n[0-9]+|t-.*)\$" || true); do
+    for n in $(incus list --format csv -c n | grep -E "^$LAB_PREFIX-(n[0-9]+|t-.*|spire)\$" || true); do
       log "deleting $n"
       incus delete --force "$n" >/dev/null
     done
