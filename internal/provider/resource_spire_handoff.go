@@ -231,15 +231,17 @@ func (r *spireHandoffResource) ModifyPlan(ctx context.Context, req resource.Modi
 		return
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("spire_machine_id"), machineID)...)
-	nodes, d := plan.nodes(ctx)
-	resp.Diagnostics.Append(d...)
-	aliases, hosts := map[string]string{}, map[string]string{}
-	for _, n := range nodes {
-		aliases[n] = spire.AliasID(plan.Namespace.ValueString(), n)
-		hosts[n] = spire.HostID(plan.Namespace.ValueString(), n)
+	if !plan.Namespace.IsUnknown() {
+		// Known even on a replacement, so the rollouts that name it do not change.
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"), plan.Namespace)...)
+		if !plan.Nodes.IsUnknown() {
+			nodes, d := plan.nodes(ctx)
+			resp.Diagnostics.Append(d...)
+			plan.setIDs(nodes)
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("alias_ids"), plan.AliasIDs)...)
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("host_ids"), plan.HostIDs)...)
+		}
 	}
-	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("alias_ids"), aliases)...)
-	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("host_ids"), hosts)...)
 	if req.State.Raw.IsNull() {
 		return
 	}
