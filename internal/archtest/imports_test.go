@@ -18,7 +18,7 @@ const module = "github.com/fediversity/terraform-provider-fediversity"
 
 var enginePackages = []string{
 	"internal/deploybody", "internal/submission", "internal/k8s", "internal/image",
-	"internal/transport", "internal/incusapi", "internal/nixstore",
+	"internal/transport", "internal/incusapi", "internal/nixstore", "internal/spire",
 }
 
 var rules = []struct {
