@@ -67,7 +67,7 @@ if [ "$want" != "$have" ]; then
   log "pushing spire-server and spire-agent into $NAME"
   incus file push --mode 0755 "${BIN[spire-server]}" "$NAME/usr/local/bin/spire-server" >/dev/null
   incus file push --mode 0755 "${BIN[spire-agent]}" "$NAME/usr/local/bin/spire-agent" >/dev/null
-  incus exec "$NAME" -- systemctl try-restart spire-server.service || true
+  incus exec "$NAME" -- systemctl try-restart spire-server.service 2>/dev/null || true
 fi
 
 incus exec "$NAME" -- sh -c '
