@@ -134,7 +134,8 @@ func spireAPIServer(attr types.String) string {
 	return os.Getenv(spireAPIServerEnv)
 }
 
-// knownSpireNode is false while the block holds values only known at apply.
+// knownSpireNode is false while the block holds values only known at apply. A missing
+// block is "known": resolveSpireNode then says what is missing.
 func knownSpireNode(b *spireNodeModel) bool {
-	return b != nil && !b.Host.IsUnknown() && !b.Port.IsUnknown() && !b.HostKey.IsUnknown() && !b.KnownHostsFile.IsUnknown() && !b.User.IsUnknown()
+	return b == nil || !b.Host.IsUnknown() && !b.Port.IsUnknown() && !b.HostKey.IsUnknown() && !b.KnownHostsFile.IsUnknown() && !b.User.IsUnknown()
 }
