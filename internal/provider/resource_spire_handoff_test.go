@@ -332,6 +332,9 @@ plugins {
 		return fmt.Errorf("spire-server agent list does not show %s… with attestor k8s_psat:\n%s", agentID, list)
 	}
 	a.t.Logf("spire-server agent list:\n%s", list)
+	// Stopped here, so it does not attest again while later steps replace the hand-off.
+	_ = agent.Process.Kill()
+	_, _ = agent.Process.Wait()
 	return nil
 }
 
@@ -393,6 +396,9 @@ func TestAccSpireHandoff_attestRotateRemakeDestroy(t *testing.T) {
 			}
 			if _, err := a.c.CS.RbacV1().ClusterRoleBindings().Get(context.Background(), k8s.SpireRoleName(a.ns), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("ClusterRoleBinding %s left after destroy (%v)", k8s.SpireRoleName(a.ns), err)
+			}
+			if list, _ := a.spireExec("spire-server", "agent", "list"); strings.Contains(list, spire.K8sAgentPrefix(a.ns)) {
+				return fmt.Errorf("the agent of %s was not evicted:\n%s", a.ns, list)
 			}
 			if err := a.checkArgvLog(); err != nil {
 				return err

@@ -215,9 +215,16 @@ func (st HandOffState) RegisteredNodes(namespace string) []string {
 	return out
 }
 
+// K8sAgentPrefix is the SPIFFE ID prefix of the agents that attested with k8s_psat in
+// the namespace's cluster.
+func K8sAgentPrefix(namespace string) string {
+	return "spiffe://" + TrustDomain + "/spire/agent/k8s_psat/" + namespace + "/"
+}
+
 // RetireHandOff removes the namespace from the spire node: its cluster leaves the
-// k8s_psat attestor (reloaded), its kubeconfig and drop-files are deleted, and its
-// entries are deleted.
+// k8s_psat attestor (reloaded), its kubeconfig and drop-files are deleted, its entries
+// are deleted, and the agents that attested in its cluster are evicted (they could not
+// attest again anyway, and would otherwise stay listed until their SVIDs expire).
 func (s *Server) RetireHandOff(ctx context.Context, namespace string) (Changes, error) {
 	res, err := s.sh(ctx, nil, `rm -rf "$1"`, s.nsDir(namespace))
 	if err != nil {
@@ -229,5 +236,20 @@ func (s *Server) RetireHandOff(ctx context.Context, namespace string) (Changes, 
 	if err := s.syncClusters(ctx); err != nil {
 		return Changes{}, err
 	}
-	return s.Reconcile(ctx, K8sEntryPrefix(namespace), nil)
+	ch, err := s.Reconcile(ctx, K8sEntryPrefix(namespace), nil)
+	if err != nil {
+		return ch, err
+	}
+	agents, err := s.Agents(ctx)
+	if err != nil {
+		return ch, err
+	}
+	for _, a := range agents {
+		if strings.HasPrefix(a, K8sAgentPrefix(namespace)) {
+			if err := s.EvictAgent(ctx, a); err != nil {
+				return ch, err
+			}
+		}
+	}
+	return ch, nil
 }

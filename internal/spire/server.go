@@ -413,6 +413,29 @@ func (s *Server) EvictAgent(ctx context.Context, agentID string) error {
 	return err
 }
 
+// Agents lists the SPIFFE IDs of the attested agents.
+func (s *Server) Agents(ctx context.Context) ([]string, error) {
+	out, err := s.cli(ctx, nil, "agent", "list", "-output", "json")
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Agents []struct {
+			ID jsonID `json:"id"`
+		} `json:"agents"`
+	}
+	if len(bytes.TrimSpace(out)) > 0 {
+		if err := json.Unmarshal(out, &resp); err != nil {
+			return nil, fmt.Errorf("spire node %s: read `agent list -output json`: %w", s.Node, err)
+		}
+	}
+	ids := make([]string, 0, len(resp.Agents))
+	for _, a := range resp.Agents {
+		ids = append(ids, idString(a.ID))
+	}
+	return ids, nil
+}
+
 // JoinToken makes a one-time join token valid for ttlSeconds. The token is returned to
 // the caller's memory only: it was read from the CLI's stdout, never passed as an
 // argument.
