@@ -73,15 +73,7 @@ func dataSourceBlock(b rschema.SingleNestedBlock) schema.SingleNestedBlock {
 }
 
 func (d *spireTrustBundleDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_spire_trust_bundle wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
-		return
-	}
-	d.cfg = cfg
+	configureObject(&d.cfg, req.ProviderData, "the data source fediversity_spire_trust_bundle", &resp.Diagnostics)
 }
 
 func (d *spireTrustBundleDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {

@@ -53,11 +53,10 @@ type spireHandoffModel struct {
 }
 
 const (
-	handoffTimeout        = 5 * time.Minute
-	defaultTokenLifetime  = "2160h" // 90 days
-	minimumTokenLifetime  = time.Hour
-	spiffeProvider        = "spiffe"
-	handoffResourceTypeID = "fediversity_spire_handoff"
+	handoffTimeout       = 5 * time.Minute
+	defaultTokenLifetime = "2160h" // 90 days
+	minimumTokenLifetime = time.Hour
+	spiffeProvider       = "spiffe"
 )
 
 func (r *spireHandoffResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -119,15 +118,7 @@ func (r *spireHandoffResource) Schema(ctx context.Context, _ resource.SchemaRequ
 }
 
 func (r *spireHandoffResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("%s wants *provider.Config, got %T. This is a bug in the provider.", handoffResourceTypeID, req.ProviderData))
-		return
-	}
-	r.cfg = cfg
+	configureObject(&r.cfg, req.ProviderData, "fediversity_spire_handoff", &resp.Diagnostics)
 }
 
 func (m spireHandoffModel) group() string {
@@ -215,8 +206,8 @@ func (r *spireHandoffResource) ModifyPlan(ctx context.Context, req resource.Modi
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if _, err := k8s.NewClient(r.cfg.KubeConfigPath); err != nil {
-		resp.Diagnostics.AddError("Unable to reach the cluster", fmt.Sprintf("The hand-off of namespace %s: %v", plan.Namespace.ValueString(), err))
+	if _, d := k8sClient(r.cfg, ""); d.HasError() {
+		resp.Diagnostics.Append(d...)
 		return
 	}
 	srv, _, err := openSpireServer(ctx, sn, r.cfg)
@@ -305,7 +296,7 @@ func (r *spireHandoffResource) apply(ctx context.Context, m *spireHandoffModel) 
 	}
 	fail := func(phase string, err error) diag.Diagnostics {
 		diags.AddError("Unable to hand namespace "+ns+" over to SPIRE",
-			fmt.Sprintf("Namespace %s, phase %s: %v. Apply again once the cause is fixed: every step is idempotent.", ns, phase, err))
+			failureDetail("Namespace "+ns, phase, err, "Apply again once the cause is fixed: every step is idempotent."))
 		return diags
 	}
 	if err := c.EnsureSpireServerAccess(ctx, ns); err != nil {

@@ -102,15 +102,7 @@ func (r *spireRegistrationResource) Schema(ctx context.Context, _ resource.Schem
 }
 
 func (r *spireRegistrationResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
-	if req.ProviderData == nil {
-		return
-	}
-	cfg, ok := req.ProviderData.(*Config)
-	if !ok {
-		resp.Diagnostics.AddError("Unexpected provider data", fmt.Sprintf("fediversity_spire_registration wants *provider.Config, got %T. This is a bug in the provider.", req.ProviderData))
-		return
-	}
-	r.cfg = cfg
+	configureObject(&r.cfg, req.ProviderData, "fediversity_spire_registration", &resp.Diagnostics)
 }
 
 func (m spireRegistrationModel) tokenTTL(diags *diag.Diagnostics) int {
