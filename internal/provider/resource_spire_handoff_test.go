@@ -136,9 +136,12 @@ func (a *spireAcc) entries() []spire.Entry {
 
 // kubeconfigToken reads the token the hand-off wrote into the spire node's kubeconfig.
 func (a *spireAcc) kubeconfigToken() (string, error) {
-	out, err := a.spireExec("sh", "-c", `stat -c %a "$1" && grep 'token:' "$1"`, "sh", "/var/lib/spire/fediversity/k8s/"+a.ns+"/kubeconfig")
+	out, err := a.spireExec("sh", "-c", `stat -c %a "$1" && grep 'server:' "$1" && grep 'token:' "$1"`, "sh", "/var/lib/spire/fediversity/k8s/"+a.ns+"/kubeconfig")
 	if err != nil {
 		return "", fmt.Errorf("kubeconfig on the spire node: %v: %s", err, out)
+	}
+	if want := os.Getenv(spireAPIServerEnv); want != "" && !strings.Contains(out, "server: "+want) {
+		return "", fmt.Errorf("the spire node's kubeconfig does not name %s=%s:\n%s", spireAPIServerEnv, want, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if lines[0] != "600" {
@@ -380,6 +383,10 @@ func TestAccSpireHandoff_attestRotateRemakeDestroy(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "tf.log")
 	t.Setenv("TF_ACC_LOG_PATH", logPath)
 	t.Setenv("TF_LOG", "TRACE")
+	// The spire node reaches the apiserver by another name than the operator's kubeconfig
+	// says (localhost is in the lab apiserver's certificate); the agent's attestation
+	// below goes through it.
+	t.Setenv(spireAPIServerEnv, "https://localhost:16443")
 	var machineID string
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
