@@ -73,7 +73,7 @@ fi
 incus exec "$NAME" -- sh -c '
 set -e
 # The minbase lab image has no /etc/hosts; a real spire node resolves localhost.
-test -f /etc/hosts || printf "127.0.0.1 localhost\n::1 localhost\n" >/etc/hosts
+test -f /etc/hosts || printf "127.0.0.1 localhost\n" >/etc/hosts
 mkdir -p /etc/spire/server /var/lib/spire/server /var/lib/spire/fediversity/k8s
 chmod 700 /var/lib/spire /var/lib/spire/server /var/lib/spire/fediversity
 # The k8s_psat clusters: written by the provider (one per hand-off namespace); none at first.
