@@ -118,12 +118,12 @@ func (r *spireRegistrationResource) ModifyPlan(ctx context.Context, req resource
 	if r.cfg == nil {
 		return
 	}
+	// On a destroy only the state is there: the spire node must still answer.
 	var m spireRegistrationModel
-	raw := req.Plan
 	if req.Plan.Raw.IsNull() {
 		resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
 	} else {
-		resp.Diagnostics.Append(raw.Get(ctx, &m)...)
+		resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
 	}
 	if resp.Diagnostics.HasError() || !knownSpireNode(m.SpireNode) {
 		return
