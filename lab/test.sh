@@ -16,11 +16,12 @@ step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
 # A TF_CLI_CONFIG_FILE naming a missing file only adds warnings to every run.
 [ -f "${TF_CLI_CONFIG_FILE:-/nonexistent}" ] || unset TF_CLI_CONFIG_FILE
 
-# On a cold machine the three Go builds (OpenTofu, the Kubernetes binaries, SPIRE) take minutes of
-# CPU while the lab image build mostly waits on the package mirror: run them side by side.
+# On a cold machine the Go builds (OpenTofu, the Kubernetes binaries, the real node's
+# runtime, SPIRE) take minutes of CPU while the lab image build mostly waits on the
+# package mirror: run them side by side.
 # Each is a no-op when its cache (keyed on versions, outside the clone) is present.
 logs=$(mktemp -d)
-step "building OpenTofu, the Kubernetes binaries and SPIRE in the background (cached: no-op)"
+step "building OpenTofu, the Kubernetes binaries, the real node and SPIRE in the background (cached: no-op)"
 bash lab/build-tofu.sh >"$logs/tofu.out" 2>"$logs/tofu.err" &
 tofu_build=$!
 bash lab/k8s/build.sh >"$logs/k8s.out" 2>"$logs/k8s.err" &
