@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -467,9 +466,6 @@ func WriteFile(ctx context.Context, r Runner, node, path, mode string, content [
 	return nil
 }
 
-// ErrUnreachable is wrapped when the spire node does not answer at all.
-var ErrUnreachable = deploybody.ErrUnreachable
-
 func firstLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	if len(lines) > n {
@@ -477,6 +473,3 @@ func firstLines(s string, n int) string {
 	}
 	return strings.Join(lines, " | ")
 }
-
-// IsUnreachable reports whether err says the node did not answer.
-func IsUnreachable(err error) bool { return errors.Is(err, deploybody.ErrUnreachable) }
