@@ -424,14 +424,29 @@ func TestAccNodeSwitchIncusUnreachableRestoresSnapshot(t *testing.T) {
 			},
 			{
 				Config:      buildConfig(node, incusBlock(node), `{}`, `{ seed = "acc-brick", brick = "1" }`, snap),
-				ExpectError: regexp.MustCompile(`unreachable\s+after\s+the\s+switch:\s+snapshot\s+fediversity-gen-\d+\s+restored`),
+				ExpectError: regexp.MustCompile(`(?s)unreachable\s+after\s+the\s+switch:\s+snapshot\s+fediversity-gen-\d+\s+restored.*kept\s+as\s+snapshot\s+fediversity-bricked-`),
 			},
 			{
-				// The node is back, running, with the previous system as its boot entry.
+				// The node is back, running, with the previous system as its boot entry;
+				// the bricked state is kept aside as its own snapshot, which can be
+				// copied out as a new instance to inspect it.
 				PreConfig: func() {
 					if got := strings.TrimSpace(nodeExec(t, node, "systemctl is-system-running; readlink -f /nix/var/nix/profiles/system")); !strings.HasSuffix(got, "\n"+goodTop) {
 						t.Errorf("after the restore the node says %q, want it running with system profile %q", got, goodTop)
 					}
+					snaps := labtest.Incus(t, "snapshot", "list", node.Instance, "--format", "csv", "-c", "n")
+					var bricked string
+					for _, n := range strings.Fields(snaps) {
+						if strings.HasPrefix(n, "fediversity-bricked-") {
+							bricked = n
+						}
+					}
+					if bricked == "" {
+						t.Fatalf("no fediversity-bricked-* snapshot kept aside; snapshots: %s", snaps)
+					}
+					aside := node.Instance + "-aside"
+					labtest.Incus(t, "copy", node.Instance+"/"+bricked, aside)
+					_, _ = labtest.IncusErr("delete", "--force", aside)
 				},
 				Config:   buildConfig(node, incusBlock(node), `{}`, `{ seed = "acc-brick" }`, snap),
 				PlanOnly: true,
