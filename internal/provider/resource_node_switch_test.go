@@ -636,3 +636,68 @@ resource "fediversity_node_switch" "n" {
 		}},
 	})
 }
+
+// A closure whose activation makes the node refuse new SSH logins (it stops sshd; the
+// session the deploy runs on goes on). The revert armed before the switch is not
+// disarmed, so the node switches itself back to the system it ran before: the apply
+// fails within confirm_timeout plus a bound, saying the node locked the deployer out and
+// which system it runs now; the node answers new logins again on its previous system
+// and boot entry. A later good deploy of the same node works.
+func TestAccNodeSwitchSSHLockoutReverts(t *testing.T) {
+	accLab(t)
+	node := labtest.NewInstance(t, "acc-ssh-lockout")
+	cfg := func(args string) string {
+		return testAccConfig(accProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node = %q
+  build {
+    file = %q
+    args = %s
+  }
+%s
+  timings {
+    node_wait       = "30s"
+    settle          = "1s"
+    watch           = "3s"
+    sample_interval = "1s"
+    confirm_timeout = "8s"
+  }
+}
+`, node.Name, testdataFile("node.nix"), args, sshBlock(node)))
+	}
+	var goodTop string
+	var started time.Time
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: cfg(`{ seed = "acc-lockout" }`),
+				Check: func(s *terraform.State) error {
+					goodTop = s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
+					return nil
+				},
+			},
+			{
+				PreConfig:   func() { started = time.Now() },
+				Config:      cfg(`{ seed = "acc-lockout", lockout = "1" }`),
+				ExpectError: regexp.MustCompile(`(?s)locked\s+the\s+deployer\s+out.*no\s+new\s+login\s+was\s+accepted\s+within\s+8s.*put\s+itself\s+back\s+on\s+/nix/store/\S+-nixos-system-fedi-acc\s+\(generation\s+\d+\)`),
+			},
+			{
+				PreConfig: func() {
+					took := time.Since(started)
+					t.Logf("lock-out apply failed %s after it started (confirm_timeout 8s)", took.Round(100*time.Millisecond))
+					got := strings.Fields(nodeExec(t, node, "readlink -f /run/current-system; readlink -f /nix/var/nix/profiles/system; cat /nix/var/nix/fediversity-boot-entry; systemctl is-active ssh.service"))
+					if len(got) != 4 || got[0] != goodTop || got[1] != goodTop || got[2] != goodTop || got[3] != "active" {
+						t.Errorf("after the lock-out the node has running/profile/boot entry/sshd = %v, want %s x3 and sshd active", got, goodTop)
+					}
+				},
+				// A new login works again: the good closure deploys over SSH.
+				Config: cfg(`{ seed = "acc-lockout" }`),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey("ok"), knownvalue.Bool(true)),
+				},
+			},
+		},
+	})
+}
