@@ -53,6 +53,10 @@ type run struct {
 	failedAfterSwitch *RunResult
 	// seenFailed holds every unit a watch sample found failed: later samples show them.
 	seenFailed map[string]bool
+	// armed is the transport whose node-side revert is armed and not yet disarmed;
+	// switchEnded is when the switch returned (the revert's window starts then).
+	armed       SelfReverter
+	switchEnded time.Time
 }
 
 func newRun(ctx context.Context, t Transport, o Options, verdictOnly bool) *run {

@@ -734,7 +734,8 @@ func TestVerdictOnlyUsesRunningSystemWhenNoToplevel(t *testing.T) {
 func TestTimingsDefaults(t *testing.T) {
 	got := Timings{Settle: time.Second}.WithDefaults()
 	want := Timings{NodeWait: 2 * time.Minute, SwitchTimeout: 10 * time.Minute, Settle: time.Second, Watch: 10 * time.Second,
-		SampleInterval: 2 * time.Second, StaleJob: time.Minute, ChainWait: 5 * time.Minute, NoProgress: time.Minute}
+		SampleInterval: 2 * time.Second, StaleJob: time.Minute, ChainWait: 5 * time.Minute, NoProgress: time.Minute,
+		ConfirmTimeout: 30 * time.Second}
 	if got != want {
 		t.Fatalf("WithDefaults = %+v", got)
 	}

@@ -15,6 +15,7 @@ const (
 	DefaultStaleJob       = 60 * time.Second
 	DefaultChainWait      = 5 * time.Minute
 	DefaultNoProgress     = 60 * time.Second
+	DefaultConfirmTimeout = 30 * time.Second
 )
 
 // Timings are the waits and thresholds of the body. A zero field means "use the
@@ -28,6 +29,7 @@ type Timings struct {
 	StaleJob       time.Duration // a start job seen for longer than this is stale
 	ChainWait      time.Duration // upper bound of the secret chain wait (and of a loop-budget extension)
 	NoProgress     time.Duration // a chain member whose state does not change this long stops the wait
+	ConfirmTimeout time.Duration // how long after the switch a new login may take before the node reverts itself
 }
 
 // WithDefaults returns t with every zero (or negative) field set to its default.
@@ -47,6 +49,7 @@ func (t Timings) WithDefaults() Timings {
 		StaleJob:       pick(t.StaleJob, DefaultStaleJob),
 		ChainWait:      pick(t.ChainWait, DefaultChainWait),
 		NoProgress:     pick(t.NoProgress, DefaultNoProgress),
+		ConfirmTimeout: pick(t.ConfirmTimeout, DefaultConfirmTimeout),
 	}
 }
 
@@ -126,6 +129,11 @@ type Options struct {
 	// run. Lenient (false) keeps every name in the verdict and turns the failure into a
 	// warning.
 	Strict bool
+
+	// SelfRevert arms the node-side revert before the switch when the transport can
+	// (SSH): a node that accepts no new login within Timings.ConfirmTimeout after the
+	// switch puts itself back on its previous system (selfrevert.go).
+	SelfRevert bool
 
 	// SecretChain lists, in order, the units that bring the node's secrets up.
 	SecretChain []string

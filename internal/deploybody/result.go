@@ -66,6 +66,9 @@ type Result struct {
 	Confirmed bool
 	// BootReverted is true when the boot entry was pointed back at PreviousSystem.
 	BootReverted bool
+	// SelfReverted is true when the node accepted no new login after the switch and
+	// put itself back on PreviousSystem (the node-side revert).
+	SelfReverted bool
 
 	Verdict *Verdict
 	// Report is the verdict as text for an operator.

@@ -5,16 +5,21 @@ import "fmt"
 // The switch phases: switch, read its result, detect a switch that did not take.
 
 func (r *run) switchSystem() (string, error) {
+	r.armRevert()
 	sr, err := r.t.Switch(r.ctx, r.toplevel, "switch", r.o.Timings.SwitchTimeout)
+	r.switchEnded = r.o.Clock.Now()
 	if err != nil {
 		return "", withHint(fmt.Errorf("switch-to-configuration switch: %w", err),
-			"the node may run either system: read the node's journal for switch-to-configuration, then apply again (raise timings.switch_timeout if it was cut short)")
+			"the node may run either system: read the node's journal for switch-to-configuration, then apply again (raise timings.switch_timeout if it was cut short)"+r.armedHint())
 	}
 	r.switchResult = sr
 	r.res.SwitchExitCode = sr.ExitCode
 	r.res.SwitchStderr = sr.Stderr
 	r.res.SwitchReconnects = sr.Reconnected
 	note := fmt.Sprintf("exit %d", sr.ExitCode)
+	if r.armed != nil {
+		note += fmt.Sprintf("; revert armed (confirm within %s)", r.o.Timings.ConfirmTimeout)
+	}
 	if sr.Reconnected {
 		note += "; connection dropped and was re-established, result read after reconnecting"
 	}
@@ -40,6 +45,11 @@ func (r *run) readSwitchResult() (string, error) {
 // ---- detect unconfirmed ----
 
 func (r *run) detectUnconfirmedSwitch() (string, error) {
+	// First a new login, while the armed revert's window runs.
+	loginNote, err := r.confirmNewLogin()
+	if err != nil {
+		return "", err
+	}
 	// One round trip: the running system, and the failed units the restart phase needs.
 	answers, err := r.remoteBatch(cmdReadRunning, cmdListFailed)
 	if err != nil {
@@ -51,6 +61,9 @@ func (r *run) detectUnconfirmedSwitch() (string, error) {
 	r.res.RunningSystem = running
 	if running == r.toplevel {
 		r.res.Confirmed = true
+		if loginNote != "" {
+			return "node runs the new toplevel; " + loginNote, nil
+		}
 		return "node runs the new toplevel", nil
 	}
 	revertTo := running

@@ -161,10 +161,11 @@ func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, node strin
 		return out
 	}
 	opts := deploybody.Options{
-		Node:     node,
-		Toplevel: g.Roster.Nodes[node].Toplevel,
-		Strict:   g.Strict,
-		Timings:  g.Roster.timings(),
+		Node:       node,
+		Toplevel:   g.Roster.Nodes[node].Toplevel,
+		Strict:     g.Strict,
+		SelfRevert: true,
+		Timings:    g.Roster.timings(),
 		Logger: deploybody.LoggerFunc(func(_ context.Context, _ deploybody.Level, phase, message string, _ map[string]any) {
 			if message == "phase started" {
 				report(Event{Node: node, Phase: phase, Elapsed: time.Since(start)})

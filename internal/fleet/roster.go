@@ -297,6 +297,7 @@ var timingSetters = map[string]func(*deploybody.Timings, time.Duration){
 	"stale_job":       func(t *deploybody.Timings, d time.Duration) { t.StaleJob = d },
 	"chain_wait":      func(t *deploybody.Timings, d time.Duration) { t.ChainWait = d },
 	"no_progress":     func(t *deploybody.Timings, d time.Duration) { t.NoProgress = d },
+	"confirm_timeout": func(t *deploybody.Timings, d time.Duration) { t.ConfirmTimeout = d },
 }
 
 func isTiming(name string) bool { _, ok := timingSetters[name]; return ok }

@@ -21,15 +21,23 @@ import (
 func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, restoreErr error) diag.Diagnostics {
 	var diags diag.Diagnostics
 	taken := g.Taken()
+	aside := ""
+	switch bricked, err := g.Bricked(); {
+	case bricked != "":
+		aside = fmt.Sprintf(" The state that stopped answering is kept as snapshot %s for inspection (`incus copy %s/%s <new-name>`); "+
+			"it is never rotated: remove it with `incus snapshot delete %s %s`.", bricked, g.Instance(), bricked, g.Instance(), bricked)
+	case err != nil:
+		aside = fmt.Sprintf(" Keeping the state that stopped answering as a snapshot failed: %v.", err)
+	}
 	if restoreErr != nil {
 		diags.AddError(fmt.Sprintf("Node %s is unreachable after the switch and its snapshot could not be restored", node),
 			fmt.Sprintf("Node %s, phase restore-snapshot: the node did not answer after the switch; restoring snapshot %s failed: %v. "+
-				"Restore it by hand (`incus snapshot restore %s %s`) and start the instance.", node, taken, restoreErr, g.Instance(), taken))
+				"Restore it by hand (`incus snapshot restore %s %s`) and start the instance.%s", node, taken, restoreErr, g.Instance(), taken, aside))
 		return diags
 	}
 	diags.AddError(fmt.Sprintf("Node %s was unreachable after the switch: snapshot %s restored", node, taken),
 		fmt.Sprintf("Node %s, phase wait-for-node: the node did not answer after the switch, so the snapshot %s taken before it was restored "+
-			"and the instance started again; it runs its previous system. Find out why the new closure bricks the node before applying it again.", node, taken))
+			"and the instance started again; it runs its previous system.%s Find out why the new closure bricks the node before applying it again.", node, taken, aside))
 	return diags
 }
 
@@ -45,10 +53,12 @@ func snapshotBlockSchema() schema.SingleNestedBlock {
 	return schema.SingleNestedBlock{
 		MarkdownDescription: "Incus only: take a native snapshot (`fediversity-gen-<N>`, N = the generation the node ran) before each switch, " +
 			"and keep the newest `keep`. When the node does not answer after the switch, the snapshot is restored, the instance started, " +
-			"and the apply fails saying so. A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
+			"and the apply fails saying so. Before the restore, the state that stopped answering is kept aside as its own snapshot " +
+			"(`fediversity-bricked-<time>`) for inspection; rotation never deletes those: remove them with `incus snapshot delete <instance> <snapshot>`. " +
+			"A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
 		Attributes: map[string]schema.Attribute{
 			"enabled": schema.BoolAttribute{Optional: true, MarkdownDescription: "Take the snapshot. Default `true` when the block is present."},
-			"keep": schema.Int64Attribute{Optional: true, MarkdownDescription: "How many of this provider's snapshots to keep, newest first. Default `3`.",
+			"keep": schema.Int64Attribute{Optional: true, MarkdownDescription: "How many rollback points (`fediversity-gen-*`) to keep, newest first. Default `3`.",
 				Validators: []validator.Int64{int64validator.AtLeast(1)}},
 		},
 	}

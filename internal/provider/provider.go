@@ -95,6 +95,7 @@ type Timings struct {
 	StaleJob       time.Duration
 	ChainWait      time.Duration
 	NoProgress     time.Duration
+	ConfirmTimeout time.Duration
 	RolloutWait    time.Duration
 	PullGrace      time.Duration
 }

@@ -491,6 +491,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		opts.Toplevel = plan.Toplevel.ValueString()
 	}
 
+	opts.SelfRevert = plan.SSH != nil && (plan.SSH.RevertOnLockout.IsNull() || plan.SSH.RevertOnLockout.ValueBool())
 	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy}
 	if plan.Snapshot != nil && (plan.Snapshot.Enabled.IsNull() || plan.Snapshot.Enabled.ValueBool()) {
 		run.snapshotKeep = defaultSnapshotKeep

@@ -424,14 +424,29 @@ func TestAccNodeSwitchIncusUnreachableRestoresSnapshot(t *testing.T) {
 			},
 			{
 				Config:      buildConfig(node, incusBlock(node), `{}`, `{ seed = "acc-brick", brick = "1" }`, snap),
-				ExpectError: regexp.MustCompile(`unreachable\s+after\s+the\s+switch:\s+snapshot\s+fediversity-gen-\d+\s+restored`),
+				ExpectError: regexp.MustCompile(`(?s)unreachable\s+after\s+the\s+switch:\s+snapshot\s+fediversity-gen-\d+\s+restored.*kept\s+as\s+snapshot\s+fediversity-bricked-`),
 			},
 			{
-				// The node is back, running, with the previous system as its boot entry.
+				// The node is back, running, with the previous system as its boot entry;
+				// the bricked state is kept aside as its own snapshot, which can be
+				// copied out as a new instance to inspect it.
 				PreConfig: func() {
 					if got := strings.TrimSpace(nodeExec(t, node, "systemctl is-system-running; readlink -f /nix/var/nix/profiles/system")); !strings.HasSuffix(got, "\n"+goodTop) {
 						t.Errorf("after the restore the node says %q, want it running with system profile %q", got, goodTop)
 					}
+					snaps := labtest.Incus(t, "snapshot", "list", node.Instance, "--format", "csv", "-c", "n")
+					var bricked string
+					for _, n := range strings.Fields(snaps) {
+						if strings.HasPrefix(n, "fediversity-bricked-") {
+							bricked = n
+						}
+					}
+					if bricked == "" {
+						t.Fatalf("no fediversity-bricked-* snapshot kept aside; snapshots: %s", snaps)
+					}
+					aside := node.Instance + "-aside"
+					labtest.Incus(t, "copy", node.Instance+"/"+bricked, aside)
+					_, _ = labtest.IncusErr("delete", "--force", aside)
 				},
 				Config:   buildConfig(node, incusBlock(node), `{}`, `{ seed = "acc-brick" }`, snap),
 				PlanOnly: true,
@@ -619,5 +634,70 @@ resource "fediversity_node_switch" "n" {
 				return nil
 			},
 		}},
+	})
+}
+
+// A closure whose activation makes the node refuse new SSH logins (it stops sshd; the
+// session the deploy runs on goes on). The revert armed before the switch is not
+// disarmed, so the node switches itself back to the system it ran before: the apply
+// fails within confirm_timeout plus a bound, saying the node locked the deployer out and
+// which system it runs now; the node answers new logins again on its previous system
+// and boot entry. A later good deploy of the same node works.
+func TestAccNodeSwitchSSHLockoutReverts(t *testing.T) {
+	accLab(t)
+	node := labtest.NewInstance(t, "acc-ssh-lockout")
+	cfg := func(args string) string {
+		return testAccConfig(accProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node = %q
+  build {
+    file = %q
+    args = %s
+  }
+%s
+  timings {
+    node_wait       = "30s"
+    settle          = "1s"
+    watch           = "3s"
+    sample_interval = "1s"
+    confirm_timeout = "8s"
+  }
+}
+`, node.Name, testdataFile("node.nix"), args, sshBlock(node)))
+	}
+	var goodTop string
+	var started time.Time
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: cfg(`{ seed = "acc-lockout" }`),
+				Check: func(s *terraform.State) error {
+					goodTop = s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
+					return nil
+				},
+			},
+			{
+				PreConfig:   func() { started = time.Now() },
+				Config:      cfg(`{ seed = "acc-lockout", lockout = "1" }`),
+				ExpectError: regexp.MustCompile(`(?s)locked\s+the\s+deployer\s+out.*no\s+new\s+login\s+was\s+accepted\s+within\s+8s.*put\s+itself\s+back\s+on\s+/nix/store/\S+-nixos-system-fedi-acc\s+\(generation\s+\d+\)`),
+			},
+			{
+				PreConfig: func() {
+					took := time.Since(started)
+					t.Logf("lock-out apply failed %s after it started (confirm_timeout 8s)", took.Round(100*time.Millisecond))
+					got := strings.Fields(nodeExec(t, node, "readlink -f /run/current-system; readlink -f /nix/var/nix/profiles/system; cat /nix/var/nix/fediversity-boot-entry; systemctl is-active ssh.service"))
+					if len(got) != 4 || got[0] != goodTop || got[1] != goodTop || got[2] != goodTop || got[3] != "active" {
+						t.Errorf("after the lock-out the node has running/profile/boot entry/sshd = %v, want %s x3 and sshd active", got, goodTop)
+					}
+				},
+				// A new login works again: the good closure deploys over SSH.
+				Config: cfg(`{ seed = "acc-lockout" }`),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey("ok"), knownvalue.Bool(true)),
+				},
+			},
+		},
 	})
 }

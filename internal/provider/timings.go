@@ -28,6 +28,7 @@ type timingsModel struct {
 	StaleJob       types.String `tfsdk:"stale_job"`
 	ChainWait      types.String `tfsdk:"chain_wait"`
 	NoProgress     types.String `tfsdk:"no_progress"`
+	ConfirmTimeout types.String `tfsdk:"confirm_timeout"`
 	RolloutWait    types.String `tfsdk:"rollout_wait"`
 	PullGrace      types.String `tfsdk:"pull_grace"`
 }
@@ -87,6 +88,10 @@ var timingTable = []timing{
 		"A secret chain member that shows no progress for this long stops the chain wait early, in a deploy and in the verdict-only pass.",
 		[]string{timingsNodeSwitch, timingsVerdict},
 		func(m *timingsModel) *types.String { return &m.NoProgress }, func(t *Timings) *time.Duration { return &t.NoProgress }},
+	{"confirm_timeout", deploybody.DefaultConfirmTimeout,
+		"SSH deploys: how long after the switch a new SSH login may take. Before the switch the deploy arms a revert on the node; only a login over a new connection after the switch disarms it. If none is accepted in time, the node switches itself back to the system it ran before (and its boot entry), and the apply fails saying so. See `ssh.revert_on_lockout`.",
+		[]string{timingsNodeSwitch},
+		func(m *timingsModel) *types.String { return &m.ConfirmTimeout }, func(t *Timings) *time.Duration { return &t.ConfirmTimeout }},
 	{"rollout_wait", k8s.DefaultRolloutWait,
 		"k8s rollout: how long to wait for the pod to become ready before rolling back.",
 		[]string{timingsK8sRollout},

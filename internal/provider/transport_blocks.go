@@ -23,6 +23,7 @@ type sshBlockModel struct {
 	KnownHostsFile        types.String   `tfsdk:"known_hosts_file"`
 	InsecureIgnoreHostKey types.Bool     `tfsdk:"insecure_ignore_host_key"`
 	Keepalive             types.String   `tfsdk:"keepalive"`
+	RevertOnLockout       types.Bool     `tfsdk:"revert_on_lockout"`
 	Jump                  *jumpHostModel `tfsdk:"jump"`
 }
 
@@ -82,6 +83,12 @@ func sshBlockSchema(changeEffect string) schema.SingleNestedBlock {
 				Optional:            true,
 				MarkdownDescription: "Accept any host key. Default `false`. Only for throwaway test nodes: it lets anyone on the path impersonate the node.",
 			},
+			"revert_on_lockout": schema.BoolAttribute{
+				Optional: true,
+				MarkdownDescription: "Deploys: arm a revert on the node before the switch (default `true`). If the node accepts no new SSH login " +
+					"within `timings.confirm_timeout` after the switch, it switches itself back to the system it ran before, and the apply fails saying so. " +
+					"A node with a failed unit still accepts logins, so it keeps its new boot entry. `false` deploys without it (as nixos-rebuild does).",
+			},
 			"keepalive": schema.StringAttribute{
 				Optional:            true,
 				MarkdownDescription: "Interval of SSH keepalive requests (Go duration). Default `15s`; `0s` turns them off.",
@@ -136,6 +143,7 @@ func sshBlockFromTarget(t transportTarget) *sshBlockModel {
 		KnownHostsFile:        stringOrNull(t.KnownHostsFile),
 		InsecureIgnoreHostKey: types.BoolNull(),
 		Keepalive:             types.StringNull(),
+		RevertOnLockout:       types.BoolNull(),
 	}
 }
 

@@ -6,14 +6,18 @@
 #   brick     "1": `switch` powers the node off right after pointing
 #             /run/current-system at $out, i.e. a closure that leaves the node
 #             unreachable (snapshot restore test).
+#   lockout   "1": `switch` stops sshd once it has activated: sessions already open
+#             go on, new logins are refused (the node-side revert test). Every
+#             other build of this file starts sshd again when it is switched to, as
+#             a NixOS system whose sshd configuration changed back would.
 #   seed      any string, for fresh store paths.
-{ planFile ? "", brick ? "", seed ? "", system ? builtins.currentSystem }:
+{ planFile ? "", brick ? "", lockout ? "", seed ? "", system ? builtins.currentSystem }:
 let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
 in
 derivation {
-  name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}";
-  inherit system seed plan brick;
+  name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
+  inherit system seed plan brick lockout;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
@@ -44,6 +48,12 @@ derivation {
       echo "bricking the node" >&2
       systemctl --no-block poweroff
       exit 0
+    fi
+    if [ "$lockout" = 1 ]; then
+      echo "stopping sshd: new logins are refused from now on" >&2
+      systemctl stop ssh.service
+    else
+      systemctl is-active --quiet ssh.service || systemctl start ssh.service
     fi
     mkdir -p /run/systemd/system
     ln -sfn $out/etc/systemd/system/fedi-acc.service /run/systemd/system/fedi-acc.service

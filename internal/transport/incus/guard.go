@@ -19,6 +19,10 @@ type SnapshotGuard struct {
 	*Transport
 	keep  int
 	taken string
+	// bricked is the snapshot the bricked state was kept aside as ("" when none was
+	// taken); brickedErr says why keeping it failed.
+	bricked    string
+	brickedErr error
 }
 
 var _ deploybody.Transport = (*SnapshotGuard)(nil)
@@ -35,6 +39,10 @@ func NewSnapshotGuard(t deploybody.Transport, keep int) (*SnapshotGuard, error) 
 
 // Taken is the name of the snapshot taken before the switch ("" before the switch).
 func (g *SnapshotGuard) Taken() string { return g.taken }
+
+// Bricked is the snapshot the bricked state was kept aside as before the restore (""
+// when none was taken), and why keeping it failed.
+func (g *SnapshotGuard) Bricked() (string, error) { return g.bricked, g.brickedErr }
 
 // Instance is the name of the guarded Incus instance.
 func (g *SnapshotGuard) Instance() string { return g.instance }
@@ -57,8 +65,8 @@ func (g *SnapshotGuard) Switch(ctx context.Context, toplevel, action string, lim
 
 // RestoreIfUnreachable restores the snapshot when the switch left the node unreachable:
 // the run says so, or the run failed after the switch and the node then does not answer
-// within nodeWait (polled every interval). restored says whether it restored; err is
-// the restore's own failure.
+// within nodeWait (polled every interval). Before restoring it keeps the bricked state
+// aside (Bricked). restored says whether it restored; err is the restore's own failure.
 func (g *SnapshotGuard) RestoreIfUnreachable(ctx context.Context, res *deploybody.Result, runErr error, nodeWait, interval time.Duration) (restored bool, err error) {
 	if g.taken == "" {
 		return false, nil
@@ -70,6 +78,15 @@ func (g *SnapshotGuard) RestoreIfUnreachable(ctx context.Context, res *deploybod
 		if !mayBeUnreachable(res, runErr) || g.answers(rctx, nodeWait, interval) {
 			return false, nil
 		}
+	}
+	// Restore aside: the state that stopped answering is kept as its own snapshot
+	// first. Bringing the node back matters more, so a failure here does not stop
+	// the restore; it is reported.
+	name := BrickedSnapshotName(time.Now())
+	if err := g.KeepAside(rctx, name); err != nil {
+		g.brickedErr = err
+	} else {
+		g.bricked = name
 	}
 	return true, g.RestoreSnapshot(rctx, g.taken)
 }

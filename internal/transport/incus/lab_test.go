@@ -252,9 +252,13 @@ func TestLabTransport(t *testing.T) {
 		}
 	})
 
-	t.Run("snapshot rotation keeps exactly N of ours", func(t *testing.T) {
+	t.Run("snapshot rotation keeps exactly N rollback points and every bricked state", func(t *testing.T) {
 		c := tr.c
 		if err := c.CreateSnapshot(ctx, node.Instance, "operator-own"); err != nil {
+			t.Fatal(err)
+		}
+		bricked := BrickedSnapshotName(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+		if err := tr.KeepAside(ctx, bricked); err != nil {
 			t.Fatal(err)
 		}
 		for gen := 1; gen <= 4; gen++ {
@@ -270,15 +274,18 @@ func TestLabTransport(t *testing.T) {
 		for _, s := range ours {
 			names = append(names, s.Name)
 		}
-		if strings.Join(names, ",") != "fediversity-gen-3,fediversity-gen-4" {
-			t.Fatalf("our snapshots = %v, want gen-3 and gen-4", names)
+		if strings.Join(names, ",") != bricked+",fediversity-gen-3,fediversity-gen-4" {
+			t.Fatalf("our snapshots = %v, want the bricked state, gen-3 and gen-4", names)
 		}
 		all, err := c.ListSnapshots(ctx, node.Instance)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(all) != 3 {
-			t.Fatalf("all snapshots = %+v, want the operator's and our two", all)
+		if len(all) != 4 {
+			t.Fatalf("all snapshots = %+v, want the operator's, the bricked state and our two", all)
+		}
+		if err := c.DeleteSnapshot(ctx, node.Instance, bricked); err != nil {
+			t.Fatal(err)
 		}
 		if err := tr.SnapshotBeforeSwitch(ctx, "operator-x", 2); err == nil {
 			t.Fatal("a snapshot name without our prefix was accepted")

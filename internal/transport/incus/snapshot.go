@@ -12,13 +12,28 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 )
 
-// SnapshotPrefix starts the name of every snapshot this transport takes. Rotation
-// only ever deletes snapshots with this prefix; the operator's own are left alone.
+// SnapshotPrefix starts the name of every snapshot this transport takes.
 const SnapshotPrefix = "fediversity-"
+
+// generationPrefix starts the rollback points taken before a switch. Rotation only
+// ever deletes snapshots with this prefix: the operator's own snapshots and the bricked
+// states kept aside (BrickedPrefix) are left alone.
+const generationPrefix = SnapshotPrefix + "gen-"
+
+// BrickedPrefix starts the snapshots of a node's state as it was when it stopped
+// answering after a switch, kept aside before the rollback point is restored so the
+// broken state can still be inspected (`incus copy <instance>/<snapshot> <new>`). They
+// are never rotated: remove them with `incus snapshot delete <instance> <snapshot>`.
+const BrickedPrefix = SnapshotPrefix + "bricked-"
 
 // GenerationSnapshotName is the snapshot name for system profile generation gen.
 func GenerationSnapshotName(gen int) string {
-	return fmt.Sprintf("%sgen-%d", SnapshotPrefix, gen)
+	return fmt.Sprintf("%s%d", generationPrefix, gen)
+}
+
+// BrickedSnapshotName is the name the bricked state taken at t is kept under.
+func BrickedSnapshotName(t time.Time) string {
+	return BrickedPrefix + t.UTC().Format("20060102t150405z")
 }
 
 func validSnapshotName(name string) error {
@@ -35,9 +50,9 @@ func validSnapshotName(name string) error {
 
 // SnapshotBeforeSwitch takes a native snapshot called name (it must start with
 // SnapshotPrefix, e.g. GenerationSnapshotName(n)) as a rollback point before a switch,
-// replacing one of the same name, then deletes the oldest snapshots with
-// SnapshotPrefix until at most keep of them remain (keep < 1 counts as 1: the one
-// just taken always stays). Snapshots without the prefix are never touched.
+// replacing one of the same name, then deletes the oldest rollback points
+// (GenerationSnapshotName) until at most keep of them remain (keep < 1 counts as 1: the
+// one just taken always stays). No other snapshot is ever touched.
 func (t *Transport) SnapshotBeforeSwitch(ctx context.Context, name string, keep int) error {
 	const phase = "snapshot before switch"
 	if err := validSnapshotName(name); err != nil {
@@ -65,15 +80,20 @@ func (t *Transport) SnapshotBeforeSwitch(ctx context.Context, name string, keep 
 	return t.rotate(ctx, name, keep)
 }
 
-// OurSnapshots lists the snapshots with SnapshotPrefix, oldest first.
+// OurSnapshots lists the snapshots with SnapshotPrefix (rollback points and bricked
+// states), oldest first.
 func (t *Transport) OurSnapshots(ctx context.Context) ([]incusapi.Snapshot, error) {
+	return t.snapshotsWithPrefix(ctx, SnapshotPrefix)
+}
+
+func (t *Transport) snapshotsWithPrefix(ctx context.Context, prefix string) ([]incusapi.Snapshot, error) {
 	snaps, err := t.c.ListSnapshots(ctx, t.instance)
 	if err != nil {
 		return nil, t.classify(ctx, "list snapshots", err)
 	}
 	var ours []incusapi.Snapshot
 	for _, s := range snaps {
-		if strings.HasPrefix(s.Name, SnapshotPrefix) {
+		if strings.HasPrefix(s.Name, prefix) {
 			ours = append(ours, s)
 		}
 	}
@@ -84,7 +104,7 @@ func (t *Transport) OurSnapshots(ctx context.Context) ([]incusapi.Snapshot, erro
 }
 
 func (t *Transport) rotate(ctx context.Context, keepName string, keep int) error {
-	ours, err := t.OurSnapshots(ctx)
+	ours, err := t.snapshotsWithPrefix(ctx, generationPrefix)
 	if err != nil {
 		return err
 	}
@@ -103,6 +123,18 @@ func (t *Transport) rotate(ctx context.Context, keepName string, keep int) error
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// KeepAside snapshots the instance's current state as name (a BrickedSnapshotName),
+// so a restore does not destroy the evidence of what went wrong.
+func (t *Transport) KeepAside(ctx context.Context, name string) error {
+	if err := validSnapshotName(name); err != nil {
+		return t.errorf("keep bricked state", "%v", err)
+	}
+	if err := t.c.CreateSnapshot(ctx, t.instance, name); err != nil {
+		return t.classify(ctx, "keep bricked state: create "+name, err)
+	}
+	return nil
 }
 
 // RestoreSnapshot rolls the instance back to snapshot name: it stops the instance

@@ -43,6 +43,9 @@ type SwitchOptions struct {
 	MaxTransportErrors int
 	// Log receives progress.
 	Log Logger
+	// Revert, if set, arms the node-side revert (selfrevert.go) in the same round trip
+	// that starts the switch.
+	Revert *RevertSpec
 }
 
 func (o *SwitchOptions) defaults() {
@@ -120,11 +123,19 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 
 	deadline := time.Now().Add(limit + opts.Grace)
 	ticks := strconv.FormatInt(int64(max(opts.PollWait/(pollTick), 1)), 10)
-	startArgv := []string{"/bin/sh", "-c", startScript, "sh", ResultDir, prefix, unit, ticks,
-		"systemd-run", "--unit=" + unit, "--description=fediversity switch-to-configuration " + action,
+	switchArgv := []string{"systemd-run", "--unit=" + unit, "--description=fediversity switch-to-configuration " + action,
 		"--property=RuntimeMaxSec=" + strconv.FormatInt(secs, 10) + "s",
 		"--no-block", "--collect", "--quiet",
 		"/bin/sh", "-c", detachedScript, "sh", toplevel, action, prefix}
+	if opts.Revert != nil {
+		armed, err := armedArgv(opts.Revert, prefix, int64((limit+opts.Grace)/time.Second)+1, switchArgv)
+		if err != nil {
+			return res, fmt.Errorf("switch: %w", err)
+		}
+		switchArgv = armed
+		opts.Log.printf("switch: arming %s: back to %s unless a new login confirms within %s of the switch", opts.Revert.Unit, path.Base(opts.Revert.Previous), opts.Revert.Confirm)
+	}
+	startArgv := append([]string{"/bin/sh", "-c", startScript, "sh", ResultDir, prefix, unit, ticks}, switchArgv...)
 	started := time.Now()
 	sawTransportError := false
 	opts.Log.printf("switch: starting %s (%s %s, limit %s)", unit, path.Base(toplevel), action, limit)

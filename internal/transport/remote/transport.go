@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -18,6 +19,11 @@ type Transport struct {
 	Log      Logger
 	// SwitchOpts tunes the detached switch polling.
 	SwitchOpts SwitchOptions
+
+	// revert is armed at the next Switch (ArmRevert); armedUnit is the revert unit
+	// that switch started.
+	revert    *RevertSpec
+	armedUnit string
 }
 
 var (
@@ -78,8 +84,64 @@ func (t *Transport) Switch(ctx context.Context, toplevel, action string, limit t
 	if opts.Log == nil {
 		opts.Log = t.logger()
 	}
+	if t.revert != nil {
+		opts.Revert = t.revert
+		t.armedUnit, t.revert = t.revert.Unit, nil
+	}
 	res, err := Switch(ctx, t.Runner, toplevel, action, limit, opts)
 	return res, t.wrap(err)
+}
+
+// CanSelfRevert reports whether the node-side revert can be used: the runner must be
+// able to open a new connection to disarm it.
+func (t *Transport) CanSelfRevert() bool {
+	_, ok := t.Runner.(FreshDialer)
+	return ok
+}
+
+// ArmRevert arms the node-side revert to previous at the next Switch (see
+// selfrevert.go).
+func (t *Transport) ArmRevert(previous string, confirm time.Duration) {
+	t.revert = &RevertSpec{Previous: previous, Confirm: confirm, Unit: NewRevertUnit()}
+}
+
+// DisarmRevert logs in over a new connection and stops the armed revert. It wraps
+// ErrReverted when the node had already put itself back.
+func (t *Transport) DisarmRevert(ctx context.Context) error {
+	if t.armedUnit == "" {
+		return nil
+	}
+	err := t.withFresh(func(r Runner) error { return DisarmRevert(ctx, r, t.armedUnit) })
+	if err == nil {
+		t.armedUnit = ""
+	}
+	return t.wrap(err)
+}
+
+// RevertOutcome asks, over a new connection, whether the armed revert fired and what
+// the node runs now.
+func (t *Transport) RevertOutcome(ctx context.Context) (reverted bool, running string, generation int, err error) {
+	err = t.withFresh(func(r Runner) error {
+		var e error
+		reverted, running, generation, e = RevertOutcome(ctx, r, t.armedUnit)
+		return e
+	})
+	return reverted, running, generation, t.wrap(err)
+}
+
+func (t *Transport) withFresh(f func(Runner) error) error {
+	fd, ok := t.Runner.(FreshDialer)
+	if !ok {
+		return errors.New("this transport cannot open a second connection")
+	}
+	r, err := fd.Fresh()
+	if err != nil {
+		return err
+	}
+	if c, ok := r.(io.Closer); ok {
+		defer func() { _ = c.Close() }()
+	}
+	return f(r)
 }
 
 func (t *Transport) FinalizeBoot(ctx context.Context, toplevel string) (int, error) {

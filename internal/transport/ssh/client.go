@@ -379,3 +379,12 @@ func orDiscard(w io.Writer) io.Writer {
 	}
 	return w
 }
+
+// Fresh returns a new client to the same node that shares no connection with c, and
+// tries the dial only once: the node-side revert is disarmed only by a login that
+// proves sshd and the network accept new connections (remote.FreshDialer).
+func (c *Client) Fresh() (remote.Runner, error) {
+	cfg := c.cfg
+	cfg.DialAttempts = 1
+	return NewClient(cfg, nil)
+}
