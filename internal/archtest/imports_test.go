@@ -1,4 +1,4 @@
-// Package archtest checks the layering rules of DESIGN §7 on every `go test`, so they
+// Package archtest checks the layering rules (docs/design.md#objects) on every `go test`, so they
 // hold even where golangci-lint (whose depguard states the same rules) is not run: the
 // engine packages never import the plugin framework, and the deploy body never imports
 // a transport.
