@@ -284,7 +284,7 @@ func TestAccNodeSwitchSSHUnknownHostKey(t *testing.T) {
 	node := nodes[0]
 	other := nodes[len(nodes)-1]
 	if other.HostKey == node.HostKey {
-		t.Skip("the lab nodes share a host key; cannot make a wrong pin")
+		t.Fatal("the lab nodes share a host key (lab.sh gives each its own): cannot make a wrong pin")
 	}
 	wrong := node
 	wrong.HostKey = other.HostKey // a real key, but not this node's
