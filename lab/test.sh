@@ -4,7 +4,10 @@
 #   1. go vet and every package's tests with the lab and the cluster enabled
 #      (unit tests, fuzz seed corpora, lab tests against real incusd/sshd/nix/systemd);
 #   2. the provider's acceptance tests (TF_ACC=1) with Terraform 1.11;
-#   3. the same acceptance tests with OpenTofu.
+#   3. the same acceptance tests with OpenTofu;
+# and ends with a summary of what each suite proved (tools/testsummary): passed, failed,
+# skipped with each skip's reason, wall time, and a last line "N passed, N failed,
+# N skipped". Every suite runs even when an earlier one failed; the run then fails.
 #   bash lab/test.sh        all of it
 #   bash lab/test.sh acc    only 2 and 3
 #   bash lab/test.sh setup  only bring up what the tests need
@@ -30,6 +33,8 @@ bash lab/k8s/node-build.sh >"$logs/node.out" 2>"$logs/node.err" &
 node_build=$!
 bash lab/spire/build.sh >"$logs/spire.out" 2>"$logs/spire.err" &
 spire_build=$!
+bash lab/build-goreleaser.sh >"$logs/goreleaser.out" 2>"$logs/goreleaser.err" &
+goreleaser_build=$!
 step "lab"
 bash lab/lab.sh up >/dev/null
 step "opentofu"
@@ -39,6 +44,9 @@ TOFU=$(tail -1 "$logs/tofu.out")
 step "kubernetes control plane"
 wait "$k8s_build" || { tail -50 "$logs/k8s.err" >&2; echo "Kubernetes build failed" >&2; exit 1; }
 bash lab/k8s/up.sh
+step "goreleaser (for make release-snapshot)"
+wait "$goreleaser_build" || { tail -50 "$logs/goreleaser.err" >&2; echo "goreleaser build failed" >&2; exit 1; }
+tail -1 "$logs/goreleaser.out"
 export FEDIVERSITY_K8S=1
 export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
 step "kubernetes real node"
@@ -53,17 +61,30 @@ if [ "$mode" = setup ]; then step "setup done"; exit 0; fi
 export FEDIVERSITY_LAB=1
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
 
+# One suite: its name in the summary, then the go test command (which must pass -json).
+# A failed suite fails the run at the end, after the others ran and the summary printed.
+go build -o "$logs/testsummary" ./tools/testsummary
+failed=0
+suite() {
+  local name=$1; shift
+  "$logs/testsummary" run -suite "$name" -record "$logs/suites" -- "$@" || failed=1
+}
+
 if [ "$mode" = all ]; then
   step "go vet"
   go vet ./...
   step "unit and lab tests"
-  go test -count=1 -timeout 40m ./...
+  suite "unit and lab" go test -json -count=1 -timeout 40m ./...
 fi
 
 step "acceptance tests: Terraform ($("$TERRAFORM" version | head -1))"
-TF_ACC=1 TF_ACC_TERRAFORM_PATH=$TERRAFORM go test -count=1 -timeout 40m ./internal/provider/
+TF_ACC=1 TF_ACC_TERRAFORM_PATH=$TERRAFORM \
+  suite "acceptance: Terraform" go test -json -count=1 -timeout 40m ./internal/provider/
 
 step "acceptance tests: OpenTofu ($("$TOFU" version | head -1))"
 TF_ACC=1 TF_ACC_TERRAFORM_PATH=$TOFU TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org \
-  go test -count=1 -timeout 40m ./internal/provider/
+  suite "acceptance: OpenTofu" go test -json -count=1 -timeout 40m ./internal/provider/
+
 step "done"
+"$logs/testsummary" report "$logs/suites" || failed=1
+exit "$failed"

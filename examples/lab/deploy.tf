@@ -3,7 +3,7 @@
 #   fedi-n2 over the Incus API (method `tf-incus`: deploy, then the verdict-only pass)
 # Each node's closure is built on the deployer with nix-build from the lab's stand-in
 # toplevels (lab/closures, no nixpkgs); its node plan is written to a file and handed to
-# the build as `planFile` (FR-015). The submission digest is checked again at apply.
+# the build as `planFile`. The submission digest is checked again at apply.
 
 variable "fediversity_repo" {
   description = "Checkout of this repository (lab/demo.sh sets TF_VAR_fediversity_repo); its lab/closures builds the node systems."

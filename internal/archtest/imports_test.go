@@ -1,7 +1,8 @@
-// Package archtest checks the layering rules of DESIGN §7 on every `go test`, so they
+// Package archtest checks the repository's structural rules on every `go test`, so they
 // hold even where golangci-lint (whose depguard states the same rules) is not run: the
 // engine packages never import the plugin framework, and the deploy body never imports
-// a transport.
+// a transport (docs/design.md#objects). It also checks that every pointer into the
+// design page names a section that exists there.
 package archtest
 
 import (

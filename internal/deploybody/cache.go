@@ -12,7 +12,7 @@ import (
 )
 
 // EvalCache remembers which toplevel a node's evaluation produced, keyed on the node
-// plan digest and the build inputs alone (FR-009), in a directory of small JSON files.
+// plan digest and the build inputs alone, never a source of truth, in a directory of small JSON files.
 // It is never a source of truth: Lookup ignores an entry whose toplevel the store does
 // not hold (StoreHas), and a failed Store is reported by the body as a warning only.
 type EvalCache struct {

@@ -34,7 +34,7 @@ func describeState(s UnitState) string {
 
 // waitForSecretChain waits, in order, for the units that bring the node's secrets up.
 //
-// Verdict-only mode (FR-007): the wait is bounded by chain_wait and stops early,
+// Verdict-only mode (docs/design.md#verdict-only): the wait is bounded by chain_wait and stops early,
 // naming the member, when a member failed, is not loaded, or showed no progress (no
 // state change) for no_progress. A node that answers none of a few samples is
 // unreachable.

@@ -9,16 +9,17 @@ import (
 )
 
 // Deploy builds (or takes) the node's toplevel, copies it, switches the node to it and
-// judges the node. It runs every phase of FR-003 in order. The Result is returned
+// judges the node. It runs every phase in order (docs/design.md#phases). The Result is returned
 // even with an error, filled as far as the run got. A verdict that fails the run does
-// so only after the boot entry is finalized (FR-004).
+// so only after the boot entry is finalized, so a node with a failed unit keeps
+// its new boot entry.
 func Deploy(ctx context.Context, t Transport, o Options) (*Result, error) {
 	return newRun(ctx, t, o, false).execute()
 }
 
 // VerdictOnly judges a running node without building, copying or switching: it waits
 // for the secret chain, restarts failed units the closure wants, settles, watches and
-// gives the verdict (FR-007).
+// gives the verdict (docs/design.md#verdict-only).
 func VerdictOnly(ctx context.Context, t Transport, o Options) (*Result, error) {
 	return newRun(ctx, t, o, true).execute()
 }

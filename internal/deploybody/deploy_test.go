@@ -14,8 +14,8 @@ import (
 
 func failedNamesOf(v *Verdict) []string { return failedNames(v.Failed) }
 
-// US1 scenario 1: a closure that leaves a unit failed fails the deploy and names the
-// unit; the boot entry is finalized first (FR-004).
+// A closure that leaves a unit failed fails the deploy and names the
+// unit; the boot entry is finalized first.
 func TestDeployFailedUnitFailsStrictAfterFinalizingBoot(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: fails}, "db.service": {b: runs}})
 	res, err := s.deploy()
@@ -44,7 +44,7 @@ func TestDeployFailedUnitFailsStrictAfterFinalizingBoot(t *testing.T) {
 	}
 }
 
-// US1 scenario 2: lenient mode names the unit and succeeds.
+// Lenient mode names the unit and succeeds.
 func TestDeployFailedUnitLenientWarns(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: fails}})
 	s.opts.Strict = false
@@ -63,7 +63,7 @@ func TestDeployFailedUnitLenientWarns(t *testing.T) {
 	}
 }
 
-// US1 scenario 3: a unit systemd never spawned because of the host is named as a host
+// A unit systemd never spawned because of the host is named as a host
 // fault and does not fail the deploy.
 func TestDeployHostFaultIsNamedNotBlamed(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{
@@ -100,7 +100,7 @@ func TestDeployClosureSpawnFaultFails(t *testing.T) {
 	}
 }
 
-// US1 scenario 4: a restart loop is reported and does not fail a deploy.
+// A restart loop is reported and does not fail a deploy.
 func TestDeployRestartLoopIsReportedNotFatal(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"crashy.service": {b: loops, every: 3 * time.Second}})
 	res, err := s.deploy()
@@ -202,7 +202,7 @@ func TestDeployConditionSkippedUnitIsNamedNotRestarted(t *testing.T) {
 	}
 }
 
-// FR-003: every phase runs, in order, and is logged.
+// Every phase runs, in order, and is logged.
 func TestDeployRunsEveryPhaseInOrder(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
 	res, err := s.deploy()
@@ -445,7 +445,7 @@ func TestDeployMACGate(t *testing.T) {
 	})
 }
 
-// US3 scenario 3 and the cache edge cases.
+// A node evaluated once is reused, and the cache edge cases.
 func TestDeployEvaluationCache(t *testing.T) {
 	key := MakeCacheKey("sha256:plan-fedi-n1", map[string]string{"source": "rev-1"})
 	t.Run("seed pass result is reused", func(t *testing.T) {
@@ -514,9 +514,9 @@ func TestDeployEvaluationCache(t *testing.T) {
 	})
 }
 
-// --- verdict-only (US4) ---
+// --- verdict-only ---
 
-// US4 scenario 1: the pass waits for the chain, and restarts only after it is up;
+// The verdict-only pass waits for the chain, and restarts only after it is up;
 // it builds, copies and switches nothing.
 func TestVerdictOnlyWaitsForChainThenRestartsWantedUnits(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"app.service": {b: runs}})
@@ -578,7 +578,7 @@ func TestVerdictOnlyConvergedChainPasses(t *testing.T) {
 	}
 }
 
-// US4 scenario 2 / SC-005: a failed member, or one without progress, stops the wait
+// A failed member, or one without progress, stops the wait
 // early and is named.
 func TestVerdictOnlyChainStopsEarly(t *testing.T) {
 	cases := []struct {
@@ -630,7 +630,7 @@ func TestVerdictOnlyChainTimesOutNamingMember(t *testing.T) {
 	}
 }
 
-// US4 scenario 3 / FR-006: a unit still looping past its budget fails the pass and is
+// A unit still looping past its budget fails the pass and is
 // named with its budget; a budget delays the verdict but does not remove it.
 func TestVerdictOnlyLoopBudgets(t *testing.T) {
 	t.Run("past an override budget fails", func(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package deploybody is the deploy body shared by every method that switches a NixOS
-// closure on a node (spec FR-002 … FR-009, DESIGN §4). It builds (or takes) a toplevel,
+// closure on a node (docs/design.md#phases). It builds (or takes) a toplevel,
 // copies it, switches the node, and judges whether the node came up; in verdict-only
 // mode it only judges.
 //
@@ -15,10 +15,10 @@
 // restart-failed-owned-units → settle → watch → classify → verdict → report →
 // finalize-boot-entry → conclude. The verdict's failure is returned only in conclude,
 // after the boot entry is finalized, so a node with a failed unit keeps the new boot
-// entry (FR-004). VerdictOnly records build, push-closure, switch, read-switch-result,
+// entry. VerdictOnly records build, push-closure, switch, read-switch-result,
 // detect-unconfirmed-switch and finalize-boot-entry as skipped.
 //
-// Decisions where the spec is silent:
+// Decisions (docs/design.md#decisions):
 //   - The toplevel's files are read on the deployer (Options.LocalRoot), not on the node.
 //     Owned units are the valid unit names in <toplevel>/etc/systemd/system/ (an
 //     instance is owned when its template is); wanted units are the names in its
@@ -41,7 +41,7 @@
 //   - Spawn statuses 200–245 not listed as host faults (below) count as closure
 //     faults, including unknown ones.
 //
-// # Defaults (FR-008)
+// # Defaults (docs/design.md#timings)
 //
 //	node_wait        2m   node must answer within this, else the deploy fails
 //	switch_timeout  10m   time limit of switch-to-configuration on the node
@@ -52,7 +52,7 @@
 //	chain_wait       5m   bound of the secret chain wait (and of a loop-budget extension)
 //	no_progress     60s   a chain member unchanged this long stops the chain wait
 //
-// # Classes (DESIGN §4)
+// # Classes (docs/design.md#verdict-classes)
 //
 //	class                        recognised by                                          fails strict?
 //	failed                       ActiveState=failed, unit defined by the closure        yes (marked new / already failed before the switch)

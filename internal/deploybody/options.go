@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Default timings (FR-008). The provider exposes each one as a `timings` attribute.
+// Default timings (docs/design.md#timings). The provider exposes each one as a `timings` attribute.
 const (
 	DefaultNodeWait       = 2 * time.Minute
 	DefaultSwitchTimeout  = 10 * time.Minute

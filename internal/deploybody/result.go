@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Phase names, in the order the body runs them (FR-003).
+// Phase names, in the order the body runs them (docs/design.md#phases).
 const (
 	PhaseBuild               = "build"
 	PhaseWaitForNode         = "wait-for-node"
@@ -125,7 +125,7 @@ type StaleJob struct {
 	Age   time.Duration
 }
 
-// Verdict is the judgement of a node (DESIGN §4 "The verdict"). Unit lists are sorted.
+// Verdict is the judgement of a node (docs/design.md#verdict-classes). Unit lists are sorted.
 // When a source could not be read, Unread names it and the lists that depend on it
 // are nil: they mean "unread", never "none".
 type Verdict struct {

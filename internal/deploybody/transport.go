@@ -6,8 +6,7 @@ import (
 	"time"
 )
 
-// Transport is what the deploy body needs from a way of reaching a node (DESIGN §4,
-// "Transport contract"). internal/transport/ssh and internal/transport/incus implement
+// Transport is what the deploy body needs from a way of reaching a node (docs/design.md#transports). internal/transport/ssh and internal/transport/incus implement
 // it; the body never imports them. Every method names the node in its errors.
 type Transport interface {
 	// Node is the node's name as the operator knows it (used in messages).

@@ -68,7 +68,7 @@ type classifyInput struct {
 // FailedOriginUnknown marks a failed unit when the snapshot could not be read.
 const FailedOriginUnknown FailureOrigin = "unknown (snapshot unread)"
 
-// classify sorts the observed units into the classes of DESIGN §4. It does not decide
+// classify sorts the observed units into the verdict classes (docs/design.md#verdict-classes). It does not decide
 // whether the run fails: decide does.
 func classify(in classifyInput) *Verdict {
 	v := &Verdict{Strict: in.Strict, VerdictOnly: in.VerdictOnly, Samples: len(in.Samples), Restarted: in.Restarted}

@@ -1,11 +1,11 @@
-// Package k8s is the rollout engine of the k8s method (k8s.md): it prepares the target
+// Package k8s is the rollout engine of the k8s method (docs/design.md#k8s): it prepares the target
 // namespace, applies the per-node objects, waits for the rollout, classifies why a pod
 // does not become ready, and sets a Deployment back to its previous pod template.
 //
 // Decisions, in the order an apply meets them:
 //
 //   - Namespace: created with a NetworkPolicy "same-namespace-only" that selects every
-//     pod and admits ingress only from pods of the same namespace (FR-010). It is applied
+//     pod and admits ingress only from pods of the same namespace. It is applied
 //     before any Deployment. Nothing in the test control plane enforces it; a cluster with
 //     a policy-enforcing network plugin does.
 //   - RuntimeClass: checked for existence before anything is pushed (the provider calls
@@ -13,19 +13,19 @@
 //     the pod at all.
 //   - Per node: the claim "<node>-state" (mounted on /var/lib, never deleted by a rollout
 //     or a rollback), the service account "node-<node>", and a Deployment "<node>" with one
-//     replica and strategy Recreate, so two pods never share the claim (FR-004, FR-012).
+//     replica and strategy Recreate, so two pods never share the claim.
 //   - The pod runs systemd as PID 1: its own user namespace (hostUsers: false), a tty,
 //     tmpfs on /run and /tmp, the environment "container=fediversity" (systemd's container
 //     detection reads it) and "container_uuid" (systemd takes it as the machine ID, so the
-//     machine ID is the same across pod replacements and distinct per node, FR-013). The
+//     machine ID is the same across pod replacements and distinct per node). The
 //     pod asks for no capability and no host path: what systemd needs beyond its own user
 //     namespace (a delegated, writable cgroup tree and the capabilities of that user
 //     namespace) is the method's RuntimeClass handler's job, as the lab's real node shows
 //     (lab/k8s/fediversity-runtime).
 //   - Readiness is `systemctl is-system-running`, which exits non-zero for "starting" and
-//     "degraded", so a failed unit keeps the pod unready (FR-005).
-//   - The image is always named by digest (FR-003).
-//   - Applying the Deployment and waiting for it are separate calls (FR-006). The wait has
+//     "degraded", so a failed unit keeps the pod unready.
+//   - The image is always named by digest, so a later change of the tag does not change the pod.
+//   - Applying the Deployment and waiting for it are separate calls. The wait has
 //     an operator-set limit and stops early on states that do not recover: ErrImagePull or
 //     ImagePullBackOff seen for longer than a grace period, CrashLoopBackOff, an
 //     Unschedulable pod, a claim whose provisioning failed, a ReplicaSet that cannot

@@ -21,7 +21,7 @@ const ManagedByLabel = "app.kubernetes.io/managed-by"
 const ManagedBy = "terraform-provider-fediversity"
 
 // NamespaceName is K8S_NAMESPACE (base), "fediversity" when empty, with "-<app>" appended
-// for a per-app target (FR-007).
+// for a per-app target, so two targets never hold the same Deployment.
 func NamespaceName(base, app string) string {
 	if base == "" {
 		base = "fediversity"

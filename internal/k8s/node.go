@@ -320,7 +320,7 @@ func (c *Client) GetNode(ctx context.Context, ns, node string) (NodeState, error
 }
 
 // DeleteNode removes the Deployment, the service account and the claim of a node (a
-// node leaving the group loses its state, k8s.md edge cases), and waits until the
+// node leaving the group loses its state), and waits until the
 // Deployment and the claim are gone, so that a node of the same name can be made again.
 func (c *Client) DeleteNode(ctx context.Context, ns, node string) error {
 	fg := metav1.DeletePropagationForeground

@@ -421,7 +421,7 @@ type Outcome struct {
 	RolledBack bool
 }
 
-// Rollout runs the steps of FR-006 in order: the claim and the service account, the
+// Rollout runs the steps of a rollout in order (docs/design.md#k8s): the claim and the service account, the
 // Deployment (no wait), the wait with its limit, and on failure the rollback to the
 // previous pod template. The returned error is a *RolloutError for a failed rollout.
 func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcome, error) {

@@ -313,7 +313,7 @@ func evaluationDiagnostics(err error, subAttr path.Path) diag.Diagnostics {
 }
 
 // perRunValues are the provider's credential locations, made absolute, by the
-// attribute that sets them. A node plan that holds one is refused (spec FR-013).
+// attribute that sets them. A node plan that holds one is refused (docs/design.md#node-plans).
 func perRunValues(cfg *Config) map[string]string {
 	out := map[string]string{}
 	if cfg == nil {

@@ -201,7 +201,7 @@ func diagText(d []*tfprotov6.Diagnostic) string {
 	return b.String()
 }
 
-// SC-002 at provider level: Configure takes per-run credential locations (from the
+// Credential locations at provider level: Configure takes per-run credential locations (from the
 // provider block and from the environment); none of them may reach a node plan or the
 // data source's state, and two runs that stage them at different paths publish equal
 // plans.
@@ -453,7 +453,7 @@ func (e expectChangedNodePlans) CheckPlan(_ context.Context, req plancheck.Check
 	}
 }
 
-// User Story 2 and SC-002 end to end: a change of one application shows a diff only in
+// End to end: a change of one application shows a diff only in
 // the plans of the nodes that run it; an unchanged (even reformatted) submission and a
 // new credential location give an empty plan.
 func TestAccSubmissionDataSource_nodePlanDiffs(t *testing.T) {

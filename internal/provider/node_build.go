@@ -29,7 +29,8 @@ type buildModel struct {
 }
 
 // buildSpec turns the build block into a nix-build spec, writing the node plan to a
-// temporary file (FR-015). cleanup removes it.
+// temporary file the build reads instead of evaluating the plan again. cleanup
+// removes it.
 func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnostics) {
 	var diags diag.Diagnostics
 	b := plan.Build

@@ -62,8 +62,8 @@ func (r *imageResource) Metadata(_ context.Context, req resource.MetadataRequest
 func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "Pushes the image of one node, a docker-archive (what `docker save` and Nix's `dockerTools.buildImage` write), " +
-			"to `<registry>/<namespace>/<node>:<tag>` (k8s.md FR-002) and reports the digest the registry holds for it, so that " +
-			"`fediversity_k8s_rollout` names the image by digest (FR-003).\n\n" +
+			"to `<registry>/<namespace>/<node>:<tag>` and reports the digest the registry holds for it, so that " +
+			"`fediversity_k8s_rollout` names the image by digest, so a later change of the tag does not change the pod.\n\n" +
 			"The registry is the provider's `k8s_registry`, else `K8S_REGISTRY`; the plan fails with an error naming `K8S_REGISTRY` " +
 			"when neither is set. Credentials come from the containers auth JSON file in the provider's `registry_auth_file`, else " +
 			"`REGISTRY_AUTH_FILE`; they are read at each push and never stored. Registries on loopback or private addresses are " +
@@ -89,7 +89,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Validators: []validator.String{stringvalidator.LengthBetween(1, 128),
 					stringvalidator.RegexMatches(tagRE, "must be a registry tag: letters, digits, '_', '.', '-', not starting with '.' or '-'")},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
-				MarkdownDescription: "Tag from the node configuration, e.g. the hash part of the image's store path. Changing it replaces the push (FR-002): the new image is pushed and `digest` changes.",
+				MarkdownDescription: "Tag from the node configuration, e.g. the hash part of the image's store path. Changing it replaces the push: the new image is pushed and `digest` changes.",
 			},
 			"archive": schema.StringAttribute{
 				Required: true, Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
@@ -212,7 +212,7 @@ func (r *imageResource) Update(ctx context.Context, req resource.UpdateRequest, 
 
 // Read checks that the registry still holds the tag. A missing tag removes the resource
 // from state so the next plan pushes again; an unreachable registry keeps the state and
-// warns. A tag that now names another digest keeps the pushed digest (FR-003: the pod
+// warns. A tag that now names another digest keeps the pushed digest (the pod
 // does not change when the tag moves) and warns.
 func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state imageModel
@@ -246,5 +246,5 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
-// Delete leaves the image in the registry (k8s.md User Story 3).
+// Delete leaves the image in the registry (docs/design.md#k8s).
 func (r *imageResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}

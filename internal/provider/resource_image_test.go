@@ -40,7 +40,7 @@ resource "fediversity_image" "node" {
 
 // TestAccImage_pushReplaceOnTagOnly: the image lands at <registry>/<ns>/<node> by digest,
 // an unchanged apply pushes nothing, a new archive path with the same tag pushes nothing,
-// and a new tag replaces the push (FR-002).
+// and a new tag replaces the push.
 func TestAccImage_pushReplaceOnTagOnly(t *testing.T) {
 	accImage(t)
 	reg := startRegistry(t)

@@ -52,7 +52,7 @@ func (r *k8sNamespaceResource) Metadata(_ context.Context, req resource.Metadata
 
 func (r *k8sNamespaceResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		MarkdownDescription: "The Kubernetes namespace of a target of the k8s method (k8s.md FR-007, FR-010), with a NetworkPolicy " +
+		MarkdownDescription: "The Kubernetes namespace of a target of the k8s method, with a NetworkPolicy " +
 			"`same-namespace-only` that lets the pods of the namespace accept connections only from pods of the same namespace. " +
 			"The policy is applied on create, before any Deployment of the namespace; a cluster needs a network plugin that " +
 			"enforces NetworkPolicy for it to take effect.\n\n" +
@@ -95,7 +95,7 @@ func (r *k8sNamespaceResource) Configure(_ context.Context, req resource.Configu
 }
 
 // ModifyPlan names the namespace and checks the RuntimeClass: a missing one fails the
-// plan, before any image is pushed (k8s.md edge cases).
+// plan, before any image is pushed (docs/design.md#k8s).
 func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() || r.cfg == nil {
 		return

@@ -73,7 +73,7 @@ const rollsOut = "Changing it rolls the node out again (one new pod; the claim a
 
 func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		MarkdownDescription: "Runs one node as the one pod of a Deployment (k8s.md FR-004 … FR-006, FR-012, FR-013) and rolls it out to an image named by digest.\n\n" +
+		MarkdownDescription: "Runs one node as the one pod of a Deployment (the k8s method: see docs/design.md#k8s in the repository) and rolls it out to an image named by digest.\n\n" +
 			"The apply makes the claim `<node>-state` (mounted on /var/lib, kept across pod replacements), the service account " +
 			"`node-<node>` and the Deployment `<node>` (1 replica, strategy Recreate, the RuntimeClass, `hostUsers: false`, a tty, " +
 			"`container_uuid` in the environment, readiness by `systemctl is-system-running`). Then, as a distinct step, it waits " +
@@ -109,7 +109,7 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 				Required: true,
 				Validators: []validator.String{stringvalidator.RegexMatches(digestRefRE,
 					"must name the image by digest (<repository>@sha256:<64 hex>), e.g. fediversity_image.<x>.image_ref")},
-				MarkdownDescription: "The image to run, by digest (FR-003), usually `fediversity_image.<x>.image_ref`. After apply and refresh " +
+				MarkdownDescription: "The image to run, by digest, usually `fediversity_image.<x>.image_ref`. After apply and refresh " +
 					"it holds the image the Deployment names: after a rollback, the previous image, so the next plan shows the change back " +
 					"to the configured image and the next apply retries. " + rollsOut,
 			},
@@ -127,7 +127,7 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			},
 			"container_uuid": schema.StringAttribute{
 				Computed: true, PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
-				MarkdownDescription: "Random UUID (crypto/rand) made on create and kept in state; given to systemd as `container_uuid`, so the machine ID is the same across pod replacements and different for each node (FR-013).",
+				MarkdownDescription: "Random UUID (crypto/rand) made on create and kept in state; given to systemd as `container_uuid`, so the machine ID is the same across pod replacements and different for each node.",
 			},
 			"machine_id": schema.StringAttribute{
 				Computed: true, PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
@@ -160,7 +160,7 @@ func (r *k8sRolloutResource) Configure(_ context.Context, req resource.Configure
 }
 
 // ModifyPlan plans a new wait when the last rollout did not end ready, so an apply with
-// an unchanged configuration tries again (k8s.md User Story 2, scenario 3).
+// an unchanged configuration tries again (docs/design.md#k8s).
 func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() || req.State.Raw.IsNull() {
 		return

@@ -267,8 +267,8 @@ func (a *k8sAcc) checkRunsStateImage(node string) resource.TestCheckFunc {
 	}
 }
 
-// TestAccK8sRollout_deployReapplyChangeDestroy: k8s.md US1 scenarios 1-3, SC-002, US2
-// scenario 4 (claim and machine ID survive a replacement) and US3 (destroy).
+// TestAccK8sRollout_deployReapplyChangeDestroy: deploy, an unchanged re-apply, a
+// change, the claim and machine ID surviving a replacement, and destroy.
 func TestAccK8sRollout_deployReapplyChangeDestroy(t *testing.T) {
 	a := newK8sAcc(t)
 	var podUID, claimUID, uuid string
@@ -300,7 +300,7 @@ func TestAccK8sRollout_deployReapplyChangeDestroy(t *testing.T) {
 						p := d.Spec.Template.Spec
 						if *d.Spec.Replicas != 1 || string(d.Spec.Strategy.Type) != "Recreate" || p.RuntimeClassName == nil || *p.RuntimeClassName != "fediversity" ||
 							p.HostUsers == nil || *p.HostUsers || p.ServiceAccountName != "node-web01" {
-							return fmt.Errorf("Deployment spec not as k8s.md FR-004 wants: %+v", d.Spec)
+							return fmt.Errorf("Deployment spec not as the k8s method wants: %+v", d.Spec)
 						}
 						uuid = stateAttr(s, "fediversity_k8s_rollout.web01", "container_uuid")
 						var envUUID string
@@ -329,7 +329,7 @@ func TestAccK8sRollout_deployReapplyChangeDestroy(t *testing.T) {
 				),
 			},
 			{
-				// US1 scenario 2 and SC-002: nothing to do, and the pod is not restarted.
+				// An unchanged re-apply: nothing to do, and the pod is not restarted.
 				Config:           a.good("v1", "v1"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 				Check: func(s *terraform.State) error {
@@ -344,8 +344,8 @@ func TestAccK8sRollout_deployReapplyChangeDestroy(t *testing.T) {
 				},
 			},
 			{
-				// US1 scenario 3: a new tag pushes a new image and replaces the pod;
-				// US2 scenario 4: same claim, same machine ID.
+				// A new tag pushes a new image and replaces the pod, with the same
+				// claim and the same machine ID.
 				Config: a.good("v2", "v2"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("fediversity_image.node", plancheck.ResourceActionReplace),
@@ -377,7 +377,7 @@ func TestAccK8sRollout_deployReapplyChangeDestroy(t *testing.T) {
 				),
 			},
 			{
-				// SC-002 again after the change.
+				// No changes again after the change.
 				Config:           a.good("v2", "v2"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
@@ -401,7 +401,7 @@ func TestAccK8sRollout_deployReapplyChangeDestroy(t *testing.T) {
 	})
 }
 
-// TestAccK8sRollout_rollbackTruthAndRetry: US2 scenarios 1, 3 and 4 with an unpullable
+// TestAccK8sRollout_rollbackTruthAndRetry: rollback, retry and kept state with an unpullable
 // image (edge case "the cluster cannot pull the image").
 func TestAccK8sRollout_rollbackTruthAndRetry(t *testing.T) {
 	a := newK8sAcc(t)
@@ -422,7 +422,7 @@ func TestAccK8sRollout_rollbackTruthAndRetry(t *testing.T) {
 				},
 			},
 			{
-				// US2 scenario 1: the new pod does not become ready: back to the good image, fail with the reason.
+				// The new pod does not become ready: back to the good image, fail with the reason.
 				Config:      a.faulty("broken"),
 				ExpectError: rolledBack,
 			},
@@ -446,7 +446,7 @@ func TestAccK8sRollout_rollbackTruthAndRetry(t *testing.T) {
 				ExpectNonEmptyPlan: true,
 			},
 			{
-				// US2 scenario 3: the same configuration again tries the rollout again.
+				// The same configuration again tries the rollout again.
 				Config:      a.faulty("broken"),
 				ExpectError: rolledBack,
 			},
@@ -527,7 +527,7 @@ func TestAccK8sRollout_failFastRollbacks(t *testing.T) {
 	}
 }
 
-// TestAccK8sRollout_firstDeployFails: US2 scenario 2, then a good image is deployed.
+// TestAccK8sRollout_firstDeployFails: a first deploy with no previous image fails, then a good image is deployed.
 func TestAccK8sRollout_firstDeployFails(t *testing.T) {
 	a := newK8sAcc(t)
 	resource.Test(t, resource.TestCase{

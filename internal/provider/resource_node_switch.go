@@ -51,7 +51,8 @@ const (
 	// privateDeployed is the toplevel the last successful deploy switched the node to.
 	// Read compares the node's running system with it to show drift.
 	privateDeployed = "deployed_toplevel"
-	// privateFailed is the toplevel of the last deploy that failed on update (SC-001):
+	// privateFailed is the toplevel of the last deploy that failed on update
+	// (docs/design.md#failed-deploy):
 	// the node runs it, but the state must not claim it, so the next plan still
 	// deploys and fails again until the node converges.
 	privateFailed = "failed_toplevel"
@@ -106,7 +107,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"node_plan": schema.StringAttribute{
 				Optional: true,
 				MarkdownDescription: "The node plan as JSON, usually `data.fediversity_submission.x.node_plans[\"<node>\"]`. " +
-					"It is written to a file whose absolute path is handed to the build as `--argstr planFile <path>` (FR-015). " + redeploys,
+					"It is written to a file whose absolute path is handed to the build as `--argstr planFile <path>`, so the build reads the plan and never evaluates it again. " + redeploys,
 			},
 			"toplevel": schema.StringAttribute{
 				Optional: true,
@@ -221,7 +222,8 @@ func (r *nodeSwitchResource) Create(ctx context.Context, req resource.CreateRequ
 	if out == nil {
 		return // nothing reached the node: no state (the resource is not created)
 	}
-	// SC-001: the state is written even when the verdict fails the run. The framework
+	// A failed deploy fails the next apply too (docs/design.md#failed-deploy): the
+	// state is written even when the verdict fails the run. The framework
 	// then records the resource as tainted, so the next apply replaces it (deploys
 	// again) instead of claiming success.
 	resp.Diagnostics.Append(resp.State.Set(ctx, out)...)
@@ -259,7 +261,7 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 	out, res, diags, runErr := r.deploy(ctx, plan)
 	resp.Diagnostics.Append(diags...)
 	if runErr != nil || out == nil {
-		// SC-001 on update: the prior state stays (the framework starts from it), so
+		// The same on update (docs/design.md#failed-deploy): the prior state stays (the framework starts from it), so
 		// the next plan deploys again. Remember what the node now runs so Read does not
 		// mistake it for an out-of-band change that matches the configuration.
 		if res != nil && res.RunningSystem != "" && res.RunningSystem != state.Toplevel.ValueString() {
@@ -333,7 +335,7 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 // runs and records it in Toplevel, so a system switched out of band shows as a planned
 // change. The toplevel of a deploy that failed on update (failedToplevel) is not
 // recorded: the state must keep saying the node is not where the configuration wants it
-// (SC-001). An unreachable node keeps its state and gives a warning, naming the node.
+// (docs/design.md#failed-deploy). An unreachable node keeps its state and gives a warning, naming the node.
 func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string, res *deploybody.Result) diag.Diagnostics {
 	var diags diag.Diagnostics
 	node := m.Node.ValueString()

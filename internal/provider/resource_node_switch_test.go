@@ -195,7 +195,7 @@ func writeKnownHosts(t *testing.T, n labtest.Node) string {
 	return f
 }
 
-// verdictScenarioSteps are the verdict classes of DESIGN §4 through one transport, as
+// verdictScenarioSteps are the verdict classes (docs/design.md#verdict-classes) through one transport, as
 // steps on one node: a failed unit fails a strict create and the next apply (taint),
 // lenient mode succeeds naming it, a failed unit fails a strict update and the next
 // apply (prior state kept), a restart loop is named and does not fail, a 214 unit is a
@@ -212,7 +212,7 @@ func verdictScenarioSteps(t *testing.T, node labtest.Node, transport string) []r
 
 	return []resource.TestStep{
 		{Config: cfg(failed, ""), ExpectError: failedErr},
-		// SC-001: the resource is tainted, so the next apply deploys and fails again.
+		// A failed create: the resource is tainted, so the next apply deploys and fails again.
 		{Config: cfg(failed, ""), ExpectError: failedErr},
 		{
 			Config: cfg(failed, "strict = false"),
@@ -223,7 +223,7 @@ func verdictScenarioSteps(t *testing.T, node labtest.Node, transport string) []r
 			},
 		},
 		{Config: cfg(good, ""), ConfigStateChecks: []statecheck.StateCheck{verdictBool("ok", true), verdictList("failed")}},
-		// SC-001 on update: the prior state is kept, so the next apply fails again.
+		// A failed update: the prior state is kept, so the next apply fails again.
 		{Config: cfg(failed, ""), ExpectError: failedErr},
 		{Config: cfg(failed, ""), ExpectError: failedErr},
 		{
@@ -284,7 +284,7 @@ func TestAccNodeSwitchSSHUnknownHostKey(t *testing.T) {
 	node := nodes[0]
 	other := nodes[len(nodes)-1]
 	if other.HostKey == node.HostKey {
-		t.Skip("the lab nodes share a host key; cannot make a wrong pin")
+		t.Fatal("the lab nodes share a host key (lab.sh gives each its own): cannot make a wrong pin")
 	}
 	wrong := node
 	wrong.HostKey = other.HostKey // a real key, but not this node's
@@ -342,7 +342,7 @@ func ourSnapshots(t *testing.T, n labtest.Node) []string {
 	return out
 }
 
-// Incus: the provider builds the closure with the written node plan (FR-015), takes a
+// Incus: the provider builds the closure with the written node plan, takes a
 // snapshot before each switch and keeps exactly `keep`; a stopped instance in Read keeps
 // the state (with a warning) instead of dropping it; the node imports by address.
 func TestAccNodeSwitchIncusBuildSnapshotsRead(t *testing.T) {
@@ -465,7 +465,7 @@ func accOnly(t *testing.T) {
 }
 
 // A submission that changed after the plan was made is refused at apply, with an error
-// that shows both digests, before any node is contacted (FR-011).
+// that shows both digests, before any node is contacted.
 func TestAccNodeSwitchRefusesChangedSubmission(t *testing.T) {
 	accOnly(t)
 	dir := t.TempDir()

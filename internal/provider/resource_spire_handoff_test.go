@@ -375,8 +375,8 @@ func (a *spireAcc) checkArgvLog() error {
 	return a.noTokenIn("argv seen by the spire node", out)
 }
 
-// TestAccSpireHandoff_attestRotateRemakeDestroy: the hand-off end to end (k8s.md FR-015,
-// FR-016, FR-017, SC-005 and the SPIRE edge cases a lab can show).
+// TestAccSpireHandoff_attestRotateRemakeDestroy: the hand-off end to end (docs/design.md#spire):
+// service account, kubeconfig, entries, a real attestation, CA rotation, remake, destroy.
 func TestAccSpireHandoff_attestRotateRemakeDestroy(t *testing.T) {
 	a := newSpireAcc(t)
 	a.auditArgv()

@@ -63,7 +63,7 @@ const reruns = "Changing it runs the pass again."
 
 func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		MarkdownDescription: "The verdict-only pass on a running node (spec User Story 4, FR-007): it never builds, copies or switches. " +
+		MarkdownDescription: "The verdict-only pass on a running node: it never builds, copies or switches. " +
 			"It waits for the secret chain (bounded by `timings.chain_wait`, stopping early and naming the member when one fails or shows no " +
 			"progress for `timings.no_progress`), restarts only failed units the closure wants, settles, watches and gives the same structured " +
 			"verdict as `fediversity_node_switch`. In strict mode a failed unit, a closure fault or a unit still looping past its loop budget " +
@@ -154,7 +154,7 @@ func (r *verdictResource) Create(ctx context.Context, req resource.CreateRequest
 	resp.Diagnostics.Append(diags...)
 	if judged {
 		// Also when the verdict failed: the resource is then tainted, and the next apply
-		// runs the pass again (SC-001).
+		// runs the pass again (docs/design.md#failed-deploy).
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 	}
 	tflog.Debug(ctx, "verdict-only pass stored", map[string]any{"judged": judged, "failed": err != nil})

@@ -145,7 +145,7 @@ func TestAccVerdictChainConverges(t *testing.T) {
 }
 
 // A chain member that fails, or that makes no progress, stops the pass before
-// chain_wait (SC-005) with an error naming the member.
+// chain_wait with an error naming the member.
 func TestAccVerdictChainStopsEarly(t *testing.T) {
 	accLab(t)
 	fails := buildChain(t, "fails")

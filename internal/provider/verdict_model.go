@@ -16,7 +16,7 @@ import (
 
 // The structured verdict shared by fediversity_node_switch and fediversity_verdict.
 //
-// Every class of DESIGN §4 is a list of unit names, so HCL can test it
+// Every verdict class (docs/design.md#verdict-classes) is a list of unit names, so HCL can test it
 // (`length(x.verdict.failed) == 0`). A list that could not be read (the system bus did
 // not answer) is null, never empty: `unread` is then true and `unread_sources` says what
 // was missing.
@@ -113,7 +113,7 @@ func verdictSchemaAttribute(what string) schema.SingleNestedAttribute {
 	return schema.SingleNestedAttribute{
 		Computed:            true,
 		Attributes:          attrs,
-		MarkdownDescription: "The verdict of " + what + ": unit names per class (DESIGN §4), the switch result, the system state and the phase timings.",
+		MarkdownDescription: "The verdict of " + what + ": unit names per class (see the design page's verdict classes), the switch result, the system state and the phase timings.",
 	}
 }
 

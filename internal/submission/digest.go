@@ -42,8 +42,7 @@ func Digest(raw []byte) (string, error) {
 
 // ReadAndDigest reads a submission file and returns its digest. A resource that was
 // given `submission_digest` and `submission_file` calls it at apply (through
-// CheckUnchanged) to refuse a submission that is not the one the plan was made from
-// (spec FR-011).
+// CheckUnchanged) to refuse a submission that is not the one the plan was made from.
 func ReadAndDigest(file string) (string, error) {
 	raw, err := ReadFile(file)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// User Story 2, scenario 4 (engine part): an apply with a submission that is not the
+// The engine part of the digest check: an apply with a submission that is not the
 // one the plan was made from refuses, and the error shows both digests.
 func TestCheckUnchangedRefusesAnotherSubmission(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "submission.json")

@@ -1,5 +1,5 @@
 // Package submission reads a submitted configuration, merges it into the baked
-// configuration and writes one plan per node (spec FR-010 … FR-018). It is the engine
+// configuration and writes one plan per node (docs/design.md#node-plans). It is the engine
 // of the data source fediversity_submission and of the digest re-check the resources
 // make at apply. It must not import the plugin framework, any transport or the deploy
 // body: it works on JSON bytes and returns plain Go values.
@@ -57,11 +57,11 @@
 // given for all nodes; undeclared keys are dropped. A declared key that names a
 // deployer credential (IsCredentialKey: SSH key or agent socket, kubeconfig, registry
 // auth, staged credential, token, password, secret) is refused: credential locations are
-// per-run values (spec FR-013), so two runs that stage credentials at different places
-// give equal plans (SC-002). The provider also passes its own per-run values
+// per-run values, so two runs that stage credentials at different places give equal
+// plans. The provider also passes its own per-run values
 // (Input.PerRunValues); a plan string that holds one is refused.
 //
-// A plan is data (spec FR-014): objects, lists, strings, numbers, booleans, null, and
+// A plan is data: objects, lists, strings, numbers, booleans, null, and
 // file references. A file reference is the object {"_file": "path"} with no other key.
 // A relative path is relative to the operator tree root; an absolute path inside the
 // tree is stored relative to it. A path outside the tree (absolute, or relative with

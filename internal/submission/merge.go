@@ -6,11 +6,11 @@ import (
 	"strings"
 )
 
-// Methods are the deployment methods of the catalog (spec FR-001). A key of the
+// Methods are the deployment methods (docs/design.md#methods). A key of the
 // submission named after one of them is that method's branch.
 var Methods = []string{"ssh", "tf", "tf-incus", "tf-incus-operator", "k8s", "k8s-operator"}
 
-// raisedKeys are the values that move out of the picked method's branch (spec FR-010).
+// raisedKeys are the values that move out of the picked method's branch.
 var raisedKeys = []string{"applications", "domain", "email"}
 
 func isMethod(name string) bool {
@@ -126,8 +126,8 @@ func checkTopLevel(doc map[string]any, in, root string, errs *Errors) {
 }
 
 // mergeConfig merges the (raised) submission into the baked configuration. Every
-// application the submission names is on only when the submission says "enable": true
-// (spec FR-010); an application the submission does not name keeps its baked entry.
+// application the submission names is on only when the submission says "enable": true;
+// an application the submission does not name keeps its baked entry.
 func mergeConfig(baked, sub map[string]any) map[string]any {
 	merged := map[string]any{}
 	for k, v := range baked {

@@ -29,7 +29,7 @@ type Input struct {
 	OperatorRoot string
 	// PerRunValues are per-run values (label → value, e.g. "ssh_private_key_file" →
 	// its path). A plan that holds one of them is refused: a credential location is
-	// never part of a node plan (spec FR-013).
+	// never part of a node plan.
 	PerRunValues map[string]string
 }
 
@@ -198,7 +198,7 @@ func Evaluate(in Input) (*Result, error) {
 }
 
 // checkNodes checks the node map of the merged configuration and returns it. A node
-// map that publishes no node names is refused when a submission is given (spec FR-016).
+// map that publishes no node names is refused when a submission is given.
 func checkNodes(merged, apps map[string]any, haveSubmission bool, errs *Errors) map[string]any {
 	raw, ok := merged["nodes"]
 	if !ok || raw == nil {
@@ -313,7 +313,7 @@ var credentialWords = []string{
 }
 
 // IsCredentialKey tells whether an identity key names a deployer credential, which
-// is a per-run value and never part of a node identity (spec FR-013).
+// is a per-run value and never part of a node identity.
 func IsCredentialKey(key string) bool {
 	n := strings.NewReplacer("_", "", "-", "", ".", "").Replace(strings.ToLower(key))
 	for _, w := range credentialWords {
@@ -331,7 +331,7 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// planChecker checks that a node plan is data (spec FR-014) and stores every file
+// planChecker checks that a node plan is data and stores every file
 // reference relative to the operator tree.
 type planChecker struct {
 	root     string

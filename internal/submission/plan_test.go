@@ -114,7 +114,7 @@ func findError(errs Errors, path, problem string) *PathError {
 	return nil
 }
 
-// User Story 2, scenario 1: named without enable → off.
+// An application named without enable is off.
 func TestMergeNamedButNotEnabledIsOff(t *testing.T) {
 	for _, sub := range []string{
 		`{"applications": {"mastodon": {"streaming": {"workers": 4}}}}`,
@@ -142,7 +142,7 @@ func TestMergeNamedButNotEnabledIsOff(t *testing.T) {
 	}
 }
 
-// User Story 2, scenario 2: not named → the baked entry stays.
+// An application not named keeps its baked entry.
 func TestMergeNotNamedKeepsBakedEntry(t *testing.T) {
 	res := evaluate(t, Input{Submission: []byte(`{"applications": {"mastodon": {"enable": true}}}`)})
 	merged := decode(t, res.Merged)
@@ -159,7 +159,7 @@ func TestMergeNotNamedKeepsBakedEntry(t *testing.T) {
 	}
 }
 
-// User Story 2, scenario 3: applications, domain and email in the method branch move
+// Applications, domain and email in the method branch move
 // to the top level and the branch goes away.
 func TestMergeRaisesMethodBranch(t *testing.T) {
 	sub := `{
@@ -225,7 +225,7 @@ func TestChangingOneApplicationChangesOnlyItsNodes(t *testing.T) {
 	}
 }
 
-// User Story 3 scenario 1: a change in the DNS domain changes the plans.
+// A change in the DNS domain changes the plans.
 func TestDomainChangeChangesEveryPlan(t *testing.T) {
 	a := evaluate(t, Input{Submission: []byte(`{"domain": "a.example"}`)})
 	b := evaluate(t, Input{Submission: []byte(`{"domain": "b.example"}`)})
@@ -236,7 +236,8 @@ func TestDomainChangeChangesEveryPlan(t *testing.T) {
 	}
 }
 
-// SC-002 and User Story 3 scenario 2: credential locations never enter a plan.
+// Credential locations never enter a plan: two runs that stage them at different
+// places give equal plans.
 func TestCredentialLocationsNeverEnterAPlan(t *testing.T) {
 	sub := []byte(`{"applications": {"mastodon": {"enable": true}}}`)
 	run := func(stage string) *Result {
@@ -395,7 +396,7 @@ func TestFileReferences(t *testing.T) {
 	}
 }
 
-// FR-016: a baked node map that publishes no node names is refused when a submission
+// A baked node map that publishes no node names is refused when a submission
 // is given.
 func TestNodeMapWithoutNamesIsRefusedWithASubmission(t *testing.T) {
 	sub := []byte(`{"applications": {"mastodon": {"enable": true}}}`)

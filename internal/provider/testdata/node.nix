@@ -1,6 +1,6 @@
 # A stand-in NixOS toplevel for the provider's acceptance tests, built without nixpkgs
 # (like lab/closures): one healthy unit, plus
-#   planFile  the node plan the provider wrote (FR-015): copied to
+#   planFile  the node plan the provider wrote: copied to
 #             $out/etc/fediversity/node-plan.json, so a test can read back what the
 #             build was given;
 #   brick     "1": `switch` powers the node off right after pointing

@@ -22,7 +22,7 @@ func TestUnreachableAfterSwitch(t *testing.T) {
 		{"unreachable before switch", &deploybody.Result{Phases: notSwitched}, unreach, false},
 		{"unreachable after switch", &deploybody.Result{Phases: switched}, unreach, true},
 		{"verdict says unreachable", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Unreachable: true}}, failedUnit, true},
-		// FR-004: a failed unit keeps its new boot entry; it is never restored.
+		// A failed unit keeps its new boot entry; it is never restored (docs/design.md#phases).
 		{"failed unit", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, failedUnit, false},
 		{"success", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{OK: true}}, nil, false},
 		{"nil", nil, unreach, false},
@@ -35,7 +35,7 @@ func TestUnreachableAfterSwitch(t *testing.T) {
 }
 
 // After the switch, any failure except a verdict the node answered is probed for
-// reachability; a failed unit never is (FR-004 keeps its new boot entry).
+// reachability; a failed unit never is: it keeps its new boot entry.
 func TestMayBeUnreachable(t *testing.T) {
 	switched := []deploybody.PhaseTiming{{Name: deploybody.PhaseSwitch}}
 	verdictErr := &deploybody.DeployError{Node: "n", Phase: deploybody.PhaseVerdict, Err: errors.New("unit failed")}

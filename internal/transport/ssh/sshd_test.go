@@ -44,6 +44,9 @@ func startSSHD(t *testing.T) *sshd {
 		t.Skip("no /usr/sbin/sshd on this machine: the real-sshd tests cannot run")
 	}
 	if os.Geteuid() != 0 {
+		if os.Getenv("FEDIVERSITY_LAB") == "1" {
+			t.Fatal("the real-sshd tests start sshd, which needs root: run the lab tests as root")
+		}
 		t.Skip("the real-sshd tests start sshd, which needs root")
 	}
 	dir := t.TempDir()
@@ -506,11 +509,15 @@ func closeQuietly(c io.Closer) {
 }
 
 // The agent path against OpenSSH's own ssh-agent (not x/crypto's keyring): the key is
-// added with ssh-add and never read by the transport. Skips where ssh-agent is missing.
+// added with ssh-add and never read by the transport. Skips where ssh-agent is missing,
+// unless the lab was asked for.
 func TestRealSSHDOpenSSHAgent(t *testing.T) {
 	s := startSSHD(t)
 	agentBin, err := exec.LookPath("ssh-agent")
 	if err != nil {
+		if os.Getenv("FEDIVERSITY_LAB") == "1" {
+			t.Fatalf("ssh-agent is not installed (lab/install-host.sh installs openssh-client): %v", err)
+		}
 		t.Skip("no ssh-agent on this machine (openssh-client provides it)")
 	}
 	sock := filepath.Join(t.TempDir(), "agent.sock")

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// event is one line of `go test -json` (cmd/test2json). Compiler messages come as
+// build-output events.
+type event struct {
+	Action      string
+	Package     string
+	Test        string
+	Output      string
+	FailedBuild string // set on a package's fail event when its test binary did not build
+}
+
+// Suite is what one suite proved. It is saved as JSON so `report` can add up the suites
+// of a run after they ran, each in its own process.
+type Suite struct {
+	Suite     string
+	Wall      time.Duration
+	Passed    int
+	Failed    int
+	Skipped   int
+	Skips     []Skip   // every skipped test, with its reason
+	Failures  []string // every failed test (package/Test), and packages that failed outside a test
+	ExitError string   `json:",omitempty"`
+}
+
+// Skip is one skipped test and the reason it printed (its t.Skip message).
+type Skip struct {
+	Test   string // package/Test, the package relative to the module when it can be
+	Reason string
+}
+
+// Counts is the suite's line in the log, in the same words as the last line of the report.
+func (s Suite) Counts() string {
+	return fmt.Sprintf("%d passed, %d failed, %d skipped", s.Passed, s.Failed, s.Skipped)
+}
+
+// Read consumes a `go test -json` stream. It writes what plain `go test` writes (the
+// package result lines and the output of each failed test) or, verbose, every output
+// line, as the events arrive; lines that are not JSON are passed through untouched.
+func Read(r io.Reader, out io.Writer, verbose bool) Suite {
+	var s Suite
+	buffered := map[string][]string{} // output of each running test, printed if it fails
+	failedIn := map[string]bool{}     // packages with at least one failed test
+	scanner := bufio.NewScanner(r)
+	scanner.Buffer(make([]byte, 1<<20), 16<<20)
+	for scanner.Scan() {
+		line := scanner.Bytes()
+		var e event
+		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
+			fmt.Fprintf(out, "%s\n", line)
+			continue
+		}
+		key := e.Package + "\x00" + e.Test
+		switch e.Action {
+		case "output":
+			switch {
+			case verbose:
+				fmt.Fprint(out, e.Output)
+			case e.Test != "":
+				buffered[key] = append(buffered[key], e.Output)
+			case !quietPackageLine(e.Output):
+				fmt.Fprint(out, e.Output)
+			}
+		case "build-output":
+			fmt.Fprint(out, e.Output)
+		case "pass":
+			if e.Test != "" {
+				s.Passed++
+			}
+			delete(buffered, key)
+		case "skip":
+			if e.Test != "" {
+				s.Skipped++
+				s.Skips = append(s.Skips, Skip{Test: name(e), Reason: skipReason(buffered[key])})
+			}
+			delete(buffered, key)
+		case "fail":
+			if e.Test != "" {
+				s.Failed++
+				s.Failures = append(s.Failures, name(e))
+				failedIn[e.Package] = true
+				if !verbose {
+					for _, o := range buffered[key] {
+						fmt.Fprint(out, o)
+					}
+				}
+			} else if e.FailedBuild != "" {
+				s.Failed++
+				s.Failures = append(s.Failures, shortPackage(e.Package)+" (build failed)")
+			} else if !failedIn[e.Package] {
+				// The package failed with no failed test: TestMain, init, a panic
+				// outside a test, a timeout.
+				s.Failed++
+				s.Failures = append(s.Failures, shortPackage(e.Package)+" (package failed outside a test)")
+			}
+			delete(buffered, key)
+		}
+	}
+	if err := scanner.Err(); err != nil {
+		s.Failed++
+		s.Failures = append(s.Failures, "reading go test output: "+err.Error())
+	}
+	return s
+}
+
+// quietPackageLine drops the package-level lines plain `go test` does not print either.
+func quietPackageLine(o string) bool {
+	return o == "PASS\n" || o == "testing: warning: no tests to run\n"
+}
+
+func name(e event) string { return shortPackage(e.Package) + "." + e.Test }
+
+// shortPackage drops the module path so the table stays readable.
+func shortPackage(p string) string {
+	const module = "github.com/fediversity/terraform-provider-fediversity/"
+	return strings.TrimPrefix(p, module)
+}
+
+// skipReason is the message a skipped test printed: its output without the framing
+// lines test2json adds (=== RUN, --- SKIP …), and without the file:line prefix.
+func skipReason(output []string) string {
+	var lines []string
+	for _, o := range output {
+		t := strings.TrimSpace(o)
+		if t == "" || strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- SKIP") {
+			continue
+		}
+		if i := strings.Index(t, ": "); i > 0 && strings.Contains(t[:i], ".go:") {
+			t = t[i+2:]
+		}
+		lines = append(lines, t)
+	}
+	if len(lines) == 0 {
+		return "(no reason given)"
+	}
+	return strings.Join(lines, " / ")
+}
+
+// Save writes the suite into dir, named so that Load returns suites in the order they ran.
+func (s Suite) Save(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	existing, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("%03d.json", len(existing)+1)), data, 0o644)
+}
+
+// Load reads the suites Save wrote into dir, in the order they ran.
+func Load(dir string) ([]Suite, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var suites []Suite
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var s Suite
+		if err := json.Unmarshal(data, &s); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		suites = append(suites, s)
+	}
+	if len(suites) == 0 {
+		return nil, fmt.Errorf("no suite was recorded in %s", dir)
+	}
+	return suites, nil
+}
+
+// Report prints the table of suites, the failed tests, the skipped tests grouped by
+// their reason, and a last line with the totals; it returns the totals.
+func Report(suites []Suite, out io.Writer) Suite {
+	var total Suite
+	width := len("suite")
+	for _, s := range suites {
+		width = max(width, len(s.Suite))
+	}
+	fmt.Fprintf(out, "\n=== test summary\n%-*s  %7s  %7s  %7s  %9s\n", width, "suite", "passed", "failed", "skipped", "wall")
+	for _, s := range suites {
+		fmt.Fprintf(out, "%-*s  %7d  %7d  %7d  %9s\n", width, s.Suite, s.Passed, s.Failed, s.Skipped, s.Wall.Round(time.Second))
+		total.Passed += s.Passed
+		total.Failed += s.Failed
+		total.Skipped += s.Skipped
+		total.Wall += s.Wall
+	}
+	fmt.Fprintf(out, "%-*s  %7d  %7d  %7d  %9s\n", width, "total", total.Passed, total.Failed, total.Skipped, total.Wall.Round(time.Second))
+
+	for _, s := range suites {
+		if len(s.Failures) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "\nfailed in %s:\n", s.Suite)
+		for _, f := range s.Failures {
+			fmt.Fprintf(out, "  %s\n", f)
+		}
+	}
+	for _, s := range suites {
+		if len(s.Skips) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "\nskipped in %s:\n", s.Suite)
+		byReason := map[string][]string{}
+		var reasons []string
+		for _, k := range s.Skips {
+			if byReason[k.Reason] == nil {
+				reasons = append(reasons, k.Reason)
+			}
+			byReason[k.Reason] = append(byReason[k.Reason], k.Test)
+		}
+		for _, r := range reasons {
+			fmt.Fprintf(out, "  %s (%d):\n", r, len(byReason[r]))
+			for _, t := range byReason[r] {
+				fmt.Fprintf(out, "    %s\n", t)
+			}
+		}
+	}
+	fmt.Fprintf(out, "\n%s\n", total.Counts())
+	return total
+}

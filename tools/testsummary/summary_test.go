@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The fixtures in testdata are real `go test -json` output of a throwaway package: one
+// test passes, one fails, one skips, one has a passing and a skipped subtest
+// (mixed.json); and a test file that does not compile (build-failed.json).
+
+func readFixture(t *testing.T, name string, verbose bool) (Suite, string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	return Read(f, &out, verbose), out.String()
+}
+
+func TestReadCountsEveryOutcome(t *testing.T) {
+	s, out := readFixture(t, "mixed.json", false)
+	if s.Passed != 3 || s.Failed != 1 || s.Skipped != 2 {
+		t.Errorf("counts = %s, want 3 passed (two tests, one subtest), 1 failed, 2 skipped", s.Counts())
+	}
+	if want := []string{"example.test/tp.TestFails"}; !reflect.DeepEqual(s.Failures, want) {
+		t.Errorf("failures = %q, want %q", s.Failures, want)
+	}
+	wantSkips := []Skip{
+		{Test: "example.test/tp.TestSkips", Reason: "sshd not found on PATH"},
+		{Test: "example.test/tp.TestParent/skipped", Reason: "needs root"},
+	}
+	if !reflect.DeepEqual(s.Skips, wantSkips) {
+		t.Errorf("skips = %+v, want %+v", s.Skips, wantSkips)
+	}
+	// What plain `go test` prints: the failed test's whole output and the package
+	// line, nothing of the tests that passed.
+	for _, want := range []string{"tp_test.go:8: the node answered 503", "--- FAIL: TestFails", "FAIL\texample.test/tp"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "TestPasses") || strings.Contains(out, "sshd not found") {
+		t.Errorf("output shows tests that did not fail:\n%s", out)
+	}
+}
+
+func TestReadVerbosePrintsEveryLine(t *testing.T) {
+	_, out := readFixture(t, "mixed.json", true)
+	for _, want := range []string{"=== RUN   TestPasses", "tp_test.go:13: sshd not found on PATH", "--- FAIL: TestFails"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("verbose output lacks %q", want)
+		}
+	}
+}
+
+func TestReadBuildFailureIsAFailure(t *testing.T) {
+	s, out := readFixture(t, "build-failed.json", false)
+	if s.Failed != 1 || s.Passed != 0 {
+		t.Errorf("counts = %s, want the package that did not build as the one failure", s.Counts())
+	}
+	if want := []string{"example.test/tp/broken (build failed)"}; !reflect.DeepEqual(s.Failures, want) {
+		t.Errorf("failures = %q, want %q", s.Failures, want)
+	}
+	if !strings.Contains(out, "undefined: undefined") {
+		t.Errorf("the compiler's message is not shown:\n%s", out)
+	}
+}
+
+func TestReportAddsUpSuitesAndEndsWithTotals(t *testing.T) {
+	dir := t.TempDir()
+	for _, s := range []Suite{
+		{Suite: "unit", Passed: 10, Skipped: 1, Skips: []Skip{{Test: "p.TestA", Reason: "needs root"}}},
+		{Suite: "acceptance", Passed: 4, Failed: 1, Failures: []string{"p.TestB"}},
+	} {
+		if err := s.Save(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	suites, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(suites) != 2 || suites[0].Suite != "unit" || suites[1].Suite != "acceptance" {
+		t.Fatalf("suites loaded out of the order they ran: %+v", suites)
+	}
+	var out bytes.Buffer
+	total := Report(suites, &out)
+	if total.Passed != 14 || total.Failed != 1 || total.Skipped != 1 {
+		t.Errorf("total = %s", total.Counts())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if last := lines[len(lines)-1]; last != "14 passed, 1 failed, 1 skipped" {
+		t.Errorf("last line = %q", last)
+	}
+	for _, want := range []string{"needs root (1):", "p.TestA", "failed in acceptance:", "p.TestB"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestRunFailsWhenTheCommandFails: a suite whose command exits non-zero fails even when
+// no test event said so (a crash before any test, a go vet failure inside go test).
+func TestRunFailsWhenTheCommandFails(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal("sh is not on PATH: ", err)
+	}
+	dir := t.TempDir()
+	var out bytes.Buffer
+	code, err := runCommand([]string{"-suite", "crash", "-record", dir, "--", sh, "-c", "echo not json; exit 3"}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 1 {
+		t.Errorf("exit code = %d, want 1", code)
+	}
+	suites, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if suites[0].Failed != 1 || !strings.Contains(suites[0].Failures[0], "exit status 3") {
+		t.Errorf("recorded %+v, want one failure naming the exit status", suites[0])
+	}
+	if !strings.Contains(out.String(), "not json") {
+		t.Errorf("a line that is not JSON was not passed through: %q", out.String())
+	}
+}
