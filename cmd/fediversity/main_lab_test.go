@@ -65,6 +65,11 @@ func TestLabCLIDeployGroup(t *testing.T) {
 		if code != exitFailed {
 			t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", code, exitFailed, stdout, stderr)
 		}
+		for _, key := range []string{`"failed_units"`, `"system_state"`, `"paths_copied"`, `"phases"`} {
+			if !strings.Contains(stdout, key) {
+				t.Errorf("--json output lacks %s", key)
+			}
+		}
 		var out jsonSummary
 		if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 			t.Fatalf("--json output is not JSON: %v\n%s", err, stdout)

@@ -98,19 +98,105 @@ func counts(outcomes []fleet.Outcome) (ok, failed, disabled int) {
 
 // jsonNode is one node in --json output. Field names are stable.
 type jsonNode struct {
-	Node       string              `json:"node"`
-	OK         bool                `json:"ok"`
-	Disabled   bool                `json:"disabled,omitempty"`
-	Error      string              `json:"error,omitempty"`
-	Phase      string              `json:"failed_phase,omitempty"`
-	Toplevel   string              `json:"toplevel,omitempty"`
-	Generation int                 `json:"generation,omitempty"`
-	Running    string              `json:"running_system,omitempty"`
-	Copied     *jsonCopy           `json:"copied,omitempty"`
-	Seconds    float64             `json:"seconds"`
-	Verdict    *deploybody.Verdict `json:"verdict,omitempty"`
-	Report     string              `json:"report,omitempty"`
-	Phases     []jsonPhase         `json:"phases,omitempty"`
+	Node       string       `json:"node"`
+	OK         bool         `json:"ok"`
+	Disabled   bool         `json:"disabled,omitempty"`
+	Error      string       `json:"error,omitempty"`
+	Phase      string       `json:"failed_phase,omitempty"`
+	Toplevel   string       `json:"toplevel,omitempty"`
+	Generation int          `json:"generation,omitempty"`
+	Running    string       `json:"running_system,omitempty"`
+	Copied     *jsonCopy    `json:"copied,omitempty"`
+	Seconds    float64      `json:"seconds"`
+	Verdict    *jsonVerdict `json:"verdict,omitempty"`
+	Report     string       `json:"report,omitempty"`
+	Phases     []jsonPhase  `json:"phases,omitempty"`
+}
+
+// jsonVerdict is the verdict with stable snake_case names (the attribute names of the
+// provider's `verdict`). A list that could not be read is null, never empty.
+type jsonVerdict struct {
+	OK                  bool              `json:"ok"`
+	Strict              bool              `json:"strict"`
+	VerdictOnly         bool              `json:"verdict_only"`
+	SystemState         string            `json:"system_state"`
+	Unreachable         bool              `json:"unreachable"`
+	Unread              []string          `json:"unread"`
+	Samples             int               `json:"samples"`
+	Answered            int               `json:"answered"`
+	Failed              []jsonFailedUnit  `json:"failed_units"`
+	SetAside            []string          `json:"set_aside_units"`
+	RestartLoops        []jsonLoopingUnit `json:"restart_loops"`
+	Cycling             []string          `json:"cycling_units"`
+	StaleJobs           []jsonStaleJob    `json:"stale_jobs"`
+	NeverSpawnedClosure []jsonSpawnFault  `json:"never_spawned_closure"`
+	NeverSpawnedHost    []jsonSpawnFault  `json:"never_spawned_host"`
+	SkippedOnCondition  []string          `json:"skipped_on_condition"`
+	Restarted           []string          `json:"restarted_units"`
+	Reasons             []string          `json:"reasons"`
+}
+
+type jsonFailedUnit struct {
+	Unit   string `json:"unit"`
+	Result string `json:"result"`
+	Origin string `json:"origin"`
+}
+
+type jsonLoopingUnit struct {
+	Unit         string `json:"unit"`
+	NRestarts    int    `json:"n_restarts"`
+	Budget       int    `json:"budget"`
+	PastBudget   bool   `json:"past_budget"`
+	StillLooping bool   `json:"still_looping"`
+}
+
+type jsonStaleJob struct {
+	Unit       string  `json:"unit"`
+	JobID      int     `json:"job_id"`
+	AgeSeconds float64 `json:"age_seconds"`
+}
+
+type jsonSpawnFault struct {
+	Unit   string `json:"unit"`
+	Status int    `json:"status"`
+	Reason string `json:"reason"`
+}
+
+func verdictJSON(v *deploybody.Verdict) *jsonVerdict {
+	if v == nil {
+		return nil
+	}
+	out := &jsonVerdict{OK: v.OK, Strict: v.Strict, VerdictOnly: v.VerdictOnly, SystemState: v.SystemState,
+		Unreachable: v.Unreachable, Unread: v.Unread, Samples: v.Samples, Answered: v.Answered,
+		SetAside: v.SetAside, Cycling: v.Cycling, SkippedOnCondition: v.SkippedOnCondition,
+		Restarted: v.Restarted, Reasons: v.Reasons}
+	out.Failed = mapList(v.Failed, func(f deploybody.FailedUnit) jsonFailedUnit {
+		return jsonFailedUnit{Unit: f.Unit, Result: f.Result, Origin: string(f.Origin)}
+	})
+	out.RestartLoops = mapList(v.RestartLoops, func(l deploybody.LoopingUnit) jsonLoopingUnit {
+		return jsonLoopingUnit{Unit: l.Unit, NRestarts: l.NRestarts, Budget: l.Budget, PastBudget: l.PastBudget, StillLooping: l.StillLooping}
+	})
+	out.StaleJobs = mapList(v.StaleJobs, func(j deploybody.StaleJob) jsonStaleJob {
+		return jsonStaleJob{Unit: j.Unit, JobID: j.JobID, AgeSeconds: j.Age.Seconds()}
+	})
+	spawn := func(f deploybody.SpawnFault) jsonSpawnFault {
+		return jsonSpawnFault{Unit: f.Unit, Status: f.Status, Reason: f.Reason}
+	}
+	out.NeverSpawnedClosure = mapList(v.NeverSpawnedClosure, spawn)
+	out.NeverSpawnedHost = mapList(v.NeverSpawnedHost, spawn)
+	return out
+}
+
+// mapList maps a list, keeping nil (unread) apart from empty.
+func mapList[T, U any](in []T, f func(T) U) []U {
+	if in == nil {
+		return nil
+	}
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
 }
 
 type jsonCopy struct {
@@ -146,7 +232,7 @@ func writeJSON(w io.Writer, outcomes []fleet.Outcome) error {
 		if r := o.Result; r != nil {
 			n.Toplevel, n.Generation, n.Running = r.Toplevel, r.Generation, r.RunningSystem
 			n.Copied = &jsonCopy{PathsTotal: r.Copy.PathsTotal, PathsCopied: r.Copy.PathsMissing, Bytes: r.Copy.BytesSent}
-			n.Verdict, n.Report = r.Verdict, r.Report
+			n.Verdict, n.Report = verdictJSON(r.Verdict), r.Report
 			for _, p := range r.Phases {
 				n.Phases = append(n.Phases, jsonPhase{Name: p.Name, Seconds: p.Duration.Seconds(), Note: p.Note})
 			}
