@@ -32,8 +32,10 @@ key=$state/id_ed25519
 SETTLE=2
 ROUNDS=${BENCH_ROUNDS:-3}
 WATCH=4
-inst=fedi-t-bench-h6
-port=2299
+# The throwaway node is named and placed after the lab (LAB_PREFIX, LAB_PORT_BASE, as
+# lab.sh does), so labs of different prefixes on one incusd can each run the benchmark.
+inst=${LAB_PREFIX:-fedi}-t-bench-h6
+port=$((${LAB_PORT_BASE:-2200} + 99))
 
 [ -f "$state/nodes.json" ] || bash lab/lab.sh up >/dev/null
 go build -trimpath -o "$root/bin/terraform-provider-fediversity" .
