@@ -38,6 +38,9 @@ type Config struct {
 	Log func(format string, args ...any)
 	// Switch tunes the polling of the detached switch; zero values take the defaults.
 	Switch remote.SwitchOptions
+	// RecordedExecOnly runs every command with its own recorded exec instead of
+	// through one exec session per transport (session.go): slower, for comparison.
+	RecordedExecOnly bool
 }
 
 // Transport reaches one Incus instance. It implements deploybody.Transport.
@@ -52,6 +55,11 @@ type Transport struct {
 
 	pathOnce sync.Once
 	basePath string // the PATH commands get after the caller's entries
+
+	smu       sync.Mutex
+	sess      *shellSession // the open exec session, if any
+	sessOpens int           // sessions opened so far (bounded by maxSessionOpens)
+	noSession bool          // Config.RecordedExecOnly
 }
 
 var (
@@ -79,15 +87,19 @@ func New(cfg Config) (*Transport, error) {
 
 		logf:       cfg.Log,
 		switchOpts: switchDefaults(cfg.Switch),
+		noSession:  cfg.RecordedExecOnly,
 	}, nil
 }
 
 // Node is the node's name.
 func (t *Transport) Node() string { return t.node }
 
-// Close releases nothing: the Incus client belongs to whoever built it (the provider's
-// configuration), and other transports go on using it.
-func (t *Transport) Close() error { return nil }
+// Close ends the transport's exec session, if one is open. The Incus client belongs to
+// whoever built it (the provider's configuration), and other transports go on using it.
+func (t *Transport) Close() error {
+	t.closeSession()
+	return nil
+}
 
 func (t *Transport) where() string {
 	p := t.project

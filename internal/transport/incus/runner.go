@@ -40,8 +40,10 @@ func (r runner) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout
 }
 
 // exec is the one place commands are sent: argv as a list, PATH = prefix + the node's
-// PATH, stdin (if any) through a temporary file. A command the node cannot find is
-// exit code 127 with a message on stderr, as a shell would report it.
+// PATH, stdin (if any) through a temporary file. It goes through the deploy's exec
+// session (session.go) when there is one, and with a recorded exec otherwise. A command
+// the node cannot find is exit code 127 with a message on stderr, as a shell would
+// report it.
 func (t *Transport) exec(ctx context.Context, argv []string, prefix string, stdin io.Reader) (deploybody.RunResult, error) {
 	phase := "run " + argv[0]
 	path := t.nodePath(ctx)
@@ -60,6 +62,12 @@ func (t *Transport) exec(ctx context.Context, argv []string, prefix string, stdi
 		defer t.removeFile(tmp)
 		// $0 is the stdin file and "$@" is argv: data, never script text.
 		cmd = append([]string{"/bin/sh", "-c", `exec "$@" < "$0"`, tmp}, argv...)
+	}
+	if res, handled, err := t.sessionExec(ctx, cmd, path); handled {
+		if err != nil {
+			return deploybody.RunResult{}, t.classify(ctx, phase, err)
+		}
+		return res, nil
 	}
 	res, err := t.c.Exec(ctx, t.instance, incusapi.ExecRequest{
 		Command:     cmd,

@@ -1,0 +1,186 @@
+package incusapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+)
+
+// ExecStream is a command running in an instance with its stdin, stdout and stderr
+// attached over the exec operation's websockets (a non-interactive exec with
+// wait-for-websocket: one websocket per stream, plus the control websocket). Nothing is
+// recorded on the daemon, so there are no logs to fetch or delete: a long-lived
+// process (a shell taking one command after another) costs one exec in all.
+//
+// Stdin is written with Write and ended with CloseStdin. Stdout and Stderr are read as
+// byte streams until the command closes them. Close ends the command if it still runs.
+type ExecStream struct {
+	c        *Client
+	w        where
+	instance string
+	opID     string
+
+	stdin, stdout, stderr, control *Websocket
+
+	Stdout io.Reader // the command's stdout, until it closes it (io.EOF)
+	Stderr io.Reader // the command's stderr, until it closes it (io.EOF)
+
+	closeOnce sync.Once
+}
+
+// OpenExec starts req in instance name with its streams attached and returns once the
+// websockets are connected. ctx bounds the opening only.
+func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*ExecStream, error) {
+	w := where{op: "exec (streamed)", instance: name}
+	if len(req.Command) == 0 {
+		return nil, c.apiErr(w, 0, "empty command")
+	}
+	body := execBody{
+		Command:          req.Command,
+		Environment:      req.Environment,
+		WaitForWebsocket: true,
+		Interactive:      false, // separate stdout and stderr, and no terminal to mangle bytes
+		RecordOutput:     false,
+		Cwd:              req.Cwd,
+		User:             req.User,
+		Group:            req.Group,
+	}
+	r, err := c.do(ctx, w, http.MethodPost, instPath(name, "exec"), nil, body)
+	if err != nil {
+		return nil, err
+	}
+	op, err := c.asyncOp(w, r)
+	if err != nil {
+		return nil, err
+	}
+	var fds map[string]string
+	if raw, ok := op.Metadata["fds"]; ok {
+		if err := json.Unmarshal(raw, &fds); err != nil {
+			return nil, c.apiErr(w, 0, fmt.Sprintf("malformed exec websocket list: %v", err))
+		}
+	}
+	s := &ExecStream{c: c, w: w, instance: name, opID: op.ID}
+	for _, fd := range []struct {
+		name string
+		ws   **Websocket
+	}{{"control", &s.control}, {"0", &s.stdin}, {"1", &s.stdout}, {"2", &s.stderr}} {
+		secret, ok := fds[fd.name]
+		if !ok || secret == "" {
+			s.Close()
+			return nil, c.apiErr(w, 0, "the exec operation offers no websocket for "+fd.name)
+		}
+		ws, err := c.dialWebsocket(ctx, w, "/1.0/operations/"+url.PathEscape(op.ID)+"/websocket", url.Values{"secret": {secret}})
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		*fd.ws = ws
+	}
+	s.Stdout = &streamReader{ws: s.stdout}
+	s.Stderr = &streamReader{ws: s.stderr}
+	go s.drainControl()
+	return s, nil
+}
+
+// drainControl reads the control websocket so its pings are answered; incusd sends
+// nothing else on it to a client.
+func (s *ExecStream) drainControl() {
+	for { // ends when the websocket does
+		if _, _, err := s.control.ReadMessage(); err != nil {
+			return
+		}
+	}
+}
+
+// Write sends p to the command's stdin.
+func (s *ExecStream) Write(p []byte) (int, error) {
+	if err := s.stdin.WriteMessage(OpBinary, p); err != nil {
+		return 0, s.c.transportErr(s.w, err)
+	}
+	return len(p), nil
+}
+
+// CloseStdin ends the command's stdin: incusd takes an empty text message (its
+// "barrier") as the end of a stream and closes the pipe.
+func (s *ExecStream) CloseStdin() error {
+	if err := s.stdin.WriteMessage(OpText, nil); err != nil {
+		return s.c.transportErr(s.w, err)
+	}
+	return nil
+}
+
+// Wait waits for the command to end (bounded by ctx) and returns its exit code.
+func (s *ExecStream) Wait(ctx context.Context) (int, error) {
+	done, err := s.c.waitOp(ctx, s.w, s.opID, opTimeout(ctx))
+	if err != nil {
+		return -1, err
+	}
+	raw, ok := done.Metadata["return"]
+	if !ok {
+		return -1, s.c.apiErr(s.w, 0, "the exec operation finished without an exit code")
+	}
+	code := -1
+	if err := json.Unmarshal(raw, &code); err != nil {
+		return -1, s.c.apiErr(s.w, 0, fmt.Sprintf("malformed exit code %s: %v", raw, err))
+	}
+	return code, nil
+}
+
+// Close ends the stream: closing the control websocket makes incusd kill the command
+// if it still runs (a command that ended is not touched). It does not wait.
+func (s *ExecStream) Close() {
+	s.closeOnce.Do(func() {
+		for _, ws := range []*Websocket{s.control, s.stdin, s.stdout, s.stderr} {
+			if ws != nil {
+				_ = ws.Close()
+			}
+		}
+	})
+}
+
+// CloseAndWait closes the command's stdin, waits up to grace for it to end by itself,
+// and then closes the stream (killing the command if it is still running).
+func (s *ExecStream) CloseAndWait(grace time.Duration) (int, error) {
+	_ = s.CloseStdin()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	code, err := s.Wait(ctx)
+	s.Close()
+	return code, err
+}
+
+// streamReader reads one output stream of an exec: binary messages are its bytes; an
+// empty text message (incusd's barrier) or a close is its end.
+type streamReader struct {
+	ws  *Websocket
+	buf []byte
+	err error
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		op, msg, err := r.ws.ReadMessage()
+		switch {
+		case errors.Is(err, ErrWebsocketClosed) || errors.Is(err, io.EOF):
+			r.err = io.EOF
+		case err != nil:
+			r.err = err
+		case op == OpText:
+			r.err = io.EOF
+		default:
+			r.buf = msg
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
