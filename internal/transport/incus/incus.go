@@ -18,6 +18,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
@@ -60,6 +61,9 @@ type Transport struct {
 	sess      *shellSession // the open exec session, if any
 	sessOpens int           // sessions opened so far (bounded by maxSessionOpens)
 	noSession bool          // Config.RecordedExecOnly
+
+	// Commands run through a session and with a recorded exec, for the log and tests.
+	viaSession, viaRecorded atomic.Int64
 }
 
 var (

@@ -64,11 +64,13 @@ func (t *Transport) exec(ctx context.Context, argv []string, prefix string, stdi
 		cmd = append([]string{"/bin/sh", "-c", `exec "$@" < "$0"`, tmp}, argv...)
 	}
 	if res, handled, err := t.sessionExec(ctx, cmd, path); handled {
+		t.viaSession.Add(1)
 		if err != nil {
 			return deploybody.RunResult{}, t.classify(ctx, phase, err)
 		}
 		return res, nil
 	}
+	t.viaRecorded.Add(1)
 	res, err := t.c.Exec(ctx, t.instance, incusapi.ExecRequest{
 		Command:     cmd,
 		Environment: map[string]string{"PATH": path},

@@ -288,6 +288,7 @@ func (t *Transport) session(ctx context.Context) *shellSession {
 		t.logPrintf("exec session: cannot open (%v); commands use recorded execs", err)
 		return nil
 	}
+	t.logPrintf("exec session %d of at most %d opened", t.sessOpens, maxSessionOpens)
 	t.sess = s
 	return s
 }
@@ -300,5 +301,6 @@ func (t *Transport) closeSession() {
 	t.smu.Unlock()
 	if s != nil {
 		s.close()
+		t.logPrintf("exec session closed: %d commands through the session, %d with recorded execs", t.viaSession.Load(), t.viaRecorded.Load())
 	}
 }
