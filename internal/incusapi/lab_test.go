@@ -319,6 +319,8 @@ func TestLabHTTPS(t *testing.T) {
 	if err != nil || string(res.Stdout) != "via https\n" {
 		t.Fatalf("exec over HTTPS: %v %+v", err, res)
 	}
+	// The exec websockets over TLS, with the same pinned certificate.
+	streamRoundTrip(t, ctx, c, node.Instance, bytes.Repeat([]byte("over tls "), 100_000))
 
 	otherCert, _, _ := selfSigned(t, dir, "not-the-server")
 	bad, err := NewHTTPS(HTTPSConfig{URL: "https://" + addr, ClientCertFile: cliCert, ClientKeyFile: cliKey, ServerCertFile: otherCert})
