@@ -1,11 +1,12 @@
 // Package incusapi is a small REST client for the few Incus endpoints the provider
-// needs: instances and their state, exec with recorded output, files, snapshots and
-// operations. It speaks to incusd over its unix socket or over HTTPS with a client
-// certificate and a pinned server certificate.
+// needs: instances and their state, exec (with recorded output, or streamed over the
+// operation's websockets), files, snapshots and operations. It speaks to incusd over
+// its unix socket or over HTTPS with a client certificate and a pinned server
+// certificate.
 //
 // It exists because the module github.com/lxc/incus is not available to this project.
-// It uses only the standard library (no websocket: exec always records its output),
-// and it must not import the plugin framework or any transport package.
+// It uses only the standard library (its own small websocket client is in
+// websocket.go), and it must not import the plugin framework or any transport package.
 package incusapi
 
 import (

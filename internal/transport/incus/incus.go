@@ -1,7 +1,9 @@
 // Package incus is the deploy body's transport to a node that is an Incus instance,
 // reached through the Incus REST API (internal/incusapi) over the unix socket or HTTPS.
-// Commands run with exec and recorded output; closures travel as an export file pushed
-// with the files API and imported on the node; the switch runs detached in systemd
+// Commands run through one exec session per deploy (a shell on the node fed framed
+// commands over the exec's websockets, session.go), or with an exec with recorded
+// output when no session can be had; closures travel as an export file pushed with the
+// files API and imported on the node; the switch runs detached in systemd
 // (internal/transport/remote) and is polled with short execs, so it outlives any API
 // call. It also offers native snapshots as a rollback point before a switch.
 //
