@@ -152,7 +152,8 @@ func (t *Transport) classify(ctx context.Context, phase string, err error) error
 		return t.unreachable(phase, err, "the instance does not exist in this project")
 	}
 	var ae *incusapi.APIError
-	if errors.As(err, &ae) {
+	var lost *sessionLostError
+	if errors.As(err, &ae) || errors.As(err, &lost) {
 		st, serr := t.c.GetInstanceState(ctx, t.instance)
 		if serr == nil && !st.Running() {
 			return t.unreachable(phase, err, "the instance is "+strings.ToLower(st.Status)+"; start it with `incus start "+t.instance+"`")

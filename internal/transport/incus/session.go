@@ -258,7 +258,7 @@ func (t *Transport) sessionExec(ctx context.Context, argv []string, path string)
 		return res, false, nil
 	}
 	if err != nil {
-		return res, true, &incusapi.TransportError{Op: "exec (session)", Instance: t.instance, Project: t.project, Err: err}
+		return res, true, &sessionLostError{err: err}
 	}
 	return res, true, nil
 }
@@ -304,3 +304,13 @@ func (t *Transport) closeSession() {
 		t.logPrintf("exec session closed: %d commands through the session, %d with recorded execs", t.viaSession.Load(), t.viaRecorded.Load())
 	}
 }
+
+// sessionLostError says a command started in the session and its session ended before
+// its result came back: whether it finished is unknown, so it is not run again.
+type sessionLostError struct{ err error }
+
+func (e *sessionLostError) Error() string {
+	return "the command started but its exec session ended before its result came back (" + e.err.Error() + "); it was not run again"
+}
+
+func (e *sessionLostError) Unwrap() error { return e.err }

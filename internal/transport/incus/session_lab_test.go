@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,6 +171,9 @@ func TestLabExecSessionCommandThatLosesItsShellIsAnErrorNotARerun(t *testing.T) 
 	_, err := tr.Run(ctx, []string{"sh", "-c", `echo ran >> "$1"; sleep 2`, "sh", marker}, deploybody.RunOptions{})
 	if err == nil || !strings.Contains(err.Error(), "exec session ended") || !strings.Contains(err.Error(), tr.node) {
 		t.Fatalf("err = %v, want the lost session named, with the node", err)
+	}
+	if errors.Is(err, deploybody.ErrUnreachable) {
+		t.Fatalf("err = %v: the instance still runs, so the node is not unreachable", err)
 	}
 	res, err := tr.Run(ctx, []string{"sh", "-c", `cat "$1"; rm -f "$1"`, "sh", marker}, deploybody.RunOptions{})
 	if err != nil || string(res.Stdout) != "ran\n" {
