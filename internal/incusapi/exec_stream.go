@@ -66,21 +66,28 @@ func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*E
 		}
 	}
 	s := &ExecStream{c: c, w: w, instance: name, opID: op.ID}
-	for _, fd := range []struct {
+	streams := []struct {
 		name string
 		ws   **Websocket
-	}{{"control", &s.control}, {"0", &s.stdin}, {"1", &s.stdout}, {"2", &s.stderr}} {
-		secret, ok := fds[fd.name]
-		if !ok || secret == "" {
-			s.Close()
+	}{{"control", &s.control}, {"0", &s.stdin}, {"1", &s.stdout}, {"2", &s.stderr}}
+	for _, fd := range streams {
+		if fds[fd.name] == "" {
 			return nil, c.apiErr(w, 0, "the exec operation offers no websocket for "+fd.name)
 		}
-		ws, err := c.dialWebsocket(ctx, w, "/1.0/operations/"+url.PathEscape(op.ID)+"/websocket", url.Values{"secret": {secret}})
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		*fd.ws = ws
+	}
+	// The four websockets are dialled side by side: the command starts once 0, 1 and 2
+	// are connected, and each dial is a round trip of its own.
+	var wg sync.WaitGroup
+	errs := make([]error, len(streams))
+	for i, fd := range streams {
+		wg.Go(func() {
+			*fd.ws, errs[i] = c.dialWebsocket(ctx, w, "/1.0/operations/"+url.PathEscape(op.ID)+"/websocket", url.Values{"secret": {fds[fd.name]}})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		s.Close() // the websockets that did connect: incusd then ends the command
+		return nil, err
 	}
 	s.Stdout = &streamReader{ws: s.stdout}
 	s.Stderr = &streamReader{ws: s.stderr}

@@ -169,12 +169,15 @@ func (t *Transport) classify(ctx context.Context, phase string, err error) error
 // `systemctl is-system-running` (any state it prints is an answer: starting, degraded…).
 func (t *Transport) Reach(ctx context.Context) error {
 	const phase = "reach"
-	st, err := t.c.GetInstanceState(ctx, t.instance)
+	// The instance itself (not its /state, which incusd computes at some cost) says
+	// whether it runs, and gives the PATH commands get: one request for both.
+	inst, err := t.c.GetInstance(ctx, t.instance)
 	if err != nil {
 		return t.classify(ctx, phase, err)
 	}
-	if !st.Running() {
-		return t.unreachable(phase, fmt.Errorf("instance is %s", st.Status),
+	t.pathOnce.Do(func() { t.basePath = instancePath(inst) })
+	if !inst.Running() {
+		return t.unreachable(phase, fmt.Errorf("instance is %s", inst.Status),
 			"start it with `incus start "+t.instance+"` or let the deploy wait for it")
 	}
 	res, err := t.exec(ctx, []string{"systemctl", "is-system-running"}, "", nil)
@@ -202,14 +205,23 @@ const defaultPath = "/run/wrappers/bin:/run/current-system/sw/bin:/nix/var/nix/p
 // (environment.PATH), or defaultPath.
 func (t *Transport) nodePath(ctx context.Context) string {
 	t.pathOnce.Do(func() {
-		t.basePath = defaultPath
-		if inst, err := t.c.GetInstance(ctx, t.instance); err == nil {
-			if p := inst.Config["environment.PATH"]; p != "" {
-				t.basePath = p
-			}
+		inst, err := t.c.GetInstance(ctx, t.instance)
+		if err != nil {
+			inst = nil
 		}
+		t.basePath = instancePath(inst)
 	})
 	return t.basePath
+}
+
+// instancePath is the PATH inst's configuration gives commands, or defaultPath.
+func instancePath(inst *incusapi.Instance) string {
+	if inst != nil {
+		if p := inst.Config["environment.PATH"]; p != "" {
+			return p
+		}
+	}
+	return defaultPath
 }
 
 // Run runs argv on the node. argv goes to the daemon as a list and is never joined
