@@ -91,15 +91,18 @@ func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*E
 	}
 	s.Stdout = &streamReader{ws: s.stdout}
 	s.Stderr = &streamReader{ws: s.stderr}
-	go s.drainControl()
+	// incusd pings every websocket every 10 s; the two we only write to are read too,
+	// so the pings are answered and do not pile up unread.
+	go drain(s.control)
+	go drain(s.stdin)
 	return s, nil
 }
 
-// drainControl reads the control websocket so its pings are answered; incusd sends
-// nothing else on it to a client.
-func (s *ExecStream) drainControl() {
+// drain reads ws until it ends, for its pings: incusd sends a client nothing else on
+// the control and stdin websockets.
+func drain(ws *Websocket) {
 	for { // ends when the websocket does
-		if _, _, err := s.control.ReadMessage(); err != nil {
+		if _, _, err := ws.ReadMessage(); err != nil {
 			return
 		}
 	}

@@ -105,8 +105,9 @@ func (t *Transport) log() remote.Logger {
 	return func(format string, args ...any) { t.logf("node "+node+": "+format, args...) }
 }
 
-// RunBatch runs cmds in one exec (remote.BatchCommand): a watch sample's reads cost
-// one exec, about 50 ms, instead of one each. It implements deploybody.BatchRunner.
+// RunBatch runs cmds as one command (remote.BatchCommand): a watch sample's reads cost
+// one round trip instead of one each, through the exec session or, without one, one
+// recorded exec (about 50 ms). It implements deploybody.BatchRunner.
 func (t *Transport) RunBatch(ctx context.Context, cmds [][]string, opts deploybody.RunOptions) ([]deploybody.RunResult, error) {
 	var runErr error
 	out, err := remote.BatchVia(cmds, opts, func(argv []string, o deploybody.RunOptions) (deploybody.RunResult, error) {
