@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
-	"time"
 )
 
 // ExecStream is a command running in an instance with its stdin, stdout and stderr
@@ -152,17 +151,6 @@ func (s *ExecStream) Close() {
 			}
 		}
 	})
-}
-
-// CloseAndWait closes the command's stdin, waits up to grace for it to end by itself,
-// and then closes the stream (killing the command if it is still running).
-func (s *ExecStream) CloseAndWait(grace time.Duration) (int, error) {
-	_ = s.CloseStdin()
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	code, err := s.Wait(ctx)
-	s.Close()
-	return code, err
 }
 
 // streamReader reads one output stream of an exec: binary messages are its bytes; an

@@ -121,10 +121,10 @@ func (s *shellSession) breakWith(err error) {
 	s.stream.Close()
 }
 
-// close ends the shell (end of stdin) and the exec, waiting at most a moment.
+// close ends the session without waiting: closing the exec's control websocket makes
+// incusd end the idle shell.
 func (s *shellSession) close() {
 	s.breakWith(errors.New("closed"))
-	_, _ = s.stream.CloseAndWait(2 * time.Second)
 }
 
 // run runs argv with PATH set to path. It returns errNotStarted (wrapped) when the
