@@ -121,10 +121,38 @@ func (s *shellSession) breakWith(err error) {
 	s.stream.Close()
 }
 
-// close ends the session without waiting: closing the exec's control websocket makes
-// incusd end the idle shell.
+// close ends the session without making the caller wait: the end of its stdin ends
+// the idle shell, and the websockets are closed once its stdout ends (or after 2 s;
+// closing the control websocket first would make incusd kill the shell and log a
+// warning for every deploy).
 func (s *shellSession) close() {
-	s.breakWith(errors.New("closed"))
+	s.omu.Lock()
+	if s.broken == nil {
+		s.broken = errors.New("closed")
+	}
+	s.omu.Unlock()
+	if err := s.stream.CloseStdin(); err != nil {
+		s.stream.Close()
+		return
+	}
+	go func() {
+		deadline := time.After(2 * time.Second)
+		for {
+			s.omu.Lock()
+			ended := s.ends[0] != nil
+			s.omu.Unlock()
+			if ended {
+				break
+			}
+			select {
+			case <-s.notify:
+				continue
+			case <-deadline:
+			}
+			break
+		}
+		s.stream.Close()
+	}()
 }
 
 // run runs argv with PATH set to path. It returns errNotStarted (wrapped) when the

@@ -219,3 +219,32 @@ func TestLabRecordedExecOnlyOpensNoSession(t *testing.T) {
 		t.Fatalf("got %v %q, %d sessions, %d recorded", err, res.Stdout, tr.sessOpens, tr.viaRecorded.Load())
 	}
 }
+
+func TestLabExecSessionCloseEndsTheShell(t *testing.T) {
+	labtest.Require(t)
+	tr := labTransport(t, labtest.Nodes(t)[0])
+	ctx := labCtx(t)
+	pid := shellPID(t, ctx, tr)
+	s := tr.sess
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The shell ends by itself at the end of its stdin: its stdout ends (the session's
+	// pump sees it) and the process is gone from the node.
+	for i := 0; ; i++ {
+		s.omu.Lock()
+		ended := s.ends[0] != nil
+		s.omu.Unlock()
+		res, err := tr.c.Exec(ctx, tr.instance, incusapi.ExecRequest{Command: []string{"sh", "-c", `kill -0 "$0" 2>/dev/null && echo alive || echo gone`, strconv.Itoa(pid)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ended && strings.TrimSpace(string(res.Stdout)) == "gone" {
+			return
+		}
+		if i == 50 {
+			t.Fatalf("5 s after Close: stdout ended %v, shell %d %s", ended, pid, res.Stdout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
