@@ -311,12 +311,13 @@ func (t *Transport) session(ctx context.Context) *shellSession {
 		return nil
 	}
 	t.sessOpens++
+	began := time.Now()
 	s, err := t.openSession(ctx, t.nodePath(ctx))
 	if err != nil {
 		t.logPrintf("exec session: cannot open (%v); commands use recorded execs", err)
 		return nil
 	}
-	t.logPrintf("exec session %d of at most %d opened", t.sessOpens, maxSessionOpens)
+	t.logPrintf("exec session %d of at most %d opened in %s", t.sessOpens, maxSessionOpens, time.Since(began).Round(time.Millisecond))
 	t.sess = s
 	return s
 }
