@@ -60,7 +60,7 @@ init_incus() {
     incus admin init --minimal >/dev/null 2>&1 || true
     incus storage show default >/dev/null 2>&1 || incus storage create default dir
   fi
-  if ! incus profile device show default | grep -q '^root:'; then
+  if ! incus profile device show default | grep '^root:' >/dev/null; then
     incus profile device add default root disk path=/ pool=default >/dev/null
   fi
 }
@@ -112,7 +112,7 @@ META
 }
 
 import_image() {
-  if incus image info "$IMAGE_ALIAS" 2>/dev/null | grep -q "fediversity.image: v$IMAGE_VERSION"; then return; fi
+  if incus image info "$IMAGE_ALIAS" 2>/dev/null | grep "fediversity.image: v$IMAGE_VERSION" >/dev/null; then return; fi
   incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
   log "importing $IMAGE_ALIAS"
   incus image import "$IMAGE_DIR/meta.tar.xz" "$IMAGE_DIR/rootfs.tar" --alias "$IMAGE_ALIAS" >/dev/null
@@ -145,11 +145,11 @@ launch_node() {
   if ! incus info "$name" >/dev/null 2>&1; then
     log "launching $name (ssh on 127.0.0.1:$port)"
     incus launch "$IMAGE_ALIAS" "$name" -c "user.fediversity.image=v$IMAGE_VERSION" >/dev/null
-  elif ! incus info "$name" | grep -q '^Status: RUNNING'; then
+  elif ! incus info "$name" | grep '^Status: RUNNING' >/dev/null; then
     log "starting stopped $name"
     incus start "$name"
   fi
-  if ! incus config device show "$name" | grep -q '^ssh:'; then
+  if ! incus config device show "$name" | grep '^ssh:' >/dev/null; then
     incus config device add "$name" ssh proxy "listen=tcp:127.0.0.1:$port" connect=tcp:127.0.0.1:22 bind=host >/dev/null
   fi
   wait_running "$name" || true
@@ -206,7 +206,7 @@ down() {
     done
     # The image is shared with any other lab on this incusd (another LAB_PREFIX): keep it
     # while one of those still has nodes.
-    if ! incus list --format csv -c n | grep -qE -- '-n[0-9]+$'; then
+    if ! incus list --format csv -c n | grep -E -- '-n[0-9]+$' >/dev/null; then
       incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
     fi
   fi

@@ -34,7 +34,7 @@ stop containerd
 for d in /proc/[0-9]*; do
   exe=$(readlink "$d/exe" 2>/dev/null) || continue
   [[ $(basename "${exe% (deleted)}") == containerd-shim-runc-v2 ]] || continue
-  tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -q -- "-address $STATE/run/containerd/containerd.sock" && kill "${d#/proc/}" 2>/dev/null
+  tr '\0' ' ' < "$d/cmdline" 2>/dev/null | grep -- "-address $STATE/run/containerd/containerd.sock" >/dev/null && kill "${d#/proc/}" 2>/dev/null
 done
 # Mounts the kubelet and containerd left (volumes, sandboxes' shm, snapshots).
 grep -o " $STATE/[^ ]*" /proc/self/mountinfo | sort -r | while read -r m; do umount -l "$m" 2>/dev/null; done

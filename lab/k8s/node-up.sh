@@ -53,7 +53,7 @@ alive() { # name -> 0 when its saved PID runs the expected binary
 running() { kill -0 "$(cat "$PIDS/$1.pid" 2>/dev/null)" 2>/dev/null; }
 
 node_ready() {
-  api GET "/api/v1/nodes/$NODE" 2>/dev/null | tr -d ' \n' | grep -q '"type":"Ready","status":"True"'
+  api GET "/api/v1/nodes/$NODE" 2>/dev/null | tr -d ' \n' | grep '"type":"Ready","status":"True"' >/dev/null
 }
 
 [[ -s $KUBECONFIG_CP ]] || { log "no control plane: run lab/k8s/up.sh first"; exit 1; }
@@ -176,7 +176,7 @@ done
 
 # The sandbox image: no registry is reachable, so it is made here from the static pause
 # binary as a docker archive and imported.
-if ! "${BIN[ctr]}" --address "$SOCK" -n k8s.io images check "name==$PAUSE_IMAGE" 2>/dev/null | grep -q "$PAUSE_IMAGE"; then
+if ! "${BIN[ctr]}" --address "$SOCK" -n k8s.io images check "name==$PAUSE_IMAGE" 2>/dev/null | grep "$PAUSE_IMAGE" >/dev/null; then
   w=$(mktemp -d)
   mkdir -p "$w/root"; cp "${BIN[pause]}" "$w/root/pause"
   tar -C "$w/root" --owner=0 --group=0 --numeric-owner -cf "$w/layer.tar" pause

@@ -179,7 +179,7 @@ api_apply /apis/storage.k8s.io/v1/storageclasses '{"apiVersion":"storage.k8s.io/
 # Ready when the fake node is Ready (kwok's node-initialize stage ran).
 for i in $(seq 1 150); do
   if curl -fsS --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API/api/v1/nodes/kwok-node-0" 2>/dev/null |
-     tr -d ' \n' | grep -q '"type":"Ready","status":"True"\|"status":"True","type":"Ready"\|"reason":"KubeletReady"'; then
+     tr -d ' \n' | grep '"type":"Ready","status":"True"\|"status":"True","type":"Ready"\|"reason":"KubeletReady"' >/dev/null; then
     break
   fi
   for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do

@@ -43,11 +43,11 @@ healthy() { incus exec "$NAME" -- spire-server healthcheck >/dev/null 2>&1; }
 if ! incus info "$NAME" >/dev/null 2>&1; then
   log "launching $NAME (ssh on 127.0.0.1:$SSH_PORT, spire-server on 127.0.0.1:$SERVER_PORT)"
   incus launch "$IMAGE_ALIAS" "$NAME" >/dev/null
-elif ! incus info "$NAME" | grep -q '^Status: RUNNING'; then
+elif ! incus info "$NAME" | grep '^Status: RUNNING' >/dev/null; then
   incus start "$NAME"
 fi
 dev() { # name spec…
-  incus config device show "$NAME" | grep -q "^$1:" || incus config device add "$NAME" "$@" >/dev/null
+  incus config device show "$NAME" | grep "^$1:" >/dev/null || incus config device add "$NAME" "$@" >/dev/null
 }
 dev ssh proxy "listen=tcp:127.0.0.1:$SSH_PORT" connect=tcp:127.0.0.1:22 bind=host
 dev spire proxy "listen=tcp:127.0.0.1:$SERVER_PORT" connect=tcp:127.0.0.1:8081 bind=host
