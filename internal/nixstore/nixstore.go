@@ -158,10 +158,27 @@ type BuildSpec struct {
 // Build builds spec with nix-build --option sandbox false --no-out-link and returns
 // the one output path it printed (the toplevel).
 func Build(ctx context.Context, spec BuildSpec) (string, error) {
-	if (spec.File == "") == (spec.Expr == "") {
-		return "", errors.New("build: set exactly one of File and Expr")
+	args, what, err := spec.nixArgs()
+	if err != nil {
+		return "", fmt.Errorf("build: %w", err)
 	}
-	args := []string{"--no-out-link", "--option", "sandbox", "false"}
+	outs, err := runNix(ctx, NixBuildBin, append([]string{"--no-out-link"}, args...), spec.Log)
+	if err != nil {
+		return "", fmt.Errorf("build of %s failed %w", what, err)
+	}
+	if len(outs) != 1 || !ValidStorePath(outs[0]) {
+		return "", fmt.Errorf("build of %s: want exactly one output store path, nix-build printed %q (select one derivation with an attribute)", what, outs)
+	}
+	return outs[0], nil
+}
+
+// nixArgs are the arguments nix-build and nix-instantiate share for spec, and a name
+// of what is built for messages.
+func (spec BuildSpec) nixArgs() (args []string, what string, err error) {
+	if (spec.File == "") == (spec.Expr == "") {
+		return nil, "", errors.New("set exactly one of File and Expr")
+	}
+	args = []string{"--option", "sandbox", "false"}
 	if needsNoBuildUsers() {
 		// Root without a nixbld group (a plain nix-bin install): nix refuses to build
 		// unless told to build as root itself.
@@ -173,10 +190,10 @@ func Build(ctx context.Context, spec BuildSpec) (string, error) {
 	if spec.PlanFile != "" {
 		abs, err := filepath.Abs(spec.PlanFile)
 		if err != nil {
-			return "", fmt.Errorf("build: plan file %s: %w", spec.PlanFile, err)
+			return nil, "", fmt.Errorf("plan file %s: %w", spec.PlanFile, err)
 		}
 		if _, err := os.Stat(abs); err != nil {
-			return "", fmt.Errorf("build: plan file: %w", err)
+			return nil, "", fmt.Errorf("plan file: %w", err)
 		}
 		name := spec.PlanArg
 		if name == "" {
@@ -190,7 +207,7 @@ func Build(ctx context.Context, spec BuildSpec) (string, error) {
 	if spec.Attr != "" {
 		args = append(args, "--attr", spec.Attr)
 	}
-	what := spec.File
+	what = spec.File
 	if spec.Expr != "" {
 		args = append(args, "--expr", spec.Expr)
 		what = "expression"
@@ -200,20 +217,26 @@ func Build(ctx context.Context, spec BuildSpec) (string, error) {
 	if spec.Attr != "" {
 		what += " attribute " + spec.Attr
 	}
+	return args, what, nil
+}
 
-	cmd := exec.CommandContext(ctx, NixBuildBin, args...)
+// runNix runs a nix command that prints store paths, one a line, and returns them. A
+// failure reads "(<exit status>); <command> said:\n<tail of stderr>", or the context's
+// error when that ended it. log, if set, also receives stderr as it is written.
+func runNix(ctx context.Context, name string, args []string, log io.Writer) ([]string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
 	var stdout bytes.Buffer
 	var stderr tailBuffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
-	if spec.Log != nil {
-		cmd.Stderr = io.MultiWriter(&stderr, spec.Log)
+	if log != nil {
+		cmd.Stderr = io.MultiWriter(&stderr, log)
 	}
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("build of %s: %w", what, ctx.Err())
+			return nil, fmt.Errorf("(%w)", ctx.Err())
 		}
-		return "", fmt.Errorf("build of %s failed (%v); nix-build said:\n%s", what, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("(%v); %s said:\n%s", err, filepath.Base(name), strings.TrimSpace(stderr.String()))
 	}
 	var outs []string
 	for _, l := range strings.Split(stdout.String(), "\n") {
@@ -221,10 +244,7 @@ func Build(ctx context.Context, spec BuildSpec) (string, error) {
 			outs = append(outs, l)
 		}
 	}
-	if len(outs) != 1 || !ValidStorePath(outs[0]) {
-		return "", fmt.Errorf("build of %s: want exactly one output store path, nix-build printed %q (select one derivation with an attribute)", what, outs)
-	}
-	return outs[0], nil
+	return outs, nil
 }
 
 func needsNoBuildUsers() bool {

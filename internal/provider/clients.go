@@ -29,11 +29,14 @@ type providerClients struct {
 	k8sOnce sync.Once
 	k8s     *k8s.Client
 	k8sErr  error
+	// nix evaluates and builds nodes' `build` blocks: the evaluation cache, one
+	// evaluation per cache key and one build per derivation in this process.
+	nix *nixEvaluator
 }
 
 // newProviderClients builds the clients of cfg.
 func newProviderClients(cfg *Config) *providerClients {
-	c := &providerClients{ssh: &sshtransport.Pool{}}
+	c := &providerClients{ssh: &sshtransport.Pool{}, nix: newNixEvaluator()}
 	if cfg.IncusAddress != "" {
 		c.incus, c.incusErr = incusapi.NewHTTPS(incusapi.HTTPSConfig{
 			URL: cfg.IncusAddress, ClientCertFile: cfg.IncusClientCert, ClientKeyFile: cfg.IncusClientKey, ServerCertFile: cfg.IncusServerCert,

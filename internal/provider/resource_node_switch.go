@@ -22,7 +22,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
-	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
 var (
@@ -76,6 +75,7 @@ type nodeSwitchModel struct {
 	Timeouts         timeouts.Value   `tfsdk:"timeouts"`
 	Generation       types.Int64      `tfsdk:"generation"`
 	Verdict          types.Object     `tfsdk:"verdict"`
+	Derivation       types.String     `tfsdk:"derivation"`
 }
 
 func (r *nodeSwitchResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -141,6 +141,13 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "The system profile generation the deploy created or reused.",
 			},
 			"verdict": verdictSchemaAttribute("the last deploy"),
+			"derivation": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "With a `build` block: the derivation (`.drv`) the plan evaluated the block to, through the evaluation cache. " +
+					"When the Nix source changes (the same file and arguments, new content) the plan shows this attribute changing and redeploys the node; " +
+					"an edit nix does not see (a comment) changes nothing. The apply builds exactly this derivation, and refuses when the source " +
+					"changed since the plan, naming both derivations.",
+			},
 		},
 		Blocks: map[string]schema.Block{
 			"build": schema.SingleNestedBlock{
@@ -181,11 +188,17 @@ func (r *nodeSwitchResource) Configure(_ context.Context, req resource.Configure
 // ModifyPlan plans a redeploy when Read found the node running another system than the
 // one this resource deployed (build mode: `toplevel` is not in the configuration, so
 // the framework alone would keep the drifted value).
+//
+// With a `build` block it also evaluates the block (planDerivation), so a changed Nix
+// source plans a redeploy.
 func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if !req.Plan.Raw.IsNull() {
-		requireTransport(ctx, req.Config, &resp.Diagnostics)
+	if req.Plan.Raw.IsNull() {
+		return
 	}
-	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+	if requireTransport(ctx, req.Config, &resp.Diagnostics); resp.Diagnostics.HasError() {
+		return
+	}
+	if r.planDerivation(ctx, req, resp); resp.Diagnostics.HasError() || req.State.Raw.IsNull() {
 		return
 	}
 	var cfgTop types.String
@@ -289,7 +302,7 @@ func needsDeploy(plan, state nodeSwitchModel, deployed string) bool {
 	if state.Verdict.IsNull() {
 		return true // imported, or never judged
 	}
-	if !plan.NodePlan.Equal(state.NodePlan) || !plan.SubmissionDigest.Equal(state.SubmissionDigest) ||
+	if !plan.NodePlan.Equal(state.NodePlan) || !plan.Derivation.Equal(state.Derivation) || !plan.SubmissionDigest.Equal(state.SubmissionDigest) ||
 		!plan.SubmissionFile.Equal(state.SubmissionFile) || !plan.Strict.Equal(state.Strict) ||
 		!plan.SecretChain.Equal(state.SecretChain) || !plan.LoopBudgets.Equal(state.LoopBudgets) {
 		return true
@@ -445,6 +458,7 @@ func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.Impor
 		Timeouts:         timeouts.Value{Object: types.ObjectNull(timeoutsAttrTypes)},
 		Generation:       types.Int64Null(),
 		Verdict:          types.ObjectNull(verdictAttrTypes),
+		Derivation:       types.StringNull(),
 	}
 	if addr.Target.Kind == "ssh" {
 		m.SSH = sshBlockFromTarget(addr.Target)
@@ -481,10 +495,12 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 			return nil, nil, diags, errors.New("invalid build")
 		}
 		defer cleanup()
-		opts.Build = func(ctx context.Context) (string, error) {
-			spec.Log = &tflogWriter{ctx: ctx, node: node}
-			return nixstore.Build(ctx, spec)
+		build, bdiags := evaluatorFor(r.cfg).plannedBuild(ctx, node, spec, plan.NodePlan.ValueString(), plan.Derivation.ValueString())
+		diags.Append(bdiags...)
+		if diags.HasError() {
+			return nil, nil, diags, errors.New("refused build")
 		}
+		opts.Build = build
 	} else if plan.Toplevel.IsNull() || plan.Toplevel.IsUnknown() || plan.Toplevel.ValueString() == "" {
 		diags.AddError(fmt.Sprintf("Nothing to deploy to %s", node),
 			"Set `toplevel` to a prebuilt system closure, or give a `build` block that builds one.")
