@@ -4,6 +4,9 @@
 # (over SSH and over the Incus API) and prints each node's verdict.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# This machine reaches no binary cache: tell nix not to ask one (each build otherwise
+# spends seconds on a cache it cannot reach). The provider never changes nix settings.
+export NIX_CONFIG="substituters =${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
 root=$PWD
 bash lab/lab.sh up
 TOFU=$(bash lab/build-tofu.sh)

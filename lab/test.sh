@@ -13,6 +13,9 @@
 #   bash lab/test.sh setup  only bring up what the tests need
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# This machine reaches no binary cache: tell nix not to ask one (each build otherwise
+# spends seconds on a cache it cannot reach). The provider never changes nix settings.
+export NIX_CONFIG="substituters =${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
 mode=${1:-all}
 step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
 

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Plan-time benchmark of fediversity_node_switch: what evaluating each node's `build`
+# block at plan time costs. On BENCH_NODES (default 8) throwaway lab nodes
+# (<LAB_PREFIX>-t-bench-plan-<i>, Incus transport), each with its own derivation, it
+# times an unchanged `plan` (BENCH_ROUNDS rounds, default 5, medians printed):
+#   base   the nodes given as prebuilt `toplevel`s: a plan that evaluates nothing, as
+#          every plan did before plan-time evaluation
+#   warm   the nodes given as `build` blocks, evaluation cache warm: no nix runs, each
+#          node's source tree is hashed and its cache entry checked
+#   cold   the same with the evaluation cache removed before each plan: nix-instantiate
+#          runs for every node
+# and prints warm/base (target <= 1.10), the evaluation cost per node ((cold - warm) /
+# nodes, i.e. with the plan's parallelism) and the median time one nix-instantiate took
+# (from the provider log). Timings are measurements, not assertions.
+#
+#   bash lab/bench-plan.sh
+#   BENCH_NODES=4 BENCH_ROUNDS=3 bash lab/bench-plan.sh
+#   TF=$(bash lab/build-tofu.sh) bash lab/bench-plan.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# This machine reaches no binary cache: tell nix not to ask one (each build otherwise
+# spends seconds on a cache it cannot reach). The provider never changes nix settings.
+export NIX_CONFIG="substituters =${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
+root=$PWD
+TF=${TF:-/usr/local/bin/terraform}
+NODES=${BENCH_NODES:-8}
+ROUNDS=${BENCH_ROUNDS:-5}
+prefix=${LAB_PREFIX:-fedi}
+
+[ -f "${LAB_STATE:-/var/lib/fediversity-lab}/nodes.json" ] || bash lab/lab.sh up >/dev/null
+go build -trimpath -o "$root/bin/terraform-provider-fediversity" .
+
+work=$(mktemp -d /tmp/fediversity-bench-plan.XXXXXX)
+insts=()
+for i in $(seq "$NODES"); do insts+=("$prefix-t-bench-plan-$i"); done
+cleanup() {
+  for inst in "${insts[@]}"; do incus delete --force "$inst" >/dev/null 2>&1 || true; done
+  if [ -n "${BENCH_KEEP:-}" ]; then echo "logs kept in $work"; else rm -rf "$work"; fi
+}
+trap cleanup EXIT
+
+for inst in "${insts[@]}"; do
+  incus delete --force "$inst" >/dev/null 2>&1 || true
+  incus launch lab/debian "$inst" >/dev/null
+done
+for inst in "${insts[@]}"; do
+  for _ in $(seq 60); do
+    s=$(incus exec "$inst" -- systemctl is-system-running 2>/dev/null || true)
+    [ "$s" = running ] || [ "$s" = degraded ] && break
+    sleep 1
+  done
+done
+
+cat >"$work/tfrc" <<RC
+provider_installation {
+  dev_overrides {
+    "registry.terraform.io/fediversity/fediversity" = "$root/bin"
+    "registry.opentofu.org/fediversity/fediversity" = "$root/bin"
+  }
+  direct {}
+}
+RC
+export TF_CLI_CONFIG_FILE=$work/tfrc CHECKPOINT_DISABLE=1 XDG_CACHE_HOME=$work/cache
+stamp=$(date +%s)
+extra=()
+getent group nixbld >/dev/null || extra=(--option build-users-group "")
+
+# One configuration per variant; the nodes and their closures are the same in both.
+header='terraform {
+  required_providers {
+    fediversity = { source = "fediversity/fediversity" }
+  }
+}
+provider "fediversity" {}'
+mkdir -p "$work/base" "$work/eval"
+echo "$header" >"$work/base/main.tf"
+echo "$header" >"$work/eval/main.tf"
+for i in $(seq "$NODES"); do
+  inst=${insts[$((i - 1))]}
+  seed="bench-plan-$stamp-$i"
+  top=$(nix-build --option sandbox false "${extra[@]}" lab/closures -A good --argstr seed "$seed" --no-out-link 2>/dev/null)
+  common="  incus {
+    instance = \"$inst\"
+  }
+  timings {
+    settle          = \"1s\"
+    watch           = \"2s\"
+    sample_interval = \"1s\"
+  }"
+  cat >>"$work/base/main.tf" <<TF
+resource "fediversity_node_switch" "n$i" {
+  node     = "$inst"
+  toplevel = "$top"
+$common
+}
+TF
+  cat >>"$work/eval/main.tf" <<TF
+resource "fediversity_node_switch" "n$i" {
+  node      = "$inst"
+  node_plan = jsonencode({ node = "$inst" })
+  build {
+    file      = "$root/lab/closures/default.nix"
+    attribute = "good"
+    args      = { seed = "$seed" }
+  }
+$common
+}
+TF
+done
+
+for v in eval base; do
+  (cd "$work/$v" && "$TF" init -input=false >/dev/null 2>&1 || true)
+  (cd "$work/$v" && "$TF" apply -auto-approve -input=false >"$work/$v.apply" 2>&1) ||
+    { echo "apply ($v) failed:"; tail -30 "$work/$v.apply"; exit 1; }
+done
+
+now() { date +%s.%N; }
+median() { sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+plan() { # variant log
+  local t0 t1 rc=0
+  t0=$(now)
+  (cd "$work/$1" && TF_LOG_PROVIDER=INFO TF_LOG_PATH=$2 "$TF" plan -detailed-exitcode -input=false -lock=false >"$2.out" 2>&1) || rc=$?
+  t1=$(now)
+  [ "$rc" = 0 ] || { echo "plan ($1) was not empty (exit $rc):" >&2; tail -30 "$2.out" >&2; exit 1; }
+  echo "$t1 - $t0" | bc -l
+}
+
+printf '\n=== unchanged plan of %d nodes (%s, %d rounds)\n' "$NODES" "$("$TF" version | head -1)" "$ROUNDS"
+printf '  %-5s %8s %8s %8s\n' round base warm cold
+: >"$work/rows"
+for round in $(seq "$ROUNDS"); do
+  base=$(plan base "$work/base-$round.log")
+  warm=$(plan eval "$work/warm-$round.log")
+  rm -rf "$XDG_CACHE_HOME/fediversity/eval"
+  cold=$(plan eval "$work/cold-$round.log")
+  echo "$base $warm $cold" >>"$work/rows"
+  printf '  %-5s %7.2fs %7.2fs %7.2fs\n' "$round" "$base" "$warm" "$cold"
+done
+col() { awk -v c="$1" '{print $c}' "$work/rows" | median; }
+b=$(col 1) w=$(col 2) c=$(col 3)
+printf '  %-5s %7.2fs %7.2fs %7.2fs   (medians)\n' median "$b" "$w" "$c"
+hits=$(cat "$work"/warm-*.log | grep -c '"cache":"hit"\|cache=hit' || true)
+misses=$(cat "$work"/cold-*.log | grep -c '"cache":"miss"\|cache=miss' || true)
+one=$(cat "$work"/cold-*.log | grep 'node evaluated' | grep -o '"seconds":[0-9.e-]*\|seconds=[0-9.e-]*' | grep -o '[0-9.e-]*$' | median)
+printf '  warm / base             %.2f   (target <= 1.10)\n' "$(echo "$w / $b" | bc -l)"
+printf '  evaluation per node     %.3fs  ((cold - warm) / %d nodes, plans run nodes in parallel)\n' "$(echo "($c - $w) / $NODES" | bc -l)" "$NODES"
+printf '  one nix-instantiate     %.3fs  (median over the cold plans, from the provider log)\n' "${one:-0}"
+printf '  cache hits (warm plans) %d, misses (cold plans) %d\n' "$hits" "$misses"
