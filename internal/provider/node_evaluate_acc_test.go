@@ -28,7 +28,8 @@ import (
 //  3. a comment is added to a's source: a is evaluated again, to the same derivation,
 //     and the plan is empty;
 //  4. nothing changed: the plan evaluates nothing;
-//  5. a's .drv is garbage-collected: its cache entry is ignored and a evaluated again;
+//  5. a's .drv (and its output) is garbage-collected: its cache entry is ignored and a
+//     evaluated again;
 //  6. a syntax error in a's source fails the plan naming node and file;
 //  7. a's source is edited between a saved plan and its apply: the apply refuses,
 //     showing both derivations;
@@ -162,8 +163,10 @@ resource "fediversity_node_switch" %q {
 			},
 			{
 				PreConfig: func() {
-					if out, err := exec.Command("nix-store", "--delete", drvA2).CombinedOutput(); err != nil {
-						t.Fatalf("nix-store --delete %s: %v\n%s", drvA2, err, out)
+					// What a garbage collection does once nothing roots the closure: nix
+					// keeps a .drv while its output is valid, so both go.
+					if out, err := exec.Command("nix-store", "--delete", topA2, drvA2).CombinedOutput(); err != nil {
+						t.Fatalf("nix-store --delete %s %s: %v\n%s", topA2, drvA2, err, out)
 					}
 					mark()
 				},
