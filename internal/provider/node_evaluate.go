@@ -258,3 +258,41 @@ func (e *nixEvaluator) plannedBuild(ctx context.Context, node string, spec nixst
 		return top, err
 	}, diags
 }
+
+// nodePlanFile writes a node plan to a file named by its content, in the cache
+// directory, and returns its path: the path the build is handed (--argstr planFile).
+// A per-run temporary name would make a source that uses the path itself (not only
+// the file's content) evaluate to a new derivation every run, i.e. a redeploy on every
+// plan. The file is kept: a later build of the derivation may read it. An error means
+// the caller falls back to a temporary file.
+func nodePlanFile(content string) (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(base, "fediversity", "plans")
+	sum := sha256.Sum256([]byte(content))
+	file := filepath.Join(dir, hex.EncodeToString(sum[:])+".json")
+	if b, err := os.ReadFile(file); err == nil && string(b) == content {
+		return file, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".plan-*")
+	if err != nil {
+		return "", err
+	}
+	_, err = tmp.WriteString(content)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), file)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name()) // ours; the caller falls back to a temporary file
+		return "", err
+	}
+	return file, nil
+}
