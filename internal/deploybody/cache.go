@@ -11,8 +11,9 @@ import (
 	"time"
 )
 
-// EvalCache remembers which toplevel a node's evaluation produced, keyed on the node
-// plan digest and the build inputs alone, never a source of truth, in a directory of small JSON files.
+// EvalCache remembers which store path a node's evaluation produced (a toplevel, or
+// the .drv of a plan-time evaluation), keyed on the node plan digest and the build
+// inputs alone, in a directory of small JSON files.
 // It is never a source of truth: Lookup ignores an entry whose toplevel the store does
 // not hold (StoreHas), and a failed Store is reported by the body as a warning only.
 type EvalCache struct {
@@ -104,6 +105,18 @@ func (c *EvalCache) Store(key, toplevel string, now time.Time) error {
 		// failure to remove it adds nothing to the error the caller gets.
 		_ = os.Remove(tmp.Name())
 		return fmt.Errorf("writing evaluation cache entry %s: %w", file, err)
+	}
+	return nil
+}
+
+// Forget removes the entry of key, if there is one.
+func (c *EvalCache) Forget(key string) error {
+	file, err := c.file(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(file); err != nil && !os.IsNotExist(err) {
+		return err
 	}
 	return nil
 }

@@ -39,6 +39,10 @@ import (
 type nixEvaluator struct {
 	// cache is nil when no cache directory can be named (no $XDG_CACHE_HOME nor $HOME).
 	cache *deploybody.EvalCache
+	// lastPlans holds, per node and working directory, the derivation the last plan not
+	// yet applied evaluated: a plan that finds another one warns that a plan saved
+	// earlier is stale. Nil with cache.
+	lastPlans *deploybody.EvalCache
 	// evals shares one nix-instantiate between nodes with the same cache key.
 	evals nixstore.Flight
 	// builds shares one build between nodes of the same derivation.
@@ -62,6 +66,7 @@ func newNixEvaluator() *nixEvaluator {
 		// The default store check (the .drv file exists) is what matters here: an
 		// entry naming a .drv a garbage collection removed is ignored.
 		e.cache = &deploybody.EvalCache{Dir: dir}
+		e.lastPlans = &deploybody.EvalCache{Dir: filepath.Join(filepath.Dir(dir), "last-plan")}
 	}
 	return e
 }
@@ -201,11 +206,16 @@ func (r *nodeSwitchResource) planDerivation(ctx context.Context, req resource.Mo
 		return
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, at, types.StringValue(drv))...)
+	var prior types.String
+	if !req.State.Raw.IsNull() {
+		resp.Diagnostics.Append(req.State.GetAttribute(ctx, at, &prior)...)
+	}
+	if w := evaluatorFor(r.cfg).notePlanned(ctx, node, prior.ValueString(), drv); w != "" {
+		resp.Diagnostics.AddAttributeWarning(at, fmt.Sprintf("The Nix source of %s changed since its last plan", node), w)
+	}
 	if req.State.Raw.IsNull() {
 		return
 	}
-	var prior types.String
-	resp.Diagnostics.Append(req.State.GetAttribute(ctx, at, &prior)...)
 	if prior.ValueString() != drv {
 		tflog.Info(ctx, "the node's derivation changed: redeploy planned", map[string]any{"node": node, "state": prior.ValueString(), "plan": drv})
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
@@ -250,6 +260,7 @@ func (e *nixEvaluator) plannedBuild(ctx context.Context, node string, spec nixst
 				"Nothing was deployed. Plan again to deploy the current source.", node, planned, drv))
 		return nil, diags
 	}
+	e.forgetPlanned(node)
 	return func(ctx context.Context) (string, error) {
 		top, shared, err := e.builds.Do(ctx, drv, func() (string, error) {
 			return nixstore.Realise(ctx, drv, &tflogWriter{ctx: ctx, node: node})
@@ -295,4 +306,45 @@ func nodePlanFile(content string) (string, error) {
 		return "", err
 	}
 	return file, nil
+}
+
+// lastPlanKey names the last-plan record of node in the working directory: the same
+// node in another project is another record.
+func lastPlanKey(node string) string {
+	wd, _ := os.Getwd()
+	return deploybody.MakeCacheKey("last-plan", map[string]string{"node": node, "dir": wd})
+}
+
+// notePlanned records that a plan evaluated node to drv. When the record held another
+// derivation, the source changed since that plan: a plan saved then is stale, and
+// Terraform and OpenTofu refuse its apply with an "inconsistent final plan" error.
+// The returned warning says so in the provider's words, shown beside that error.
+func (e *nixEvaluator) notePlanned(ctx context.Context, node, prior, drv string) string {
+	if e.lastPlans == nil {
+		return ""
+	}
+	if prior == drv {
+		e.forgetPlanned(node) // nothing to apply
+		return ""
+	}
+	key := lastPlanKey(node)
+	last, ok, _ := e.lastPlans.Lookup(key)
+	if err := e.lastPlans.Store(key, drv, time.Now()); err != nil {
+		tflog.Debug(ctx, "last plan not recorded", map[string]any{"node": node, "error": err.Error()})
+	}
+	if !ok || last == drv {
+		return ""
+	}
+	return fmt.Sprintf("Node %s: the last plan evaluated its build to %s, this one to %s. "+
+		"A plan saved before the change cannot be applied (it would deploy a source that no longer exists): "+
+		"Terraform and OpenTofu refuse it as an \"inconsistent final plan\" naming both derivations. Plan again and apply the new plan.",
+		node, last, drv)
+}
+
+// forgetPlanned drops the last-plan record once the plan is applied (or planned no
+// change), so the next edit of the source warns of nothing.
+func (e *nixEvaluator) forgetPlanned(node string) {
+	if e.lastPlans != nil {
+		_ = e.lastPlans.Forget(lastPlanKey(node)) // a record left behind only risks a needless warning
+	}
 }

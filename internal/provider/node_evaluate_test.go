@@ -143,3 +143,35 @@ func TestEvaluationErrorNamesNodeAndFile(t *testing.T) {
 		}
 	}
 }
+
+// A plan that finds another derivation than the last plan of the node (not applied
+// since) warns that a plan saved then is stale; an applied plan leaves no record.
+func TestEvaluatorWarnsOfStaleSavedPlan(t *testing.T) {
+	dir := t.TempDir()
+	drv := func(name string) string {
+		p := "/nix/store/" + strings.Repeat("a", 31) + name + "-x.drv"
+		return p
+	}
+	held := map[string]bool{drv("b"): true, drv("c"): true}
+	e := &nixEvaluator{lastPlans: &deploybody.EvalCache{Dir: dir, StoreHas: func(p string) bool { return held[p] }}}
+	ctx := context.Background()
+	if w := e.notePlanned(ctx, "web01", drv("a"), drv("b")); w != "" {
+		t.Fatalf("a first plan warned: %s", w)
+	}
+	if w := e.notePlanned(ctx, "web01", drv("a"), drv("b")); w != "" {
+		t.Fatalf("the same plan again warned: %s", w)
+	}
+	w := e.notePlanned(ctx, "web01", drv("a"), drv("c"))
+	for _, want := range []string{"web01", drv("b"), drv("c"), "inconsistent final plan"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warning %q does not say %q", w, want)
+		}
+	}
+	e.forgetPlanned("web01") // the apply
+	if w := e.notePlanned(ctx, "web01", drv("c"), drv("b")); w != "" {
+		t.Fatalf("a plan after an apply warned: %s", w)
+	}
+	if w := e.notePlanned(ctx, "web02", drv("a"), drv("c")); w != "" {
+		t.Fatalf("another node's record was used: %s", w)
+	}
+}
