@@ -29,8 +29,8 @@ type buildModel struct {
 }
 
 // buildSpec turns the build block into a nix-build spec, writing the node plan to a
-// temporary file the build reads instead of evaluating the plan again. cleanup
-// removes it.
+// file named by its content (nodePlanFile), or else a temporary file that cleanup
+// removes; the build reads it instead of evaluating the plan again.
 func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnostics) {
 	var diags diag.Diagnostics
 	b := plan.Build
@@ -72,6 +72,10 @@ func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnosti
 		if !json.Valid([]byte(plan.NodePlan.ValueString())) {
 			diags.AddAttributeError(path.Root("node_plan"), "Invalid node plan",
 				fmt.Sprintf("node_plan of %s is not JSON; pass data.fediversity_submission.<name>.node_plans[\"<node>\"].", plan.Node.ValueString()))
+			return spec, cleanup, diags
+		}
+		if file, err := nodePlanFile(plan.NodePlan.ValueString()); err == nil {
+			spec.PlanFile = file // the same path every run: see nodePlanFile
 			return spec, cleanup, diags
 		}
 		dir, err := os.MkdirTemp("", "fediversity-plan-")

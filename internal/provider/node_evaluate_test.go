@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
@@ -173,5 +175,38 @@ func TestEvaluatorWarnsOfStaleSavedPlan(t *testing.T) {
 	}
 	if w := e.notePlanned(ctx, "web02", drv("a"), drv("c")); w != "" {
 		t.Fatalf("another node's record was used: %s", w)
+	}
+}
+
+// The node plan reaches the build at a path named by its content, so a source that
+// uses the path itself (not only the file's content) evaluates to the same derivation
+// every run instead of planning a redeploy every time.
+func TestNodePlanFileIsTheSameEveryRun(t *testing.T) {
+	countNixInstantiate(t)
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	src := filepath.Join(t.TempDir(), "node.nix")
+	if err := os.WriteFile(src, []byte(`{ planFile }: derivation { name = "plan-path"; system = builtins.currentSystem;
+  builder = "/bin/sh"; args = [ "-c" "cat ${planFile} > $out" ]; }`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := nodeSwitchModel{
+		Node: types.StringValue("web01"), NodePlan: types.StringValue(`{"domain":"a.example"}`),
+		Build: &buildModel{File: types.StringValue(src), Args: types.MapNull(types.StringType)},
+	}
+	var drvs []string
+	for run := 0; run < 2; run++ {
+		spec, cleanup, diags := buildSpec(m)
+		if diags.HasError() {
+			t.Fatal(diags)
+		}
+		drv, err := nixstore.Instantiate(context.Background(), spec)
+		cleanup()
+		if err != nil {
+			t.Fatal(err)
+		}
+		drvs = append(drvs, drv)
+	}
+	if drvs[0] != drvs[1] {
+		t.Fatalf("two runs with the same node plan evaluated to %s and %s", drvs[0], drvs[1])
 	}
 }

@@ -107,7 +107,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"node_plan": schema.StringAttribute{
 				Optional: true,
 				MarkdownDescription: "The node plan as JSON, usually `data.fediversity_submission.x.node_plans[\"<node>\"]`. " +
-					"It is written to a file whose absolute path is handed to the build as `--argstr planFile <path>`, so the build reads the plan and never evaluates it again. " + redeploys,
+					"It is written to a file named by its content (in `$XDG_CACHE_HOME/fediversity/plans`), whose absolute path is handed to the build as `--argstr planFile <path>`, so the build reads the plan and never evaluates it again; the same plan gives the same path every run. " + redeploys,
 			},
 			"toplevel": schema.StringAttribute{
 				Optional: true,
