@@ -49,6 +49,8 @@ func SourceRoot(spec BuildSpec, dir string) (string, error) {
 // (an import of ../lib.nix, <nixpkgs> through NIX_PATH) is not read here.
 func HashTree(root string) (string, error) {
 	h := sha256.New()
+	// Writing to a hash never fails.
+	entry := func(format string, a ...any) { _, _ = fmt.Fprintf(h, format, a...) }
 	files, size := 0, int64(0)
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -71,9 +73,9 @@ func HashTree(root string) (string, error) {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(h, "l %q %q\n", rel, target)
+			entry("l %q %q\n", rel, target)
 		case d.IsDir():
-			fmt.Fprintf(h, "d %q\n", rel)
+			entry("d %q\n", rel)
 		case d.Type().IsRegular():
 			fi, err := d.Info()
 			if err != nil {
@@ -83,7 +85,7 @@ func HashTree(root string) (string, error) {
 				return fmt.Errorf("more than %d MiB under %s", maxTreeBytes>>20, root)
 			}
 			// The executable bit is part of what nix copies into the store.
-			fmt.Fprintf(h, "f %q %d %t\n", rel, fi.Size(), fi.Mode()&0o111 != 0)
+			entry("f %q %d %t\n", rel, fi.Size(), fi.Mode()&0o111 != 0)
 			f, err := os.Open(p)
 			if err != nil {
 				return err
@@ -94,7 +96,7 @@ func HashTree(root string) (string, error) {
 				return err
 			}
 		default:
-			fmt.Fprintf(h, "o %q %s\n", rel, d.Type())
+			entry("o %q %s\n", rel, d.Type())
 		}
 		return nil
 	})
