@@ -164,8 +164,8 @@ func evaluationError(node string, spec nixstore.BuildSpec, err error) diag.Diagn
 	if spec.File != "" {
 		source, _ = filepath.Abs(spec.File)
 	}
-	return diag.NewAttributeErrorDiagnostic(path.Root("build"), fmt.Sprintf("Cannot evaluate the system of node %s", node),
-		fmt.Sprintf("Node %s, phase evaluate, source %s: %v\n\nFix the Nix source and plan again. Nothing was deployed.", node, source, err))
+	return diag.NewAttributeErrorDiagnostic(path.Root("build"), fmt.Sprintf("Unable to evaluate the system of node %s", node),
+		failureDetail("Node "+node, "evaluate", fmt.Errorf("source %s: %w", source, err), "Fix the Nix source and plan again; nothing was deployed."))
 }
 
 // planDerivation is ModifyPlan's part for a `build` block: it evaluates the planned
@@ -256,8 +256,8 @@ func (e *nixEvaluator) plannedBuild(ctx context.Context, node string, spec nixst
 	}
 	if planned != "" && drv != planned {
 		diags.AddAttributeError(path.Root("derivation"), fmt.Sprintf("Refusing to deploy %s: its Nix source changed since the plan", node),
-			fmt.Sprintf("Node %s, phase evaluate: the plan evaluated the build to %s, the source now evaluates to %s. "+
-				"Nothing was deployed. Plan again to deploy the current source.", node, planned, drv))
+			failureDetail("Node "+node, "evaluate", fmt.Errorf("the plan evaluated the build to %s, the source now evaluates to %s", planned, drv),
+				"Nothing was deployed. Plan again to deploy the current source."))
 		return nil, diags
 	}
 	e.forgetPlanned(node)

@@ -186,7 +186,7 @@ resource "fediversity_node_switch" %q {
 				PreConfig:   func() { writeSource(srcA, "{ planFile ? \"\" }: derivation { name = ") },
 				Config:      cfg,
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`Cannot\s+evaluate\s+the\s+system\s+of\s+node\s+` + regexp.QuoteMeta(na.Name) + `(?s).*` + regexp.QuoteMeta(srcA) + `.*syntax\s+error`),
+				ExpectError: regexp.MustCompile(`Unable\s+to\s+evaluate\s+the\s+system\s+of\s+node\s+` + regexp.QuoteMeta(na.Name) + `(?s).*` + regexp.QuoteMeta(srcA) + `.*syntax\s+error`),
 			},
 			{
 				PreConfig: func() { writeSource(srcA, edited("v3")) },
