@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -31,8 +30,9 @@ import (
 // check at apply, are cache hits when the source is unchanged, so a node is evaluated
 // once per run. When the source changed after a saved plan, that second plan evaluates
 // to another derivation and the binary refuses the apply ("Provider produced
-// inconsistent final plan", naming both derivations); the check at apply refuses the
-// same way should the source change later still, before anything reaches the node.
+// inconsistent final plan", naming both derivations), after a warning of ours that
+// says why (notePlanned); the check at apply refuses the same way should the source
+// change later still, before anything reaches the node.
 
 // nixEvaluator evaluates build blocks through the evaluation cache and builds
 // derivations once per provider process. Made once in Configure (providerClients).
@@ -49,10 +49,10 @@ type nixEvaluator struct {
 	builds nixstore.Flight
 }
 
-// EvalCacheDir is where the evaluation cache lives: $XDG_CACHE_HOME/fediversity/eval,
+// evalCacheDir is where the evaluation cache lives: $XDG_CACHE_HOME/fediversity/eval,
 // ~/.cache/fediversity/eval when XDG_CACHE_HOME is unset. Outside any state: deleting
 // it only costs evaluations.
-func EvalCacheDir() (string, error) {
+func evalCacheDir() (string, error) {
 	base, err := os.UserCacheDir()
 	if err != nil {
 		return "", err
@@ -62,7 +62,7 @@ func EvalCacheDir() (string, error) {
 
 func newNixEvaluator() *nixEvaluator {
 	e := &nixEvaluator{}
-	if dir, err := EvalCacheDir(); err == nil {
+	if dir, err := evalCacheDir(); err == nil {
 		// The default store check (the .drv file exists) is what matters here: an
 		// entry naming a .drv a garbage collection removed is ignored.
 		e.cache = &deploybody.EvalCache{Dir: dir}
@@ -83,8 +83,9 @@ func evaluatorFor(cfg *Config) *nixEvaluator {
 
 // evaluationKey is the cache key of spec for a node plan: the node plan, the build's
 // form and arguments, and a hash of the operator tree the build names (see
-// nixstore.HashTree). Never the plan file's location, which is new every run. Empty
-// when the tree cannot be hashed; why says why.
+// nixstore.HashTree). Never the plan file's location: a per-run value when the
+// cache directory is unusable (see nodePlanFile). Empty when the tree cannot be
+// hashed; why says why.
 func evaluationKey(spec nixstore.BuildSpec, nodePlan string) (key, why string) {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -110,13 +111,8 @@ func evaluationKey(spec nixstore.BuildSpec, nodePlan string) (key, why string) {
 	} else {
 		inputs["form"], inputs["expression"] = "expression", spec.Expr
 	}
-	names := make([]string, 0, len(spec.ArgStr))
-	for k := range spec.ArgStr {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		inputs["argstr "+k] = spec.ArgStr[k]
+	for k, v := range spec.ArgStr {
+		inputs["argstr "+k] = v
 	}
 	sum := sha256.Sum256([]byte(nodePlan))
 	return deploybody.MakeCacheKey("sha256:"+hex.EncodeToString(sum[:]), inputs), ""
