@@ -11,7 +11,9 @@
 #          runs for every node
 # and prints warm/base (target <= 1.10), the evaluation cost per node ((cold - warm) /
 # nodes, i.e. with the plan's parallelism), and from the provider log the median time
-# one nix-instantiate and one cache hit took. Timings are measurements, not assertions:
+# one nix-instantiate and one cache hit took. Last, every node is given the same fresh
+# derivation and applied: the log shows how many builds ran (one per derivation in the
+# provider process). Timings are measurements, not assertions:
 # the machine is shared and noisy, so prefer the medians of many rounds.
 #
 #   bash lab/bench-plan.sh
@@ -150,3 +152,16 @@ printf '  evaluation per node     %.3fs  ((cold - warm) / %d nodes, plans run no
 printf '  one nix-instantiate     %.3fs  (median over the cold plans, from the provider log)\n' "${one:-0}"
 printf '  one cache hit           %.4fs  (tree hash + lookup, median over the warm plans, from the provider log)\n' "${hit:-0}"
 printf '  cache hits (warm plans) %d, misses (cold plans) %d\n' "$hits" "$misses"
+
+# One build per derivation: every node now builds the same fresh derivation in one apply.
+# Without sharing, each would run its own nix-store --realise and all but one would wait
+# on nix's lock of the output; with it the provider process builds it once.
+sed -i "s/args      = { seed = \"bench-plan-$stamp-[0-9]*\" }/args      = { seed = \"bench-plan-$stamp-shared\" }/" "$work/eval/main.tf"
+t0=$(now)
+(cd "$work/eval" && TF_LOG_PROVIDER=DEBUG TF_LOG_PATH=$work/shared.log "$TF" apply -auto-approve -input=false >"$work/shared.apply" 2>&1) ||
+  { echo "apply (shared derivation) failed:"; tail -30 "$work/shared.apply"; exit 1; }
+t1=$(now)
+built=$(grep 'derivation built' "$work/shared.log" | grep -c 'shared=false' || true)
+waited=$(grep 'derivation built' "$work/shared.log" | grep -c 'shared=true' || true)
+printf '\n=== %d nodes building one derivation in one apply: %.1fs\n' "$NODES" "$(echo "$t1 - $t0" | bc -l)"
+printf '  builds run %d, nodes that took another node'"'"'s build %d\n' "$built" "$waited"
