@@ -19,7 +19,7 @@ const module = "github.com/fediversity/terraform-provider-fediversity"
 
 var enginePackages = []string{
 	"internal/deploybody", "internal/submission", "internal/k8s", "internal/image",
-	"internal/transport", "internal/incusapi", "internal/nixstore", "internal/spire",
+	"internal/transport", "internal/incusapi", "internal/nixstore", "internal/spire", "internal/nixeval",
 }
 
 var rules = []struct {

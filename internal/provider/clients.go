@@ -11,6 +11,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
@@ -31,12 +32,12 @@ type providerClients struct {
 	k8sErr  error
 	// nix evaluates and builds nodes' `build` blocks: the evaluation cache, one
 	// evaluation per cache key and one build per derivation in this process.
-	nix *nixEvaluator
+	nix *nixeval.Evaluator
 }
 
 // newProviderClients builds the clients of cfg.
 func newProviderClients(cfg *Config) *providerClients {
-	c := &providerClients{ssh: &sshtransport.Pool{}, nix: newNixEvaluator()}
+	c := &providerClients{ssh: &sshtransport.Pool{}, nix: nixeval.New()}
 	if cfg.IncusAddress != "" {
 		c.incus, c.incusErr = incusapi.NewHTTPS(incusapi.HTTPSConfig{
 			URL: cfg.IncusAddress, ClientCertFile: cfg.IncusClientCert, ClientKeyFile: cfg.IncusClientKey, ServerCertFile: cfg.IncusServerCert,

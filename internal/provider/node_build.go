@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
@@ -29,7 +30,7 @@ type buildModel struct {
 }
 
 // buildSpec turns the build block into a nix-build spec, writing the node plan to a
-// file named by its content (nodePlanFile), or else a temporary file that cleanup
+// file named by its content (nixeval.NodePlanFile), or else a temporary file that cleanup
 // removes; the build reads it instead of evaluating the plan again.
 func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnostics) {
 	var diags diag.Diagnostics
@@ -74,8 +75,8 @@ func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnosti
 				fmt.Sprintf("node_plan of %s is not JSON; pass data.fediversity_submission.<name>.node_plans[\"<node>\"].", plan.Node.ValueString()))
 			return spec, cleanup, diags
 		}
-		if file, err := nodePlanFile(plan.NodePlan.ValueString()); err == nil {
-			spec.PlanFile = file // the same path every run: see nodePlanFile
+		if file, err := nixeval.NodePlanFile(plan.NodePlan.ValueString()); err == nil {
+			spec.PlanFile = file // the same path every run: see nixeval.NodePlanFile
 			return spec, cleanup, diags
 		}
 		dir, err := os.MkdirTemp("", "fediversity-plan-")

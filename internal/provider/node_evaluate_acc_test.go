@@ -36,7 +36,7 @@ import (
 //  8. back to the source a runs: the plan is empty, and neither node changed since 2.
 func TestAccNodeSwitchPlanEvaluatesSource(t *testing.T) {
 	accLab(t)
-	runs := countNixInstantiate(t)
+	runs := labtest.CountNixInstantiate(t)
 	t.Setenv("XDG_CACHE_HOME", t.TempDir()) // this test's own evaluation cache
 	na := labtest.NewInstance(t, "acc-eval-a")
 	nb := labtest.NewInstance(t, "acc-eval-b")

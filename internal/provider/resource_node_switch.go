@@ -495,7 +495,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 			return nil, nil, diags, errors.New("invalid build")
 		}
 		defer cleanup()
-		build, bdiags := evaluatorFor(r.cfg).plannedBuild(ctx, node, spec, plan.NodePlan.ValueString(), plan.Derivation.ValueString())
+		build, bdiags := plannedBuild(ctx, evaluatorFor(r.cfg), node, spec, plan.NodePlan.ValueString(), plan.Derivation.ValueString())
 		diags.Append(bdiags...)
 		if diags.HasError() {
 			return nil, nil, diags, errors.New("refused build")

@@ -1,0 +1,40 @@
+package labtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+)
+
+// CountNixInstantiate points nixstore at a wrapper around the real nix-instantiate that
+// appends a line to a file per run, and returns a function reading the count. The
+// evaluations are real; only their number is observed.
+func CountNixInstantiate(t testing.TB) func() int {
+	t.Helper()
+	real, err := exec.LookPath("nix-instantiate")
+	if err != nil {
+		if os.Getenv("FEDIVERSITY_LAB") == "1" {
+			t.Fatalf("nix-instantiate is not installed (lab/install-host.sh installs it): %v", err)
+		}
+		t.Skip("nix-instantiate is not installed on this machine")
+	}
+	dir := t.TempDir()
+	count := filepath.Join(dir, "count")
+	wrapper := filepath.Join(dir, "nix-instantiate")
+	script := fmt.Sprintf("#!/bin/sh\necho run >>%q\nexec %q \"$@\"\n", count, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prev := nixstore.NixInstantiateBin
+	nixstore.NixInstantiateBin = wrapper
+	t.Cleanup(func() { nixstore.NixInstantiateBin = prev })
+	return func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "run\n")
+	}
+}
