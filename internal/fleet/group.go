@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
-	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
@@ -31,6 +31,9 @@ type Group struct {
 	// Parallel bounds how many nodes run at once (DefaultParallel when 0).
 	Parallel    int
 	Credentials Credentials
+	// Nix evaluates and builds the nodes' systems: the evaluation cache the provider
+	// uses, and one build per derivation. Nil: one made for the run (nixeval.New).
+	Nix *nixeval.Evaluator
 	// Progress, if set, is told each phase a node starts and when it is done. It is
 	// called from the nodes' goroutines, one call at a time.
 	Progress func(Event)
@@ -112,6 +115,10 @@ func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
 	}
 	pool := &sshtransport.Pool{}
 	defer func() { _ = pool.Close() }()
+	nix := g.Nix
+	if nix == nil {
+		nix = nixeval.New()
+	}
 
 	var progressMu sync.Mutex
 	report := func(e Event) {
@@ -137,7 +144,7 @@ func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
 				return
 			}
 			defer func() { <-slots }()
-			outcomes[i] = g.runNode(ctx, pool, node, report)
+			outcomes[i] = g.runNode(ctx, pool, nix, node, report)
 		}()
 	}
 	wg.Wait()
@@ -148,7 +155,7 @@ func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
 	return outcomes, nil
 }
 
-func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, node string, report func(Event)) Outcome {
+func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, nix *nixeval.Evaluator, node string, report func(Event)) Outcome {
 	start := time.Now()
 	out := Outcome{Node: node}
 	defer func() {
@@ -177,7 +184,7 @@ func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, node strin
 		return out
 	}
 	if opts.Toplevel == "" {
-		cleanup, err := g.setBuild(&opts, node)
+		cleanup, err := g.setBuild(&opts, nix, node)
 		defer cleanup()
 		if err != nil {
 			out.Err = &deploybody.DeployError{Node: node, Phase: deploybody.PhaseBuild, Err: err}
@@ -188,23 +195,40 @@ func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, node strin
 	return out
 }
 
-// setBuild makes opts build the node: its node plan goes to a private temporary file
-// handed to nix-build as planFile, as the provider does.
-func (g *Group) setBuild(opts *deploybody.Options, node string) (cleanup func(), err error) {
+// setBuild makes opts build the node as the provider does: its node plan goes to a
+// file named by its content (or else a private temporary file) handed to the build as
+// planFile, and the build is evaluated through the evaluation cache the provider uses
+// (a node unchanged since its last evaluation runs no nix-instantiate) and built once
+// per derivation however many nodes share it.
+func (g *Group) setBuild(opts *deploybody.Options, nix *nixeval.Evaluator, node string) (cleanup func(), err error) {
 	cleanup = func() {}
 	spec := g.Roster.nixSpec(g.Roster.buildFor(node))
-	if plan, ok := g.NodePlans[node]; ok {
-		dir, err := os.MkdirTemp("", "fediversity-plan-")
-		if err != nil {
-			return cleanup, err
+	plan, ok := g.NodePlans[node]
+	if ok {
+		if file, err := nixeval.NodePlanFile(plan); err == nil {
+			spec.PlanFile = file
+		} else {
+			dir, err := os.MkdirTemp("", "fediversity-plan-")
+			if err != nil {
+				return cleanup, err
+			}
+			cleanup = func() { _ = os.RemoveAll(dir) }
+			file := filepath.Join(dir, "node-plan.json")
+			if err := os.WriteFile(file, []byte(plan), 0o600); err != nil {
+				return cleanup, err
+			}
+			spec.PlanFile = file
 		}
-		cleanup = func() { _ = os.RemoveAll(dir) }
-		file := filepath.Join(dir, "node-plan.json")
-		if err := os.WriteFile(file, []byte(plan), 0o600); err != nil {
-			return cleanup, err
-		}
-		spec.PlanFile = file
 	}
-	opts.Build = func(ctx context.Context) (string, error) { return nixstore.Build(ctx, spec) }
+	opts.Build = func(ctx context.Context) (string, error) {
+		// A cache that cannot be written costs the next run an evaluation; this front
+		// end has no warning channel of its own, so ev.Warnings are not shown.
+		ev, err := nix.Evaluate(ctx, node, spec, plan)
+		if err != nil {
+			return "", err
+		}
+		top, _, err := nix.Build(ctx, ev.Derivation, nil)
+		return top, err
+	}
 	return cleanup, nil
 }
