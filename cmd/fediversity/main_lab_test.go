@@ -17,6 +17,9 @@ import (
 func TestLabCLIDeployGroup(t *testing.T) {
 	labtest.Require(t)
 	bin := buildCLI(t)
+	// The command's own evaluation cache, and its nix-instantiate runs counted.
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	evaluations := labtest.CountNixInstantiate(t)
 	good := labtest.BuildClosure(t, labtest.ClosureGood)
 	labtest.BuildClosure(t, labtest.ClosureFailedUnit)
 	nodes := []labtest.Node{
@@ -101,12 +104,19 @@ func TestLabCLIDeployGroup(t *testing.T) {
 		if key := labtest.KeyFile(); strings.Contains(stdout+stderr, key) {
 			t.Errorf("the output names the key file %s", key)
 		}
+		if n := evaluations(); n != 3 {
+			t.Errorf("a cold cache ran nix-instantiate %d times for 3 nodes, want 3", n)
+		}
 	})
 
 	t.Run("table, lenient: exit 0", func(t *testing.T) {
+		before := evaluations()
 		stdout, stderr, code := runCLI(t, bin, append([]string{"deploy", "--lenient"}, args...)...)
 		if code != exitOK {
 			t.Fatalf("exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		if n := evaluations() - before; n != 0 {
+			t.Errorf("a second run with nothing changed ran nix-instantiate %d times, want 0 (the evaluation cache)", n)
 		}
 		for _, want := range []string{"NODE", "RESULT", nodes[0].Name, "ok (warnings)", "fedi-broken.service", "idle", "disabled", "3 ok, 0 failed, 1 disabled"} {
 			if !strings.Contains(stdout, want) {

@@ -13,7 +13,8 @@ import (
 
 // CountNixInstantiate points nixstore at a wrapper around the real nix-instantiate that
 // appends a line to a file per run, and returns a function reading the count. The
-// evaluations are real; only their number is observed.
+// wrapper also comes first in PATH, so processes the test starts (the fediversity
+// command) are counted too. The evaluations are real; only their number is observed.
 func CountNixInstantiate(t testing.TB) func() int {
 	t.Helper()
 	real, err := exec.LookPath("nix-instantiate")
@@ -30,6 +31,7 @@ func CountNixInstantiate(t testing.TB) func() int {
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	prev := nixstore.NixInstantiateBin
 	nixstore.NixInstantiateBin = wrapper
 	t.Cleanup(func() { nixstore.NixInstantiateBin = prev })
