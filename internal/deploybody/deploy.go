@@ -58,6 +58,7 @@ type run struct {
 	// switchEnded is when the switch returned (the revert's window starts then).
 	armed       SelfReverter
 	switchEnded time.Time
+	checks      *checkRun
 }
 
 func newRun(ctx context.Context, t Transport, o Options, verdictOnly bool) *run {
@@ -71,6 +72,7 @@ func newRun(ctx context.Context, t Transport, o Options, verdictOnly bool) *run 
 		res:         &Result{Node: o.Node},
 		budgetCache: map[string]int{},
 		seenFailed:  map[string]bool{},
+		checks:      newCheckRun(o),
 	}
 }
 
@@ -99,6 +101,7 @@ func (r *run) execute() (*Result, error) {
 		{PhaseRestartFailedUnits, r.restartFailedUnits},
 		{PhaseSettle, r.settle},
 		{PhaseWatch, r.watch},
+		{PhaseChecks, r.runChecks},
 		{PhaseClassify, r.classify},
 		{PhaseVerdict, r.verdict},
 		{PhaseReport, r.report},

@@ -12,7 +12,7 @@
 // Deploy runs, in order, each timed, logged and recorded in Result.Phases:
 // build → wait-for-node → push-closure → wait-for-secret-chain → snapshot-unit-states →
 // switch → read-switch-result → detect-unconfirmed-switch → collect-owned-units →
-// restart-failed-owned-units → settle → watch → classify → verdict → report →
+// restart-failed-owned-units → settle → watch → checks → classify → verdict → report →
 // finalize-boot-entry → conclude. The verdict's failure is returned only in conclude,
 // after the boot entry is finalized, so a node with a failed unit keeps the new boot
 // entry. VerdictOnly records build, push-closure, switch, read-switch-result,

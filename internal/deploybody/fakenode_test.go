@@ -109,6 +109,8 @@ type fakeNode struct {
 	switchNeverActivates bool
 	switchReconnects     bool
 	invalidFailedNames   []string // extra lines in list-units --state=failed
+	// onCheck answers an operator check (the argv inside `timeout -k 2 Ns …`).
+	onCheck func(argv []string) RunResult
 
 	calls []call
 }
@@ -372,6 +374,8 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		return n.systemctl(argv[1:]), nil
 	case argv[0] == "journalctl":
 		return n.journal(argv[len(argv)-1]), nil
+	case argv[0] == "timeout" && len(argv) > 4 && n.onCheck != nil:
+		return n.onCheck(argv[4:]), nil
 	}
 	return RunResult{ExitCode: 127, Stderr: []byte(argv[0] + ": not found")}, nil
 }

@@ -103,6 +103,7 @@ func (r *run) classify() (string, error) {
 			v.SystemState = state
 		}
 	}
+	v.Checks = r.checks.results()
 	r.res.Verdict = v
 	return fmt.Sprintf("%d failed, %d set aside, %d looping, %d cycling, %d never spawned", len(v.Failed), len(v.SetAside), len(v.RestartLoops), len(v.Cycling), len(v.NeverSpawnedClosure)+len(v.NeverSpawnedHost)), nil
 }
@@ -135,6 +136,10 @@ func (r *run) verdictHint(v *Verdict) string {
 		return "check that the node is running and reachable; the verdict could not be taken"
 	}
 	hint := "read `journalctl -u <unit>` on the node, fix the configuration and apply again; strict = false keeps the names but only warns"
+	if failed := FailedChecks(v); len(failed) > 0 && len(v.Failed) == 0 && len(v.NeverSpawnedClosure) == 0 {
+		hint = "the units are up but the check named above failed: run it by hand (on the node, or the probe from the deployer) to see why, " +
+			"fix the service and apply again; strict = false keeps the result but only warns"
+	}
 	if !r.verdictOnly {
 		hint = "the node keeps the new boot entry; " + hint
 	}
@@ -143,7 +148,7 @@ func (r *run) verdictHint(v *Verdict) string {
 
 func (r *run) report() (string, error) {
 	v := r.res.Verdict
-	r.res.Report = renderReport(r.o.Node, v)
+	r.res.Report = renderReport(r.o.Node, v) + renderChecks(v.Checks)
 	fields := map[string]any{
 		"system_state":          v.SystemState,
 		"failed":                failedNames(v.Failed),
@@ -155,6 +160,7 @@ func (r *run) report() (string, error) {
 		"skipped_on_condition":  v.SkippedOnCondition,
 		"unread":                v.Unread,
 		"unreachable":           v.Unreachable,
+		"failed_checks":         FailedChecks(v),
 	}
 	r.log(LevelInfo, PhaseReport, r.res.Report, fields)
 	if v.OK {

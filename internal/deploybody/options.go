@@ -156,6 +156,11 @@ type Options struct {
 
 	// Clock is the body's time source; nil means the wall clock.
 	Clock Clock
+
+	// Checks run on the node and Probes from the deployer after the settle; a failed
+	// one fails a strict verdict and warns a lenient one (see ValidateChecks).
+	Checks []NodeCheck
+	Probes []Probe
 }
 
 func (o Options) withDefaults(t Transport) Options {

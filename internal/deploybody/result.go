@@ -20,6 +20,7 @@ const (
 	PhaseRestartFailedUnits  = "restart-failed-owned-units"
 	PhaseSettle              = "settle"
 	PhaseWatch               = "watch"
+	PhaseChecks              = "checks"
 	PhaseClassify            = "classify"
 	PhaseVerdict             = "verdict"
 	PhaseReport              = "report"
@@ -33,7 +34,7 @@ var Phases = []string{
 	PhaseBuild, PhaseWaitForNode, PhasePushClosure, PhaseWaitForSecretChain,
 	PhaseSnapshotUnitStates, PhaseSwitch, PhaseReadSwitchResult, PhaseDetectUnconfirmed,
 	PhaseCollectOwnedUnits, PhaseRestartFailedUnits, PhaseSettle, PhaseWatch,
-	PhaseClassify, PhaseVerdict, PhaseReport, PhaseFinalizeBootEntry, PhaseConclude,
+	PhaseChecks, PhaseClassify, PhaseVerdict, PhaseReport, PhaseFinalizeBootEntry, PhaseConclude,
 }
 
 // PhaseTiming records one phase of a run.
@@ -153,6 +154,8 @@ type Verdict struct {
 	SkippedOnCondition  []string
 	// Restarted lists the failed units the run restarted before the watch.
 	Restarted []string
+	// Checks are the operator's checks and probes, in the order configured.
+	Checks []CheckResult
 
 	// Reasons are why this verdict fails the run (Strict) or the warnings it gives
 	// (lenient). Empty when the node converged.

@@ -315,6 +315,7 @@ func decide(v *Verdict) (reasons []string, fails bool) {
 			}
 		}
 	}
+	reasons = append(reasons, checkReasons(v.Checks, len(reasons) == 0)...)
 	return reasons, v.Strict && len(reasons) > 0
 }
 

@@ -91,11 +91,19 @@ func (r *run) takeSample() sample {
 	for start := 0; start < len(shown); start += showUnitsBatch {
 		cmds = append(cmds, cmdShow(shown[start:min(start+showUnitsBatch, len(shown))]))
 	}
+	// The node checks that fall due ride in the same round trip (their answers last).
+	nShown := len(cmds)
+	r.checks.begin(s.At)
+	checkCmds, dueNodes, dueProbes := nodeCommands(r.checks.due(s.At))
+	cmds = append(cmds, checkCmds...)
 	answers, err := r.remoteBatch(cmds...)
+	r.runProbes(dueProbes, s.At)
 	if err != nil {
 		r.log(LevelDebug, PhaseWatch, "sample unanswered", map[string]any{"error": err.Error()})
 		return s
 	}
+	r.recordNodeAnswers(dueNodes, answers[nShown:], s.At)
+	answers = answers[:nShown]
 	s.Answered = true
 	s.Failed, s.FailedUnread = r.parseFailed(answers[0])
 	s.Units = map[string]UnitState{}

@@ -1,0 +1,487 @@
+package deploybody
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Operator health checks: commands on the node (NodeCheck) and requests from the
+// deployer (Probe). They start after the settle. A node check rides in the same batch
+// as the watch sample it falls due with, so checks add their own run time and no round
+// trips per sample; what is still pending when the watch ends is retried in the checks
+// phase until it passes or its timeout runs out.
+
+// Default check timings.
+const (
+	DefaultCheckInterval = 2 * time.Second
+	DefaultCheckTimeout  = 30 * time.Second
+)
+
+// NodeCheck is a command run on the node: it passes when it exits with ExpectExit.
+type NodeCheck struct {
+	Name       string
+	Argv       []string
+	ExpectExit int
+	// Interval is the pause between two attempts; Timeout bounds all of them (from the
+	// end of the settle). Zero takes the defaults.
+	Interval time.Duration
+	Timeout  time.Duration
+}
+
+// Probe is a request from the deployer: an HTTP(S) GET of URL that must answer
+// ExpectStatus (and match BodyPattern when set), or a TCP connect to TCP.
+type Probe struct {
+	Name         string
+	URL          string
+	TCP          string
+	ExpectStatus int            // 0 means 200
+	BodyPattern  *regexp.Regexp // optional, matched against the first probeBodyLimit bytes
+	// Insecure turns off TLS verification (it is on by default).
+	Insecure bool
+	Interval time.Duration
+	Timeout  time.Duration
+}
+
+// CheckResult is the outcome of one check or probe.
+type CheckResult struct {
+	Name string
+	// Kind is "node" (a check on the node) or "probe" (from the deployer).
+	Kind     string
+	OK       bool
+	Attempts int
+	// TimeToPass is from the end of the settle to the passing attempt (0 when it never passed).
+	TimeToPass time.Duration
+	// Output is the tail of the last attempt's output (or why it failed), bounded and
+	// with credential-looking text masked.
+	Output string
+}
+
+// Check kinds.
+const (
+	CheckKindNode  = "node"
+	CheckKindProbe = "probe"
+)
+
+const (
+	checkOutputTail = 256
+	probeBodyLimit  = 64 << 10
+	probeAttemptCap = 10 * time.Second
+)
+
+// ValidateChecks reports the first problem of a set of checks and probes: an empty or
+// repeated name, an empty argv, a probe with neither or both of URL and TCP, a URL
+// that is not http(s).
+func ValidateChecks(checks []NodeCheck, probes []Probe) error {
+	seen := map[string]bool{}
+	name := func(kind, n string) error {
+		if strings.TrimSpace(n) == "" {
+			return fmt.Errorf("a %s has an empty name", kind)
+		}
+		if seen[n] {
+			return fmt.Errorf("%s %q: the name is used twice (check and probe names share one namespace)", kind, n)
+		}
+		seen[n] = true
+		return nil
+	}
+	for _, c := range checks {
+		if err := name("check", c.Name); err != nil {
+			return err
+		}
+		if len(c.Argv) == 0 || c.Argv[0] == "" {
+			return fmt.Errorf("check %q: argv is empty", c.Name)
+		}
+	}
+	for _, p := range probes {
+		if err := name("probe", p.Name); err != nil {
+			return err
+		}
+		if (p.URL == "") == (p.TCP == "") {
+			return fmt.Errorf("probe %q: set exactly one of url and tcp", p.Name)
+		}
+		if p.URL != "" && !strings.HasPrefix(p.URL, "http://") && !strings.HasPrefix(p.URL, "https://") {
+			return fmt.Errorf("probe %q: url %q is not http:// or https://", p.Name, redactURL(p.URL))
+		}
+		if p.TCP != "" {
+			if _, _, err := net.SplitHostPort(p.TCP); err != nil {
+				return fmt.Errorf("probe %q: tcp %q is not host:port", p.Name, p.TCP)
+			}
+		}
+	}
+	return nil
+}
+
+// pendingCheck is one check or probe and its progress in this run.
+type pendingCheck struct {
+	node     *NodeCheck
+	probe    *Probe
+	interval time.Duration
+	timeout  time.Duration
+	next     time.Time
+	done     bool // passed or gave up
+	result   CheckResult
+}
+
+// checkRun schedules a run's checks and probes.
+type checkRun struct {
+	started bool
+	start   time.Time
+	items   []*pendingCheck
+}
+
+func newCheckRun(o Options) *checkRun {
+	c := &checkRun{}
+	pick := func(v, def time.Duration) time.Duration {
+		if v <= 0 {
+			return def
+		}
+		return v
+	}
+	for i := range o.Checks {
+		nc := &o.Checks[i]
+		c.items = append(c.items, &pendingCheck{node: nc, interval: pick(nc.Interval, DefaultCheckInterval), timeout: pick(nc.Timeout, DefaultCheckTimeout),
+			result: CheckResult{Name: nc.Name, Kind: CheckKindNode}})
+	}
+	for i := range o.Probes {
+		p := &o.Probes[i]
+		c.items = append(c.items, &pendingCheck{probe: p, interval: pick(p.Interval, DefaultCheckInterval), timeout: pick(p.Timeout, DefaultCheckTimeout),
+			result: CheckResult{Name: p.Name, Kind: CheckKindProbe}})
+	}
+	return c
+}
+
+func (c *checkRun) begin(now time.Time) {
+	if c.started {
+		return
+	}
+	c.started, c.start = true, now
+	for _, it := range c.items {
+		it.next = now
+	}
+}
+
+// due lists the checks whose next attempt has come. A check gets at least one attempt,
+// and none after its timeout.
+func (c *checkRun) due(now time.Time) []*pendingCheck {
+	var out []*pendingCheck
+	for _, it := range c.items {
+		if it.done || now.Before(it.next) {
+			continue
+		}
+		if it.result.Attempts > 0 && !now.Before(c.start.Add(it.timeout)) {
+			it.done = true // gave up: its last output stays
+			continue
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+// nextDue is the earliest next attempt of a check still in play; ok is false when
+// every check is done.
+func (c *checkRun) nextDue(now time.Time) (at time.Time, ok bool) {
+	for _, it := range c.items {
+		if it.done {
+			continue
+		}
+		if it.result.Attempts > 0 && !now.Before(c.start.Add(it.timeout)) {
+			it.done = true
+			continue
+		}
+		if !ok || it.next.Before(at) {
+			at, ok = it.next, true
+		}
+	}
+	return at, ok
+}
+
+func (c *checkRun) record(it *pendingCheck, at time.Time, passed bool, output string) {
+	it.result.Attempts++
+	it.result.Output = tailOutput(output)
+	it.next = at.Add(it.interval)
+	if passed {
+		it.result.OK, it.done = true, true
+		it.result.TimeToPass = at.Sub(c.start)
+	}
+}
+
+func (c *checkRun) results() []CheckResult {
+	if len(c.items) == 0 {
+		return nil
+	}
+	out := make([]CheckResult, 0, len(c.items))
+	for _, it := range c.items {
+		out = append(out, it.result)
+	}
+	return out
+}
+
+// nodeCommands splits the due checks into node commands (to batch) and probes.
+func nodeCommands(due []*pendingCheck) (cmds [][]string, nodes, probes []*pendingCheck) {
+	for _, it := range due {
+		if it.node != nil {
+			cmds = append(cmds, boundedCheckArgv(it))
+			nodes = append(nodes, it)
+		} else {
+			probes = append(probes, it)
+		}
+	}
+	return cmds, nodes, probes
+}
+
+// boundedCheckArgv bounds one attempt of a node check by the check's timeout, so a
+// command that hangs cannot hold the watch sample it rides with (coreutils timeout
+// exits 124 when it fires).
+func boundedCheckArgv(it *pendingCheck) []string {
+	secs := int((it.timeout + time.Second - 1) / time.Second)
+	return append([]string{"timeout", "-k", "2", fmt.Sprintf("%ds", secs)}, it.node.Argv...)
+}
+
+// recordNodeAnswers records the answers to the node checks of a batch.
+func (r *run) recordNodeAnswers(nodes []*pendingCheck, answers []RunResult, at time.Time) {
+	for i, it := range nodes {
+		res := answers[i]
+		out := strings.TrimSpace(string(res.Stdout) + "\n" + string(res.Stderr))
+		if res.ExitCode == 124 && it.node.ExpectExit != 124 {
+			out = fmt.Sprintf("timed out after %s: %s", it.timeout, out)
+		} else if res.ExitCode != it.node.ExpectExit {
+			out = fmt.Sprintf("exit %d, want %d: %s", res.ExitCode, it.node.ExpectExit, out)
+		}
+		r.checks.record(it, at, res.ExitCode == it.node.ExpectExit, out)
+	}
+}
+
+// runProbes runs the due probes from the deployer.
+func (r *run) runProbes(probes []*pendingCheck, at time.Time) {
+	for _, it := range probes {
+		limit := min(it.interval, probeAttemptCap)
+		if limit < time.Second {
+			limit = time.Second
+		}
+		ok, out := probeOnce(r.ctx, it.probe, limit)
+		r.checks.record(it, at, ok, out)
+	}
+}
+
+// attemptDueChecks runs the checks that are due: node checks in one batch, then probes.
+func (r *run) attemptDueChecks() error {
+	now := r.o.Clock.Now()
+	cmds, nodes, probes := nodeCommands(r.checks.due(now))
+	if len(cmds) > 0 {
+		answers, err := r.remoteBatch(cmds...)
+		if err != nil {
+			return err
+		}
+		r.recordNodeAnswers(nodes, answers, now)
+	}
+	r.runProbes(probes, now)
+	return nil
+}
+
+// runChecks is the checks phase: what the watch did not settle is retried here until
+// each check passes or its timeout runs out.
+func (r *run) runChecks() (string, error) {
+	if len(r.checks.items) == 0 {
+		return "no checks", nil
+	}
+	r.checks.begin(r.o.Clock.Now())
+	for i := 0; i < maxSamples; i++ {
+		now := r.o.Clock.Now()
+		at, ok := r.checks.nextDue(now)
+		if !ok {
+			break
+		}
+		if wait := at.Sub(now); wait > 0 {
+			if err := r.sleepOrDone(wait); err != nil {
+				return "", err
+			}
+		}
+		if err := r.attemptDueChecks(); err != nil {
+			// A node that stops answering fails the node checks it owes; the verdict's
+			// samples say whether the node itself is unreachable.
+			for _, it := range r.checks.items {
+				if !it.done && it.node != nil {
+					r.checks.record(it, r.o.Clock.Now(), false, "the node did not answer: "+err.Error())
+					it.done = true
+				}
+			}
+		}
+	}
+	results := r.checks.results()
+	passed := 0
+	for _, c := range results {
+		if c.OK {
+			passed++
+		}
+	}
+	return fmt.Sprintf("%d of %d passed", passed, len(results)), nil
+}
+
+// probeOnce makes one attempt of a probe, bounded by limit.
+func probeOnce(ctx context.Context, p *Probe, limit time.Duration) (ok bool, output string) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if p.TCP != "" {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", p.TCP)
+		if err != nil {
+			return false, err.Error()
+		}
+		_ = conn.Close()
+		return true, "connected to " + p.TCP
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
+	if err != nil {
+		return false, redactURLError(err, p.URL)
+	}
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.Proxy = nil // probes go where they say, never through an environment proxy
+	if p.Insecure {
+		transport.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} // #nosec G402 -- the operator asked for it with insecure = true
+	}
+	defer transport.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	if err != nil {
+		return false, redactURLError(err, p.URL)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, probeBodyLimit))
+	want := p.ExpectStatus
+	if want == 0 {
+		want = http.StatusOK
+	}
+	if resp.StatusCode != want {
+		return false, fmt.Sprintf("status %d, want %d: %s", resp.StatusCode, want, body)
+	}
+	if p.BodyPattern != nil && !p.BodyPattern.Match(body) {
+		return false, fmt.Sprintf("status %d, but the body does not match %s: %s", resp.StatusCode, p.BodyPattern, body)
+	}
+	return true, fmt.Sprintf("status %d: %s", resp.StatusCode, body)
+}
+
+// redactURL drops the user information of a URL, so a password in it is never echoed.
+func redactURL(u string) string {
+	scheme, rest, found := strings.Cut(u, "://")
+	if !found {
+		return u
+	}
+	host, path, _ := strings.Cut(rest, "/")
+	if at := strings.LastIndex(host, "@"); at >= 0 {
+		host = "…@" + host[at+1:]
+	}
+	if path != "" || strings.Contains(rest, "/") {
+		return scheme + "://" + host + "/" + path
+	}
+	return scheme + "://" + host
+}
+
+func redactURLError(err error, u string) string {
+	msg := err.Error()
+	if red := redactURL(u); red != u {
+		msg = strings.ReplaceAll(msg, u, red)
+	}
+	// net/url already masks a password as "xxxxx"; drop what remains of the user.
+	return msg
+}
+
+// secretLine matches text that looks like a credential: key=value or key: value with a
+// secret-sounding key, a bearer token, a PEM private key line.
+var secretLine = regexp.MustCompile(`(?i)(-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))|((?:pass(?:word|wd)?|secret|token|api[-_]?key|private[-_]?key|authorization|auth|credential)s?[ \t]*[=:][ \t]*)(\S+(?:[ \t]+\S+)?)|(bearer[ \t]+)\S+`)
+
+// tailOutput keeps the last checkOutputTail bytes of s, printable, with credential-looking
+// text masked (masking first, so a secret cut by the tail is not half shown).
+func tailOutput(s string) string {
+	s = secretLine.ReplaceAllStringFunc(s, func(m string) string {
+		sub := secretLine.FindStringSubmatch(m)
+		switch {
+		case sub[1] != "":
+			return "(private key masked)"
+		case sub[2] != "":
+			return sub[2] + "(masked)"
+		default:
+			return sub[4] + "(masked)"
+		}
+	})
+	var b bytes.Buffer
+	for _, r := range s {
+		if r == '\n' || r == '\t' || (r >= 0x20 && r != 0x7f) {
+			b.WriteRune(r)
+		} else {
+			b.WriteRune('?')
+		}
+	}
+	out := strings.TrimSpace(b.String())
+	if len(out) > checkOutputTail {
+		cut := len(out) - checkOutputTail
+		for cut < len(out) && (out[cut]&0xC0) == 0x80 {
+			cut++ // do not split a UTF-8 sequence
+		}
+		out = "…" + out[cut:]
+	}
+	return out
+}
+
+// checkReasons are the verdict reasons of the failed checks. unitsFine says no other
+// reason names a unit or an unread source, so a failed check is the cause.
+func checkReasons(checks []CheckResult, unitsFine bool) []string {
+	var reasons []string
+	for _, c := range checks {
+		if c.OK {
+			continue
+		}
+		what := "check"
+		if c.Kind == CheckKindProbe {
+			what = "probe"
+		}
+		reason := fmt.Sprintf("%s %s failed after %d attempts (%s)", what, c.Name, c.Attempts, firstLine(c.Output, "no output"))
+		if unitsFine {
+			reason += "; every unit is fine, so this check is the cause"
+		}
+		reasons = append(reasons, reason)
+	}
+	return reasons
+}
+
+// FailedChecks names the checks of a verdict that did not pass, sorted.
+func FailedChecks(v *Verdict) []string {
+	if v == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range v.Checks {
+		if !c.OK {
+			out = append(out, c.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// renderChecks writes the checks for the report.
+func renderChecks(checks []CheckResult) string {
+	if len(checks) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("  checks:\n")
+	for _, c := range checks {
+		state := "FAILED"
+		if c.OK {
+			state = fmt.Sprintf("ok after %s", c.TimeToPass.Round(time.Millisecond))
+		}
+		fmt.Fprintf(&b, "    %s (%s): %s, %d attempts", c.Name, c.Kind, state, c.Attempts)
+		if !c.OK && c.Output != "" {
+			fmt.Fprintf(&b, ": %s", firstLine(c.Output, ""))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}

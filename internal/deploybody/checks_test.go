@@ -1,0 +1,173 @@
+package deploybody
+
+import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A node check that passes only after a while is retried, and its node commands ride
+// in the watch samples' batches: checks add no round trip while the watch runs.
+func TestNodeCheckRetriedInTheWatchBatches(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	node := &batchingNode{fakeNode: s.node}
+	readyAt := s.clock.now.Add(time.Hour) // set after the switch below
+	s.node.onCheck = func(argv []string) RunResult {
+		if strings.Join(argv, " ") != "curl -fsS http://127.0.0.1/" {
+			return RunResult{ExitCode: 127}
+		}
+		if s.clock.Now().Before(readyAt) {
+			return RunResult{ExitCode: 7, Stderr: []byte("connection refused")}
+		}
+		return RunResult{Stdout: []byte("hello")}
+	}
+	s.opts.Timings = Timings{Settle: time.Second, Watch: 10 * time.Second, SampleInterval: 2 * time.Second}
+	s.opts.Checks = []NodeCheck{{Name: "http", Argv: []string{"curl", "-fsS", "http://127.0.0.1/"}, Interval: 2 * time.Second, Timeout: time.Minute}}
+	readyAt = s.clock.now.Add(5 * time.Second) // the run's phases before the watch take no fake time
+	res, err := Deploy(t.Context(), node, s.opts)
+	if err != nil {
+		t.Fatalf("deploy: %v\n%s", err, res.Report)
+	}
+	c := res.Verdict.Checks
+	if len(c) != 1 || !c[0].OK || c[0].Attempts < 2 || c[0].Name != "http" || c[0].Kind != CheckKindNode {
+		t.Fatalf("checks = %+v, want http ok after retries", c)
+	}
+	if c[0].Output != "hello" {
+		t.Fatalf("output = %q", c[0].Output)
+	}
+	withCheck := 0
+	for _, b := range node.batches {
+		for _, cmd := range b {
+			if cmd[0] == "timeout" {
+				withCheck++
+			}
+		}
+	}
+	if withCheck != c[0].Attempts {
+		t.Fatalf("%d check attempts, %d rode in batches: every attempt during the watch must ride in a sample", c[0].Attempts, withCheck)
+	}
+	if !strings.Contains(res.Report, "http (node): ok after") {
+		t.Fatalf("report lacks the check:\n%s", res.Report)
+	}
+}
+
+// A failing check fails a strict run while every unit is fine, and names itself as
+// the cause; a lenient run warns.
+func TestFailedCheckFailsStrictAndWarnsLenient(t *testing.T) {
+	for _, strict := range []bool{true, false} {
+		s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+		s.node.onCheck = func([]string) RunResult {
+			return RunResult{ExitCode: 1, Stdout: []byte("db not ready\npassword=hunter2")}
+		}
+		s.opts.Strict = strict
+		s.opts.Timings = Timings{Settle: time.Second, Watch: 4 * time.Second, SampleInterval: 2 * time.Second}
+		s.opts.Checks = []NodeCheck{{Name: "db", Argv: []string{"check-db"}, Interval: 3 * time.Second, Timeout: 10 * time.Second}}
+		res, err := s.deploy()
+		c := res.Verdict.Checks
+		if len(c) != 1 || c[0].OK || c[0].Attempts < 3 {
+			t.Fatalf("checks = %+v", c)
+		}
+		if strings.Contains(c[0].Output, "hunter2") || strings.Contains(res.Report, "hunter2") {
+			t.Fatalf("a secret was echoed: %q", c[0].Output)
+		}
+		reason := strings.Join(res.Verdict.Reasons, "; ")
+		if !strings.Contains(reason, "check db failed") || !strings.Contains(reason, "this check is the cause") {
+			t.Fatalf("reasons = %q", reason)
+		}
+		if strict {
+			wantDeployErr(t, err, PhaseVerdict)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("lenient: %v", err)
+		}
+		if !strings.Contains(strings.Join(res.Warnings, "\n"), "check db failed") {
+			t.Fatalf("lenient run must warn: %v", res.Warnings)
+		}
+	}
+}
+
+// A probe from the deployer: HTTP with status and body pattern, and TCP. The server is
+// a real listener on 127.0.0.1 (net/httptest); the body's clock is fake, so the
+// retries do not sleep.
+func TestProbesFromTheDeployer(t *testing.T) {
+	hits := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		hits++
+		if hits < 3 {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("fedi ok"))
+	}))
+	defer srv.Close()
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedAddr := closed.Addr().String()
+	_ = closed.Close()
+
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.opts.Strict = false
+	s.opts.Timings = Timings{Settle: time.Second, Watch: 2 * time.Second, SampleInterval: 2 * time.Second}
+	s.opts.Probes = []Probe{
+		{Name: "web", URL: srv.URL + "/health", BodyPattern: regexp.MustCompile(`fedi\s+ok`), Interval: time.Second, Timeout: 20 * time.Second},
+		{Name: "port", TCP: srv.Listener.Addr().String(), Timeout: 5 * time.Second},
+		{Name: "gone", TCP: closedAddr, Interval: time.Second, Timeout: 3 * time.Second},
+	}
+	res, err := s.deploy()
+	if err != nil {
+		t.Fatalf("lenient deploy: %v", err)
+	}
+	got := map[string]CheckResult{}
+	for _, c := range res.Verdict.Checks {
+		got[c.Name] = c
+	}
+	if w := got["web"]; !w.OK || w.Attempts != 3 || w.Kind != CheckKindProbe {
+		t.Fatalf("web = %+v, want ok at attempt 3", w)
+	}
+	if p := got["port"]; !p.OK || p.Attempts != 1 {
+		t.Fatalf("port = %+v", p)
+	}
+	if g := got["gone"]; g.OK || g.Attempts < 2 || !strings.Contains(g.Output, "refused") {
+		t.Fatalf("gone = %+v", g)
+	}
+	if names := FailedChecks(res.Verdict); len(names) != 1 || names[0] != "gone" {
+		t.Fatalf("failed checks = %v", names)
+	}
+}
+
+func TestValidateChecks(t *testing.T) {
+	cases := map[string]struct {
+		checks []NodeCheck
+		probes []Probe
+		want   string
+	}{
+		"ok":          {checks: []NodeCheck{{Name: "a", Argv: []string{"true"}}}, probes: []Probe{{Name: "b", TCP: "127.0.0.1:80"}}},
+		"empty argv":  {checks: []NodeCheck{{Name: "a"}}, want: `check "a": argv is empty`},
+		"same name":   {checks: []NodeCheck{{Name: "a", Argv: []string{"true"}}}, probes: []Probe{{Name: "a", TCP: "127.0.0.1:80"}}, want: "used twice"},
+		"both":        {probes: []Probe{{Name: "b", TCP: "127.0.0.1:80", URL: "http://x/"}}, want: "exactly one of url and tcp"},
+		"scheme":      {probes: []Probe{{Name: "b", URL: "ftp://u:pw@x/"}}, want: `"ftp://…@x/" is not http`},
+		"tcp no port": {probes: []Probe{{Name: "b", TCP: "127.0.0.1"}}, want: "not host:port"},
+	}
+	for name, c := range cases {
+		err := ValidateChecks(c.checks, c.probes)
+		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: err = %v, want %q", name, err, c.want)
+		}
+	}
+}
+
+func TestTailOutputMasksAndBounds(t *testing.T) {
+	out := tailOutput(strings.Repeat("x", 1000) + "\nAuthorization: Bearer abc.def\ntoken=s3cr3t\n-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\nend")
+	for _, leak := range []string{"abc.def", "s3cr3t", "AAAA"} {
+		if strings.Contains(out, leak) {
+			t.Fatalf("%q leaked in %q", leak, out)
+		}
+	}
+	if len(out) > checkOutputTail+len("…") || !strings.HasSuffix(out, "end") {
+		t.Fatalf("tail = %q (%d bytes)", out, len(out))
+	}
+}
