@@ -58,24 +58,26 @@ const (
 )
 
 type nodeSwitchModel struct {
-	ID               types.String     `tfsdk:"id"`
-	Node             types.String     `tfsdk:"node"`
-	NodePlan         types.String     `tfsdk:"node_plan"`
-	Toplevel         types.String     `tfsdk:"toplevel"`
-	Build            *buildModel      `tfsdk:"build"`
-	SubmissionDigest types.String     `tfsdk:"submission_digest"`
-	SubmissionFile   types.String     `tfsdk:"submission_file"`
-	SSH              *sshBlockModel   `tfsdk:"ssh"`
-	Incus            *incusBlockModel `tfsdk:"incus"`
-	Snapshot         *snapshotModel   `tfsdk:"snapshot"`
-	Strict           types.Bool       `tfsdk:"strict"`
-	SecretChain      types.List       `tfsdk:"secret_chain"`
-	LoopBudgets      types.Map        `tfsdk:"loop_budgets"`
-	Timings          *timingsModel    `tfsdk:"timings"`
-	Timeouts         timeouts.Value   `tfsdk:"timeouts"`
-	Generation       types.Int64      `tfsdk:"generation"`
-	Verdict          types.Object     `tfsdk:"verdict"`
-	Derivation       types.String     `tfsdk:"derivation"`
+	ID               types.String      `tfsdk:"id"`
+	Node             types.String      `tfsdk:"node"`
+	NodePlan         types.String      `tfsdk:"node_plan"`
+	Toplevel         types.String      `tfsdk:"toplevel"`
+	Build            *buildModel       `tfsdk:"build"`
+	SubmissionDigest types.String      `tfsdk:"submission_digest"`
+	SubmissionFile   types.String      `tfsdk:"submission_file"`
+	SSH              *sshBlockModel    `tfsdk:"ssh"`
+	Incus            *incusBlockModel  `tfsdk:"incus"`
+	Snapshot         *snapshotModel    `tfsdk:"snapshot"`
+	Strict           types.Bool        `tfsdk:"strict"`
+	SecretChain      types.List        `tfsdk:"secret_chain"`
+	LoopBudgets      types.Map         `tfsdk:"loop_budgets"`
+	Timings          *timingsModel     `tfsdk:"timings"`
+	Timeouts         timeouts.Value    `tfsdk:"timeouts"`
+	Generation       types.Int64       `tfsdk:"generation"`
+	Verdict          types.Object      `tfsdk:"verdict"`
+	Derivation       types.String      `tfsdk:"derivation"`
+	Checks           []checkBlockModel `tfsdk:"check"`
+	Probes           []probeBlockModel `tfsdk:"probe"`
 }
 
 func (r *nodeSwitchResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -149,7 +151,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"changed since the plan, naming both derivations.",
 			},
 		},
-		Blocks: map[string]schema.Block{
+		Blocks: withBlocks(checkBlocks(checksChangeNodeSwitch), map[string]schema.Block{
 			"build": schema.SingleNestedBlock{
 				MarkdownDescription: "Build the toplevel on the deployer with `nix-build` (conflicts with `toplevel`). Exactly one of `installable`, `file` and `expression`. " + redeploys,
 				Attributes: map[string]schema.Attribute{
@@ -166,7 +168,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"snapshot": snapshotBlockSchema(),
 			"timings":  timingsResourceBlock(timingsNodeSwitch),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
-		},
+		}),
 	}
 	for name, a := range submissionCheckAttributes(redeploys) {
 		resp.Schema.Attributes[name] = a
@@ -178,6 +180,7 @@ func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.Config
 		// "Neither" is refused at plan time (requireTransport): see there why.
 		atMostOneTransport{},
 		resourcevalidator.Conflicting(path.MatchRoot("snapshot"), path.MatchRoot("ssh")),
+		checksConfigValidator{},
 	}
 }
 
@@ -288,7 +291,7 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 }
 
 // needsDeploy tells whether an update changes what the node should run (or must be
-// retried), as opposed to settings that change no node.
+// retried), as opposed to settings that change no node (timings, timeouts, checks).
 func needsDeploy(plan, state nodeSwitchModel, deployed string) bool {
 	if plan.Toplevel.IsUnknown() && plan.Build == nil {
 		return true
@@ -536,5 +539,9 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 
 // bodyOptions translates the model into deploy body options (without toplevel/build).
 func (r *nodeSwitchResource) bodyOptions(ctx context.Context, plan nodeSwitchModel) (deploybody.Options, diag.Diagnostics) {
-	return commonBodyOptions(ctx, r.cfg, plan.Node.ValueString(), plan.Strict, plan.SecretChain, plan.LoopBudgets, plan.Timings)
+	o, diags := commonBodyOptions(ctx, r.cfg, plan.Node.ValueString(), plan.Strict, plan.SecretChain, plan.LoopBudgets, plan.Timings)
+	var cdiags diag.Diagnostics
+	o.Checks, o.Probes, cdiags = checkOptions(ctx, plan.Checks, plan.Probes)
+	diags.Append(cdiags...)
+	return o, diags
 }

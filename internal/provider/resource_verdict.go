@@ -38,21 +38,23 @@ type verdictResource struct {
 const defaultVerdictTimeout = 15 * time.Minute
 
 type verdictModel struct {
-	ID               types.String     `tfsdk:"id"`
-	Node             types.String     `tfsdk:"node"`
-	Toplevel         types.String     `tfsdk:"toplevel"`
-	SSH              *sshBlockModel   `tfsdk:"ssh"`
-	Incus            *incusBlockModel `tfsdk:"incus"`
-	Strict           types.Bool       `tfsdk:"strict"`
-	SecretChain      types.List       `tfsdk:"secret_chain"`
-	LoopBudgets      types.Map        `tfsdk:"loop_budgets"`
-	Triggers         types.Map        `tfsdk:"triggers"`
-	SubmissionDigest types.String     `tfsdk:"submission_digest"`
-	SubmissionFile   types.String     `tfsdk:"submission_file"`
-	Timings          *timingsModel    `tfsdk:"timings"`
-	Timeouts         timeouts.Value   `tfsdk:"timeouts"`
-	Judged           types.String     `tfsdk:"judged_toplevel"`
-	Verdict          types.Object     `tfsdk:"verdict"`
+	ID               types.String      `tfsdk:"id"`
+	Node             types.String      `tfsdk:"node"`
+	Toplevel         types.String      `tfsdk:"toplevel"`
+	SSH              *sshBlockModel    `tfsdk:"ssh"`
+	Incus            *incusBlockModel  `tfsdk:"incus"`
+	Strict           types.Bool        `tfsdk:"strict"`
+	SecretChain      types.List        `tfsdk:"secret_chain"`
+	LoopBudgets      types.Map         `tfsdk:"loop_budgets"`
+	Triggers         types.Map         `tfsdk:"triggers"`
+	SubmissionDigest types.String      `tfsdk:"submission_digest"`
+	SubmissionFile   types.String      `tfsdk:"submission_file"`
+	Timings          *timingsModel     `tfsdk:"timings"`
+	Timeouts         timeouts.Value    `tfsdk:"timeouts"`
+	Judged           types.String      `tfsdk:"judged_toplevel"`
+	Verdict          types.Object      `tfsdk:"verdict"`
+	Checks           []checkBlockModel `tfsdk:"check"`
+	Probes           []probeBlockModel `tfsdk:"probe"`
 }
 
 func (r *verdictResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -109,12 +111,12 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			},
 			"verdict": verdictSchemaAttribute("the pass"),
 		},
-		Blocks: map[string]schema.Block{
+		Blocks: withBlocks(checkBlocks(checksChangeVerdict), map[string]schema.Block{
 			"ssh":      sshBlockSchema(reruns),
 			"incus":    incusBlockSchema(reruns),
 			"timings":  timingsResourceBlock(timingsVerdict),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
-		},
+		}),
 	}
 	for name, a := range submissionCheckAttributes(reruns) {
 		resp.Schema.Attributes[name] = a
@@ -123,7 +125,7 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 
 func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	// "Neither" is refused at plan time (requireTransport): see there why.
-	return []resource.ConfigValidator{atMostOneTransport{}}
+	return []resource.ConfigValidator{atMostOneTransport{}, checksConfigValidator{}}
 }
 
 // ModifyPlan refuses a pass with no transport block (see requireTransport).
@@ -260,6 +262,9 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 	diags.Append(tdiags...)
 	opts, odiags := commonBodyOptions(ctx, r.cfg, node, m.Strict, m.SecretChain, m.LoopBudgets, m.Timings)
 	diags.Append(odiags...)
+	var cdiags diag.Diagnostics
+	opts.Checks, opts.Probes, cdiags = checkOptions(ctx, m.Checks, m.Probes)
+	diags.Append(cdiags...)
 	if diags.HasError() {
 		return false, diags, errors.New("invalid configuration")
 	}

@@ -54,6 +54,7 @@ var verdictAttrTypes = map[string]attr.Type{
 	"boot_reverted":         types.BoolType,
 	"phase_timings":         types.MapType{ElemType: types.StringType},
 	"report":                types.StringType,
+	"checks":                checkResultListType,
 }
 
 var verdictObjectType = types.ObjectType{AttrTypes: verdictAttrTypes}
@@ -90,6 +91,7 @@ var verdictAttributeDocs = map[string]string{
 	"boot_reverted":         "The switch never confirmed, so the boot entry was pointed back at the previous system.",
 	"phase_timings":         "How long each phase took (Go durations), keyed by phase name.",
 	"report":                "The verdict as text for an operator.",
+	"checks":                "The `check` and `probe` blocks, in order, each with whether it passed, its attempts, the time to its first pass and the tail of its last output. Empty when none is configured.",
 }
 
 // verdictSchemaAttribute is the computed `verdict` attribute.
@@ -97,6 +99,10 @@ func verdictSchemaAttribute(what string) schema.SingleNestedAttribute {
 	attrs := map[string]schema.Attribute{}
 	for name, t := range verdictAttrTypes {
 		doc := verdictAttributeDocs[name]
+		if name == "checks" { // a list of objects: the type switch below cannot compare it
+			attrs[name] = checksSchemaAttribute(doc)
+			continue
+		}
 		switch t {
 		case types.BoolType:
 			attrs[name] = schema.BoolAttribute{Computed: true, MarkdownDescription: doc}
@@ -243,6 +249,7 @@ func verdictValue(r *deploybody.Result) (types.Object, diag.Diagnostics) {
 		"boot_reverted":         types.BoolValue(r.BootReverted),
 		"phase_timings":         types.MapValueMust(types.StringType, timings),
 		"report":                types.StringValue(r.Report),
+		"checks":                checksValue(v.Checks),
 	}
 	return types.ObjectValue(verdictAttrTypes, vals)
 }
