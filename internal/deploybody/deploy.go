@@ -59,6 +59,9 @@ type run struct {
 	armed       SelfReverter
 	switchEnded time.Time
 	checks      *checkRun
+	// prevUnitDigests are the previous system's unit files (name → sha256), read in
+	// the snapshot's round trip; nil when unread.
+	prevUnitDigests map[string]string
 }
 
 func newRun(ctx context.Context, t Transport, o Options, verdictOnly bool) *run {

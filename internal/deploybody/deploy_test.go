@@ -432,7 +432,7 @@ func TestDeployMACGate(t *testing.T) {
 		if _, err := s.deploy(); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(s.node.runsOf("sh")); n != 0 {
+		if n := len(s.node.runsOf("sh", "-c", macListScript)); n != 0 {
 			t.Fatalf("node's addresses read %d times for an ungated closure", n)
 		}
 	})

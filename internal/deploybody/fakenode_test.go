@@ -111,6 +111,10 @@ type fakeNode struct {
 	invalidFailedNames   []string // extra lines in list-units --state=failed
 	// onCheck answers an operator check (the argv inside `timeout -k 2 Ns …`).
 	onCheck func(argv []string) RunResult
+	// unitDigests answers cmdUnitDigests (the running system's unit files); nil: exit 1.
+	unitDigests map[string]string
+	// closurePaths is what CopyClosure says the closure holds (nil: it does not say).
+	closurePaths []string
 
 	calls []call
 }
@@ -267,8 +271,18 @@ func (n *fakeNode) CopyClosure(ctx context.Context, storePath string) (CopyStats
 	if n.store[storePath] {
 		missing = 0
 	}
+	stats := CopyStats{PathsTotal: 3, PathsMissing: missing, BytesSent: int64(missing) * 1024}
+	if n.closurePaths != nil {
+		stats.Closure = n.closurePaths
+		for _, p := range n.closurePaths {
+			if !n.store[p] {
+				stats.Sent = append(stats.Sent, p)
+			}
+			n.store[p] = true
+		}
+	}
 	n.store[storePath] = true
-	return CopyStats{PathsTotal: 3, PathsMissing: missing, BytesSent: int64(missing) * 1024}, nil
+	return stats, nil
 }
 
 func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit time.Duration) (SwitchResult, error) {
@@ -359,6 +373,16 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 			fmt.Fprintf(&b, "/sys/class/net/eth%d %s\n", i, mac)
 		}
 		b.WriteString("/sys/class/net/lo 00:00:00:00:00:00\n")
+		return RunResult{Stdout: []byte(b.String())}, nil
+	}
+	if argv[0] == "sh" && len(argv) == 3 && argv[2] == cmdUnitDigests[2] {
+		if n.unitDigests == nil {
+			return RunResult{ExitCode: 1}, nil
+		}
+		var b strings.Builder
+		for name, sum := range n.unitDigests {
+			fmt.Fprintf(&b, "%s  %s\n", sum, name)
+		}
 		return RunResult{Stdout: []byte(b.String())}, nil
 	}
 	if !n.resolves(opts.Path) {

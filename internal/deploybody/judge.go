@@ -148,7 +148,10 @@ func (r *run) verdictHint(v *Verdict) string {
 
 func (r *run) report() (string, error) {
 	v := r.res.Verdict
-	r.res.Report = renderReport(r.o.Node, v) + renderChecks(v.Checks)
+	if !r.verdictOnly {
+		r.res.Changes = r.computeChanges()
+	}
+	r.res.Report = renderReport(r.o.Node, v) + renderChecks(v.Checks) + renderChanges(r.res.Changes)
 	fields := map[string]any{
 		"system_state":          v.SystemState,
 		"failed":                failedNames(v.Failed),

@@ -161,6 +161,10 @@ type Options struct {
 	// one fails a strict verdict and warns a lenient one (see ValidateChecks).
 	Checks []NodeCheck
 	Probes []Probe
+
+	// LocalStore is the deployer's Nix store, read for the previous system's closure
+	// when the summary of changes is made; nil leaves removed paths unknown.
+	LocalStore LocalStore
 }
 
 func (o Options) withDefaults(t Transport) Options {

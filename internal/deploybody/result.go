@@ -72,6 +72,9 @@ type Result struct {
 	SelfReverted bool
 
 	Verdict *Verdict
+	// Changes is what the deploy changed (nil in verdict-only mode, or when the run
+	// stopped before the report).
+	Changes *Changes
 	// Report is the verdict as text for an operator.
 	Report   string
 	Phases   []PhaseTiming

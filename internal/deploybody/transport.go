@@ -68,6 +68,11 @@ type CopyStats struct {
 	PathsTotal   int   // paths in the closure
 	PathsMissing int   // paths the node lacked and that were sent
 	BytesSent    int64 // bytes of the export stream sent
+	// Closure and Sent are the closure's paths and the ones sent (the answer of the
+	// missing-path query), for the summary of what changed. Either may be nil when the
+	// transport does not say.
+	Closure []string
+	Sent    []string
 }
 
 // SwitchResult is what switch-to-configuration reported.

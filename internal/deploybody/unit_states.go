@@ -18,10 +18,18 @@ func runningSystem(res RunResult) string {
 }
 
 func (r *run) snapshotUnitStates() (string, error) {
-	// One round trip: the running system, the failed units and the job queue.
-	answers, err := r.remoteBatch(cmdReadRunning, cmdListFailed, cmdListJobs)
+	// One round trip: the running system, the failed units and the job queue (and, in
+	// a deploy, the digests of the running system's unit files for the changes).
+	cmds := [][]string{cmdReadRunning, cmdListFailed, cmdListJobs}
+	if !r.verdictOnly {
+		cmds = append(cmds, cmdUnitDigests)
+	}
+	answers, err := r.remoteBatch(cmds...)
 	if err != nil {
 		return "", withHint(fmt.Errorf("reading /run/current-system and the unit states: %w", err), "")
+	}
+	if len(answers) > 3 {
+		r.prevUnitDigests, _ = parseUnitDigests(answers[3])
 	}
 	running := runningSystem(answers[0])
 	if r.verdictOnly {

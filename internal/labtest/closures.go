@@ -26,6 +26,8 @@ const (
 	ClosureChain            = "chain"
 	ClosureChainMemberFails = "chain-member-fails"
 	ClosureChainNoProgress  = "chain-no-progress"
+	ClosureHTTP             = "http"
+	ClosureHTTPBroken       = "http-broken"
 )
 
 var closureCache sync.Map // "attr\x00seed" -> store path

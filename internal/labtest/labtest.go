@@ -145,6 +145,9 @@ func waitSystemd(t testing.TB, inst string) {
 	t.Fatalf("%s: systemd says %q after 60 s", inst, last)
 }
 
+// FreePort is a loopback TCP port free at the time of the call (for a proxy device).
+func FreePort(t testing.TB) int { return freePort(t) }
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -76,6 +76,7 @@ type nodeSwitchModel struct {
 	Generation       types.Int64       `tfsdk:"generation"`
 	Verdict          types.Object      `tfsdk:"verdict"`
 	Derivation       types.String      `tfsdk:"derivation"`
+	Changes          types.Object      `tfsdk:"changes"`
 	Checks           []checkBlockModel `tfsdk:"check"`
 	Probes           []probeBlockModel `tfsdk:"probe"`
 }
@@ -150,6 +151,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"an edit nix does not see (a comment) changes nothing. The apply builds exactly this derivation, and refuses when the source " +
 					"changed since the plan, naming both derivations.",
 			},
+			"changes": changesSchemaAttribute(),
 		},
 		Blocks: withBlocks(checkBlocks(checksChangeNodeSwitch), map[string]schema.Block{
 			"build": schema.SingleNestedBlock{
@@ -216,6 +218,7 @@ func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.Modify
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("changes"), types.ObjectUnknown(changesAttrTypes))...)
 	}
 }
 
@@ -270,6 +273,7 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 		plan.Toplevel = state.Toplevel
 		plan.Generation = state.Generation
 		plan.Verdict = state.Verdict
+		plan.Changes = state.Changes
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 		return
 	}
@@ -376,10 +380,14 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		v, vdiags := verdictValue(res)
 		diags.Append(vdiags...)
 		m.Verdict = v
+		m.Changes = changesValue(res.Changes)
 		return diags
 	}
 	if m.Verdict.IsUnknown() {
 		m.Verdict = types.ObjectNull(verdictAttrTypes)
+	}
+	if m.Changes.IsUnknown() || m.Changes.IsNull() {
+		m.Changes = types.ObjectNull(changesAttrTypes)
 	}
 	if m.Generation.IsUnknown() {
 		m.Generation = types.Int64Null()
@@ -462,6 +470,7 @@ func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.Impor
 		Generation:       types.Int64Null(),
 		Verdict:          types.ObjectNull(verdictAttrTypes),
 		Derivation:       types.StringNull(),
+		Changes:          types.ObjectNull(changesAttrTypes),
 	}
 	if addr.Target.Kind == "ssh" {
 		m.SSH = sshBlockFromTarget(addr.Target)
@@ -543,5 +552,6 @@ func (r *nodeSwitchResource) bodyOptions(ctx context.Context, plan nodeSwitchMod
 	var cdiags diag.Diagnostics
 	o.Checks, o.Probes, cdiags = checkOptions(ctx, plan.Checks, plan.Probes)
 	diags.Append(cdiags...)
+	o.LocalStore = deployerStore{}
 	return o, diags
 }

@@ -297,6 +297,10 @@ func verdictDiagnostic(node string, r *deploybody.Result, runErr error, lenientH
 		fmt.Fprintf(&detail, "\n\n%s", strings.TrimSpace(r.Report))
 	}
 	switch {
+	case runErr != nil && !v.OK && len(units) == 0 && len(deploybody.FailedChecks(v)) > 0:
+		detail.WriteString("\n\nThe units are up but the checks named above failed: run them by hand to see why, fix the service and apply again; " +
+			"the node keeps the new boot entry. " + lenientHint)
+		diags.AddError(verdictSummary(node, v), strings.TrimSpace(detail.String()))
 	case runErr != nil && !v.OK:
 		detail.WriteString("\n\nFix the units named above (see `journalctl -u <unit>` on the node) and apply again; " +
 			"the node keeps the new boot entry. " + lenientHint)
@@ -321,6 +325,8 @@ func verdictSummary(node string, v *deploybody.Verdict) string {
 		return fmt.Sprintf("Unit %s never spawned on %s (closure fault)", v.NeverSpawnedClosure[0].Unit, node)
 	case len(v.Unread) > 0:
 		return fmt.Sprintf("Unit states of %s are unread", node)
+	case len(deploybody.FailedChecks(v)) > 0:
+		return fmt.Sprintf("Check %s failed on %s", strings.Join(deploybody.FailedChecks(v), ", "), node)
 	default:
 		for _, l := range v.RestartLoops {
 			if l.PastBudget {

@@ -140,9 +140,44 @@ let
     chain = [ "secret-chain-fetch.service" "secret-chain-install.service" ];
     activate = "rm -rf /run/secret /run/fediversity-chain";
   };
+  # A tiny HTTP responder on the node's 127.0.0.1:8080, from systemd's own socket
+  # activation (the lab image has no HTTP server): fedi-http.socket accepts, each
+  # connection runs fedi-http@.service with the socket as stdin/stdout. It answers 200
+  # "fedi ok" once /run/fedi-http-ready exists (fedi-warmup.service writes it after
+  # `warmup` seconds; activate removes it), else 503; `broken` makes it answer 500.
+  httpScenario = scenario: { warmup ? "3", broken ? false }: toplevel {
+    inherit scenario;
+    units = base "1" // {
+      "fedi-http.socket" = ''
+        [Unit]
+        Description=fediversity lab HTTP responder
+        [Socket]
+        ListenStream=127.0.0.1:8080
+        Accept=yes
+      '';
+      "fedi-http@.service" = ''
+        [Unit]
+        Description=fediversity lab HTTP answer
+        [Service]
+        StandardInput=socket
+        StandardOutput=socket
+        ExecStart=/bin/sh -c 'while read -r l; do [ "$(printf %%s "$l" | tr -d "\r")" = "" ] && break; done; if ${if broken then "false" else "[ -e /run/fedi-http-ready ]"}; then printf "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nfedi ok\n"; elif [ -e /run/fedi-http-ready ]; then printf "HTTP/1.0 500 Internal Server Error\r\n\r\nbroken\n"; else printf "HTTP/1.0 503 Service Unavailable\r\n\r\nwarming up\n"; fi'
+      '';
+      "fedi-warmup.service" = service {
+        exec = "/bin/sh -c 'sleep ${warmup}; touch /run/fedi-http-ready'";
+      };
+    };
+    wants = baseWants ++ [ "fedi-http.socket" "fedi-warmup.service" ];
+    activate = "rm -f /run/fedi-http-ready";
+  };
 in
 {
   inherit tools payload;
+
+  # An HTTP service that answers 200 "fedi ok" about 3 s after the switch (health checks).
+  http = httpScenario "http" { };
+  # The same service, active, but it answers 500 once warm: its probe fails.
+  http-broken = httpScenario "http-broken" { broken = true; };
 
   # Two healthy units: exit 0.
   good = toplevel { scenario = "good"; units = base "1"; wants = baseWants; };

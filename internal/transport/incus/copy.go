@@ -23,7 +23,7 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 	if err != nil {
 		return stats, t.errorf(phase, "%w", err)
 	}
-	stats.PathsTotal = len(closure)
+	stats.PathsTotal, stats.Closure = len(closure), closure
 	step := time.Now()
 	lap := func() time.Duration {
 		now := time.Now()
@@ -94,7 +94,7 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 		return stats, t.errorf(phase, "nix-store --import exited %d: %s (is Nix installed on the node and is its store writable?)",
 			res.ExitCode, trim(res.Stderr))
 	}
-	stats.PathsMissing = len(missing)
+	stats.PathsMissing, stats.Sent = len(missing), missing
 	t.logPrintf("copy: imported %d paths in %s", len(missing), lap())
 	still := remote.InvalidPaths(string(res.Stdout), closure)
 	if !inline {

@@ -73,12 +73,12 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 	if err != nil {
 		return deploybody.CopyStats{}, fmt.Errorf("copy closure: %w (build it first)", err)
 	}
-	stats := deploybody.CopyStats{PathsTotal: len(closure)}
+	stats := deploybody.CopyStats{PathsTotal: len(closure), Closure: closure}
 	missing, err := MissingPaths(ctx, r, closure)
 	if err != nil {
 		return stats, fmt.Errorf("copy closure: %w", err)
 	}
-	stats.PathsMissing = len(missing)
+	stats.PathsMissing, stats.Sent = len(missing), missing
 	if len(missing) == 0 {
 		log.printf("copy %s: node holds all %d paths, nothing to send", storePath, len(closure))
 		return stats, nil
