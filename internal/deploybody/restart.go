@@ -67,7 +67,7 @@ func (r *run) restartFailedUnits() (string, error) {
 	if len(restart) == 0 {
 		return "no failed unit to restart", nil
 	}
-	res, err := r.remote(append([]string{"systemctl", "restart", "--no-block", "--"}, restart...)...)
+	res, err := r.t.Run(r.ctx, append([]string{"systemctl", "restart", "--no-block", "--"}, restart...), RunOptions{Path: r.searchPath(), Privileged: true})
 	if err != nil {
 		return "", withHint(fmt.Errorf("restarting %s: %w", strings.Join(restart, ", "), err), "")
 	}

@@ -54,6 +54,9 @@ type RunOptions struct {
 	Path []string
 	// Stdin, if not nil, is fed to the command.
 	Stdin []byte
+	// Privileged marks a command that changes the system (a unit restart): a transport
+	// that deploys as an unprivileged user runs it with its privilege (sudo).
+	Privileged bool
 }
 
 // RunResult is the outcome of one remote command.

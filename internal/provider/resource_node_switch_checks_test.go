@@ -67,7 +67,10 @@ func TestAccNodeSwitchHealthChecksAndChanges(t *testing.T) {
 			{
 				Config: switchConfig(node, sshBlock(node), goodV2, ""),
 				ConfigStateChecks: []statecheck.StateCheck{
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("changes").AtMapKey("units_changed"), knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact("fedi-web.service")})),
+					// fedi-web.service's file changed (FEDI_VERSION=2); fedi-setup.service's names
+					// the new toplevel in its ExecStart, so its file changed too.
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("changes").AtMapKey("units_changed"),
+						knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact("fedi-setup.service"), knownvalue.StringExact("fedi-web.service")})),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("changes").AtMapKey("units_added"), knownvalue.ListSizeExact(0)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("changes").AtMapKey("packages_changed"),
 						knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact("nixos-system-fedi-good: 1 → 2")})),

@@ -24,6 +24,7 @@ type sshBlockModel struct {
 	InsecureIgnoreHostKey types.Bool     `tfsdk:"insecure_ignore_host_key"`
 	Keepalive             types.String   `tfsdk:"keepalive"`
 	RevertOnLockout       types.Bool     `tfsdk:"revert_on_lockout"`
+	Sudo                  types.Bool     `tfsdk:"sudo"`
 	Jump                  *jumpHostModel `tfsdk:"jump"`
 }
 
@@ -68,7 +69,14 @@ func sshBlockSchema(changeEffect string) schema.SingleNestedBlock {
 			},
 			"user": schema.StringAttribute{
 				Optional:            true,
-				MarkdownDescription: "Remote user; it must be able to switch the system (root). Default `root`.",
+				MarkdownDescription: "Remote user. Default `root`. Another user needs `sudo = true` and passwordless sudo.",
+			},
+			"sudo": schema.BoolAttribute{
+				Optional: true,
+				MarkdownDescription: "Run the commands that change the system (the closure's import, the switch, the boot entry, unit restarts) through `sudo -n`; " +
+					"reads (unit states, the journal, checks) run as `user`. Before anything changes, `sudo -n` is asked once whether it allows them: " +
+					"a user without the right fails at once, naming the refused command; sudo never prompts. Default `false`. " +
+					"The sudoers lines are in the design page.",
 			},
 			"host_key": schema.StringAttribute{
 				Optional: true,
@@ -144,6 +152,7 @@ func sshBlockFromTarget(t transportTarget) *sshBlockModel {
 		InsecureIgnoreHostKey: types.BoolNull(),
 		Keepalive:             types.StringNull(),
 		RevertOnLockout:       types.BoolNull(),
+		Sudo:                  types.BoolNull(),
 	}
 }
 

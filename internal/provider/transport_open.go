@@ -32,6 +32,7 @@ type transportTarget struct {
 	KnownHostsFile        string
 	InsecureIgnoreHostKey bool
 	Keepalive             time.Duration
+	Sudo                  bool
 	Jump                  *transportTarget
 
 	// incus
@@ -98,6 +99,7 @@ func resolveTarget(sshB *sshBlockModel, incusB *incusBlockModel, cfg *Config) (t
 		HostKey:               sshB.HostKey.ValueString(),
 		KnownHostsFile:        sshB.KnownHostsFile.ValueString(),
 		InsecureIgnoreHostKey: sshB.InsecureIgnoreHostKey.ValueBool(),
+		Sudo:                  sshB.Sudo.ValueBool(),
 		Keepalive:             defaultKeepalive,
 	}
 	if t.Host == "" {
@@ -196,7 +198,7 @@ func sshConfig(t transportTarget, cfg *Config) sshtransport.Config {
 		Host: t.Host, Port: t.Port, User: t.User,
 		HostKey: t.HostKey, KnownHostsFile: t.KnownHostsFile, InsecureIgnoreHostKey: t.InsecureIgnoreHostKey,
 		PrivateKeyFile: cfg.SSHPrivateKeyFile, AgentSocket: cfg.SSHAuthSock,
-		Keepalive: t.Keepalive,
+		Keepalive: t.Keepalive, Sudo: t.Sudo,
 	}
 	if t.Keepalive == 0 {
 		c.Keepalive = -1 // keepalive = "0s" turns them off

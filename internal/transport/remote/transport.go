@@ -24,6 +24,9 @@ type Transport struct {
 	// that switch started.
 	revert    *RevertSpec
 	armedUnit string
+	// Sudo runs the commands that change the system through `sudo -n` (see sudo.go).
+	Sudo        bool
+	sudoChecked bool
 }
 
 var (
@@ -57,13 +60,20 @@ func (t *Transport) Reach(ctx context.Context) error {
 	state := strings.TrimSpace(out)
 	switch state {
 	case "initializing", "starting", "running", "degraded", "maintenance", "stopping":
-		return nil
+		return t.wrap(t.checkSudo(ctx))
 	}
 	return t.wrap(fmt.Errorf("reach: the node answers but its systemd does not (systemctl is-system-running said %q): %w", state, deploybody.ErrSystemdUnanswered))
 }
 
 func (t *Transport) Run(ctx context.Context, argv []string, opts deploybody.RunOptions) (deploybody.RunResult, error) {
-	res, err := Run(ctx, t.Runner, argv, opts)
+	r := t.Runner
+	if opts.Privileged {
+		if err := t.checkSudo(ctx); err != nil {
+			return deploybody.RunResult{}, t.wrap(err)
+		}
+		r = t.privileged()
+	}
+	res, err := Run(ctx, r, argv, opts)
 	if err != nil {
 		name := "(empty)"
 		if len(argv) > 0 {
@@ -75,7 +85,10 @@ func (t *Transport) Run(ctx context.Context, argv []string, opts deploybody.RunO
 }
 
 func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybody.CopyStats, error) {
-	st, err := CopyClosure(ctx, t.Runner, storePath, t.logger())
+	if err := t.checkSudo(ctx); err != nil {
+		return deploybody.CopyStats{}, t.wrap(err)
+	}
+	st, err := CopyClosure(ctx, t.privileged(), storePath, t.logger())
 	return st, t.wrap(err)
 }
 
@@ -84,11 +97,14 @@ func (t *Transport) Switch(ctx context.Context, toplevel, action string, limit t
 	if opts.Log == nil {
 		opts.Log = t.logger()
 	}
+	if err := t.checkSudo(ctx); err != nil {
+		return deploybody.SwitchResult{}, t.wrap(err)
+	}
 	if t.revert != nil {
 		opts.Revert = t.revert
 		t.armedUnit, t.revert = t.revert.Unit, nil
 	}
-	res, err := Switch(ctx, t.Runner, toplevel, action, limit, opts)
+	res, err := Switch(ctx, t.privileged(), toplevel, action, limit, opts)
 	return res, t.wrap(err)
 }
 
@@ -141,16 +157,25 @@ func (t *Transport) withFresh(f func(Runner) error) error {
 	if c, ok := r.(io.Closer); ok {
 		defer func() { _ = c.Close() }()
 	}
+	if t.Sudo {
+		r = sudoRunner{inner: r} // disarming stops a system unit
+	}
 	return f(r)
 }
 
 func (t *Transport) FinalizeBoot(ctx context.Context, toplevel string) (int, error) {
-	gen, err := FinalizeBoot(ctx, t.Runner, toplevel, t.logger())
+	if err := t.checkSudo(ctx); err != nil {
+		return 0, t.wrap(err)
+	}
+	gen, err := FinalizeBoot(ctx, t.privileged(), toplevel, t.logger())
 	return gen, t.wrap(err)
 }
 
 func (t *Transport) RevertBoot(ctx context.Context, running string) error {
-	return t.wrap(RevertBoot(ctx, t.Runner, running, t.logger()))
+	if err := t.checkSudo(ctx); err != nil {
+		return t.wrap(err)
+	}
+	return t.wrap(RevertBoot(ctx, t.privileged(), running, t.logger()))
 }
 
 // Close closes the Runner when it is an io.Closer.

@@ -50,6 +50,9 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// DialAttempts bounds how often a dead connection is re-dialled per call (3 when 0).
 	DialAttempts int
+
+	// Sudo runs the commands that change the system through `sudo -n` (remote.Transport.Sudo).
+	Sudo bool
 }
 
 func (c Config) port() int {

@@ -23,7 +23,13 @@ func New(node string, cfg Config, log remote.Logger) (*Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Transport{Transport: remote.NewTransport(node, c, log), client: c}, nil
+	return newTransport(node, c, cfg, log), nil
+}
+
+func newTransport(node string, c *Client, cfg Config, log remote.Logger) *Transport {
+	rt := remote.NewTransport(node, c, log)
+	rt.Sudo = cfg.Sudo
+	return &Transport{Transport: rt, client: c}
 }
 
 // Client is the node's connection (a remote.Runner).
@@ -58,7 +64,7 @@ func (p *Pool) Transport(node string, cfg Config, log remote.Logger) (deploybody
 	} else {
 		c.SetLogger(log)
 	}
-	return pooled{&Transport{Transport: remote.NewTransport(node, c, log), client: c}}, nil
+	return pooled{newTransport(node, c, cfg, log)}, nil
 }
 
 // Close closes every connection of the pool.
