@@ -1,0 +1,61 @@
+package labtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// SudoDebDir caches Debian's sudo package for the lab. The lab image has no sudo and
+// its containers reach no package mirror, so a test installs it from here into a
+// throwaway instance (adding it to the image would rebuild the image everywhere).
+// lab/test.sh setup fills it; SudoDeb fills it too when a test runs alone.
+const SudoDebDir = "/var/cache/fediversity/lab-sudo"
+
+// SudoDeb returns the cached sudo .deb, downloading it with apt when it is missing.
+func SudoDeb(t testing.TB) string {
+	t.Helper()
+	if debs, _ := filepath.Glob(filepath.Join(SudoDebDir, "sudo_*.deb")); len(debs) > 0 {
+		return debs[0]
+	}
+	if err := os.MkdirAll(SudoDebDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("apt-get", "download", "sudo")
+	cmd.Dir = SudoDebDir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sudo for the lab: apt-get download sudo: %v\n%s\n(run `bash lab/test.sh setup`)", err, out)
+	}
+	debs, _ := filepath.Glob(filepath.Join(SudoDebDir, "sudo_*.deb"))
+	if len(debs) == 0 {
+		t.Fatalf("sudo for the lab: apt-get download left no sudo_*.deb in %s", SudoDebDir)
+	}
+	return debs[0]
+}
+
+// AddUser makes a login user on a throwaway instance with the lab key authorised and,
+// when sudoers is not empty, that line in /etc/sudoers.d/<user> (sudo is installed
+// from SudoDeb first).
+func AddUser(t testing.TB, n Node, user, sudoers string) {
+	t.Helper()
+	if _, err := IncusErr("exec", n.Instance, "--", "test", "-x", "/usr/bin/sudo"); err != nil {
+		deb := SudoDeb(t)
+		Incus(t, "file", "push", deb, n.Instance+"/tmp/sudo.deb")
+		Incus(t, "exec", n.Instance, "--", "dpkg", "-i", "/tmp/sudo.deb")
+	}
+	Incus(t, "exec", n.Instance, "--", "useradd", "--create-home", "--shell", "/bin/sh", user)
+	home := "/home/" + user
+	Incus(t, "exec", n.Instance, "--", "mkdir", "-p", home+"/.ssh")
+	Incus(t, "file", "push", "--mode", "0600", KeyFile()+".pub", n.Instance+home+"/.ssh/authorized_keys")
+	Incus(t, "exec", n.Instance, "--", "chown", "-R", user+":"+user, home+"/.ssh")
+	if sudoers != "" {
+		f := filepath.Join(t.TempDir(), user)
+		if err := os.WriteFile(f, []byte(strings.TrimSpace(sudoers)+"\n"), 0o440); err != nil {
+			t.Fatal(err)
+		}
+		Incus(t, "file", "push", "--mode", "0440", "--uid", "0", "--gid", "0", f, n.Instance+"/etc/sudoers.d/"+user)
+		Incus(t, "exec", n.Instance, "--", "visudo", "-c", "-f", "/etc/sudoers.d/"+user)
+	}
+}
