@@ -40,6 +40,12 @@ bash lab/build-goreleaser.sh >"$logs/goreleaser.out" 2>"$logs/goreleaser.err" &
 goreleaser_build=$!
 step "lab"
 bash lab/lab.sh up >/dev/null
+# The sudo tests install Debian's sudo into a throwaway node (the image has none and
+# the nodes reach no mirror); cached outside the clone, like the image.
+if ! ls /var/cache/fediversity/lab-sudo/sudo_*.deb >/dev/null 2>&1; then
+  mkdir -p /var/cache/fediversity/lab-sudo
+  (cd /var/cache/fediversity/lab-sudo && apt-get download sudo >/dev/null)
+fi
 step "opentofu"
 wait "$tofu_build" || { cat "$logs/tofu.err" >&2; echo "OpenTofu build failed" >&2; exit 1; }
 TOFU=$(tail -1 "$logs/tofu.out")

@@ -75,8 +75,11 @@ func sshBlockSchema(changeEffect string) schema.SingleNestedBlock {
 				Optional: true,
 				MarkdownDescription: "Run the commands that change the system (the closure's import, the switch, the boot entry, unit restarts) through `sudo -n`; " +
 					"reads (unit states, the journal, checks) run as `user`. Before anything changes, `sudo -n` is asked once whether it allows them: " +
-					"a user without the right fails at once, naming the refused command; sudo never prompts. Default `false`. " +
-					"The sudoers lines are in the design page.",
+					"a user without the right fails at once, naming the refused command; sudo never prompts. Default `false`.\n\n" +
+					"Every privileged command runs in the deploy's `/bin/sh` PATH wrapper, so the rule must let the user run `/bin/sh` as root " +
+					"without a password, which is root: in `/etc/sudoers.d/deploy` write `deploy ALL=(root) NOPASSWD: ALL` " +
+					"(with `Defaults:deploy !requiretty` where `requiretty` is set). To let the verdict read unit journals " +
+					"(condition skips), add the user to the `systemd-journal` group; without it those units stay unclassified.",
 			},
 			"host_key": schema.StringAttribute{
 				Optional: true,

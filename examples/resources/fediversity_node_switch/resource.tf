@@ -14,7 +14,26 @@ resource "fediversity_node_switch" "web01" {
   ssh {
     host     = "web01.example.org"
     host_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD"
+    # Deploy as an unprivileged user; what changes the system runs through `sudo -n`.
+    user = "deploy"
+    sudo = true
     # jump { host = "bastion.example.org" }
+  }
+
+  # Health checks decide the verdict too: a command on the node and a probe from the
+  # deployer, each retried until it passes or its timeout runs out. Changing them
+  # redeploys nothing.
+  check {
+    name     = "synapse-ready"
+    argv     = ["curl", "-fsS", "http://127.0.0.1:8008/health"]
+    interval = "2s"
+    timeout  = "60s"
+  }
+  probe {
+    name        = "public-https"
+    url         = "https://web01.example.org/_matrix/client/versions"
+    body_regexp = "\"versions\""
+    timeout     = "60s"
   }
 
   # A failed unit fails this apply and the next (strict is the default).
@@ -52,4 +71,13 @@ resource "fediversity_node_switch" "db01" {
 
 output "web01_failed_units" {
   value = fediversity_node_switch.web01.verdict.failed
+}
+
+output "web01_failed_checks" {
+  value = [for c in fediversity_node_switch.web01.verdict.checks : c.name if !c.ok]
+}
+
+# What the last deploy changed: packages, units, bytes copied.
+output "web01_changes" {
+  value = fediversity_node_switch.web01.changes
 }

@@ -19,7 +19,7 @@ import (
 // Every privileged command runs as `sudo -n -- /bin/sh -c '<set PATH>; exec "$@"' …`
 // (the same PATH wrapper as every command), so the sudoers rule the deploy needs is
 // one that lets the user run /bin/sh as root without a password: in effect full root.
-// The operator's lines (docs/design.md has them):
+// The operator's lines (the ssh block's `sudo` documentation repeats them):
 //
 //	deploy ALL=(root) NOPASSWD: ALL
 //	Defaults:deploy !requiretty
