@@ -171,3 +171,21 @@ func TestTailOutputMasksAndBounds(t *testing.T) {
 		t.Fatalf("tail = %q (%d bytes)", out, len(out))
 	}
 }
+
+// The verdict-only pass runs the same checks: a check that never passes fails a strict
+// pass and names itself.
+func TestVerdictOnlyRunsTheChecks(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.running = testToplevel
+	s.node.onCheck = func([]string) RunResult { return RunResult{ExitCode: 3, Stderr: []byte("not ready")} }
+	s.opts.Timings = Timings{Settle: time.Second, Watch: 2 * time.Second, SampleInterval: time.Second}
+	s.opts.Checks = []NodeCheck{{Name: "ready", Argv: []string{"ready-check"}, Interval: time.Second, Timeout: 4 * time.Second}}
+	res, err := s.verdictOnly()
+	wantDeployErr(t, err, PhaseVerdict)
+	if c := res.Verdict.Checks; len(c) != 1 || c[0].OK || c[0].Attempts < 3 || !strings.Contains(c[0].Output, "exit 3, want 0: not ready") {
+		t.Fatalf("checks = %+v", res.Verdict.Checks)
+	}
+	if res.Changes != nil {
+		t.Fatalf("a verdict-only pass changes nothing, got %+v", res.Changes)
+	}
+}

@@ -5,6 +5,7 @@ package provider
 
 import (
 	"context"
+	"os"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -99,7 +100,15 @@ func changesValue(c *deploybody.Changes) types.Object {
 // deployerStore is the deployer's Nix store as the deploy body reads it.
 type deployerStore struct{}
 
-func (deployerStore) Has(path string) bool { return nixstore.Has(path) }
+// Has only looks for the path (one stat, no nix-store process): a path that is there but
+// not valid makes Closure fail, and the summary then says the closure is unknown.
+func (deployerStore) Has(path string) bool {
+	if !nixstore.ValidStorePath(path) {
+		return false
+	}
+	_, err := os.Lstat(path)
+	return err == nil
+}
 func (deployerStore) Closure(ctx context.Context, path string) ([]string, error) {
 	return nixstore.Closure(ctx, path)
 }

@@ -180,8 +180,20 @@ func (checksConfigValidator) ValidateResource(ctx context.Context, req resource.
 			return
 		}
 	}
-	_, _, diags := checkOptions(ctx, checks, probes)
-	resp.Diagnostics.Append(diags...)
+	// Durations and patterns have their own field validators; this checks the set.
+	var nc []deploybody.NodeCheck
+	for _, c := range checks {
+		n := deploybody.NodeCheck{Name: c.Name.ValueString()}
+		resp.Diagnostics.Append(c.Argv.ElementsAs(ctx, &n.Argv, false)...)
+		nc = append(nc, n)
+	}
+	var np []deploybody.Probe
+	for _, p := range probes {
+		np = append(np, deploybody.Probe{Name: p.Name.ValueString(), URL: p.URL.ValueString(), TCP: p.TCP.ValueString()})
+	}
+	if err := deploybody.ValidateChecks(nc, np); err != nil {
+		resp.Diagnostics.AddError("Invalid health checks", err.Error()+". Fix the check or probe block named.")
+	}
 }
 
 // ---- the verdict's `checks` attribute ----

@@ -138,3 +138,24 @@ func atLeast(n int64) func(int64) error {
 		return nil
 	}
 }
+
+// Bad checks are refused at plan time, naming the field, before any node is touched.
+func TestAccNodeSwitchChecksValidation(t *testing.T) {
+	accOnly(t)
+	node := labtest.Node{Name: "web01", SSHHost: "127.0.0.1", SSHPort: 22, HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD"}
+	top := "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-nixos-system-web01"
+	step := func(extra, want string) resource.TestStep {
+		return resource.TestStep{Config: switchConfig(node, sshBlock(node), top, extra), PlanOnly: true, ExpectError: regexp.MustCompile(want)}
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			step("check {\n name = \"a\"\n argv = [\"true\"]\n}\nprobe {\n name = \"a\"\n tcp = \"127.0.0.1:80\"\n}", `(?s)Invalid health checks.*probe "a": the name is used twice`),
+			step("probe {\n name = \"p\"\n url = \"http://x/\"\n tcp = \"127.0.0.1:80\"\n}", `(?i)invalid\s+attribute\s+combination`),
+			step("probe {\n name = \"p\"\n url = \"http://x/\"\n body_regexp = \"(\"\n}", `(?s)Invalid regular expression.*body_regexp = "\(".*missing closing \)`),
+			step("check {\n name = \"c\"\n argv = [\"true\"]\n interval = \"soon\"\n}", `(?s)Invalid duration.*interval = "soon".*not a positive Go duration`),
+			step("probe {\n name = \"p\"\n tcp = \"127.0.0.1\"\n}", `(?s)Invalid address.*tcp = "127.0.0.1".*not host:port`),
+		},
+	})
+}
