@@ -30,7 +30,7 @@ func sudoSSHBlock(n labtest.Node, user string) string {
 
 // The sudo user deploys and judges; a user whose sudo wants a password is refused at
 // once (sudo -n never prompts), before the copy, naming the refused command, and the
-// node keeps its system.
+// node keeps its system; the sudo user then upgrades it.
 func TestAccNodeSwitchSudoUser(t *testing.T) {
 	accLab(t)
 	good := labtest.BuildClosure(t, labtest.ClosureGood)
@@ -70,9 +70,19 @@ func TestAccNodeSwitchSudoUser(t *testing.T) {
 			},
 			{
 				// Nothing changed: the node runs good and never received good-v2; the
-				// refusal came at once, not after a prompt's or node_wait's time.
-				Config:   switchConfig(node, sudoSSHBlock(node, "deploy"), good, ""),
-				PlanOnly: true,
+				// refusal came at once, not after a prompt's or node_wait's time. Then
+				// the sudo user upgrades the node (a second deploy: the lockout revert
+				// is armed and disarmed through sudo too).
+				Config: switchConfig(node, sudoSSHBlock(node, "deploy"), goodV2, ""),
+				ConfigStateChecks: []statecheck.StateCheck{
+					verdictBool("ok", true),
+				},
+				Check: func(*terraform.State) error {
+					if got := strings.TrimSpace(nodeExec(t, node, "readlink -f /run/current-system")); got != goodV2 {
+						return fmt.Errorf("node runs %s, want %s", got, goodV2)
+					}
+					return nil
+				},
 				PreConfig: func() {
 					if d := time.Since(refusedAt); d > 25*time.Second {
 						t.Errorf("the refusal took %s: it must not wait for node_wait (30s) or a prompt", d)
