@@ -41,6 +41,9 @@ type spireNodeModel struct {
 
 func spireNodeBlockSchema() schema.SingleNestedBlock {
 	b := sshBlockSchema("")
+	// Deploy-only settings of a node's ssh block mean nothing for the spire node.
+	delete(b.Attributes, "revert_on_lockout")
+	delete(b.Attributes, "sudo")
 	b.MarkdownDescription = "How to reach the spire node (the machine that runs spire-server) over SSH, as for a node of the `ssh` method. " +
 		"Required. The host key is pinned: give `host_key` or `known_hosts_file`. The private key or agent comes from the provider " +
 		"(`ssh_private_key_file` / `SSH_PRIVATE_KEY_FILE`, `ssh_auth_sock`), per run, never from here. The user must be root (or " +
