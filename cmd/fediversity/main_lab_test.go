@@ -30,6 +30,7 @@ func TestLabCLIDeployGroup(t *testing.T) {
 	roster := map[string]any{
 		"build":   map[string]any{"file": closures, "attribute": labtest.ClosureGood},
 		"timings": map[string]string{"settle": "1s", "watch": "3s", "sample_interval": "1s"},
+		"checks": []map[string]any{{"name": "web-active", "argv": []string{"systemctl", "is-active", "fedi-web.service"}, "timeout": "10s"}},
 		"nodes":   map[string]any{},
 	}
 	rn := roster["nodes"].(map[string]any)
@@ -90,6 +91,12 @@ func TestLabCLIDeployGroup(t *testing.T) {
 				if running := readlink(t, n.Node, "/run/current-system"); running != good {
 					t.Errorf("%s runs %s, want %s", n.Node, running, good)
 				}
+				if len(n.Checks) != 1 || n.Checks[0].Name != "web-active" || !n.Checks[0].OK {
+					t.Errorf("%s: checks %+v, want web-active passed", n.Node, n.Checks)
+				}
+				if n.Changes == nil || n.Changes.PathsCopied == 0 {
+					t.Errorf("%s: changes %+v, want the paths a first deploy copies", n.Node, n.Changes)
+				}
 			case broken:
 				if n.Verdict == nil || !strings.Contains(strings.Join(n.Verdict.Reasons, " "), "fedi-broken.service") {
 					t.Errorf("%s: verdict reasons do not name fedi-broken.service: %+v", n.Node, n.Verdict)
@@ -118,7 +125,7 @@ func TestLabCLIDeployGroup(t *testing.T) {
 		if n := evaluations() - before; n != 0 {
 			t.Errorf("a second run with nothing changed ran nix-instantiate %d times, want 0 (the evaluation cache)", n)
 		}
-		for _, want := range []string{"NODE", "RESULT", nodes[0].Name, "ok (warnings)", "fedi-broken.service", "idle", "disabled", "3 ok, 0 failed, 1 disabled"} {
+		for _, want := range []string{"NODE", "RESULT", nodes[0].Name + ": 0 paths copied", "ok (warnings)", "fedi-broken.service", "idle", "disabled", "3 ok, 0 failed, 1 disabled"} {
 			if !strings.Contains(stdout, want) {
 				t.Errorf("table lacks %q:\n%s", want, stdout)
 			}

@@ -29,6 +29,11 @@ func writeTable(w io.Writer, outcomes []fleet.Outcome) {
 	}
 	_ = tw.Flush()
 	for _, o := range outcomes {
+		if o.Result != nil && o.Result.Changes != nil {
+			fmt.Fprintf(w, "%s: %s\n", o.Node, changesLine(o.Result.Changes))
+		}
+	}
+	for _, o := range outcomes {
 		if o.OK() || o.Disabled {
 			continue
 		}
@@ -110,6 +115,8 @@ type jsonNode struct {
 	Seconds    float64      `json:"seconds"`
 	Verdict    *jsonVerdict `json:"verdict,omitempty"`
 	Report     string       `json:"report,omitempty"`
+	Checks     []jsonCheck  `json:"checks,omitempty"`
+	Changes    *jsonChanges `json:"changes,omitempty"`
 	Phases     []jsonPhase  `json:"phases,omitempty"`
 }
 
@@ -199,6 +206,63 @@ func mapList[T, U any](in []T, f func(T) U) []U {
 	return out
 }
 
+type jsonCheck struct {
+	Name             string  `json:"name"`
+	Kind             string  `json:"kind"`
+	OK               bool    `json:"ok"`
+	Attempts         int     `json:"attempts"`
+	SecondsToFirstOK float64 `json:"seconds_to_first_pass"`
+	LastOutputTail   string  `json:"last_output,omitempty"`
+}
+
+// jsonChanges is what the deploy changed; a list that could not be known is null.
+type jsonChanges struct {
+	PreviousSystem       string   `json:"previous_system"`
+	PreviousClosureKnown bool     `json:"previous_closure_known"`
+	PathsAdded           []string `json:"paths_added"`
+	PathsRemoved         []string `json:"paths_removed"`
+	PackagesAdded        []string `json:"packages_added"`
+	PackagesRemoved      []string `json:"packages_removed"`
+	PackagesChanged      []string `json:"packages_changed"`
+	PathsCopied          int      `json:"paths_copied"`
+	BytesCopied          int64    `json:"bytes_copied"`
+	UnitsAdded           []string `json:"units_added"`
+	UnitsRemoved         []string `json:"units_removed"`
+	UnitsChanged         []string `json:"units_changed"`
+	Notes                []string `json:"notes,omitempty"`
+}
+
+func changesJSON(c *deploybody.Changes) *jsonChanges {
+	if c == nil {
+		return nil
+	}
+	return &jsonChanges{PreviousSystem: c.PreviousSystem, PreviousClosureKnown: c.PreviousClosureKnown,
+		PathsAdded: c.PathsAdded, PathsRemoved: c.PathsRemoved, PackagesAdded: c.PackagesAdded,
+		PackagesRemoved: c.PackagesRemoved, PackagesChanged: c.PackagesChanged, PathsCopied: c.PathsCopied,
+		BytesCopied: c.BytesCopied, UnitsAdded: c.UnitsAdded, UnitsRemoved: c.UnitsRemoved,
+		UnitsChanged: c.UnitsChanged, Notes: c.Notes}
+}
+
+// changesLine is the one-line summary of what a deploy changed, for the table.
+func changesLine(c *deploybody.Changes) string {
+	if c == nil {
+		return ""
+	}
+	parts := []string{fmt.Sprintf("%d paths copied (%d bytes)", c.PathsCopied, c.BytesCopied)}
+	add := func(label string, l []string) {
+		if len(l) > 0 {
+			parts = append(parts, label+" "+strings.Join(l, ", "))
+		}
+	}
+	add("packages changed:", c.PackagesChanged)
+	add("packages added:", c.PackagesAdded)
+	add("packages removed:", c.PackagesRemoved)
+	add("units changed:", c.UnitsChanged)
+	add("units added:", c.UnitsAdded)
+	add("units removed:", c.UnitsRemoved)
+	return strings.Join(parts, "; ")
+}
+
 type jsonCopy struct {
 	PathsTotal  int   `json:"paths_total"`
 	PathsCopied int   `json:"paths_copied"`
@@ -233,6 +297,13 @@ func writeJSON(w io.Writer, outcomes []fleet.Outcome) error {
 			n.Toplevel, n.Generation, n.Running = r.Toplevel, r.Generation, r.RunningSystem
 			n.Copied = &jsonCopy{PathsTotal: r.Copy.PathsTotal, PathsCopied: r.Copy.PathsMissing, Bytes: r.Copy.BytesSent}
 			n.Verdict, n.Report = verdictJSON(r.Verdict), r.Report
+			n.Changes = changesJSON(r.Changes)
+			if r.Verdict != nil {
+				for _, c := range r.Verdict.Checks {
+					n.Checks = append(n.Checks, jsonCheck{Name: c.Name, Kind: c.Kind, OK: c.OK, Attempts: c.Attempts,
+						SecondsToFirstOK: c.TimeToPass.Seconds(), LastOutputTail: c.Output})
+				}
+			}
 			for _, p := range r.Phases {
 				n.Phases = append(n.Phases, jsonPhase{Name: p.Name, Seconds: p.Duration.Seconds(), Note: p.Note})
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
@@ -167,8 +168,12 @@ func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, nix *nixev
 		out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err, Hint: "check the node's roster entry and SSH_PRIVATE_KEY_FILE / SSH_AUTH_SOCK"}
 		return out
 	}
+	checks, probes, _ := g.Roster.checksFor(node) // checked by LoadRoster
 	opts := deploybody.Options{
 		Node:       node,
+		Checks:     checks,
+		Probes:     probes,
+		LocalStore: nixstore.DeployerStore{},
 		Toplevel:   g.Roster.Nodes[node].Toplevel,
 		Strict:     g.Strict,
 		SelfRevert: true,

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -45,6 +46,9 @@ type Roster struct {
 	Build   *BuildSpec            `json:"build,omitempty"`
 	Timings map[string]string     `json:"timings,omitempty"`
 	Nodes   map[string]RosterNode `json:"nodes"`
+	// Checks and Probes run on every node, after the node's own.
+	Checks []Check `json:"checks,omitempty"`
+	Probes []Probe `json:"probes,omitempty"`
 
 	// dir is the roster file's directory: relative build files are taken from it.
 	dir string
@@ -61,6 +65,32 @@ type RosterNode struct {
 	// Toplevel is a prebuilt system; it wins over Build.
 	Toplevel string     `json:"toplevel,omitempty"`
 	Build    *BuildSpec `json:"build,omitempty"`
+	// Checks run on the node and Probes from the deployer after the settle; a failed
+	// one fails a strict verdict.
+	Checks []Check `json:"checks,omitempty"`
+	Probes []Probe `json:"probes,omitempty"`
+}
+
+// Check is a command run on the node until it exits ExpectExit (default 0).
+type Check struct {
+	Name       string   `json:"name"`
+	Argv       []string `json:"argv"`
+	ExpectExit int      `json:"expect_exit,omitempty"`
+	Interval   string   `json:"interval,omitempty"`
+	Timeout    string   `json:"timeout,omitempty"`
+}
+
+// Probe is a request from the deployer: an HTTP(S) URL that must answer ExpectStatus
+// (default 200) and match BodyPattern when set, or a TCP address that must accept.
+type Probe struct {
+	Name         string `json:"name"`
+	URL          string `json:"url,omitempty"`
+	TCP          string `json:"tcp,omitempty"`
+	ExpectStatus int    `json:"expect_status,omitempty"`
+	BodyPattern  string `json:"body_pattern,omitempty"`
+	Insecure     bool   `json:"insecure,omitempty"`
+	Interval     string `json:"interval,omitempty"`
+	Timeout      string `json:"timeout,omitempty"`
 }
 
 // RosterJump is the jump host a node is reached through (ssh -J).
@@ -123,11 +153,13 @@ func decodeRoster(raw []byte) (Roster, error) {
 		Build   *BuildSpec                 `json:"build,omitempty"`
 		Timings map[string]string          `json:"timings,omitempty"`
 		Nodes   map[string]json.RawMessage `json:"nodes"`
+		Checks  []Check                    `json:"checks,omitempty"`
+		Probes  []Probe                    `json:"probes,omitempty"`
 	}
 	if err := strictDecode(raw, &top); err != nil {
 		return Roster{}, errors.New(describeJSONError(raw, err))
 	}
-	r := Roster{Build: top.Build, Timings: top.Timings, Nodes: map[string]RosterNode{}}
+	r := Roster{Build: top.Build, Timings: top.Timings, Checks: top.Checks, Probes: top.Probes, Nodes: map[string]RosterNode{}}
 	for name, msg := range top.Nodes {
 		var n RosterNode
 		if err := strictDecode(msg, &n); err != nil {
@@ -220,8 +252,62 @@ func (r *Roster) check(file string) []string {
 				bad(name, "build", "%s", msg)
 			}
 		}
+		if _, _, err := r.checksFor(name); err != nil {
+			bad(name, "checks", "%v", err)
+		}
 	}
 	return problems
+}
+
+// checksFor are the node's checks and probes, then the roster's, in the body's terms.
+func (r *Roster) checksFor(node string) ([]deploybody.NodeCheck, []deploybody.Probe, error) {
+	n := r.Nodes[node]
+	var checks []deploybody.NodeCheck
+	var probes []deploybody.Probe
+	for _, c := range append(append([]Check{}, n.Checks...), r.Checks...) {
+		iv, to, err := checkTimes(c.Name, c.Interval, c.Timeout)
+		if err != nil {
+			return nil, nil, err
+		}
+		checks = append(checks, deploybody.NodeCheck{Name: c.Name, Argv: c.Argv, ExpectExit: c.ExpectExit, Interval: iv, Timeout: to})
+	}
+	for _, p := range append(append([]Probe{}, n.Probes...), r.Probes...) {
+		iv, to, err := checkTimes(p.Name, p.Interval, p.Timeout)
+		if err != nil {
+			return nil, nil, err
+		}
+		dp := deploybody.Probe{Name: p.Name, URL: p.URL, TCP: p.TCP, ExpectStatus: p.ExpectStatus, Insecure: p.Insecure, Interval: iv, Timeout: to}
+		if p.BodyPattern != "" {
+			re, err := regexp.Compile(p.BodyPattern)
+			if err != nil {
+				return nil, nil, fmt.Errorf("probe %q: body_pattern: %v", p.Name, err)
+			}
+			dp.BodyPattern = re
+		}
+		probes = append(probes, dp)
+	}
+	if err := deploybody.ValidateChecks(checks, probes); err != nil {
+		return nil, nil, err
+	}
+	return checks, probes, nil
+}
+
+func checkTimes(name, interval, timeout string) (iv, to time.Duration, err error) {
+	parse := func(field, v string) (time.Duration, error) {
+		if v == "" {
+			return 0, nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return 0, fmt.Errorf("check %q: %s: %q is not a positive duration", name, field, v)
+		}
+		return d, nil
+	}
+	if iv, err = parse("interval", interval); err != nil {
+		return 0, 0, err
+	}
+	to, err = parse("timeout", timeout)
+	return iv, to, err
 }
 
 func (b *BuildSpec) problem() string {

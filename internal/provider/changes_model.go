@@ -4,15 +4,11 @@ package provider
 // between the system the node ran before and the new toplevel.
 
 import (
-	"context"
-	"os"
-
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
-	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
 var changesAttrTypes = map[string]attr.Type{
@@ -95,20 +91,4 @@ func changesValue(c *deploybody.Changes) types.Object {
 		"units_changed":          nullableList(c.UnitsChanged),
 		"notes":                  listOrNull(c.Notes, false),
 	})
-}
-
-// deployerStore is the deployer's Nix store as the deploy body reads it.
-type deployerStore struct{}
-
-// Has only looks for the path (one stat, no nix-store process): a path that is there but
-// not valid makes Closure fail, and the summary then says the closure is unknown.
-func (deployerStore) Has(path string) bool {
-	if !nixstore.ValidStorePath(path) {
-		return false
-	}
-	_, err := os.Lstat(path)
-	return err == nil
-}
-func (deployerStore) Closure(ctx context.Context, path string) ([]string, error) {
-	return nixstore.Closure(ctx, path)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
 var (
@@ -552,6 +553,6 @@ func (r *nodeSwitchResource) bodyOptions(ctx context.Context, plan nodeSwitchMod
 	var cdiags diag.Diagnostics
 	o.Checks, o.Probes, cdiags = checkOptions(ctx, plan.Checks, plan.Probes)
 	diags.Append(cdiags...)
-	o.LocalStore = deployerStore{}
+	o.LocalStore = nixstore.DeployerStore{}
 	return o, diags
 }
