@@ -66,8 +66,9 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"`fediversity_k8s_rollout` names the image by digest, so a later change of the tag does not change the pod.\n\n" +
 			"The registry is the provider's `k8s_registry`, else `K8S_REGISTRY`; the plan fails with an error naming `K8S_REGISTRY` " +
 			"when neither is set. Credentials come from the containers auth JSON file in the provider's `registry_auth_file`, else " +
-			"`REGISTRY_AUTH_FILE`; they are read at each push and never stored. Registries on loopback or private addresses are " +
-			"spoken to over plain HTTP, all others over HTTPS.\n\n" +
+			"`REGISTRY_AUTH_FILE`; they are read at each push, never stored, and only ever sent over TLS. `https://` in the registry " +
+			"means TLS only. Plain HTTP is used only for a loopback registry (or with the provider's `registry_insecure = true`), " +
+			"and never with credentials: a push with credentials to a registry whose HTTPS fails is refused, not downgraded.\n\n" +
 			"The push is replaced when, and only when, `tag` changes. Read checks that the registry still holds the tag and plans " +
 			"a new push when it does not. Destroying the resource leaves the image in the registry. A push that fails (for " +
 			"instance an unreachable registry) changes nothing downstream: the rollout that consumes `image_ref` is not applied.",
@@ -128,9 +129,9 @@ func (r *imageResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if resp.Diagnostics.HasError() || plan.Node.IsUnknown() || plan.Namespace.IsUnknown() {
 		return
 	}
-	repo, err := image.Target{Registry: r.cfg.K8sRegistry, Namespace: plan.Namespace.ValueString(), Node: plan.Node.ValueString()}.Repository()
+	repo, err := image.Target{Registry: r.cfg.K8sRegistry, Insecure: r.cfg.RegistryInsecure, Namespace: plan.Namespace.ValueString(), Node: plan.Node.ValueString()}.Repository()
 	if err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("node"), "No registry for the node image",
+		resp.Diagnostics.AddAttributeError(path.Root("node"), "No usable registry for the node image",
 			fmt.Sprintf("Node %s: %v.", plan.Node.ValueString(), err))
 		return
 	}
@@ -151,7 +152,7 @@ func (r *imageResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 
 func (r *imageResource) push(ctx context.Context, plan *imageModel) error {
 	res, err := image.Push(ctx, plan.Archive.ValueString(), image.Target{
-		Registry: r.cfg.K8sRegistry, Namespace: plan.Namespace.ValueString(), Node: plan.Node.ValueString(), Tag: plan.Tag.ValueString(),
+		Registry: r.cfg.K8sRegistry, Insecure: r.cfg.RegistryInsecure, Namespace: plan.Namespace.ValueString(), Node: plan.Node.ValueString(), Tag: plan.Tag.ValueString(),
 	}, image.Options{AuthFile: r.cfg.RegistryAuthFile})
 	if err != nil {
 		return err
@@ -224,10 +225,7 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	suffix := "/" + state.Namespace.ValueString() + "/" + state.Node.ValueString()
-	registry := strings.TrimSuffix(state.Repository.ValueString(), suffix)
-	got, err := image.Head(ctx, image.Target{Registry: registry, Namespace: state.Namespace.ValueString(), Node: state.Node.ValueString(), Tag: state.Tag.ValueString()},
-		image.Options{AuthFile: r.cfg.RegistryAuthFile})
+	got, err := image.Head(ctx, r.stateTarget(state), image.Options{AuthFile: r.cfg.RegistryAuthFile})
 	switch {
 	case errors.Is(err, image.ErrNotFound):
 		resp.Diagnostics.AddWarning("Node image is gone from the registry",
@@ -244,6 +242,19 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 				state.Node.ValueString(), state.Repository.ValueString(), state.Tag.ValueString(), got.Digest, state.Digest.ValueString()))
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// stateTarget is where the state's image was pushed. The registry is the configured one
+// when it is the same host (so its scheme and registry_insecure apply), else the host of
+// the state's repository under the default rules (TLS; plain HTTP only for loopback).
+func (r *imageResource) stateTarget(state imageModel) image.Target {
+	suffix := "/" + state.Namespace.ValueString() + "/" + state.Node.ValueString()
+	registry := strings.TrimSuffix(state.Repository.ValueString(), suffix)
+	t := image.Target{Registry: registry, Namespace: state.Namespace.ValueString(), Node: state.Node.ValueString(), Tag: state.Tag.ValueString()}
+	if cur, err := (image.Target{Registry: r.cfg.K8sRegistry, Insecure: r.cfg.RegistryInsecure, Namespace: t.Namespace, Node: t.Node}).Repository(); err == nil && cur == state.Repository.ValueString() {
+		t.Registry, t.Insecure = r.cfg.K8sRegistry, r.cfg.RegistryInsecure
+	}
+	return t
 }
 
 // Delete leaves the image in the registry (docs/design.md#k8s).
