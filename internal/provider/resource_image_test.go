@@ -1,8 +1,10 @@
 package provider
 
 import (
+	"encoding/base64"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -111,4 +113,44 @@ func TestAccImage_noRegistryNamesEnv(t *testing.T) {
 			ExpectError: regexp.MustCompile(`K8S_REGISTRY`),
 		}},
 	})
+}
+
+// TestAccImage_credentialsNeverOverHTTP: with credentials for a registry whose HTTPS
+// fails (a plain-HTTP registry on loopback, where go-containerregistry would fall back
+// to HTTP), the apply is refused, and the registry sees no request at all.
+func TestAccImage_credentialsNeverOverHTTP(t *testing.T) {
+	accImage(t)
+	reg := startRegistry(t)
+	archive := writeArchive(t, t.TempDir(), "v1.tar")
+	auth := filepath.Join(t.TempDir(), "auth.json")
+	if err := os.WriteFile(auth, []byte(`{"auths":{"`+reg.host+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte("robot:s3cret"))+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(registry string) string {
+		return testAccConfig(fmt.Sprintf(`
+provider "fediversity" {
+  k8s_registry       = %q
+  registry_auth_file = %q
+}
+
+resource "fediversity_image" "node" {
+  namespace = "fediversity"
+  node      = "web01"
+  tag       = "v1"
+  archive   = %q
+}
+`, registry, auth, archive))
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: cfg(reg.host), ExpectError: regexp.MustCompile(`(?s)refused\s+to\s+speak\s+plain\s+HTTP.*only\s+ever\s+sent\s+over\s+TLS`)},
+			{Config: cfg("https://" + reg.host), ExpectError: regexp.MustCompile(`(?s)refused\s+to\s+speak\s+plain\s+HTTP.*only\s+ever\s+sent\s+over\s+TLS`)},
+			{Config: cfg("http://" + reg.host), ExpectError: regexp.MustCompile(`(?s)asks\s+for\s+plain\s+HTTP.*only\s+ever\s+sent\s+over\s+TLS`)},
+		},
+	})
+	if n := reg.requests.Load(); n != 0 {
+		t.Fatalf("the plain-HTTP registry saw %d requests; credentials or not, none may reach it", n)
+	}
 }
