@@ -124,6 +124,8 @@ type k8sAcc struct {
 	reg      *testRegistry
 	ns       string
 	archives map[string]string
+	// pullGrace is the rollout's timings.pull_grace (default 3s).
+	pullGrace string
 }
 
 func newK8sAcc(t *testing.T) *k8sAcc {
@@ -171,10 +173,10 @@ resource "fediversity_k8s_rollout" "web01" {
   storage_class = "fediversity-lab"
   timings {
     rollout_wait = "90s"
-    pull_grace   = "3s"
+    pull_grace   = %q
   }
 }
-%s`, imageNode, tag, a.archives[archive], extra))
+%s`, imageNode, tag, a.archives[archive], cmpOr(a.pullGrace, "3s"), extra))
 }
 
 func (a *k8sAcc) good(archive, tag string) string {
@@ -184,6 +186,13 @@ func (a *k8sAcc) good(archive, tag string) string {
 // faulty points the rollout at an image whose repository names a kwok fault stage.
 func (a *k8sAcc) faulty(fault string) string {
 	return a.config(a.reg.host, "web01-"+fault, "bad", "v1", "")
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func stateAttr(s *terraform.State, res, key string) string {
