@@ -48,6 +48,8 @@ type k8sRolloutModel struct {
 	LastGoodImageRef types.String   `tfsdk:"last_good_image_ref"`
 	Status           types.String   `tfsdk:"status"`
 	SpireHandoff     types.String   `tfsdk:"spire_handoff"`
+	SubDigest        types.String   `tfsdk:"submission_digest"`
+	SubFile          types.String   `tfsdk:"submission_file"`
 	Timings          *timingsModel  `tfsdk:"timings"`
 	Timeouts         timeouts.Value `tfsdk:"timeouts"`
 }
@@ -143,12 +145,14 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "The image the Deployment names, as last seen.",
 			},
 			"last_good_image_ref": schema.StringAttribute{
-				Computed:            true,
+				Computed: true,
 				MarkdownDescription: "The last image whose pod became ready (empty before the first successful rollout). " +
 					"It mirrors the record on the Deployment (annotation `" + k8s.LastGoodAnnotation + "`, the whole pod template), which is the rollback target: " +
 					"a record in the cluster survives an apply killed during its wait and a rollback the apiserver refused.",
 			},
-			rolloutSpireAttr: rolloutSpireAttribute(),
+			rolloutSpireAttr:    rolloutSpireAttribute(),
+			"submission_digest": submissionAttributes("anything reaches the cluster")["submission_digest"],
+			"submission_file":   submissionAttributes("anything reaches the cluster")["submission_file"],
 			"status": schema.StringAttribute{
 				Computed: true,
 				MarkdownDescription: "`ready`: the rollout completed and the pod is ready. `not_ready`: Read found the pod not ready (the next apply waits again). " +
@@ -282,6 +286,9 @@ func (r *k8sRolloutResource) Create(ctx context.Context, req resource.CreateRequ
 		return
 	}
 	plan.ContainerUUID = types.StringValue(uuid)
+	if resp.Diagnostics.Append(checkSubmission(plan.SubFile, plan.SubDigest, plan.Node.ValueString(), "roll out")...); resp.Diagnostics.HasError() {
+		return
+	}
 	rdiags := r.rollout(ctx, &plan, "")
 	resp.Diagnostics.Append(rdiags...)
 	if rdiags.HasError() && plan.Status.IsUnknown() {
@@ -304,6 +311,10 @@ func (r *k8sRolloutResource) Update(ctx context.Context, req resource.UpdateRequ
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	plan.ContainerUUID, plan.MachineID = state.ContainerUUID, state.MachineID
+	if resp.Diagnostics.Append(checkSubmission(plan.SubFile, plan.SubDigest, plan.Node.ValueString(), "roll out")...); resp.Diagnostics.HasError() {
+		resp.Diagnostics.Append(resp.State.Set(ctx, state)...) // nothing changed
+		return
+	}
 	same := plan.ImageRef.Equal(state.ImageRef) && plan.RuntimeClass.Equal(state.RuntimeClass) &&
 		plan.StorageClass.Equal(state.StorageClass) && plan.StorageSize.Equal(state.StorageSize) &&
 		plan.SpireHandoff.Equal(state.SpireHandoff)

@@ -65,8 +65,9 @@ func accK8s(t *testing.T) (*k8s.Client, string) {
 }
 
 type testRegistry struct {
-	host     string
-	requests atomic.Int64
+	host string
+	// requests counts every request; uploads the blob uploads (POST/PATCH/PUT of /blobs/uploads/).
+	requests, uploads atomic.Int64
 }
 
 // startRegistry serves a real in-memory OCI registry on 127.0.0.1 for this test.
@@ -76,6 +77,9 @@ func startRegistry(t *testing.T) *testRegistry {
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)
+		if req.Method != http.MethodGet && req.Method != http.MethodHead && strings.Contains(req.URL.Path, "/blobs/uploads") {
+			r.uploads.Add(1)
+		}
 		h.ServeHTTP(w, req)
 	}))
 	t.Cleanup(srv.Close)
