@@ -42,6 +42,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/image"
 	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
 const labKubeconfig = "/var/lib/fediversity-k8s/kubeconfig"
@@ -630,4 +631,38 @@ resource "fediversity_image" "node" {
 	if _, err := a.c.CS.CoreV1().Namespaces().Get(context.Background(), a.ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("namespace %s exists although the plan failed (err %v)", a.ns, err)
 	}
+}
+
+// TestAccK8sRollout_toplevelImage: an image built from a toplevel runs as the node's
+// Deployment (kwok marks its pod ready; no container runtime runs it here).
+func TestAccK8sRollout_toplevelImage(t *testing.T) {
+	a := newK8sAcc(t)
+	top := labtest.BuildClosure(t, labtest.ClosureGood)
+	cfg := testAccConfig(a.provider(a.reg.host) + fmt.Sprintf(`
+resource "fediversity_k8s_namespace" "ns" {}
+
+resource "fediversity_image" "node" {
+  namespace = fediversity_k8s_namespace.ns.name
+  node      = "web01"
+  toplevel  = %q
+}
+
+resource "fediversity_k8s_rollout" "web01" {
+  namespace     = fediversity_k8s_namespace.ns.name
+  node          = "web01"
+  image_ref     = fediversity_image.node.image_ref
+  storage_class = "fediversity-lab"
+  timings {
+    rollout_wait = "90s"
+  }
+}
+`, top))
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: cfg, Check: a.checkRunsStateImage("web01")},
+			{Config: cfg, ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}}},
+		},
+	})
 }
