@@ -297,3 +297,30 @@ resource "fediversity_k8s_rollout" "web01" {
 		t.Fatalf("the registry saw %d requests although the submission changed", n)
 	}
 }
+
+// TestAccK8sRollout_timingsCheckedAtPlan: a bad duration fails the plan, naming the field.
+func TestAccK8sRollout_timingsCheckedAtPlan(t *testing.T) {
+	accImage(t)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: testAccConfig(fmt.Sprintf(`
+provider "fediversity" {
+  kube_config_path = %q
+}
+
+resource "fediversity_k8s_rollout" "web01" {
+  namespace = "fediversity"
+  node      = "web01"
+  image_ref = "127.0.0.1:1/fediversity/web01@sha256:%s"
+  timings {
+    rollout_wait = "soon"
+  }
+}
+`, filepath.Join(t.TempDir(), "no-kubeconfig"), strings.Repeat("ab", 32))),
+			PlanOnly:    true,
+			ExpectError: regexp.MustCompile(`(?s)rollout_wait\s+=\s+"soon"\s+is\s+not`),
+		}},
+	})
+}

@@ -26,7 +26,7 @@ func TestAccK8sNamespace_notOursUnlessImported(t *testing.T) {
 	r := newCLIRun(t)
 	r.write(a.good("v1", "v1"))
 	code, out := r.run("plan", "-input=false", "-no-color")
-	if code == 0 || !regexp.MustCompile(`(?s)exists\s+and\s+is\s+not\s+the\s+provider's.*` + a.ns + `.*import\s+it`).MatchString(out) {
+	if code == 0 || !regexp.MustCompile(`(?s)exists\s+and\s+is\s+not\s+the\s+provider's.*`+a.ns+`.*import\s+it`).MatchString(out) {
 		t.Fatalf("plan against a namespace the provider did not create: exit %d\n%s", code, out)
 	}
 	if n := a.reg.requests.Load(); n != 0 {

@@ -23,10 +23,11 @@ import (
 )
 
 var (
-	_ resource.Resource                = &k8sRolloutResource{}
-	_ resource.ResourceWithConfigure   = &k8sRolloutResource{}
-	_ resource.ResourceWithModifyPlan  = &k8sRolloutResource{}
-	_ resource.ResourceWithImportState = &k8sRolloutResource{}
+	_ resource.Resource                   = &k8sRolloutResource{}
+	_ resource.ResourceWithConfigure      = &k8sRolloutResource{}
+	_ resource.ResourceWithModifyPlan     = &k8sRolloutResource{}
+	_ resource.ResourceWithImportState    = &k8sRolloutResource{}
+	_ resource.ResourceWithValidateConfig = &k8sRolloutResource{}
 )
 
 // NewK8sRolloutResource is the fediversity_k8s_rollout resource.
@@ -168,6 +169,17 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 
 func (r *k8sRolloutResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	configureObject(&r.cfg, req.ProviderData, "fediversity_k8s_rollout", &resp.Diagnostics)
+}
+
+// ValidateConfig checks the timings at plan, not first at apply.
+func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m k8sRolloutModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	_, diags := m.Timings.toTimings(path.Root("timings"))
+	resp.Diagnostics.Append(diags...)
 }
 
 // ModifyPlan plans a new wait when the last rollout did not end ready, so an apply with

@@ -195,7 +195,7 @@ func TestAccK8sRollout_killedApplyRollsBack(t *testing.T) {
 	}
 
 	code, text := r.run("apply", "-auto-approve", "-input=false", "-no-color")
-	if code == 0 || !regexp.MustCompile(`(?s)ImagePullBackOff.*set\s+back\s+to\s+the\s+previous\s+image\s+` + regexp.QuoteMeta(goodRef)).MatchString(text) {
+	if code == 0 || !regexp.MustCompile(`(?s)ImagePullBackOff.*set\s+back\s+to\s+the\s+previous\s+image\s+`+regexp.QuoteMeta(goodRef)).MatchString(text) {
 		t.Fatalf("the apply after the kill: exit %d, want a failure that rolled back to %s:\n%s", code, goodRef, text)
 	}
 	if img, _, _ := a.deploymentImage(); img != goodRef {
@@ -503,7 +503,9 @@ func TestAccK8sRollout_apiOutageDuringWait(t *testing.T) {
 	a.kc = kc
 	var v2Ref string
 	var refused <-chan int64
-	short := func(cfg string) string { return strings.Replace(cfg, `rollout_wait = "90s"`, `rollout_wait = "12s"`, 1) }
+	short := func(cfg string) string {
+		return strings.Replace(cfg, `rollout_wait = "90s"`, `rollout_wait = "12s"`, 1)
+	}
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
