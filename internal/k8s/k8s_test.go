@@ -327,6 +327,14 @@ func TestWaitRetriesAPIErrors(t *testing.T) {
 	if !strings.Contains(err.Error(), "nothing was rolled back") || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("message: %v", err)
 	}
+	// The caller giving up (Ctrl-C, timeouts, a killed CLI) is not an API failure: the
+	// wait ends as a timeout, which the rollout answers with a rollback.
+	parent, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = c.Wait(parent, testSpec(), WaitOptions{Limit: time.Minute})
+	if !errors.As(err, new(*RolloutError)) {
+		t.Fatalf("err = %v after the caller gave up, want a RolloutError", err)
+	}
 }
 
 func TestRollbackTarget(t *testing.T) {

@@ -117,17 +117,22 @@ func (e *RolloutError) Error() string {
 func (c *Client) Wait(ctx context.Context, s NodeSpec, o WaitOptions) error {
 	o = o.withDefaults()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, o.Limit)
+	parent := ctx
+	ctx, cancel := context.WithTimeout(parent, o.Limit)
 	defer cancel()
 	w := &watcher{c: c, s: s, o: o, firstSeen: map[string]time.Time{}}
 	for {
 		done, rerr, err := w.check(ctx, time.Now())
-		if err != nil {
+		switch {
+		case err != nil && parent.Err() != nil:
+			// The caller gave up (Ctrl-C, timeouts, a killed CLI): not an API failure.
+		case err != nil:
 			// A failed API read says nothing about the pod: it is retried, every poll
-			// interval, within the limit (the apiserver can blink, or be restarted).
+			// interval, within the limit (the apiserver can blink, or be restarted). A
+			// read that hung until the limit counts too: the API did not answer.
 			w.apiErrors++
 			w.lastAPIErr, w.failingSince = err, cmpOr(w.failingSince, time.Now())
-		} else {
+		default:
 			w.lastAPIErr, w.failingSince = nil, time.Time{}
 		}
 		if done {
@@ -138,7 +143,7 @@ func (c *Client) Wait(ctx context.Context, s NodeSpec, o WaitOptions) error {
 			return rerr
 		}
 		if err := sleep(ctx, c.poll()); err != nil {
-			if w.lastAPIErr != nil {
+			if w.lastAPIErr != nil && parent.Err() == nil {
 				// The limit ran out while the readiness could not be read: that is not
 				// a failed pod, and no rollback may follow from it.
 				return &ReadinessUnknownError{Namespace: s.Namespace, Node: s.Node, Image: s.Image,

@@ -140,11 +140,26 @@ func providerProcesses(bin string) []int {
 	return pids
 }
 
-// TestAccK8sRollout_killedApplyRollsBack: the CLI and the provider are SIGKILLed during
-// the wait of a bad rollout, so nothing rolls back and the state keeps the good image.
-// The next apply of the same configuration finds the Deployment on the bad image, waits,
-// and sets it back to the last good template recorded on the Deployment.
+// TestAccK8sRollout_killedApplyRollsBack: the apply is SIGKILLed during the wait of a
+// bad rollout, and the next apply of the same configuration ends with the Deployment on
+// the last good image.
+//   - "cli-and-provider": the CLI and the provider it started are killed (a crash of the
+//     machine, say). Nothing rolls back and the state keeps the good image; the next apply
+//     finds the Deployment on the bad image, waits, and sets it back to the last good
+//     template recorded on the Deployment.
+//   - "cli": only the CLI is killed. The provider sees its call cancelled and rolls back
+//     itself; the next apply tries the rollout again and rolls back again.
 func TestAccK8sRollout_killedApplyRollsBack(t *testing.T) {
+	for _, whole := range []bool{true, false} {
+		name := "cli"
+		if whole {
+			name = "cli-and-provider"
+		}
+		t.Run(name, func(t *testing.T) { killedApply(t, whole) })
+	}
+}
+
+func killedApply(t *testing.T, whole bool) {
 	a := newK8sAcc(t)
 	a.pullGrace = "20s" // the kill lands well inside the wait
 	r := newCLIRun(t)
@@ -178,17 +193,37 @@ func TestAccK8sRollout_killedApplyRollsBack(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // inside the wait: the pull grace is 20s
-	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	target := cmd.Process.Pid
+	if whole {
+		target = -target // the process group: the CLI and the provider it started
+	}
+	if err := syscall.Kill(target, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	for _, pid := range providerProcesses(bin) { // a provider outside the group: the crash takes it too
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	time.Sleep(2 * time.Second)
-	img, _, _ := a.deploymentImage()
-	if !strings.Contains(img, "/web01-broken@") {
-		t.Fatalf("after the kill the Deployment names %s: something rolled back although every process was killed", img)
+	if whole {
+		for _, pid := range providerProcesses(bin) { // a provider outside the group: the crash takes it too
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(2 * time.Second)
+		if img, _, _ := a.deploymentImage(); !strings.Contains(img, "/web01-broken@") {
+			t.Fatalf("after the kill the Deployment names %s: something rolled back although every process was killed", img)
+		}
+	} else {
+		// The orphaned provider finishes its call (a rollback) and then has nothing to
+		// serve: wait for the Deployment to settle, then end it.
+		settle := time.Now().Add(45 * time.Second)
+		for time.Now().Before(settle) {
+			if img, _, _ := a.deploymentImage(); img == goodRef {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		img, _, _ := a.deploymentImage()
+		t.Logf("after killing only the CLI, the Deployment names %s (good: %v)", img, img == goodRef)
+		for _, pid := range providerProcesses(bin) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	if d, err := a.c.CS.AppsV1().Deployments(a.ns).Get(context.Background(), "web01", metav1.GetOptions{}); err != nil || !strings.Contains(d.Annotations[k8s.LastGoodAnnotation], goodRef) {
 		t.Fatalf("the last good template is not recorded on the Deployment (err %v)", err)
