@@ -161,7 +161,7 @@ func TestAccK8sRollout_killedApplyRollsBack(t *testing.T) {
 
 func killedApply(t *testing.T, whole bool) {
 	a := newK8sAcc(t)
-	a.pullGrace = "20s" // the kill lands well inside the wait
+	a.pullGrace = "8s" // the kill, 1s after the Deployment changed, lands well inside the wait
 	r := newCLIRun(t)
 	bin := filepath.Join(buildProvider(t), "terraform-provider-fediversity")
 
@@ -192,7 +192,7 @@ func killedApply(t *testing.T, whole bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // inside the wait: the pull grace is 20s
+	time.Sleep(time.Second) // inside the wait: the pull grace is 8s
 	target := cmd.Process.Pid
 	if whole {
 		target = -target // the process group: the CLI and the provider it started
