@@ -123,8 +123,8 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				Computed: true, MarkdownDescription: "`<repository>@<digest>`: what a Deployment should name.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
-			"submission_digest": submissionAttributes("anything is pushed")["submission_digest"],
-			"submission_file":   submissionAttributes("anything is pushed")["submission_file"],
+			"submission_digest": submissionCheckAttributes("Changing them pushes nothing.")["submission_digest"],
+			"submission_file":   submissionCheckAttributes("Changing them pushes nothing.")["submission_file"],
 		},
 		Blocks: map[string]schema.Block{
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true}),
@@ -251,7 +251,7 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	if resp.Diagnostics.Append(checkSubmission(plan.SubFile, plan.SubDigest, plan.Node.ValueString(), "push the image of")...); resp.Diagnostics.HasError() {
+	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "push the image of", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
 		return
 	}
 	if err := r.push(ctx, &plan); err != nil {
@@ -272,7 +272,7 @@ func (r *imageResource) Update(ctx context.Context, req resource.UpdateRequest, 
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	if resp.Diagnostics.Append(checkSubmission(plan.SubFile, plan.SubDigest, plan.Node.ValueString(), "push the image of")...); resp.Diagnostics.HasError() {
+	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "push the image of", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
 		resp.Diagnostics.Append(resp.State.Set(ctx, state)...) // nothing changed
 		return
 	}

@@ -152,8 +152,8 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"a record in the cluster survives an apply killed during its wait and a rollback the apiserver refused.",
 			},
 			rolloutSpireAttr:    rolloutSpireAttribute(),
-			"submission_digest": submissionAttributes("anything reaches the cluster")["submission_digest"],
-			"submission_file":   submissionAttributes("anything reaches the cluster")["submission_file"],
+			"submission_digest": submissionCheckAttributes("Changing them rolls nothing out.")["submission_digest"],
+			"submission_file":   submissionCheckAttributes("Changing them rolls nothing out.")["submission_file"],
 			"status": schema.StringAttribute{
 				Computed: true,
 				MarkdownDescription: "`ready`: the rollout completed and the pod is ready. `not_ready`: Read found the pod not ready (the next apply waits again). " +
@@ -298,7 +298,7 @@ func (r *k8sRolloutResource) Create(ctx context.Context, req resource.CreateRequ
 		return
 	}
 	plan.ContainerUUID = types.StringValue(uuid)
-	if resp.Diagnostics.Append(checkSubmission(plan.SubFile, plan.SubDigest, plan.Node.ValueString(), "roll out")...); resp.Diagnostics.HasError() {
+	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "roll out", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
 		return
 	}
 	rdiags := r.rollout(ctx, &plan, "")
@@ -323,7 +323,7 @@ func (r *k8sRolloutResource) Update(ctx context.Context, req resource.UpdateRequ
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	plan.ContainerUUID, plan.MachineID = state.ContainerUUID, state.MachineID
-	if resp.Diagnostics.Append(checkSubmission(plan.SubFile, plan.SubDigest, plan.Node.ValueString(), "roll out")...); resp.Diagnostics.HasError() {
+	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "roll out", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
 		resp.Diagnostics.Append(resp.State.Set(ctx, state)...) // nothing changed
 		return
 	}
