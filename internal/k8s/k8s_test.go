@@ -147,7 +147,8 @@ func TestClassifyFailFast(t *testing.T) {
 		{"ErrImagePull past grace fails", []*corev1.Pod{pod("a", waiting("ErrImagePull"))}, nil, []int{0, 21}, ReasonImagePull, "ErrImagePull"},
 		{"CrashLoopBackOff fails at once", []*corev1.Pod{pod("a", waiting("CrashLoopBackOff"))}, nil, []int{0}, ReasonCrashLoop, "CrashLoopBackOff"},
 		{"CreateContainerConfigError fails at once", []*corev1.Pod{pod("a", waiting("CreateContainerConfigError"))}, nil, []int{0}, ReasonContainerConfig, ""},
-		{"Unschedulable fails at once", []*corev1.Pod{pod("a", unsched)}, nil, []int{0}, ReasonUnschedulable, "unbound immediate PersistentVolumeClaims"},
+		{"Unschedulable within grace keeps waiting (the scheduler retries)", []*corev1.Pod{pod("a", unsched)}, nil, []int{0, 19}, "", ""},
+		{"Unschedulable past grace fails", []*corev1.Pod{pod("a", unsched)}, nil, []int{0, 21}, ReasonUnschedulable, "unbound immediate PersistentVolumeClaims"},
 		{"Failed pod fails", []*corev1.Pod{pod("a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })}, nil, []int{0}, ReasonPodFailed, ""},
 		{"old image's crash is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) { waiting("CrashLoopBackOff")(p); p.Spec.Containers[0].Image = "other@sha256:00" })}, nil, []int{0, 100}, "", ""},
 		{"terminating pod is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) {

@@ -236,8 +236,8 @@ func (w *watcher) check(ctx context.Context, now time.Time) (done bool, rerr *Ro
 		switch kind {
 		case Fatal:
 			return false, w.fail(ctx, now, reason, ""), nil
-		case Pull:
-			key := string(pods[i].UID) + "/pull"
+		case Pull, Unschedulable:
+			key := string(pods[i].UID) + "/" + reason
 			if w.since(key, now) >= w.o.PullGrace {
 				return false, w.fail(ctx, w.firstSeen[key], reason, ""), nil
 			}
@@ -336,6 +336,10 @@ const (
 	Progressing Kind = iota // nothing wrong seen (yet)
 	Pull                    // an image pull error: stop after the grace period
 	Fatal                   // does not recover: stop now
+	// Unschedulable: stop after the grace period too. The scheduler can call a pod
+	// unschedulable for a moment, e.g. "persistentvolumeclaim ... not found" when its
+	// cache has not seen the claim made just before; it tries again by itself.
+	Unschedulable
 )
 
 // ClassifyPod says whether a pod's state will recover on its own. It only reads the pod.
@@ -345,7 +349,7 @@ func ClassifyPod(p *corev1.Pod) (Kind, string) {
 	}
 	for _, cond := range p.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-			return Fatal, ReasonUnschedulable
+			return Unschedulable, ReasonUnschedulable
 		}
 	}
 	pull := false

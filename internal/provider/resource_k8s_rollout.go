@@ -83,8 +83,8 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"`container_uuid` in the environment, readiness by `systemctl is-system-running`). Then, as a distinct step, it waits " +
 			"for the pod to become ready, for at most `timings.rollout_wait` (default 5m).\n\n" +
 			"The wait stops early, with the pod-level reasons (container waiting reasons, false conditions, recent events, the claim), " +
-			"on states that do not recover: ErrImagePull/ImagePullBackOff for longer than `timings.pull_grace` (default 20s), " +
-			"CrashLoopBackOff, an Unschedulable pod (e.g. a claim with no volume), a claim whose provisioning failed, a " +
+			"on states that do not recover: ErrImagePull/ImagePullBackOff or an Unschedulable pod (e.g. a claim with no volume) for longer than " +
+			"`timings.pull_grace` (default 20s; the scheduler retries by itself), CrashLoopBackOff, a claim whose provisioning failed, a " +
 			"ReplicaSet that cannot create the pod for longer than the grace, or systemd booted with a failed unit " +
 			"(the readiness probe answers `degraded` for 10s).\n\n" +
 			"When the pod does not become ready, the Deployment is set back to the last pod template seen ready (image included; it is " +
