@@ -11,8 +11,9 @@
 // podman/skopeo: {"auths":{"host":{"auth":"base64(user:pass)"}}}). They are parsed here,
 // kept in memory only, and never logged, returned or put in an error message.
 //
-// Registries on loopback or private addresses are spoken to over plain HTTP, as
-// go-containerregistry does for them; every other registry over HTTPS.
+// The scheme the operator wrote is kept (see registry.go): `https://` means TLS only;
+// plain HTTP is used only for a loopback registry or with Insecure set, and never when
+// the auth file holds credentials for the registry.
 //
 // This package must not import the plugin framework.
 package image
@@ -47,7 +48,9 @@ var ErrNotFound = errors.New("tag not found in the registry")
 
 // Target says where an image goes.
 type Target struct {
-	Registry  string // host[:port][/prefix]
+	Registry string // [https://|http://]host[:port][/prefix], as the operator wrote it
+	// Insecure allows plain HTTP to a registry that is not on loopback (registry_insecure).
+	Insecure  bool
 	Namespace string
 	Node      string
 	Tag       string
@@ -55,28 +58,41 @@ type Target struct {
 
 // Repository is <registry>/<namespace>/<node>.
 func (t Target) Repository() (string, error) {
-	if strings.TrimSpace(t.Registry) == "" {
-		return "", ErrNoRegistry
-	}
-	if t.Namespace == "" || t.Node == "" {
-		return "", fmt.Errorf("namespace and node must both be set (got namespace %q, node %q)", t.Namespace, t.Node)
-	}
-	repo := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(t.Registry, "https://"), "http://"), "/") + "/" + t.Namespace + "/" + t.Node
-	if _, err := name.NewRepository(repo); err != nil {
-		return "", fmt.Errorf("invalid repository %q: %w", repo, err)
-	}
-	return repo, nil
+	repo, _, err := t.repository()
+	return repo, err
 }
 
-func (t Target) tagRef() (name.Tag, error) {
-	repo, err := t.Repository()
+func (t Target) repository() (string, endpoint, error) {
+	ep, err := parseRegistry(t.Registry, t.Insecure)
 	if err != nil {
-		return name.Tag{}, err
+		return "", ep, err
+	}
+	if t.Namespace == "" || t.Node == "" {
+		return "", ep, fmt.Errorf("namespace and node must both be set (got namespace %q, node %q)", t.Namespace, t.Node)
+	}
+	repo := ep.host + "/" + t.Namespace + "/" + t.Node
+	if _, err := name.NewRepository(repo); err != nil {
+		return "", ep, fmt.Errorf("invalid repository %q: %w", repo, err)
+	}
+	return repo, ep, nil
+}
+
+func (t Target) tagRef() (name.Tag, endpoint, error) {
+	repo, ep, err := t.repository()
+	if err != nil {
+		return name.Tag{}, ep, err
 	}
 	if t.Tag == "" {
-		return name.Tag{}, errors.New("tag must be set")
+		return name.Tag{}, ep, errors.New("tag must be set")
 	}
-	return name.NewTag(repo + ":" + t.Tag)
+	var opts []name.Option
+	if ep.plainHTTP {
+		// Lets go-containerregistry try HTTP after HTTPS; the guard in remoteOptions
+		// still decides whether an HTTP request may go out.
+		opts = append(opts, name.Insecure)
+	}
+	tag, err := name.NewTag(repo+":"+t.Tag, opts...)
+	return tag, ep, err
 }
 
 // Options are the per-run values of a push.
@@ -97,10 +113,6 @@ type Result struct {
 // Push reads the docker-archive at archive and writes it to the target's tag. It returns
 // the digest the registry holds for the tag after the push.
 func Push(ctx context.Context, archive string, t Target, o Options) (Result, error) {
-	ref, err := t.tagRef()
-	if err != nil {
-		return Result{}, err
-	}
 	img, err := tarball.ImageFromPath(archive, nil)
 	if err != nil {
 		return Result{}, fmt.Errorf("read docker-archive %s: %w (a docker-archive holding exactly one image is expected, as `docker save` or dockerTools.buildImage write it)", archive, err)
@@ -109,7 +121,16 @@ func Push(ctx context.Context, archive string, t Target, o Options) (Result, err
 	if err != nil {
 		return Result{}, fmt.Errorf("compute the digest of %s: %w", archive, err)
 	}
-	opts, err := remoteOptions(ctx, ref.Context(), o)
+	return write(ctx, img, want, t, o)
+}
+
+// write pushes img (whose digest is want) to the target's tag and cross-checks it.
+func write(ctx context.Context, img v1.Image, want v1.Hash, t Target, o Options) (Result, error) {
+	ref, ep, err := t.tagRef()
+	if err != nil {
+		return Result{}, err
+	}
+	opts, err := remoteOptions(ctx, ref.Context(), ep, o)
 	if err != nil {
 		return Result{}, err
 	}
@@ -121,18 +142,18 @@ func Push(ctx context.Context, archive string, t Target, o Options) (Result, err
 		return Result{}, fmt.Errorf("check %s after the push: %w", ref.String(), describe(err))
 	}
 	if desc.Digest != want {
-		return Result{}, fmt.Errorf("registry holds %s for %s after the push, but the archive's image is %s: another writer raced this push", desc.Digest, ref.String(), want)
+		return Result{}, fmt.Errorf("registry holds %s for %s after the push, but the pushed image is %s: another writer raced this push", desc.Digest, ref.String(), want)
 	}
 	return result(ref, desc.Digest), nil
 }
 
 // Head returns the digest the registry holds for the target's tag, or ErrNotFound.
 func Head(ctx context.Context, t Target, o Options) (Result, error) {
-	ref, err := t.tagRef()
+	ref, ep, err := t.tagRef()
 	if err != nil {
 		return Result{}, err
 	}
-	opts, err := remoteOptions(ctx, ref.Context(), o)
+	opts, err := remoteOptions(ctx, ref.Context(), ep, o)
 	if err != nil {
 		return Result{}, err
 	}
@@ -152,7 +173,7 @@ func result(ref name.Tag, d v1.Hash) Result {
 	return Result{Repository: repo, Digest: d.String(), ImageRef: repo + "@" + d.String()}
 }
 
-func remoteOptions(ctx context.Context, repo name.Repository, o Options) ([]remote.Option, error) {
+func remoteOptions(ctx context.Context, repo name.Repository, ep endpoint, o Options) ([]remote.Option, error) {
 	auth := authn.Anonymous
 	if o.AuthFile != "" {
 		a, err := AuthFromFile(o.AuthFile, repo.RegistryStr())
@@ -161,14 +182,22 @@ func remoteOptions(ctx context.Context, repo name.Repository, o Options) ([]remo
 		}
 		auth = a
 	}
+	g := &guard{next: o.Transport, plainHTTP: ep.plainHTTP}
+	if g.next == nil {
+		g.next = remote.DefaultTransport
+	}
+	if auth != authn.Anonymous {
+		if ep.scheme == "http" {
+			return nil, fmt.Errorf("%s asks for plain HTTP, but REGISTRY_AUTH_FILE holds credentials for %s, and credentials are only ever sent over TLS: serve the registry over HTTPS and write https:// (or no scheme), or remove its entry from the auth file", RegistryEnv, repo.RegistryStr())
+		}
+		g.plainHTTP, g.credentials = false, true
+	}
 	opts := []remote.Option{
 		remote.WithContext(ctx),
 		remote.WithAuth(auth),
+		remote.WithTransport(g),
 		// A few quick retries: an unreachable registry must fail the push within seconds.
 		remote.WithRetryBackoff(remote.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
-	}
-	if o.Transport != nil {
-		opts = append(opts, remote.WithTransport(o.Transport))
 	}
 	return opts, nil
 }
@@ -176,6 +205,10 @@ func remoteOptions(ctx context.Context, repo name.Repository, o Options) ([]remo
 // describe adds what the operator can do to common transport failures, without echoing
 // anything that could hold a credential.
 func describe(err error) error {
+	var herr *PlainHTTPError
+	if errors.As(err, &herr) {
+		return herr
+	}
 	var terr *transport.Error
 	if errors.As(err, &terr) {
 		switch terr.StatusCode {

@@ -38,27 +38,51 @@ func writeArchive(t *testing.T) (string, v1.Image) {
 	return p, img
 }
 
-// startRegistry serves a real in-memory OCI registry on 127.0.0.1. When user is set,
-// every request must carry HTTP basic credentials user:pass.
+// startRegistry serves a real in-memory OCI registry on 127.0.0.1 over plain HTTP. When
+// user is set, every request must carry HTTP basic credentials user:pass.
 func startRegistry(t *testing.T, user, pass string) (host string, requests *atomic.Int64) {
 	t.Helper()
-	var n atomic.Int64
+	r := serveRegistry(t, user, pass, false)
+	return r.host, &r.requests
+}
+
+type testRegistry struct {
+	host string
+	// requests counts every request; withAuth those that carried an Authorization header.
+	requests, withAuth atomic.Int64
+	// client trusts the TLS registry's certificate (nil for plain HTTP).
+	client http.RoundTripper
+}
+
+func serveRegistry(t *testing.T, user, pass string, useTLS bool) *testRegistry {
+	t.Helper()
+	r := &testRegistry{}
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
-	wrapped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.Add(1)
+	wrapped := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.requests.Add(1)
+		if req.Header.Get("Authorization") != "" {
+			r.withAuth.Add(1)
+		}
 		if user != "" {
-			u, p, ok := r.BasicAuth()
+			u, p, ok := req.BasicAuth()
 			if !ok || u != user || p != pass {
 				w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
 				w.WriteHeader(http.StatusUnauthorized)
 				return
 			}
 		}
-		h.ServeHTTP(w, r)
+		h.ServeHTTP(w, req)
 	})
-	srv := httptest.NewServer(wrapped)
+	var srv *httptest.Server
+	if useTLS {
+		srv = httptest.NewTLSServer(wrapped)
+		r.client = srv.Client().Transport
+	} else {
+		srv = httptest.NewServer(wrapped)
+	}
 	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://"), &n
+	r.host = strings.TrimPrefix(strings.TrimPrefix(srv.URL, "http://"), "https://")
+	return r
 }
 
 func TestPushNamesRepositoryAndDigest(t *testing.T) {
@@ -96,17 +120,19 @@ func TestHeadMissingTag(t *testing.T) {
 	}
 }
 
-func TestPushWithAuthFile(t *testing.T) {
-	host, _ := startRegistry(t, "robot", "s3cret")
+// Credentials go over TLS, and a registry that wants them refuses anonymous and wrong ones.
+func TestPushWithAuthFileOverTLS(t *testing.T) {
+	reg := serveRegistry(t, "robot", "s3cret", true)
 	archive, _ := writeArchive(t)
-	tgt := Target{Registry: host, Namespace: "ns", Node: "n1", Tag: "t"}
+	tgt := Target{Registry: reg.host, Namespace: "ns", Node: "n1", Tag: "t"}
+	o := Options{Transport: reg.client}
 
-	if _, err := Push(context.Background(), archive, tgt, Options{}); err == nil {
+	if _, err := Push(context.Background(), archive, tgt, o); err == nil {
 		t.Fatal("anonymous push to a registry that wants credentials succeeded")
 	}
 
-	wrong := writeAuth(t, host, "robot:wrong")
-	_, err := Push(context.Background(), archive, tgt, Options{AuthFile: wrong})
+	o.AuthFile = writeAuth(t, reg.host, "robot:wrong")
+	_, err := Push(context.Background(), archive, tgt, o)
 	if err == nil {
 		t.Fatal("push with wrong credentials succeeded")
 	}
@@ -114,9 +140,95 @@ func TestPushWithAuthFile(t *testing.T) {
 		t.Errorf("error leaks the credential: %v", err)
 	}
 
-	good := writeAuth(t, "https://"+host, "robot:s3cret")
-	if _, err := Push(context.Background(), archive, tgt, Options{AuthFile: good}); err != nil {
+	o.AuthFile = writeAuth(t, "https://"+reg.host, "robot:s3cret")
+	if _, err := Push(context.Background(), archive, tgt, o); err != nil {
 		t.Fatalf("push with credentials: %v", err)
+	}
+	tgt.Registry = "https://" + reg.host
+	if _, err := Push(context.Background(), archive, tgt, o); err != nil {
+		t.Fatalf("push with credentials to https://%s: %v", reg.host, err)
+	}
+}
+
+// A push with credentials to a registry whose HTTPS fails (a plain-HTTP registry on
+// loopback, where go-containerregistry would fall back to HTTP) is refused: no request
+// with the credentials, and no plain-HTTP request at all, reaches the registry.
+func TestPushWithCredentialsNeverDowngrades(t *testing.T) {
+	reg := serveRegistry(t, "robot", "s3cret", false)
+	archive, _ := writeArchive(t)
+	auth := writeAuth(t, reg.host, "robot:s3cret")
+	for _, written := range []string{reg.host, "https://" + reg.host} {
+		for _, insecure := range []bool{false, true} {
+			_, err := Push(context.Background(), archive, Target{Registry: written, Insecure: insecure, Namespace: "ns", Node: "n", Tag: "t"}, Options{AuthFile: auth})
+			var herr *PlainHTTPError
+			if !errors.As(err, &herr) || !herr.Credentials || !strings.Contains(err.Error(), "only ever sent over TLS") {
+				t.Fatalf("registry %q insecure=%v: err = %v, want a refusal of plain HTTP for credentials", written, insecure, err)
+			}
+			if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), base64.StdEncoding.EncodeToString([]byte("robot:s3cret"))) {
+				t.Errorf("error leaks the credential: %v", err)
+			}
+		}
+	}
+	_, err := Push(context.Background(), archive, Target{Registry: "http://" + reg.host, Namespace: "ns", Node: "n", Tag: "t"}, Options{AuthFile: auth})
+	if err == nil || !strings.Contains(err.Error(), "only ever sent over TLS") {
+		t.Fatalf("http:// with credentials: err = %v", err)
+	}
+	if n := reg.requests.Load(); n != 0 {
+		t.Fatalf("the plain-HTTP registry saw %d requests (%d with credentials); want none", n, reg.withAuth.Load())
+	}
+}
+
+// https:// means TLS only, also for a loopback registry without credentials.
+func TestHTTPSMeansTLSOnly(t *testing.T) {
+	reg := serveRegistry(t, "", "", false)
+	archive, _ := writeArchive(t)
+	_, err := Push(context.Background(), archive, Target{Registry: "https://" + reg.host, Namespace: "ns", Node: "n", Tag: "t"}, Options{})
+	var herr *PlainHTTPError
+	if !errors.As(err, &herr) || herr.Credentials {
+		t.Fatalf("err = %v, want a refusal of plain HTTP", err)
+	}
+	if n := reg.requests.Load(); n != 0 {
+		t.Fatalf("the plain-HTTP registry saw %d requests", n)
+	}
+	// Without a scheme, a loopback registry may be plain HTTP (the lab's and the tests').
+	if _, err := Push(context.Background(), archive, Target{Registry: reg.host, Namespace: "ns", Node: "n", Tag: "t"}, Options{}); err != nil {
+		t.Fatalf("anonymous push to a loopback registry over HTTP: %v", err)
+	}
+}
+
+func TestParseRegistry(t *testing.T) {
+	cases := []struct {
+		in        string
+		insecure  bool
+		host      string
+		plainHTTP bool
+		err       string
+	}{
+		{"registry.example.org", false, "registry.example.org", false, ""},
+		{"https://registry.example.org/prefix/", false, "registry.example.org/prefix", false, ""},
+		{"10.0.0.5:5000", false, "10.0.0.5:5000", false, ""}, // private is not loopback: TLS
+		{"10.0.0.5:5000", true, "10.0.0.5:5000", true, ""},
+		{"http://10.0.0.5:5000", false, "", false, "registry_insecure"},
+		{"http://10.0.0.5:5000", true, "10.0.0.5:5000", true, ""},
+		{"127.0.0.1:5000", false, "127.0.0.1:5000", true, ""},
+		{"localhost:5000/x", false, "localhost:5000/x", true, ""},
+		{"[::1]:5000", false, "[::1]:5000", true, ""},
+		{"http://127.0.0.1:5000", false, "127.0.0.1:5000", true, ""},
+		{"https://127.0.0.1:5000", true, "127.0.0.1:5000", false, ""},
+		{"ftp://r", false, "", false, "scheme"},
+		{"", false, "", false, "K8S_REGISTRY"},
+	}
+	for _, c := range cases {
+		ep, err := parseRegistry(c.in, c.insecure)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: err = %v, want one with %q", c.in, err, c.err)
+			}
+			continue
+		}
+		if err != nil || ep.host != c.host || ep.plainHTTP != c.plainHTTP {
+			t.Errorf("%q insecure=%v: got %+v, %v; want host %q plainHTTP %v", c.in, c.insecure, ep, err, c.host, c.plainHTTP)
+		}
 	}
 }
 

@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 )
 
 const testImage = "127.0.0.1:5000/fediversity/web01@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -144,7 +147,8 @@ func TestClassifyFailFast(t *testing.T) {
 		{"ErrImagePull past grace fails", []*corev1.Pod{pod("a", waiting("ErrImagePull"))}, nil, []int{0, 21}, ReasonImagePull, "ErrImagePull"},
 		{"CrashLoopBackOff fails at once", []*corev1.Pod{pod("a", waiting("CrashLoopBackOff"))}, nil, []int{0}, ReasonCrashLoop, "CrashLoopBackOff"},
 		{"CreateContainerConfigError fails at once", []*corev1.Pod{pod("a", waiting("CreateContainerConfigError"))}, nil, []int{0}, ReasonContainerConfig, ""},
-		{"Unschedulable fails at once", []*corev1.Pod{pod("a", unsched)}, nil, []int{0}, ReasonUnschedulable, "unbound immediate PersistentVolumeClaims"},
+		{"Unschedulable within grace keeps waiting (the scheduler retries)", []*corev1.Pod{pod("a", unsched)}, nil, []int{0, 19}, "", ""},
+		{"Unschedulable past grace fails", []*corev1.Pod{pod("a", unsched)}, nil, []int{0, 21}, ReasonUnschedulable, "unbound immediate PersistentVolumeClaims"},
 		{"Failed pod fails", []*corev1.Pod{pod("a", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed })}, nil, []int{0}, ReasonPodFailed, ""},
 		{"old image's crash is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) { waiting("CrashLoopBackOff")(p); p.Spec.Containers[0].Image = "other@sha256:00" })}, nil, []int{0, 100}, "", ""},
 		{"terminating pod is not ours", []*corev1.Pod{pod("a", func(p *corev1.Pod) {
@@ -290,5 +294,77 @@ func TestRolloutErrorTellsRollback(t *testing.T) {
 	}
 	if !errors.As(error(e), new(*RolloutError)) {
 		t.Error("not a RolloutError")
+	}
+}
+
+// An API that fails during the wait is not a failed pod: the reads are retried, a
+// rollout seen complete once the API answers again is done, and a limit that runs out
+// while the API fails says the readiness is unknown. Fake clientset: an engine unit
+// test; the lab test TestLabAPIOutageDuringWait shows it through a cut connection.
+func TestWaitRetriesAPIErrors(t *testing.T) {
+	d := BuildDeployment(testSpec())
+	d.Generation = 3
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
+	cs := fake.NewClientset(d)
+	var calls atomic.Int64
+	failFirst := int64(5)
+	cs.PrependReactor("get", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if calls.Add(1) <= failFirst {
+			return true, nil, errors.New("connection refused")
+		}
+		return false, nil, nil
+	})
+	c := &Client{CS: cs, Poll: 20 * time.Millisecond}
+	if err := c.Wait(context.Background(), testSpec(), WaitOptions{Limit: 10 * time.Second}); err != nil {
+		t.Fatalf("the API came back and the rollout is complete, but Wait says %v", err)
+	}
+	calls.Store(0)
+	failFirst = 1 << 40
+	err := c.Wait(context.Background(), testSpec(), WaitOptions{Limit: 300 * time.Millisecond})
+	var unknown *ReadinessUnknownError
+	if !errors.As(err, &unknown) || errors.As(err, new(*RolloutError)) {
+		t.Fatalf("err = %v, want a ReadinessUnknownError and no RolloutError", err)
+	}
+	if !strings.Contains(err.Error(), "nothing was rolled back") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("message: %v", err)
+	}
+	// The caller giving up (Ctrl-C, timeouts, a killed CLI) is not an API failure: the
+	// wait ends as a timeout, which the rollout answers with a rollback.
+	parent, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err = c.Wait(parent, testSpec(), WaitOptions{Limit: time.Minute})
+	if !errors.As(err, new(*RolloutError)) {
+		t.Fatalf("err = %v after the caller gave up, want a RolloutError", err)
+	}
+}
+
+func TestRollbackTarget(t *testing.T) {
+	tpl := func(img string) *corev1.PodTemplateSpec {
+		s := testSpec()
+		s.Image = img
+		return BuildDeployment(s).Spec.Template.DeepCopy()
+	}
+	good, bad, older := tpl("r/good@sha256:1"), tpl("r/bad@sha256:2"), tpl("r/older@sha256:3")
+	cases := []struct {
+		name string
+		a    Applied
+		want string
+	}{
+		{"the record wins over the template before the apply", Applied{Previous: older, Changed: true, LastGood: good, Current: bad}, "r/good@sha256:1"},
+		{"unchanged template (after a crash): the record", Applied{Previous: bad, Changed: false, LastGood: good, Current: bad}, "r/good@sha256:1"},
+		{"the failing template is the record: nothing", Applied{Previous: good, LastGood: good, Current: good}, ""},
+		{"no record: the template before the apply", Applied{Previous: older, Changed: true, Current: bad}, "r/older@sha256:3"},
+		{"no record, unchanged: nothing", Applied{Previous: bad, Current: bad}, ""},
+		{"first deploy: nothing", Applied{Changed: true}, ""},
+	}
+	for _, c := range cases {
+		got, _ := rollbackTarget(c.a)
+		img := ""
+		if got != nil {
+			img = containerImage(got.Spec)
+		}
+		if img != c.want {
+			t.Errorf("%s: target %q, want %q", c.name, img, c.want)
+		}
 	}
 }

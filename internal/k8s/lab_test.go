@@ -34,7 +34,7 @@ func labNamespace(t *testing.T, c *Client) string {
 	var b [4]byte
 	rand.Read(b[:])
 	ns := fmt.Sprintf("engine-%x", b)
-	if err := c.EnsureNamespace(context.Background(), ns); err != nil {
+	if err := c.EnsureNamespace(context.Background(), ns, false); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.CS.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })

@@ -2,7 +2,9 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,9 +46,56 @@ func (c *Client) RuntimeClassExists(ctx context.Context, name string) error {
 	return nil
 }
 
+// ErrNotOurs is returned for a namespace that exists but was not created by this
+// provider (it lacks ManagedByLabel).
+var ErrNotOurs = errors.New("not created by this provider")
+
+// NotOursError names a namespace the provider did not create.
+type NotOursError struct{ Name string }
+
+func (e *NotOursError) Error() string {
+	return fmt.Sprintf("namespace %s already exists and was %s (it has no label %s=%s). Managing it would later delete it with everything in it. "+
+		"To manage it anyway, import it (terraform import / tofu import of the fediversity_k8s_namespace resource, ID %s); otherwise choose another k8s_namespace or app",
+		e.Name, ErrNotOurs, ManagedByLabel, ManagedBy, e.Name)
+}
+
+func (e *NotOursError) Unwrap() error { return ErrNotOurs }
+
+// CheckNamespaceFree fails with a *NotOursError when the namespace exists without
+// ManagedByLabel. A namespace this provider made (from an apply that was interrupted
+// before its state was saved, say) is free to take.
+func (c *Client) CheckNamespaceFree(ctx context.Context, name string) error {
+	ns, err := c.CS.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read namespace %s: %w", name, err)
+	case ns.DeletionTimestamp == nil && ns.Labels[ManagedByLabel] != ManagedBy:
+		return &NotOursError{Name: name}
+	}
+	return nil
+}
+
+// Claims lists the claims of a namespace, by name: the nodes' /var/lib that go with it.
+func (c *Client) Claims(ctx context.Context, ns string) ([]string, error) {
+	list, err := c.CS.CoreV1().PersistentVolumeClaims(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list the claims of namespace %s: %w", ns, err)
+	}
+	var out []string
+	for _, p := range list.Items {
+		out = append(out, p.Name)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // EnsureNamespace creates the namespace (waiting out an earlier deletion of the same
 // name) and then its NetworkPolicy, so the policy is in place before any Deployment.
-func (c *Client) EnsureNamespace(ctx context.Context, name string) error {
+// An existing namespace the provider did not create is refused unless adopt is set
+// (the resource was imported).
+func (c *Client) EnsureNamespace(ctx context.Context, name string, adopt bool) error {
 	for {
 		ns, err := c.CS.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -62,6 +111,9 @@ func (c *Client) EnsureNamespace(ctx context.Context, name string) error {
 			return fmt.Errorf("read namespace %s: %w", name, err)
 		}
 		if ns.DeletionTimestamp == nil {
+			if !adopt && ns.Labels[ManagedByLabel] != ManagedBy {
+				return &NotOursError{Name: name}
+			}
 			break
 		}
 		// An earlier destroy is still removing it; creating now would fail.

@@ -3,6 +3,7 @@ package k8s
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -12,8 +13,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 )
+
+// LastGoodAnnotation, on a node's Deployment, holds the pod template (JSON) whose pod
+// was last seen ready by this engine. It is the rollback target. It lives on the
+// Deployment, not only in the Terraform state, so that an apply killed during its wait,
+// or a rollback the apiserver refused, cannot lose it: the next apply reads it back and
+// rolls back to it. Writing it changes no pod (it is on the Deployment's metadata).
+const LastGoodAnnotation = "fediversity.org/last-good-template"
 
 // NodeLabel selects the pods of one node.
 const NodeLabel = "fediversity.org/node"
@@ -204,6 +213,11 @@ type Applied struct {
 	PreviousImage string
 	// Changed is false when the Deployment already had exactly this template: no new pod.
 	Changed bool
+	// LastGood is the template of LastGoodAnnotation, nil when none was recorded.
+	LastGood *corev1.PodTemplateSpec
+	// Current is the template the Deployment holds after the apply, as the apiserver
+	// stored it (with its defaults), nil when it was created now.
+	Current *corev1.PodTemplateSpec
 }
 
 // ApplyDeployment creates or updates the Deployment and returns; it does not wait.
@@ -225,7 +239,7 @@ func (c *Client) ApplyDeployment(ctx context.Context, s NodeSpec) (Applied, erro
 			return err
 		}
 		prev := cur.Spec.Template.DeepCopy()
-		out = Applied{Previous: prev, PreviousImage: containerImage(prev.Spec)}
+		out = Applied{Previous: prev, PreviousImage: containerImage(prev.Spec), LastGood: lastGood(cur)}
 		cur.Labels = want.Labels
 		cur.Spec.Replicas = want.Spec.Replicas
 		cur.Spec.Strategy = want.Spec.Strategy
@@ -236,6 +250,7 @@ func (c *Client) ApplyDeployment(ctx context.Context, s NodeSpec) (Applied, erro
 			return err
 		}
 		out.Changed = upd.Generation != cur.Generation
+		out.Current = upd.Spec.Template.DeepCopy()
 		return nil
 	})
 	if err != nil {
@@ -251,6 +266,61 @@ func containerImage(spec corev1.PodSpec) string {
 		}
 	}
 	return ""
+}
+
+// lastGood decodes LastGoodAnnotation; a missing or unreadable one is nil.
+func lastGood(d *appsv1.Deployment) *corev1.PodTemplateSpec {
+	raw := d.Annotations[LastGoodAnnotation]
+	if raw == "" {
+		return nil
+	}
+	var t corev1.PodTemplateSpec
+	if err := json.Unmarshal([]byte(raw), &t); err != nil || containerImage(t.Spec) == "" {
+		return nil
+	}
+	return &t
+}
+
+// recordGood writes the Deployment's current template into LastGoodAnnotation, when that
+// template still names image (its pod was just seen ready). A merge patch of the
+// metadata: no new pod, no conflict with the controllers' status writes.
+func (c *Client) recordGood(ctx context.Context, ns, node, image string) error {
+	api := c.CS.AppsV1().Deployments(ns)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := api.Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if containerImage(d.Spec.Template.Spec) != image {
+			return fmt.Errorf("the Deployment names %s now, not %s: another writer changed it", containerImage(d.Spec.Template.Spec), image)
+		}
+		if lg := lastGood(d); lg != nil && templatesEqual(lg, &d.Spec.Template) {
+			return nil
+		}
+		tpl, err := json.Marshal(d.Spec.Template)
+		if err != nil {
+			return err
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"annotations":     map[string]string{LastGoodAnnotation: string(tpl)},
+			"resourceVersion": d.ResourceVersion, // never record over a template changed meanwhile
+		}})
+		if err != nil {
+			return err
+		}
+		_, err = api.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node %s: record the last good template on Deployment %s/%s: %w", node, ns, node, err)
+	}
+	return nil
+}
+
+func templatesEqual(a, b *corev1.PodTemplateSpec) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
 }
 
 // Rollback puts the previous pod template back, as `kubectl rollout undo` does.
@@ -275,6 +345,7 @@ func (c *Client) Rollback(ctx context.Context, ns, node string, prev *corev1.Pod
 type NodeState struct {
 	Exists        bool
 	Image         string // the node container's image in the Deployment
+	LastGoodImage string // the image of LastGoodAnnotation, empty when none was recorded
 	Ready         bool   // the rollout of that template is complete and its pod ready
 	ContainerUUID string
 	RuntimeClass  string
@@ -294,6 +365,9 @@ func (c *Client) GetNode(ctx context.Context, ns, node string) (NodeState, error
 		return NodeState{}, fmt.Errorf("node %s: read Deployment %s/%s: %w", node, ns, node, err)
 	}
 	st := NodeState{Exists: true, Image: containerImage(d.Spec.Template.Spec), Ready: rolloutComplete(d)}
+	if lg := lastGood(d); lg != nil {
+		st.LastGoodImage = containerImage(lg.Spec)
+	}
 	if rc := d.Spec.Template.Spec.RuntimeClassName; rc != nil {
 		st.RuntimeClass = *rc
 	}

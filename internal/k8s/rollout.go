@@ -79,6 +79,10 @@ type RolloutError struct {
 	RolledBackTo  string
 	RollbackReady bool
 	RollbackErr   error
+	// RollbackTarget is the image a rollback was tried to (set also when it failed).
+	RollbackTarget string
+	// NoRollback says why nothing was set back, when nothing was.
+	NoRollback string
 }
 
 func (e *RolloutError) Error() string {
@@ -93,11 +97,15 @@ func (e *RolloutError) Error() string {
 	}
 	switch {
 	case e.RollbackErr != nil:
-		fmt.Fprintf(&b, "\nThe rollback to the previous image FAILED: %v. The Deployment may still name the new image; fix the cause and apply again.", e.RollbackErr)
+		fmt.Fprintf(&b, "\nThe rollback to the last good image %s FAILED: %v. The Deployment still names %s. "+
+			"The last good template stays recorded on the Deployment (annotation %s): the next apply waits for the rollout again and, if it still fails, sets the Deployment back to it.",
+			e.RollbackTarget, e.RollbackErr, e.Image, LastGoodAnnotation)
 	case e.RolledBack && e.RollbackReady:
 		fmt.Fprintf(&b, "\nThe Deployment was set back to the previous image %s, whose pod is ready again. Fix the configuration and apply again: the next apply retries the rollout.", e.RolledBackTo)
 	case e.RolledBack:
 		fmt.Fprintf(&b, "\nThe Deployment was set back to the previous image %s, but its pod is not ready yet either. Check the cluster, then apply again.", e.RolledBackTo)
+	case e.NoRollback != "":
+		fmt.Fprintf(&b, "\nNothing was set back: %s. Fix the cause and apply again.", e.NoRollback)
 	default:
 		b.WriteString("\nThere is no previous image to set back (first deploy). Fix the cause and apply again.")
 	}
@@ -109,14 +117,23 @@ func (e *RolloutError) Error() string {
 func (c *Client) Wait(ctx context.Context, s NodeSpec, o WaitOptions) error {
 	o = o.withDefaults()
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, o.Limit)
+	parent := ctx
+	ctx, cancel := context.WithTimeout(parent, o.Limit)
 	defer cancel()
 	w := &watcher{c: c, s: s, o: o, firstSeen: map[string]time.Time{}}
 	for {
 		done, rerr, err := w.check(ctx, time.Now())
-		if err != nil && ctx.Err() == nil {
-			// A failed API read is retried within the limit: the apiserver can blink.
-			w.lastAPIErr = err
+		switch {
+		case err != nil && parent.Err() != nil:
+			// The caller gave up (Ctrl-C, timeouts, a killed CLI): not an API failure.
+		case err != nil:
+			// A failed API read says nothing about the pod: it is retried, every poll
+			// interval, within the limit (the apiserver can blink, or be restarted). A
+			// read that hung until the limit counts too: the API did not answer.
+			w.apiErrors++
+			w.lastAPIErr, w.failingSince = err, cmpOr(w.failingSince, time.Now())
+		default:
+			w.lastAPIErr, w.failingSince = nil, time.Time{}
 		}
 		if done {
 			return nil
@@ -126,6 +143,12 @@ func (c *Client) Wait(ctx context.Context, s NodeSpec, o WaitOptions) error {
 			return rerr
 		}
 		if err := sleep(ctx, c.poll()); err != nil {
+			if w.lastAPIErr != nil && parent.Err() == nil {
+				// The limit ran out while the readiness could not be read: that is not
+				// a failed pod, and no rollback may follow from it.
+				return &ReadinessUnknownError{Namespace: s.Namespace, Node: s.Node, Image: s.Image,
+					Waited: time.Since(start), Failing: time.Since(w.failingSince), Failures: w.apiErrors, LastErr: w.lastAPIErr}
+			}
 			// The limit: describe the last state seen, with a fresh context.
 			dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer dcancel()
@@ -135,12 +158,36 @@ func (c *Client) Wait(ctx context.Context, s NodeSpec, o WaitOptions) error {
 			}
 			e := &RolloutError{Namespace: s.Namespace, Node: s.Node, Image: s.Image, Reason: reason, Waited: time.Since(start)}
 			e.Details = w.describe(dctx)
-			if w.lastAPIErr != nil {
-				e.Details = append(e.Details, "last API error: "+w.lastAPIErr.Error())
+			if w.apiErrors > 0 {
+				e.Details = append(e.Details, fmt.Sprintf("%d API reads failed during the wait and were retried; the last reads succeeded", w.apiErrors))
 			}
 			return e
 		}
 	}
+}
+
+func cmpOr(t, def time.Time) time.Time {
+	if t.IsZero() {
+		return def
+	}
+	return t
+}
+
+// ReadinessUnknownError: the wait's limit ran out while the cluster's API did not
+// answer, so whether the pod became ready is not known. Nothing was rolled back.
+type ReadinessUnknownError struct {
+	Namespace, Node, Image string
+	Waited                 time.Duration
+	Failing                time.Duration // how long the API had been failing at the end
+	Failures               int           // API reads that failed during the wait
+	LastErr                error
+}
+
+func (e *ReadinessUnknownError) Error() string {
+	return fmt.Sprintf("node %s: the readiness of %s in namespace %s could not be read: the cluster's API had not answered for the last %s of the %s wait "+
+		"(%d failed reads, retried; the last: %v). This says nothing about the pod, so nothing was rolled back: the Deployment names %s. "+
+		"Check that the cluster is reachable from this machine, then apply again: the next apply waits for the rollout again.",
+		e.Node, e.Image, e.Namespace, e.Failing.Round(time.Second), e.Waited.Round(time.Second), e.Failures, e.LastErr, e.Image)
 }
 
 type watcher struct {
@@ -149,7 +196,9 @@ type watcher struct {
 	o                WaitOptions
 	firstSeen        map[string]time.Time // key: pod UID + reason, or "replicafailure"
 	progressDeadline bool
-	lastAPIErr       error
+	lastAPIErr       error     // the error of the last check, nil when it read the cluster
+	failingSince     time.Time // first failed check of the current run of failures
+	apiErrors        int
 }
 
 // check looks once. done: the rollout is complete. rerr: it stopped on a state that
@@ -187,8 +236,8 @@ func (w *watcher) check(ctx context.Context, now time.Time) (done bool, rerr *Ro
 		switch kind {
 		case Fatal:
 			return false, w.fail(ctx, now, reason, ""), nil
-		case Pull:
-			key := string(pods[i].UID) + "/pull"
+		case Pull, Unschedulable:
+			key := string(pods[i].UID) + "/" + reason
 			if w.since(key, now) >= w.o.PullGrace {
 				return false, w.fail(ctx, w.firstSeen[key], reason, ""), nil
 			}
@@ -287,6 +336,10 @@ const (
 	Progressing Kind = iota // nothing wrong seen (yet)
 	Pull                    // an image pull error: stop after the grace period
 	Fatal                   // does not recover: stop now
+	// Unschedulable: stop after the grace period too. The scheduler can call a pod
+	// unschedulable for a moment, e.g. "persistentvolumeclaim ... not found" when its
+	// cache has not seen the claim made just before; it tries again by itself.
+	Unschedulable
 )
 
 // ClassifyPod says whether a pod's state will recover on its own. It only reads the pod.
@@ -296,7 +349,7 @@ func ClassifyPod(p *corev1.Pod) (Kind, string) {
 	}
 	for _, cond := range p.Status.Conditions {
 		if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-			return Fatal, ReasonUnschedulable
+			return Unschedulable, ReasonUnschedulable
 		}
 	}
 	pull := false
@@ -419,11 +472,20 @@ type Outcome struct {
 	Ready bool
 	// RolledBack is true when the new image failed and the previous template was restored.
 	RolledBack bool
+	// LastGood is the image of the last good template recorded on the Deployment
+	// (LastGoodAnnotation) after the rollout; empty when none is recorded.
+	LastGood string
+	// Warning is set when the rollout succeeded but its template could not be recorded
+	// as the last good one.
+	Warning string
 }
 
-// Rollout runs the steps of a rollout in order (docs/design.md#k8s): the claim and the service account, the
-// Deployment (no wait), the wait with its limit, and on failure the rollback to the
-// previous pod template. The returned error is a *RolloutError for a failed rollout.
+// Rollout runs the steps of a rollout in order (docs/design.md#k8s): the claim and the service account, the Deployment
+// (no wait), the wait with its limit, and on a failed pod the rollback to the last good
+// pod template recorded on the Deployment (LastGoodAnnotation; without one, the template
+// the Deployment held before this apply). A ready rollout records its template as the
+// last good one. The returned error is a *RolloutError for a failed rollout, and a
+// *ReadinessUnknownError when the API did not answer at the end of the wait (no rollback).
 func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcome, error) {
 	if err := s.Validate(); err != nil {
 		return Outcome{}, err
@@ -435,32 +497,70 @@ func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcom
 	if err != nil {
 		return Outcome{}, err
 	}
+	lastGoodImage := ""
+	if applied.LastGood != nil {
+		lastGoodImage = containerImage(applied.LastGood.Spec)
+	}
+	// What follows the wait must happen even when the caller's context ran out.
+	after := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	}
 	werr := c.Wait(ctx, s, o)
 	if werr == nil {
-		return Outcome{Running: s.Image, Ready: true}, nil
+		rctx, cancel := after()
+		defer cancel()
+		out := Outcome{Running: s.Image, Ready: true, LastGood: s.Image}
+		if err := c.recordGood(rctx, s.Namespace, s.Node, s.Image); err != nil {
+			out.LastGood, out.Warning = lastGoodImage, err.Error()
+		}
+		return out, nil
 	}
 	var rerr *RolloutError
 	if !errors.As(werr, &rerr) {
-		return Outcome{Running: s.Image}, werr
+		return Outcome{Running: s.Image, LastGood: lastGoodImage}, werr
 	}
-	if applied.Previous == nil || !applied.Changed {
-		// Nothing to go back to: a first deploy, or the Deployment already had this template.
-		return Outcome{Running: s.Image}, rerr
+	target, why := rollbackTarget(applied)
+	if target == nil {
+		rerr.NoRollback = why
+		return Outcome{Running: s.Image, LastGood: lastGoodImage}, rerr
 	}
-	// The rollback must happen even when the caller's context ran out.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	rctx, cancel := after()
 	defer cancel()
-	if err := c.Rollback(rctx, s.Namespace, s.Node, applied.Previous); err != nil {
+	rerr.RollbackTarget = containerImage(target.Spec)
+	if err := c.Rollback(rctx, s.Namespace, s.Node, target); err != nil {
 		rerr.RollbackErr = err
-		return Outcome{Running: s.Image}, rerr
+		return Outcome{Running: s.Image, LastGood: lastGoodImage}, rerr
 	}
-	rerr.RolledBack, rerr.RolledBackTo = true, applied.PreviousImage
+	rerr.RolledBack, rerr.RolledBackTo = true, rerr.RollbackTarget
 	prev := s
-	prev.Image = applied.PreviousImage
+	prev.Image = rerr.RolledBackTo
 	limit := o.withDefaults().Limit
 	if limit > 2*time.Minute {
 		limit = 2 * time.Minute
 	}
 	rerr.RollbackReady = c.Wait(rctx, prev, WaitOptions{Limit: limit, PullGrace: o.PullGrace}) == nil
-	return Outcome{Running: applied.PreviousImage, Ready: rerr.RollbackReady, RolledBack: true}, rerr
+	if rerr.RollbackReady && applied.LastGood == nil {
+		// The template from before this apply is now seen ready: it is the last good one.
+		if err := c.recordGood(rctx, s.Namespace, s.Node, prev.Image); err == nil {
+			lastGoodImage = prev.Image
+		}
+	}
+	return Outcome{Running: rerr.RolledBackTo, Ready: rerr.RollbackReady, RolledBack: true, LastGood: lastGoodImage}, rerr
+}
+
+// rollbackTarget is the template to set back after a failed pod: the last good one when
+// it differs from the one that just failed; without a record, the template from before
+// this apply, when the apply changed it.
+func rollbackTarget(a Applied) (*corev1.PodTemplateSpec, string) {
+	switch {
+	case a.LastGood != nil && a.Current != nil && templatesEqual(a.LastGood, a.Current):
+		return nil, "the template that failed is the last one seen ready (" + containerImage(a.LastGood.Spec) + ")"
+	case a.LastGood != nil:
+		return a.LastGood, ""
+	case a.Previous != nil && a.Changed:
+		return a.Previous, ""
+	case a.Previous != nil:
+		return nil, "no template was ever seen ready, and the Deployment already had this one"
+	}
+	return nil, ""
 }

@@ -4,6 +4,7 @@ import (
 	"regexp"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
 )
@@ -35,4 +36,10 @@ func k8sClient(cfg *Config, node string) (*k8s.Client, diag.Diagnostics) {
 		return nil, diags
 	}
 	return c, diags
+}
+
+// submissionRefused is checkSubmission for the k8s resources: the diagnostics alone.
+func submissionRefused(digest, file types.String, verb, node string) diag.Diagnostics {
+	d, _ := checkSubmission(digest, file, verb, node)
+	return d
 }

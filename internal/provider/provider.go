@@ -47,6 +47,7 @@ type providerModel struct {
 	K8sRegistry       types.String  `tfsdk:"k8s_registry"`
 	K8sNamespace      types.String  `tfsdk:"k8s_namespace"`
 	RegistryAuthFile  types.String  `tfsdk:"registry_auth_file"`
+	RegistryInsecure  types.Bool    `tfsdk:"registry_insecure"`
 	Incus             *incusRemote  `tfsdk:"incus"`
 	Timings           *timingsModel `tfsdk:"timings"`
 }
@@ -72,6 +73,7 @@ type Config struct {
 	K8sRegistry       string
 	K8sNamespace      string
 	RegistryAuthFile  string
+	RegistryInsecure  bool
 	IncusSocket       string
 	IncusAddress      string
 	IncusClientCert   string
@@ -135,7 +137,12 @@ func (p *fediversityProvider) Schema(_ context.Context, _ provider.SchemaRequest
 			},
 			"registry_auth_file": schema.StringAttribute{
 				Optional:            true,
-				MarkdownDescription: "Containers auth JSON file with registry credentials. Default: `REGISTRY_AUTH_FILE`. Never stored in state.",
+				MarkdownDescription: "Containers auth JSON file with registry credentials. Default: `REGISTRY_AUTH_FILE`. Never stored in state. Credentials are only ever sent over TLS.",
+			},
+			"registry_insecure": schema.BoolAttribute{
+				Optional: true,
+				MarkdownDescription: "Allow plain HTTP to a registry that is not on loopback (`http://host` in `k8s_registry`, or a fallback after HTTPS). " +
+					"Default false: `https://` means TLS only, and plain HTTP is used only for a loopback registry. Never for credentials.",
 			},
 		},
 		Blocks: map[string]schema.Block{
@@ -169,6 +176,7 @@ func (p *fediversityProvider) Configure(ctx context.Context, req provider.Config
 		K8sRegistry:       stringOrEnv(m.K8sRegistry, "K8S_REGISTRY", ""),
 		K8sNamespace:      stringOrEnv(m.K8sNamespace, "K8S_NAMESPACE", "fediversity"),
 		RegistryAuthFile:  stringOrEnv(m.RegistryAuthFile, "REGISTRY_AUTH_FILE", ""),
+		RegistryInsecure:  m.RegistryInsecure.ValueBool(),
 		IncusSocket:       envOr("INCUS_SOCKET", "/var/lib/incus/unix.socket"),
 		IncusProject:      "default",
 	}

@@ -3,10 +3,12 @@ package provider
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -59,8 +61,12 @@ func (r *k8sNamespaceResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"Every plan checks that the cluster has the method's RuntimeClass (`runtime_class`), so a cluster without it fails " +
 			"the plan, before any image is pushed. The kubeconfig is the provider's `kube_config_path`, else `KUBE_CONFIG_PATH`; " +
 			"it is never stored.\n\n" +
-			"Destroy deletes the namespace with everything in it, the state claims of its nodes included, and waits until it " +
-			"is gone. Images stay in the registry.",
+			"A namespace that already exists and does not carry the label `app.kubernetes.io/managed-by=terraform-provider-fediversity` " +
+			"(one this provider did not create) is refused at plan; import it to manage it. A change of the namespace's name " +
+			"(`K8S_NAMESPACE`, the provider's `k8s_namespace`, or `app`) plans a replacement, and the plan warns with the names of " +
+			"the claims that the replacement deletes.\n\n" +
+			"Destroy deletes the namespace with everything in it, the state claims of its nodes included (the plan names them), " +
+			"and waits until it is gone. Images stay in the registry.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed: true, MarkdownDescription: "The namespace name.",
@@ -95,9 +101,19 @@ func (r *k8sNamespaceResource) Configure(_ context.Context, req resource.Configu
 }
 
 // ModifyPlan names the namespace and checks the RuntimeClass: a missing one fails the
-// plan, before any image is pushed (docs/design.md#k8s).
+// plan, before any image is pushed (docs/design.md#k8s). A new namespace that exists
+// without the provider's label fails the plan (import it to manage it). A replacement or
+// a destroy warns with the claims that go with the old namespace.
 func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || r.cfg == nil {
+	if r.cfg == nil {
+		return
+	}
+	var state k8sNamespaceModel
+	if !req.State.Raw.IsNull() {
+		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	}
+	if req.Plan.Raw.IsNull() {
+		r.warnClaims(ctx, state.Name.ValueString(), "Destroying", "", &resp.Diagnostics)
 		return
 	}
 	var plan k8sNamespaceModel
@@ -109,15 +125,10 @@ func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.Modi
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("name"), types.StringValue(name))...)
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"), types.StringValue(name))...)
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("network_policy"), types.StringValue(k8s.NetworkPolicyName))...)
-	if !req.State.Raw.IsNull() {
-		var state k8sNamespaceModel
-		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-		if state.Name.ValueString() != name {
-			resp.RequiresReplace = append(resp.RequiresReplace, path.Root("name"))
-		}
-	}
-	if plan.RuntimeClass.IsUnknown() {
-		return
+	replaced := !req.State.Raw.IsNull() && state.Name.ValueString() != name
+	if replaced {
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("name"))
+		r.warnClaims(ctx, state.Name.ValueString(), "Replacing", name, &resp.Diagnostics)
 	}
 	c, diags := k8sClient(r.cfg, "")
 	resp.Diagnostics.Append(diags...)
@@ -126,9 +137,46 @@ func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.Modi
 	}
 	ctx, cancel := context.WithTimeout(ctx, namespaceReadTimeout)
 	defer cancel()
+	if req.State.Raw.IsNull() || replaced {
+		if err := c.CheckNamespaceFree(ctx, name); err != nil {
+			resp.Diagnostics.AddAttributeError(path.Root("name"), "Namespace exists and is not the provider's",
+				fmt.Sprintf("Namespace %s, phase plan: %v. Nothing was pushed or applied.", name, err))
+			return
+		}
+	}
+	if plan.RuntimeClass.IsUnknown() {
+		return
+	}
 	if err := c.RuntimeClassExists(ctx, plan.RuntimeClass.ValueString()); err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("runtime_class"), "RuntimeClass missing",
 			fmt.Sprintf("Namespace %s, phase plan: %v. Nothing was pushed or applied.", name, err))
+	}
+}
+
+// warnClaims warns, at plan, that deleting namespace ns deletes its claims, by name.
+func (r *k8sNamespaceResource) warnClaims(ctx context.Context, ns, doing, newName string, d *diag.Diagnostics) {
+	if ns == "" {
+		return
+	}
+	c, diags := k8sClient(r.cfg, "")
+	if diags.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, namespaceReadTimeout)
+	defer cancel()
+	why := ""
+	if newName != "" {
+		why = fmt.Sprintf(" The namespace changes from %s to %s (K8S_NAMESPACE, k8s_namespace or app changed), which replaces it.", ns, newName)
+	}
+	claims, err := c.Claims(ctx, ns)
+	switch {
+	case err != nil:
+		d.AddWarning(fmt.Sprintf("%s namespace %s deletes everything in it", doing, ns),
+			fmt.Sprintf("%s Its claims (the nodes' /var/lib) could not be listed: %v. Every claim in it will be deleted with it.", why, err))
+	case len(claims) > 0:
+		d.AddWarning(fmt.Sprintf("%s namespace %s deletes %d claims", doing, ns, len(claims)),
+			fmt.Sprintf("%s These claims, holding the nodes' /var/lib, will be deleted with the namespace: %s. "+
+				"If that is not wanted, keep the namespace as it was (revert the change) before applying.", why, strings.Join(claims, ", ")))
 	}
 }
 
@@ -142,20 +190,20 @@ func (r *k8sNamespaceResource) Create(ctx context.Context, req resource.CreateRe
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	r.apply(ctx, &plan, &resp.Diagnostics)
+	r.apply(ctx, &plan, false, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
 
-func (r *k8sNamespaceResource) apply(ctx context.Context, plan *k8sNamespaceModel, d interface{ AddError(string, string) }) {
+func (r *k8sNamespaceResource) apply(ctx context.Context, plan *k8sNamespaceModel, adopt bool, d interface{ AddError(string, string) }) {
 	c, diags := k8sClient(r.cfg, "")
 	if diags.HasError() {
 		d.AddError(diags[0].Summary(), diags[0].Detail())
 		return
 	}
-	if err := c.EnsureNamespace(ctx, plan.Name.ValueString()); err != nil {
+	if err := c.EnsureNamespace(ctx, plan.Name.ValueString(), adopt); err != nil {
 		d.AddError("Unable to create the target namespace", failureDetail("Namespace "+plan.Name.ValueString(), "create", err, "Nothing else was changed; fix the cause and apply again."))
 		return
 	}
@@ -173,7 +221,8 @@ func (r *k8sNamespaceResource) Update(ctx context.Context, req resource.UpdateRe
 	}
 	ctx, cancel := context.WithTimeout(ctx, namespaceCreateTimeout)
 	defer cancel()
-	r.apply(ctx, &plan, &resp.Diagnostics)
+	// In state: made by this provider, or imported by the operator.
+	r.apply(ctx, &plan, true, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}

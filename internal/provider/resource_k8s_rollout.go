@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -22,10 +23,11 @@ import (
 )
 
 var (
-	_ resource.Resource                = &k8sRolloutResource{}
-	_ resource.ResourceWithConfigure   = &k8sRolloutResource{}
-	_ resource.ResourceWithModifyPlan  = &k8sRolloutResource{}
-	_ resource.ResourceWithImportState = &k8sRolloutResource{}
+	_ resource.Resource                   = &k8sRolloutResource{}
+	_ resource.ResourceWithConfigure      = &k8sRolloutResource{}
+	_ resource.ResourceWithModifyPlan     = &k8sRolloutResource{}
+	_ resource.ResourceWithImportState    = &k8sRolloutResource{}
+	_ resource.ResourceWithValidateConfig = &k8sRolloutResource{}
 )
 
 // NewK8sRolloutResource is the fediversity_k8s_rollout resource.
@@ -47,6 +49,8 @@ type k8sRolloutModel struct {
 	LastGoodImageRef types.String   `tfsdk:"last_good_image_ref"`
 	Status           types.String   `tfsdk:"status"`
 	SpireHandoff     types.String   `tfsdk:"spire_handoff"`
+	SubDigest        types.String   `tfsdk:"submission_digest"`
+	SubFile          types.String   `tfsdk:"submission_file"`
 	Timings          *timingsModel  `tfsdk:"timings"`
 	Timeouts         timeouts.Value `tfsdk:"timeouts"`
 }
@@ -79,12 +83,16 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"`container_uuid` in the environment, readiness by `systemctl is-system-running`). Then, as a distinct step, it waits " +
 			"for the pod to become ready, for at most `timings.rollout_wait` (default 5m).\n\n" +
 			"The wait stops early, with the pod-level reasons (container waiting reasons, false conditions, recent events, the claim), " +
-			"on states that do not recover: ErrImagePull/ImagePullBackOff for longer than `timings.pull_grace` (default 20s), " +
-			"CrashLoopBackOff, an Unschedulable pod (e.g. a claim with no volume), a claim whose provisioning failed, a " +
+			"on states that do not recover: ErrImagePull/ImagePullBackOff or an Unschedulable pod (e.g. a claim with no volume) for longer than " +
+			"`timings.pull_grace` (default 20s; the scheduler retries by itself), CrashLoopBackOff, a claim whose provisioning failed, a " +
 			"ReplicaSet that cannot create the pod for longer than the grace, or systemd booted with a failed unit " +
 			"(the readiness probe answers `degraded` for 10s).\n\n" +
-			"When the pod does not become ready, the Deployment is set back to its previous pod template (image included) and " +
-			"the apply fails saying so. A first deploy has nothing to go back to and just fails (the resource is then tainted, " +
+			"When the pod does not become ready, the Deployment is set back to the last pod template seen ready (image included; it is " +
+			"recorded on the Deployment in the annotation `" + k8s.LastGoodAnnotation + "` after every ready rollout) and the apply fails saying so. " +
+			"An apply that finds the Deployment on an image whose pod is not ready (after an apply killed during its wait, or a rollback " +
+			"the apiserver refused) waits for it again and, if it still fails, sets it back to that record. Errors of the cluster's API during " +
+			"the wait are retried until the wait's limit and never count as a failed pod; when the API still does not answer at the limit, the " +
+			"apply fails saying the readiness could not be read, and nothing is rolled back. A first deploy has nothing to go back to and just fails (the resource is then tainted, " +
 			"and the next apply makes it again). After a rollback the state tells the truth: `image_ref` holds the image the " +
 			"cluster runs, so the next plan shows the difference to the configured image and the next apply tries the rollout again. " +
 			"Read always reports the image the Deployment names, and plans a new wait when its pod is not ready.\n\n" +
@@ -138,10 +146,14 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "The image the Deployment names, as last seen.",
 			},
 			"last_good_image_ref": schema.StringAttribute{
-				Computed:            true,
-				MarkdownDescription: "The last image whose pod became ready (empty before the first successful rollout).",
+				Computed: true,
+				MarkdownDescription: "The last image whose pod became ready (empty before the first successful rollout). " +
+					"It mirrors the record on the Deployment (annotation `" + k8s.LastGoodAnnotation + "`, the whole pod template), which is the rollback target: " +
+					"a record in the cluster survives an apply killed during its wait and a rollback the apiserver refused.",
 			},
-			rolloutSpireAttr: rolloutSpireAttribute(),
+			rolloutSpireAttr:    rolloutSpireAttribute(),
+			"submission_digest": submissionCheckAttributes("Changing them rolls nothing out.")["submission_digest"],
+			"submission_file":   submissionCheckAttributes("Changing them rolls nothing out.")["submission_file"],
 			"status": schema.StringAttribute{
 				Computed: true,
 				MarkdownDescription: "`ready`: the rollout completed and the pod is ready. `not_ready`: Read found the pod not ready (the next apply waits again). " +
@@ -157,6 +169,17 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 
 func (r *k8sRolloutResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	configureObject(&r.cfg, req.ProviderData, "fediversity_k8s_rollout", &resp.Diagnostics)
+}
+
+// ValidateConfig checks the timings at plan, not first at apply.
+func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m k8sRolloutModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	_, diags := m.Timings.toTimings(path.Root("timings"))
+	resp.Diagnostics.Append(diags...)
 }
 
 // ModifyPlan plans a new wait when the last rollout did not end ready, so an apply with
@@ -196,16 +219,19 @@ func (r *k8sRolloutResource) waitOptions(m k8sRolloutModel) (k8s.WaitOptions, er
 }
 
 // rollout runs the engine and writes into m what is true afterwards. It returns the
-// diagnostics of a failed rollout.
-func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, prevGood string) (failed bool, summary, detail string) {
+// diagnostics of the rollout (an error for a failed one; a warning for a ready one whose
+// template could not be recorded as the last good one).
+func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, prevGood string) diag.Diagnostics {
+	var diags diag.Diagnostics
 	node := m.Node.ValueString()
-	c, diags := k8sClient(r.cfg, node)
-	if diags.HasError() {
-		return true, diags[0].Summary(), diags[0].Detail()
+	c, cdiags := k8sClient(r.cfg, node)
+	if cdiags.HasError() {
+		return cdiags
 	}
 	wo, err := r.waitOptions(*m)
 	if err != nil {
-		return true, "Invalid timings", err.Error()
+		diags.AddError("Invalid timings", err.Error())
+		return diags
 	}
 	spec := r.spec(*m, wo.Limit)
 	if spec.ProgressDeadline == 0 {
@@ -215,32 +241,45 @@ func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, pr
 	m.ID = types.StringValue(m.Namespace.ValueString() + "/" + node)
 	m.MachineID = types.StringValue(k8s.MachineID(m.ContainerUUID.ValueString()))
 	m.LastGoodImageRef = types.StringValue(prevGood)
+	if out.LastGood != "" {
+		// The record on the Deployment is the one a crash cannot lose.
+		m.LastGoodImageRef = types.StringValue(out.LastGood)
+	}
 	if err == nil {
-		m.RunningImageRef, m.LastGoodImageRef, m.Status = m.ImageRef, m.ImageRef, types.StringValue(rolloutReady)
-		return false, "", ""
+		m.RunningImageRef, m.Status = m.ImageRef, types.StringValue(rolloutReady)
+		if out.Warning != "" {
+			diags.AddWarning(fmt.Sprintf("Node %s is ready, but its template was not recorded as the last good one", node),
+				out.Warning+". A later failed rollout sets the Deployment back to the template recorded before ("+m.LastGoodImageRef.ValueString()+").")
+		}
+		return diags
 	}
 	var rerr *k8s.RolloutError
-	if !errors.As(err, &rerr) {
+	var unknown *k8s.ReadinessUnknownError
+	switch {
+	case errors.As(err, &unknown):
+		// Not a failed pod: nothing was rolled back, the Deployment names the new image,
+		// and the next apply waits again.
+		m.RunningImageRef, m.Status = m.ImageRef, types.StringValue(rolloutNotReady)
+		diags.AddError(fmt.Sprintf("Readiness of node %s could not be read; nothing was rolled back", node), unknown.Error())
+	case !errors.As(err, &rerr):
 		// Failed before the wait (claim, service account, Deployment): the cluster still
 		// runs what it ran.
 		if out.Running == "" {
 			out.Running = prevGood
 		}
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
-		return true, "Unable to apply node " + node, failureDetail("Node "+node, "apply", err, "The cluster still runs what it ran; fix the cause and apply again.")
-	}
-	if rerr.RolledBack {
+		diags.AddError("Unable to apply node "+node, failureDetail("Node "+node, "apply", err, "The cluster still runs what it ran; fix the cause and apply again."))
+	case rerr.RolledBack:
 		// The truth: the cluster runs the previous image. image_ref says so, so the next
 		// plan shows the change back to the configured image, and the next apply retries.
 		m.ImageRef = types.StringValue(out.Running)
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutRolledBack)
-		if rerr.RollbackReady {
-			m.LastGoodImageRef = types.StringValue(out.Running)
-		}
-		return true, fmt.Sprintf("Node %s did not become ready; rolled back", node), rerr.Error()
+		diags.AddError(fmt.Sprintf("Node %s did not become ready; rolled back", node), rerr.Error())
+	default:
+		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
+		diags.AddError(fmt.Sprintf("Node %s did not become ready", node), rerr.Error())
 	}
-	m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
-	return true, fmt.Sprintf("Node %s did not become ready", node), rerr.Error()
+	return diags
 }
 
 func (r *k8sRolloutResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -259,12 +298,13 @@ func (r *k8sRolloutResource) Create(ctx context.Context, req resource.CreateRequ
 		return
 	}
 	plan.ContainerUUID = types.StringValue(uuid)
-	failed, summary, detail := r.rollout(ctx, &plan, "")
-	if failed {
-		resp.Diagnostics.AddError(summary, detail)
-		if plan.Status.IsUnknown() {
-			return // nothing reached the cluster
-		}
+	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "roll out", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
+		return
+	}
+	rdiags := r.rollout(ctx, &plan, "")
+	resp.Diagnostics.Append(rdiags...)
+	if rdiags.HasError() && plan.Status.IsUnknown() {
+		return // nothing reached the cluster
 	}
 	// On a failed first deploy the state is still written: the framework marks the
 	// resource tainted, and the next apply deletes the Deployment and makes it again.
@@ -283,6 +323,10 @@ func (r *k8sRolloutResource) Update(ctx context.Context, req resource.UpdateRequ
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	plan.ContainerUUID, plan.MachineID = state.ContainerUUID, state.MachineID
+	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "roll out", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
+		resp.Diagnostics.Append(resp.State.Set(ctx, state)...) // nothing changed
+		return
+	}
 	same := plan.ImageRef.Equal(state.ImageRef) && plan.RuntimeClass.Equal(state.RuntimeClass) &&
 		plan.StorageClass.Equal(state.StorageClass) && plan.StorageSize.Equal(state.StorageSize) &&
 		plan.SpireHandoff.Equal(state.SpireHandoff)
@@ -292,10 +336,7 @@ func (r *k8sRolloutResource) Update(ctx context.Context, req resource.UpdateRequ
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 		return
 	}
-	failed, summary, detail := r.rollout(ctx, &plan, state.LastGoodImageRef.ValueString())
-	if failed {
-		resp.Diagnostics.AddError(summary, detail)
-	}
+	resp.Diagnostics.Append(r.rollout(ctx, &plan, state.LastGoodImageRef.ValueString())...)
 	if plan.Status.IsUnknown() {
 		plan.Status = types.StringValue(rolloutFailed)
 		plan.RunningImageRef = state.RunningImageRef
@@ -333,6 +374,9 @@ func (r *k8sRolloutResource) Read(ctx context.Context, req resource.ReadRequest,
 	}
 	state.ImageRef = types.StringValue(st.Image)
 	state.RunningImageRef = types.StringValue(st.Image)
+	if st.LastGoodImage != "" {
+		state.LastGoodImageRef = types.StringValue(st.LastGoodImage)
+	}
 	if state.ContainerUUID.ValueString() == "" { // imported: take what the cluster has
 		state.ID = types.StringValue(state.Namespace.ValueString() + "/" + node)
 		state.ContainerUUID = types.StringValue(st.ContainerUUID)
@@ -342,10 +386,7 @@ func (r *k8sRolloutResource) Read(ctx context.Context, req resource.ReadRequest,
 		if st.StorageClass != "" {
 			state.StorageClass = types.StringValue(st.StorageClass)
 		}
-		state.LastGoodImageRef = types.StringValue("")
-		if st.Ready {
-			state.LastGoodImageRef = types.StringValue(st.Image)
-		}
+		state.LastGoodImageRef = types.StringValue(st.LastGoodImage)
 		state.Status = types.StringValue(rolloutNotReady)
 	}
 	switch {

@@ -42,6 +42,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/image"
 	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
 const labKubeconfig = "/var/lib/fediversity-k8s/kubeconfig"
@@ -65,8 +66,9 @@ func accK8s(t *testing.T) (*k8s.Client, string) {
 }
 
 type testRegistry struct {
-	host     string
-	requests atomic.Int64
+	host string
+	// requests counts every request; uploads the blob uploads (POST/PATCH/PUT of /blobs/uploads/).
+	requests, uploads atomic.Int64
 }
 
 // startRegistry serves a real in-memory OCI registry on 127.0.0.1 for this test.
@@ -76,6 +78,9 @@ func startRegistry(t *testing.T) *testRegistry {
 	h := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.requests.Add(1)
+		if req.Method != http.MethodGet && req.Method != http.MethodHead && strings.Contains(req.URL.Path, "/blobs/uploads") {
+			r.uploads.Add(1)
+		}
 		h.ServeHTTP(w, req)
 	}))
 	t.Cleanup(srv.Close)
@@ -124,6 +129,8 @@ type k8sAcc struct {
 	reg      *testRegistry
 	ns       string
 	archives map[string]string
+	// pullGrace is the rollout's timings.pull_grace (default 3s).
+	pullGrace string
 }
 
 func newK8sAcc(t *testing.T) *k8sAcc {
@@ -171,10 +178,10 @@ resource "fediversity_k8s_rollout" "web01" {
   storage_class = "fediversity-lab"
   timings {
     rollout_wait = "90s"
-    pull_grace   = "3s"
+    pull_grace   = %q
   }
 }
-%s`, imageNode, tag, a.archives[archive], extra))
+%s`, imageNode, tag, a.archives[archive], cmpOr(a.pullGrace, "3s"), extra))
 }
 
 func (a *k8sAcc) good(archive, tag string) string {
@@ -184,6 +191,13 @@ func (a *k8sAcc) good(archive, tag string) string {
 // faulty points the rollout at an image whose repository names a kwok fault stage.
 func (a *k8sAcc) faulty(fault string) string {
 	return a.config(a.reg.host, "web01-"+fault, "bad", "v1", "")
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 func stateAttr(s *terraform.State, res, key string) string {
@@ -617,4 +631,38 @@ resource "fediversity_image" "node" {
 	if _, err := a.c.CS.CoreV1().Namespaces().Get(context.Background(), a.ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("namespace %s exists although the plan failed (err %v)", a.ns, err)
 	}
+}
+
+// TestAccK8sRollout_toplevelImage: an image built from a toplevel runs as the node's
+// Deployment (kwok marks its pod ready; no container runtime runs it here).
+func TestAccK8sRollout_toplevelImage(t *testing.T) {
+	a := newK8sAcc(t)
+	top := labtest.BuildClosure(t, labtest.ClosureGood)
+	cfg := testAccConfig(a.provider(a.reg.host) + fmt.Sprintf(`
+resource "fediversity_k8s_namespace" "ns" {}
+
+resource "fediversity_image" "node" {
+  namespace = fediversity_k8s_namespace.ns.name
+  node      = "web01"
+  toplevel  = %q
+}
+
+resource "fediversity_k8s_rollout" "web01" {
+  namespace     = fediversity_k8s_namespace.ns.name
+  node          = "web01"
+  image_ref     = fediversity_image.node.image_ref
+  storage_class = "fediversity-lab"
+  timings {
+    rollout_wait = "90s"
+  }
+}
+`, top))
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: cfg, Check: a.checkRunsStateImage("web01")},
+			{Config: cfg, ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}}},
+		},
+	})
 }

@@ -1,0 +1,73 @@
+package provider
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
+)
+
+// TestAccK8sNamespace_notOursUnlessImported: a namespace the provider did not create is
+// refused at plan (nothing is pushed or applied); imported, it is managed; a change of the
+// base namespace plans a replacement, and the plan warns with the claims it deletes. Run
+// through the CLI, because the warnings are what the operator reads.
+func TestAccK8sNamespace_notOursUnlessImported(t *testing.T) {
+	a := newK8sAcc(t)
+	ctx := context.Background()
+	if _, err := a.c.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: a.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := newCLIRun(t)
+	r.write(a.good("v1", "v1"))
+	code, out := r.run("plan", "-input=false", "-no-color")
+	if code == 0 || !regexp.MustCompile(`(?s)exists\s+and\s+is\s+not\s+the\s+provider's.*`+a.ns+`.*import\s+it`).MatchString(out) {
+		t.Fatalf("plan against a namespace the provider did not create: exit %d\n%s", code, out)
+	}
+	if n := a.reg.requests.Load(); n != 0 {
+		t.Fatalf("the registry saw %d requests although the plan failed", n)
+	}
+	if _, err := a.c.CS.NetworkingV1().NetworkPolicies(a.ns).Get(ctx, k8s.NetworkPolicyName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the namespace that is not ours was changed (NetworkPolicy: %v)", err)
+	}
+
+	if code, out := r.run("import", "-input=false", "-no-color", "fediversity_k8s_namespace.ns", a.ns); code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	if code, out := r.run("apply", "-auto-approve", "-input=false", "-no-color"); code != 0 {
+		t.Fatalf("apply after the import: exit %d\n%s", code, out)
+	}
+	if _, err := a.readyPod(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another base namespace: the old one, with web01's claim, is replaced.
+	oldNS := a.ns
+	a.ns = oldNS + "-b"
+	t.Cleanup(func() { _ = a.c.CS.CoreV1().Namespaces().Delete(context.Background(), a.ns, metav1.DeleteOptions{}) })
+	r.write(a.good("v1", "v1"))
+	code, out = r.run("plan", "-input=false", "-no-color")
+	if code != 0 {
+		t.Fatalf("plan of the new namespace: exit %d\n%s", code, out)
+	}
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{
+		"fediversity_k8s_namespace.ns must be replaced",
+		"Replacing namespace " + oldNS + " deletes 1 claims",
+		"will be deleted with the namespace: web01-state",
+	} {
+		if !strings.Contains(flat, want) {
+			t.Fatalf("the plan lacks %q:\n%s", want, out)
+		}
+	}
+	a.ns = oldNS
+	r.write(a.good("v1", "v1"))
+	if code, out := r.run("destroy", "-auto-approve", "-input=false", "-no-color"); code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "web01-state") {
+		t.Fatalf("destroy: exit %d, want success and a warning naming the claim\n%s", code, out)
+	}
+}
