@@ -30,7 +30,7 @@ func TestLabCLIDeployGroup(t *testing.T) {
 	roster := map[string]any{
 		"build":   map[string]any{"file": closures, "attribute": labtest.ClosureGood},
 		"timings": map[string]string{"settle": "1s", "watch": "3s", "sample_interval": "1s"},
-		"checks": []map[string]any{{"name": "web-active", "argv": []string{"systemctl", "is-active", "fedi-web.service"}, "timeout": "10s"}},
+		"checks":  []map[string]any{{"name": "web-active", "argv": []string{"systemctl", "is-active", "fedi-web.service"}, "timeout": "10s"}},
 		"nodes":   map[string]any{},
 	}
 	rn := roster["nodes"].(map[string]any)
