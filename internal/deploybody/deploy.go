@@ -41,6 +41,7 @@ type run struct {
 
 	toplevel      string
 	nodeSilent    bool // verdict-only: the node did not answer in wait-for-node
+	lock          *nodeLock
 	switchResult  SwitchResult
 	closure       *closureUnits
 	failedBefore  map[string]bool
@@ -90,10 +91,11 @@ var skippedInVerdictOnly = map[string]bool{
 	PhaseDetectUnconfirmed: true, PhaseFinalizeBootEntry: true,
 }
 
-func (r *run) execute() (*Result, error) {
+func (r *run) execute() (_ *Result, runErr error) {
 	steps := []step{
 		{PhaseBuild, r.build},
 		{PhaseWaitForNode, r.waitForNode},
+		{PhaseLockNode, r.lockNode},
 		{PhasePushClosure, r.pushClosure},
 		{PhaseWaitForSecretChain, r.waitForSecretChain},
 		{PhaseSnapshotUnitStates, r.snapshotUnitStates},
@@ -111,12 +113,35 @@ func (r *run) execute() (*Result, error) {
 		{PhaseFinalizeBootEntry, r.finalizeBootEntry},
 		{PhaseConclude, r.conclude},
 	}
+	if r.verdictOnly && r.o.Toplevel != "" {
+		if !validStorePath(r.o.Toplevel) {
+			return r.res, r.asDeployError(PhaseBuild, withHint(fmt.Errorf("toplevel %q is not a clean absolute store path", r.o.Toplevel),
+				"set toplevel to the store path of the system to judge (/nix/store/<hash>-<name>)"))
+		}
+		r.setToplevel(r.o.Toplevel)
+	}
 	for _, s := range steps {
 		if r.verdictOnly && skippedInVerdictOnly[s.name] {
 			r.res.Phases = append(r.res.Phases, PhaseTiming{Name: s.name, Note: skippedInVerdictOnlyNote})
 			continue
 		}
-		if err := r.phase(s); err != nil {
+		err := r.phase(s)
+		if err == nil {
+			// Before each next phase: a run whose lock another run took stops here,
+			// before it switches, restarts or writes the boot entry.
+			if lost := r.lockLost(); lost != nil {
+				err = r.asDeployError(s.name, lost)
+			}
+		}
+		if s.name == PhaseLockNode && err == nil {
+			defer func() {
+				r.unlockNode()
+				if lost := r.lockLost(); lost != nil && runErr == nil {
+					runErr = r.asDeployError(PhaseConclude, lost)
+				}
+			}()
+		}
+		if err != nil {
 			return r.res, err
 		}
 	}

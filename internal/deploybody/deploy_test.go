@@ -735,7 +735,7 @@ func TestTimingsDefaults(t *testing.T) {
 	got := Timings{Settle: time.Second}.WithDefaults()
 	want := Timings{NodeWait: 2 * time.Minute, SwitchTimeout: 10 * time.Minute, Settle: time.Second, Watch: 10 * time.Second,
 		SampleInterval: 2 * time.Second, StaleJob: time.Minute, ChainWait: 5 * time.Minute, NoProgress: time.Minute,
-		ConfirmTimeout: 30 * time.Second}
+		ConfirmTimeout: 30 * time.Second, LockWait: 2 * time.Minute}
 	if got != want {
 		t.Fatalf("WithDefaults = %+v", got)
 	}
@@ -857,5 +857,58 @@ func TestVerdictOnlySeveredBusIsUnreadNotUnreachable(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("strict verdict-only with unread units must fail")
+	}
+}
+
+// The verdict pass judges the toplevel it is given: a node that runs another system is
+// said so, a failure in strict mode and a warning in lenient mode.
+func TestVerdictOnlyGivenToplevelNodeRunsAnother(t *testing.T) {
+	for _, strict := range []bool{true, false} {
+		s := newScenario(t, map[string]unitSpec{"app.service": {b: runs}})
+		other := "/nix/store/" + strings.Repeat("b", 32) + "-nixos-system-other"
+		s.node.store[testToplevel] = true
+		s.node.store[other] = true
+		s.node.running = other
+		s.node.setUnit("app.service", unitSpec{b: runs})
+		s.opts.Toplevel = testToplevel
+		s.opts.Strict = strict
+		res, err := s.verdictOnly()
+		if strict {
+			de := deployErr(t, err, PhaseSnapshotUnitStates)
+			if !strings.Contains(de.Error(), "runs "+other+", not the toplevel "+testToplevel) {
+				t.Fatalf("strict: %v", err)
+			}
+			continue
+		}
+		if err != nil || res.Toplevel != testToplevel || !strings.Contains(strings.Join(res.Warnings, "\n"), "not the toplevel "+testToplevel) {
+			t.Fatalf("lenient: err=%v toplevel=%s warnings=%q", err, res.Toplevel, res.Warnings)
+		}
+	}
+}
+
+// A run waits for another holder's lock up to lock_wait, then fails naming the holder
+// and touching nothing; a run whose lock is taken from it stops before the switch.
+func TestDeployWaitsForNodeLock(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.lockToken = "someone-else"
+	s.opts.Timings.LockWait = 5 * time.Second
+	_, err := s.deploy()
+	de := deployErr(t, err, PhaseLockNode)
+	if !strings.Contains(de.Error(), "is locked by a run from host other (process 1)") || !strings.Contains(de.Error(), "lock_wait (5s)") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(s.node.callsOf("switch")); n != 0 {
+		t.Fatalf("a locked node was switched %d times", n)
+	}
+	if s.node.lockToken != "someone-else" {
+		t.Fatalf("the other holder's lock was replaced by %q", s.node.lockToken)
+	}
+
+	ok := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	if _, err := ok.deploy(); err != nil {
+		t.Fatal(err)
+	}
+	if ok.node.lockToken != "" || len(ok.node.lockCalls()) != 2 {
+		t.Fatalf("lock left %q after %d lock calls; want released after acquire+release", ok.node.lockToken, len(ok.node.lockCalls()))
 	}
 }

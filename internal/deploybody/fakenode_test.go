@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -117,6 +118,9 @@ type fakeNode struct {
 	closurePaths []string
 
 	calls []call
+
+	mu        sync.Mutex // calls and the lock: the lock's heartbeat runs beside the phases
+	lockToken string
 }
 
 func newFakeNode(clock *fakeClock) *fakeNode {
@@ -210,6 +214,8 @@ func (n *fakeNode) hasStartJob(u *fakeUnit) bool {
 }
 
 func (n *fakeNode) record(c call) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	c.at = n.clock.now
 	n.calls = append(n.calls, c)
 }
@@ -366,6 +372,9 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	}
 	if len(argv) == 0 {
 		return RunResult{ExitCode: 127}, nil
+	}
+	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
+		return n.lockCall(argv[4:]), nil
 	}
 	if argv[0] == "sh" && len(argv) == 3 && argv[2] == macListScript {
 		var b strings.Builder
@@ -638,4 +647,36 @@ func (n *fakeNode) journal(unit string) RunResult {
 		return RunResult{Stdout: []byte("-- No entries --\n")}
 	}
 	return RunResult{Stdout: []byte("Starting " + unit + "...\nStarted " + unit + ".\n")}
+}
+
+// lockCall plays the node lock script (lock.go; its real behaviour is proven on lab
+// nodes): one holder token, kept in lockToken.
+func (n *fakeNode) lockCall(args []string) RunResult {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	op, token := args[0], args[1]
+	switch {
+	case op == "acquire" && (n.lockToken == "" || n.lockToken == token):
+		n.lockToken = token
+		return RunResult{Stdout: []byte("acquired\n")}
+	case op == "acquire":
+		return RunResult{Stdout: []byte("held 1\ntoken=" + n.lockToken + "\nhost=other\npid=1\n")}
+	case n.lockToken != token:
+		return RunResult{Stdout: []byte("lost\ntoken=" + n.lockToken + "\nhost=other\npid=1\n")}
+	case op == "release":
+		n.lockToken = ""
+		return RunResult{Stdout: []byte("released\n")}
+	}
+	return RunResult{Stdout: []byte("ok\n")}
+}
+
+// lockCalls are the runs of the lock script.
+func (n *fakeNode) lockCalls() []call {
+	var out []call
+	for _, c := range n.callsOf("run") {
+		if len(c.argv) > 2 && c.argv[0] == "sh" && c.argv[2] == lockScript {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -16,6 +16,7 @@ const (
 	DefaultChainWait      = 5 * time.Minute
 	DefaultNoProgress     = 60 * time.Second
 	DefaultConfirmTimeout = 30 * time.Second
+	DefaultLockWait       = 2 * time.Minute
 )
 
 // Timings are the waits and thresholds of the body. A zero field means "use the
@@ -30,6 +31,7 @@ type Timings struct {
 	ChainWait      time.Duration // upper bound of the secret chain wait (and of a loop-budget extension)
 	NoProgress     time.Duration // a chain member whose state does not change this long stops the wait
 	ConfirmTimeout time.Duration // how long after the switch a new login may take before the node reverts itself
+	LockWait       time.Duration // how long a run waits for another run's lock on the node
 }
 
 // WithDefaults returns t with every zero (or negative) field set to its default.
@@ -50,6 +52,7 @@ func (t Timings) WithDefaults() Timings {
 		ChainWait:      pick(t.ChainWait, DefaultChainWait),
 		NoProgress:     pick(t.NoProgress, DefaultNoProgress),
 		ConfirmTimeout: pick(t.ConfirmTimeout, DefaultConfirmTimeout),
+		LockWait:       pick(t.LockWait, DefaultLockWait),
 	}
 }
 
@@ -165,6 +168,9 @@ type Options struct {
 	// LocalStore is the deployer's Nix store, read for the previous system's closure
 	// when the summary of changes is made; nil leaves removed paths unknown.
 	LocalStore LocalStore
+	// Holder names this deployer in the node's lock (host, process); zero means
+	// ThisProcess().
+	Holder LockHolder
 }
 
 func (o Options) withDefaults(t Transport) Options {
@@ -177,6 +183,9 @@ func (o Options) withDefaults(t Transport) Options {
 	}
 	if o.Clock == nil {
 		o.Clock = realClock{}
+	}
+	if o.Holder.Host == "" && o.Holder.PID == 0 {
+		o.Holder = ThisProcess()
 	}
 	return o
 }

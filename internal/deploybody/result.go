@@ -10,6 +10,7 @@ import (
 const (
 	PhaseBuild               = "build"
 	PhaseWaitForNode         = "wait-for-node"
+	PhaseLockNode            = "lock-node"
 	PhasePushClosure         = "push-closure"
 	PhaseWaitForSecretChain  = "wait-for-secret-chain"
 	PhaseSnapshotUnitStates  = "snapshot-unit-states"
@@ -31,7 +32,7 @@ const (
 
 // Phases lists every phase name in order.
 var Phases = []string{
-	PhaseBuild, PhaseWaitForNode, PhasePushClosure, PhaseWaitForSecretChain,
+	PhaseBuild, PhaseWaitForNode, PhaseLockNode, PhasePushClosure, PhaseWaitForSecretChain,
 	PhaseSnapshotUnitStates, PhaseSwitch, PhaseReadSwitchResult, PhaseDetectUnconfirmed,
 	PhaseCollectOwnedUnits, PhaseRestartFailedUnits, PhaseSettle, PhaseWatch,
 	PhaseChecks, PhaseClassify, PhaseVerdict, PhaseReport, PhaseFinalizeBootEntry, PhaseConclude,

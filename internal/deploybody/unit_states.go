@@ -40,7 +40,12 @@ func (r *run) snapshotUnitStates() (string, error) {
 		case r.toplevel == "":
 			r.setToplevel(running)
 		case running != r.toplevel:
-			r.warn(PhaseSnapshotUnitStates, fmt.Sprintf("node runs %s, not the toplevel %s this verdict judges", running, r.toplevel))
+			msg := fmt.Sprintf("node %s runs %s, not the toplevel %s this verdict judges", r.o.Node, describeSystem(running), r.toplevel)
+			if r.o.Strict {
+				return "", withHint(errors.New(msg),
+					"deploy that toplevel first (wire toplevel to the node switch's toplevel so the pass runs after it), or set strict = false to judge its units on the system the node runs")
+			}
+			r.warn(PhaseSnapshotUnitStates, msg+"; its units are judged on the system the node runs (strict = false)")
 		}
 	} else {
 		r.res.PreviousSystem = running

@@ -1,0 +1,364 @@
+package deploybody
+
+// The node lock: one deploy or verdict pass at a time on a node, whoever runs it.
+//
+// The lock lives on the node (/run/fediversity/node.lock), so it holds across
+// deployers, state directories and transports. Every operation on it runs under
+// flock(1) on a guard file, so checking and taking it is one atomic step on the node.
+// The holder touches the file every lockHeartbeat; a lock whose heartbeat is older
+// than lockStale, or whose holder is a process of this host that no longer exists, is
+// taken over. A connection that drops and comes back does not lose the lock: the lock
+// is the node's file and this run's token, not the connection. A run that finds its
+// token replaced (another deployer took a lock it saw as stale) stops before it
+// switches or writes the boot entry, and says who took the node.
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// LockFile is where a node's lock lives. /run is emptied at boot, and so is the lock.
+const LockFile = "/run/fediversity/node.lock"
+
+const (
+	// lockHeartbeat is how often the holder touches its lock.
+	lockHeartbeat = 5 * time.Second
+	// lockStale is how old a heartbeat may be before the lock is taken over: long
+	// enough for a connection to come back from a cut (and for a stalled Incus daemon),
+	// short enough that lock_wait's default outlives it.
+	lockStale = 60 * time.Second
+	// lockCallLimit bounds one lock operation on the node.
+	lockCallLimit = 20 * time.Second
+)
+
+// lockScript is run as `sh -c lockScript sh <op> <token> [<holder> <stale seconds> <takeover token>]`.
+// It prints "acquired", "ok", "released", or "held <age seconds>" / "lost" followed by
+// the holder's lines.
+const lockScript = `set -u
+umask 077
+f=` + LockFile + `
+mkdir -p "${f%/*}"
+exec 9>>"$f.guard"
+flock -w 10 9 || { echo busy; exit 0; }
+held=""; age=0; cur=""
+if [ -f "$f" ]; then
+  held=$(cat "$f")
+  age=$(( $(date +%s) - $(stat -c %Y "$f") ))
+  cur=$(sed -n 's/^token=//p' "$f")
+fi
+case "$1" in
+acquire)
+  if [ -z "$held" ] || [ "$cur" = "$2" ] || [ "$age" -gt "$4" ] || { [ -n "$5" ] && [ "$cur" = "$5" ]; }; then
+    printf '%s\n' "$3" >"$f.new" && mv -f "$f.new" "$f" && echo acquired
+    if [ -n "$held" ] && [ "$cur" != "$2" ]; then echo "took-over $age"; printf '%s\n' "$held"; fi
+  else
+    echo "held $age"; printf '%s\n' "$held"
+  fi ;;
+heartbeat)
+  if [ "$cur" = "$2" ]; then touch "$f" && echo ok; else echo lost; printf '%s\n' "$held"; fi ;;
+release)
+  if [ "$cur" = "$2" ]; then rm -f "$f" && echo released; else echo lost; printf '%s\n' "$held"; fi ;;
+esac
+`
+
+// lockPath is where the lock's tools are looked up (fixed: the heartbeat runs beside
+// the phases, which may change the run's toplevel).
+var lockPath = []string{"/run/current-system/sw/bin", "/usr/bin", "/bin"}
+
+// LockHolder is who holds a node's lock, as written into the lock.
+type LockHolder struct {
+	Token string
+	// Host is the deployer's host name; PID and Start (the process start time in clock
+	// ticks since boot, from /proc) name its process, so a reused PID is not mistaken
+	// for a live holder.
+	Host  string
+	PID   int
+	Start string
+	Since time.Time
+	// What is "deploy" or "verdict"; Toplevel is what it deploys or judges.
+	What     string
+	Toplevel string
+	// Age is how long ago the holder last touched the lock (when read from the node).
+	Age time.Duration
+}
+
+func (h LockHolder) String() string {
+	what := h.What
+	if what == "" {
+		what = "run"
+	}
+	s := fmt.Sprintf("a %s", what)
+	if h.Toplevel != "" {
+		s += " of " + h.Toplevel
+	}
+	s += fmt.Sprintf(" from host %s (process %d)", orNamed(h.Host), h.PID)
+	if !h.Since.IsZero() {
+		s += " since " + h.Since.UTC().Format(time.RFC3339)
+	}
+	if h.Age > 0 {
+		s += fmt.Sprintf(", last heartbeat %s ago", h.Age.Round(time.Second))
+	}
+	return s
+}
+
+func orNamed(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
+
+func (h LockHolder) lines() string {
+	clean := func(s string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(s) }
+	return strings.Join([]string{
+		"token=" + clean(h.Token),
+		"host=" + clean(h.Host),
+		"pid=" + strconv.Itoa(h.PID),
+		"start=" + clean(h.Start),
+		"since=" + h.Since.UTC().Format(time.RFC3339),
+		"what=" + clean(h.What),
+		"toplevel=" + clean(h.Toplevel),
+	}, "\n")
+}
+
+func parseLockHolder(lines []string, age time.Duration) LockHolder {
+	h := LockHolder{Age: age}
+	for _, l := range lines {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "token":
+			h.Token = v
+		case "host":
+			h.Host = v
+		case "pid":
+			h.PID, _ = strconv.Atoi(v)
+		case "start":
+			h.Start = v
+		case "since":
+			h.Since, _ = time.Parse(time.RFC3339, v)
+		case "what":
+			h.What = v
+		case "toplevel":
+			h.Toplevel = v
+		}
+	}
+	return h
+}
+
+// ThisProcess is the holder identity of this process (token, since, what and toplevel
+// are filled by the run).
+func ThisProcess() LockHolder {
+	host, _ := os.Hostname()
+	return LockHolder{Host: host, PID: os.Getpid(), Start: processStart(os.Getpid())}
+}
+
+// processStart is field 22 of /proc/<pid>/stat (start time since boot), "" when unknown.
+func processStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+1:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// holderGone tells whether h is a process of this host that no longer runs.
+func holderGone(h LockHolder, self LockHolder) bool {
+	if h.Host == "" || h.Host != self.Host || h.PID <= 0 || self.Start == "" {
+		return false
+	}
+	start := processStart(h.PID)
+	return start == "" || (h.Start != "" && start != h.Start)
+}
+
+// nodeLock is this run's hold on the node's lock.
+type nodeLock struct {
+	t      Transport
+	holder LockHolder
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu   sync.Mutex
+	lost *LockHolder // who took the lock from this run
+}
+
+// ErrLockLost is wrapped by the error of a run whose lock another deploy took.
+var ErrLockLost = errors.New("another run took the node's lock")
+
+func newToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (r *run) lockOp(ctx context.Context, args ...string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, lockCallLimit)
+	defer cancel()
+	argv := append([]string{"sh", "-c", lockScript, "sh"}, args...)
+	res, err := r.t.Run(ctx, argv, RunOptions{Path: lockPath})
+	if err != nil {
+		return nil, err
+	}
+	out := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
+	if res.ExitCode != 0 || len(out) == 0 || out[0] == "" {
+		return nil, fmt.Errorf("the lock script on the node exited %d: %s", res.ExitCode, firstLine(string(res.Stderr), "no output"))
+	}
+	return out, nil
+}
+
+// lockNode takes the node's lock, waiting up to timings.lock_wait for another holder.
+func (r *run) lockNode() (string, error) {
+	if r.nodeSilent {
+		r.warn(PhaseLockNode, "the node did not answer, so this pass holds no lock on it")
+		return "not locked: node silent", nil
+	}
+	self := r.o.Holder
+	self.Token = newToken()
+	self.Since = r.o.Clock.Now()
+	self.What = "deploy"
+	if r.verdictOnly {
+		self.What = "verdict"
+	}
+	self.Toplevel = r.toplevel
+	if self.Toplevel == "" {
+		self.Toplevel = r.o.Toplevel
+	}
+	stale := strconv.Itoa(int(lockStale / time.Second))
+	deadline := r.o.Clock.Now().Add(r.o.Timings.LockWait)
+	takeover := ""
+	var holder LockHolder
+	for attempt := 1; attempt <= maxSamples; attempt++ {
+		out, err := r.lockOp(r.ctx, "acquire", self.Token, self.lines(), stale, takeover)
+		if err != nil {
+			return "", withHint(fmt.Errorf("taking the node lock %s: %w", LockFile, err),
+				"the node needs sh, flock, stat and date in its PATH; check the transport, then apply again")
+		}
+		switch {
+		case out[0] == "acquired":
+			r.lock = &nodeLock{t: r.t, holder: self, stop: make(chan struct{}), done: make(chan struct{})}
+			go r.heartbeat(r.lock)
+			note := "locked"
+			if len(out) > 1 && strings.HasPrefix(out[1], "took-over ") {
+				age, _ := strconv.Atoi(strings.TrimPrefix(out[1], "took-over "))
+				prev := parseLockHolder(out[2:], time.Duration(age)*time.Second)
+				note = "locked, taking over the lock of " + prev.String()
+				r.warn(PhaseLockNode, fmt.Sprintf("took over the node lock of %s: its holder is gone", prev))
+			}
+			if attempt > 1 {
+				note += fmt.Sprintf(" after waiting %s", r.o.Clock.Now().Sub(self.Since).Round(time.Second))
+			}
+			return note, nil
+		case strings.HasPrefix(out[0], "held "):
+			age, _ := strconv.Atoi(strings.TrimPrefix(out[0], "held "))
+			holder = parseLockHolder(out[1:], time.Duration(age)*time.Second)
+			if holderGone(holder, r.o.Holder) {
+				takeover = holder.Token
+				continue
+			}
+			if attempt == 1 {
+				r.log(LevelInfo, PhaseLockNode, "node locked by another run; waiting", map[string]any{"holder": holder.String(), "lock_wait": r.o.Timings.LockWait.String()})
+			}
+		}
+		if !r.o.Clock.Now().Before(deadline) {
+			break
+		}
+		if err := r.sleepOrDone(minDuration(r.o.Timings.SampleInterval, time.Second)); err != nil {
+			return "", err
+		}
+	}
+	return "", withHint(fmt.Errorf("node %s is locked by %s; waited timings.lock_wait (%s)", r.o.Node, holder, r.o.Timings.LockWait),
+		fmt.Sprintf("let that run finish and apply again, or raise timings.lock_wait; a lock whose holder stopped is taken over once its heartbeat is %s old (or remove %s on the node)", lockStale, LockFile))
+}
+
+func minDuration(a, b time.Duration) time.Duration {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+// heartbeat touches the lock until the run ends; a heartbeat that finds another
+// holder records it. A failed heartbeat (a cut connection) is tried again next tick.
+func (r *run) heartbeat(l *nodeLock) {
+	defer close(l.done)
+	tick := time.NewTicker(lockHeartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-r.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		out, err := r.lockOp(r.ctx, "heartbeat", l.holder.Token)
+		if err != nil {
+			r.log(LevelDebug, PhaseLockNode, "lock heartbeat failed; trying again", map[string]any{"error": err.Error()})
+			continue
+		}
+		if out[0] == "lost" {
+			h := parseLockHolder(out[1:], 0)
+			l.mu.Lock()
+			l.lost = &h
+			l.mu.Unlock()
+			return
+		}
+	}
+}
+
+// lockLost is the error of a run whose lock another run took, nil while it holds it.
+func (r *run) lockLost() error {
+	if r.lock == nil {
+		return nil
+	}
+	r.lock.mu.Lock()
+	defer r.lock.mu.Unlock()
+	if r.lock.lost == nil {
+		return nil
+	}
+	return withHint(fmt.Errorf("%w: while this run was cut off from node %s, %s took the node's lock", ErrLockLost, r.o.Node, r.lock.lost),
+		"another deploy took the node: this run stopped; the node runs what that run deploys. Apply again once it is done")
+}
+
+// unlockNode stops the heartbeat and releases the lock. It runs also when the run's
+// context is done (the operator or the CLI went away), on a context of its own.
+func (r *run) unlockNode() {
+	if r.lock == nil {
+		return
+	}
+	close(r.lock.stop)
+	<-r.lock.done
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), lockCallLimit)
+	defer cancel()
+	out, err := r.lockOp(ctx, "release", r.lock.holder.Token)
+	switch {
+	case err != nil:
+		r.warn(PhaseConclude, fmt.Sprintf("the node lock %s was not released (%v); the next run takes it over once its heartbeat is %s old", LockFile, err, lockStale))
+	case out[0] == "lost":
+		h := parseLockHolder(out[1:], 0)
+		r.lock.mu.Lock()
+		if r.lock.lost == nil {
+			r.lock.lost = &h
+		}
+		r.lock.mu.Unlock()
+	}
+}
