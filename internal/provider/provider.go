@@ -98,6 +98,7 @@ type Timings struct {
 	ChainWait      time.Duration
 	NoProgress     time.Duration
 	ConfirmTimeout time.Duration
+	LockWait       time.Duration
 	RolloutWait    time.Duration
 	PullGrace      time.Duration
 }

@@ -56,6 +56,12 @@ const (
 	// the node runs it, but the state must not claim it, so the next plan still
 	// deploys and fails again until the node converges.
 	privateFailed = "failed_toplevel"
+	// privateUnfinished is the toplevel of a deploy that was cut off after its switch
+	// started (killed CLI or plugin, timeouts.update, a lost connection): the node may
+	// run it, but no verdict was taken and the boot entry may not point at it. The
+	// next plan deploys it again; privateUnfinishedWhy says what was interrupted.
+	privateUnfinished    = "unfinished_toplevel"
+	privateUnfinishedWhy = "unfinished_why"
 )
 
 type nodeSwitchModel struct {
@@ -211,16 +217,33 @@ func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.Modify
 	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("toplevel"), &cfgTop)...)
 	var stateTop types.String
 	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("toplevel"), &stateTop)...)
-	if resp.Diagnostics.HasError() || !cfgTop.IsNull() {
+	if resp.Diagnostics.HasError() {
 		return
 	}
-	deployed := privateString(ctx, req.Private, privateDeployed)
-	if deployed != "" && stateTop.ValueString() != deployed {
-		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
-		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
-		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
-		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("changes"), types.ObjectUnknown(changesAttrTypes))...)
+	node := ""
+	_ = req.State.GetAttribute(ctx, path.Root("node"), &node)
+	redeploy := false
+	if unfinished := privateString(ctx, req.Private, privateUnfinished); unfinished != "" {
+		// An unfinished deploy is never taken for done: plan it again, also when the
+		// configuration names the toplevel the node now runs.
+		resp.Diagnostics.AddWarning(fmt.Sprintf("The last deploy to %s did not finish", node),
+			fmt.Sprintf("%s\nNo verdict was taken for %s and its boot entry may not be set, so this plan deploys it again (the copy sends nothing the node has).",
+				privateString(ctx, req.Private, privateUnfinishedWhy), unfinished))
+		redeploy = true
 	}
+	deployed := privateString(ctx, req.Private, privateDeployed)
+	if cfgTop.IsNull() && deployed != "" && stateTop.ValueString() != deployed {
+		redeploy = true
+	}
+	if !redeploy {
+		return
+	}
+	if cfgTop.IsNull() {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("changes"), types.ObjectUnknown(changesAttrTypes))...)
 }
 
 func (r *nodeSwitchResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -268,7 +291,8 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 	defer cancel()
 
 	deployed := privateString(ctx, req.Private, privateDeployed)
-	if !needsDeploy(plan, state, deployed) {
+	unfinished := privateString(ctx, req.Private, privateUnfinished)
+	if unfinished == "" && !needsDeploy(plan, state, deployed) {
 		// Only settings that change no node (timings, timeouts, snapshot keep) changed.
 		plan.ID = state.ID
 		plan.Toplevel = state.Toplevel
@@ -288,11 +312,37 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 		if res != nil && res.RunningSystem != "" && res.RunningSystem != state.Toplevel.ValueString() {
 			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, res.RunningSystem)...)
 		}
+		if res != nil && switchStarted(res) && res.Verdict == nil {
+			// Cut off after the switch started and before a verdict: the state keeps
+			// the prior system and records this one as not finished.
+			why := fmt.Sprintf("The apply that deployed %s stopped in phase %s after the switch started: %v.", res.Toplevel, lastPhase(res), runErr)
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, res.Toplevel)...)
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, why)...)
+		}
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, out)...)
 	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, res.Toplevel)...)
 	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, "")...)
+	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, "")...)
+	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, "")...)
+}
+
+// switchStarted tells whether a run got as far as starting the switch.
+func switchStarted(res *deploybody.Result) bool {
+	for _, p := range res.Phases {
+		if p.Name == deploybody.PhaseSwitch && p.Note != "" && !strings.HasPrefix(p.Note, "skipped") {
+			return true
+		}
+	}
+	return false
+}
+
+func lastPhase(res *deploybody.Result) string {
+	if len(res.Phases) == 0 {
+		return "(none)"
+	}
+	return res.Phases[len(res.Phases)-1].Name
 }
 
 // needsDeploy tells whether an update changes what the node should run (or must be
@@ -340,7 +390,12 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 
 	failed := privateString(ctx, req.Private, privateFailed)
 	imported := privateString(ctx, req.Private, privateDeployed) == "" && state.Verdict.IsNull()
-	resp.Diagnostics.Append(r.refresh(ctx, &state, failed, nil)...)
+	var interrupted *interruptedDeploy
+	resp.Diagnostics.Append(r.refresh(ctx, &state, failed, nil, &interrupted)...)
+	if interrupted != nil {
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, interrupted.toplevel)...)
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, interrupted.why)...)
+	}
 	if imported && !state.Toplevel.IsNull() {
 		// An imported node: what it runs now is what this resource "deployed".
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, state.Toplevel.ValueString())...)
@@ -357,7 +412,7 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 // change. The toplevel of a deploy that failed on update (failedToplevel) is not
 // recorded: the state must keep saying the node is not where the configuration wants it
 // (docs/design.md#failed-deploy). An unreachable node keeps its state and gives a warning, naming the node.
-func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string, res *deploybody.Result) diag.Diagnostics {
+func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string, res *deploybody.Result, interrupted **interruptedDeploy) diag.Diagnostics {
 	var diags diag.Diagnostics
 	node := m.Node.ValueString()
 	m.ID = types.StringValue(node)
@@ -400,7 +455,7 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 				summarizeDiags(tdiags))
 		return diags
 	}
-	running, err := readRunningSystem(ctx, node, target, r.cfg)
+	running, profile, err := readRunningSystem(ctx, node, target, r.cfg)
 	if err != nil {
 		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
 			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
@@ -416,6 +471,17 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 				running, m.Toplevel.ValueString()))
 		return diags
 	}
+	if profile != running {
+		// The node runs a system its boot entry does not point at: a deploy that was cut
+		// off after its switch started, never a finished change. It is not adopted.
+		if interrupted != nil {
+			*interrupted = &interruptedDeploy{toplevel: running, why: fmt.Sprintf(
+				"Node %s runs %s, but its system profile (the boot entry) points at %s: a deploy of %s was interrupted after its switch started (the CLI or the provider stopped, a time limit ran out, or the connection was lost).",
+				node, running, describeProfile(profile), running)}
+		}
+		tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": node, "running": running, "profile": profile})
+		return diags
+	}
 	if !m.Toplevel.IsNull() && m.Toplevel.ValueString() != "" {
 		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": node, "state": m.Toplevel.ValueString(), "running": running})
 	}
@@ -423,24 +489,40 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	return diags
 }
 
-// readRunningSystem asks the node what /run/current-system points at.
-func readRunningSystem(ctx context.Context, node string, target transportTarget, cfg *Config) (string, error) {
+// interruptedDeploy is a deploy Read found cut off: the node runs toplevel, its boot
+// entry points elsewhere.
+type interruptedDeploy struct{ toplevel, why string }
+
+func describeProfile(p string) string {
+	if p == "" {
+		return "no system"
+	}
+	return p
+}
+
+// readRunningSystem asks the node what /run/current-system and the system profile
+// (/nix/var/nix/profiles/system, what it boots) point at, in one round trip.
+func readRunningSystem(ctx context.Context, node string, target transportTarget, cfg *Config) (running, profile string, err error) {
 	t, err := openTransport(ctx, node, target, cfg)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer func() { _ = t.Close() }()
 	// -e: every component must exist; a node that booted without a NixOS system (or
 	// whose /run was cleared) has no /run/current-system, and that is not "drift".
-	res, err := t.Run(ctx, []string{"readlink", "-e", "/run/current-system"}, deploybody.RunOptions{})
+	res, err := t.Run(ctx, []string{"sh", "-c", `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)"`}, deploybody.RunOptions{})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	running := strings.TrimSpace(string(res.Stdout))
+	lines := strings.Split(string(res.Stdout), "\n")
+	for len(lines) < 2 {
+		lines = append(lines, "")
+	}
+	running, profile = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
 	if res.ExitCode != 0 || running == "" {
-		return "", fmt.Errorf("readlink /run/current-system exited %d (%s): the node runs no NixOS system", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
+		return "", "", fmt.Errorf("readlink /run/current-system found no system (exit %d, %s): the node runs no NixOS system", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
-	return running, nil
+	return running, profile, nil
 }
 
 func (r *nodeSwitchResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -537,7 +619,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		return nil, res, diags, runErr
 	}
 	m := plan
-	diags.Append(r.refresh(ctx, &m, "", res)...)
+	diags.Append(r.refresh(ctx, &m, "", res, nil)...)
 	diags.Append(runDiagnostics(verbDeploy, node, res, runErr)...)
 	if runErr != nil && res.Verdict == nil {
 		// The run stopped before any verdict (build, copy or switch failed): on create

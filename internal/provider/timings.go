@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	pschema "github.com/hashicorp/terraform-plugin-framework/provider/schema"
 	rschema "github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
@@ -29,6 +31,7 @@ type timingsModel struct {
 	ChainWait      types.String `tfsdk:"chain_wait"`
 	NoProgress     types.String `tfsdk:"no_progress"`
 	ConfirmTimeout types.String `tfsdk:"confirm_timeout"`
+	LockWait       types.String `tfsdk:"lock_wait"`
 	RolloutWait    types.String `tfsdk:"rollout_wait"`
 	PullGrace      types.String `tfsdk:"pull_grace"`
 }
@@ -92,6 +95,10 @@ var timingTable = []timing{
 		"SSH deploys: how long after the switch a new SSH login may take. Before the switch the deploy arms a revert on the node; only a login over a new connection after the switch disarms it. If none is accepted in time, the node switches itself back to the system it ran before (and its boot entry), and the apply fails saying so. See `ssh.revert_on_lockout`.",
 		[]string{timingsNodeSwitch},
 		func(m *timingsModel) *types.String { return &m.ConfirmTimeout }, func(t *Timings) *time.Duration { return &t.ConfirmTimeout }},
+	{"lock_wait", deploybody.DefaultLockWait,
+		"How long a deploy or verdict pass waits for the node's lock while another run (from this or another deployer) holds it, before it fails naming the holder. A lock whose holder stopped (its heartbeat is a minute old, or its process on this host is gone) is taken over.",
+		[]string{timingsNodeSwitch, timingsVerdict},
+		func(m *timingsModel) *types.String { return &m.LockWait }, func(t *Timings) *time.Duration { return &t.LockWait }},
 	{"rollout_wait", k8s.DefaultRolloutWait,
 		"k8s rollout: how long to wait for the pod to become ready before rolling back.",
 		[]string{timingsK8sRollout},
@@ -131,7 +138,7 @@ func durationWords(d time.Duration) string {
 func timingsProviderBlock() pschema.SingleNestedBlock {
 	attrs := map[string]pschema.Attribute{}
 	for _, t := range timingTable {
-		attrs[t.name] = pschema.StringAttribute{Optional: true,
+		attrs[t.name] = pschema.StringAttribute{Optional: true, Validators: []validator.String{timingValidator{t.name}},
 			MarkdownDescription: t.description() + " Used by " + strings.Join(backticked(t.usedBy), ", ") + "."}
 	}
 	return pschema.SingleNestedBlock{
@@ -147,7 +154,7 @@ func timingsResourceBlock(resource string) rschema.SingleNestedBlock {
 	attrs := map[string]rschema.Attribute{}
 	for _, t := range timingTable {
 		if t.usedByResource(resource) {
-			attrs[t.name] = rschema.StringAttribute{Optional: true,
+			attrs[t.name] = rschema.StringAttribute{Optional: true, Validators: []validator.String{timingValidator{t.name}},
 				MarkdownDescription: t.description() + " Overrides the provider's value; changing it redeploys nothing."}
 			continue
 		}
@@ -182,10 +189,9 @@ func (m *timingsModel) toTimings(at path.Path) (Timings, diag.Diagnostics) {
 		if v.IsNull() || v.IsUnknown() || v.ValueString() == "" {
 			continue
 		}
-		d, err := time.ParseDuration(v.ValueString())
-		if err != nil || d < 0 {
-			diags.AddAttributeError(at.AtName(tm.name), "Invalid duration",
-				fmt.Sprintf("%s = %q is not a non-negative Go duration. Write it like \"30s\", \"2m\" or \"1h30m\".", tm.name, v.ValueString()))
+		d, err := parseTiming(tm.name, v.ValueString())
+		if err != nil {
+			diags.AddAttributeError(at.AtName(tm.name), "Invalid duration", err.Error())
 			continue
 		}
 		*tm.value(&t) = d
@@ -202,4 +208,43 @@ func (t Timings) Merge(def Timings) Timings {
 		}
 	}
 	return out
+}
+
+// parseTiming reads one timing. Zero is refused: an unset timing already means the
+// default, and a zero wait would mean "do not wait", which no timing supports.
+func parseTiming(name, v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s = %q is not a Go duration. Write it like \"30s\", \"2m\" or \"1h30m\"", name, v)
+	}
+	if d == 0 {
+		return 0, fmt.Errorf("%s = %q is zero. A timing must be positive; remove it to use the default (%s)", name, v, timingDefault(name))
+	}
+	return d, nil
+}
+
+func timingDefault(name string) string {
+	for _, t := range timingTable {
+		if t.name == name {
+			return durationWords(t.def)
+		}
+	}
+	return "the default"
+}
+
+// timingValidator checks a timing at plan time (a value known only at apply is
+// checked then, by toTimings).
+type timingValidator struct{ name string }
+
+func (v timingValidator) Description(context.Context) string {
+	return "a positive Go duration such as 30s, 2m or 1h30m"
+}
+func (v timingValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (v timingValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if _, err := parseTiming(v.name, req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid duration", err.Error())
+	}
 }
