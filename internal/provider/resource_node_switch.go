@@ -125,7 +125,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "A prebuilt system toplevel (`/nix/store/…`) to deploy; conflicts with `build`. " +
 					"After apply: the toplevel the node runs. When the node runs another system (an out-of-band switch), " +
 					"the next plan shows this attribute changing back. " + redeploys,
-				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("build"))},
+				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("build")), storePathValidator{}},
 			},
 			"strict": schema.BoolAttribute{
 				Optional: true,
@@ -476,7 +476,7 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		// off after its switch started, never a finished change. It is not adopted.
 		if interrupted != nil {
 			*interrupted = &interruptedDeploy{toplevel: running, why: fmt.Sprintf(
-				"Node %s runs %s, but its system profile (the boot entry) points at %s: a deploy of %s was interrupted after its switch started (the CLI or the provider stopped, a time limit ran out, or the connection was lost).",
+				"Node %s runs %s, but its system profile (what it boots) points at %s: the switch to %s was not finished. Either a deploy was interrupted after its switch started (the CLI or the provider was stopped, a time limit ran out, the connection was lost), or someone switched it by hand without setting the profile (nixos-rebuild test).",
 				node, running, describeProfile(profile), running)}
 		}
 		tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": node, "running": running, "profile": profile})

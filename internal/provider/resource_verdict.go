@@ -86,7 +86,9 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			"toplevel": schema.StringAttribute{
 				Optional: true,
 				MarkdownDescription: "The system closure whose wanted units count (usually `fediversity_node_switch.x.toplevel`). " +
-					"Default: the system the node runs. It must be in the deployer's store. " + reruns,
+					"Default: the system the node runs. It must be in the deployer's store. " +
+					"When the node runs another system, the pass says so: strict mode fails, naming both; lenient mode warns and judges the given toplevel's units on what the node runs. " + reruns,
+				Validators: []validator.String{storePathValidator{}},
 			},
 			"strict": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),

@@ -303,3 +303,36 @@ resource "fediversity_verdict" "v" {
 		}},
 	})
 }
+
+// A verdict pass given a toplevel the node does not run says so: strict fails naming
+// both systems; lenient succeeds, warns and records the given toplevel as judged.
+func TestAccVerdictGivenToplevelNotRunning(t *testing.T) {
+	accLab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	goodV2 := labtest.BuildClosure(t, labtest.ClosureGoodV2)
+	node := labtest.NewInstance(t, "acc-verdict-other")
+	handDeploy(t, node, good)
+	handDeploy(t, node, goodV2)
+	handDeploy(t, node, good) // the node holds good-v2 but runs good
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config:      verdictConfig(node, sshBlock(node), goodV2, ""),
+				ExpectError: regexp.MustCompile(`runs\s+` + regexp.QuoteMeta(good) + `,\s+not\s+the\s+toplevel\s+` + regexp.QuoteMeta(goodV2)),
+			},
+			{
+				Config: verdictConfig(node, sshBlock(node), goodV2, "strict = false"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("judged_toplevel"), knownvalue.StringExact(goodV2)),
+				},
+			},
+			{
+				Config:      verdictConfig(node, sshBlock(node), "/tmp/not-a-store-path", ""),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?i)store\s+path`),
+			},
+		},
+	})
+}

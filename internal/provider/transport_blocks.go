@@ -85,6 +85,7 @@ func sshBlockSchema(changeEffect string) schema.SingleNestedBlock {
 				Optional: true,
 				MarkdownDescription: "The node's public host key in authorized_keys form (`ssh-ed25519 AAAA…`). " +
 					"Takes precedence over `known_hosts_file`.",
+				Validators: []validator.String{hostKeyValidator{}},
 			},
 			"known_hosts_file": schema.StringAttribute{
 				Optional:            true,
@@ -112,7 +113,7 @@ func sshBlockSchema(changeEffect string) schema.SingleNestedBlock {
 					"host":             schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host name or address."},
 					"port":             schema.Int64Attribute{Optional: true, MarkdownDescription: "Jump host sshd port. Default `22`.", Validators: []validator.Int64{int64validator.Between(1, 65535)}},
 					"user":             schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host user. Default: the node's `user`."},
-					"host_key":         schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host public key (`ssh-ed25519 AAAA…`)."},
+					"host_key":         schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host public key (`ssh-ed25519 AAAA…`). `insecure_ignore_host_key` on the node does not reach the jump host: it keeps this pin (or `known_hosts_file`).", Validators: []validator.String{hostKeyValidator{}}},
 					"known_hosts_file": schema.StringAttribute{Optional: true, MarkdownDescription: "known_hosts file pinning the jump host's key. Default: the node's `known_hosts_file`."},
 				},
 			},

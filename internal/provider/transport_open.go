@@ -129,7 +129,8 @@ func resolveTarget(sshB *sshBlockModel, incusB *incusBlockModel, cfg *Config) (t
 		jt := transportTarget{
 			Kind: "ssh", Host: j.Host.ValueString(), Port: int(j.Port.ValueInt64()), User: j.User.ValueString(),
 			HostKey: j.HostKey.ValueString(), KnownHostsFile: j.KnownHostsFile.ValueString(),
-			InsecureIgnoreHostKey: t.InsecureIgnoreHostKey, Keepalive: t.Keepalive,
+			// insecure_ignore_host_key is the node's: the jump host keeps its own pin.
+			Keepalive: t.Keepalive,
 		}
 		if jt.Host == "" {
 			diags.AddAttributeError(path.Root("ssh").AtName("jump").AtName("host"), "Missing jump host", "ssh.jump.host names the jump host; set it or remove the jump block.")
@@ -142,6 +143,11 @@ func resolveTarget(sshB *sshBlockModel, incusB *incusBlockModel, cfg *Config) (t
 		}
 		if jt.KnownHostsFile == "" {
 			jt.KnownHostsFile = t.KnownHostsFile
+		}
+		if jt.HostKey == "" && jt.KnownHostsFile == "" {
+			diags.AddAttributeError(path.Root("ssh").AtName("jump"), "No pinned host key for the jump host",
+				fmt.Sprintf("The jump host %s has no pinned host key: set ssh.jump.host_key or ssh.jump.known_hosts_file (or ssh.known_hosts_file, which it shares). "+
+					"insecure_ignore_host_key on the node does not reach the jump host.", hostPort(jt.Host, jt.Port)))
 		}
 		t.Jump = &jt
 	}

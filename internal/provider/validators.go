@@ -1,0 +1,49 @@
+package provider
+
+// Plan-time checks of single attributes: what can be told wrong before anything runs
+// is refused in the plan, naming the attribute.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+)
+
+// storePathValidator accepts a top-level Nix store path (/nix/store/<hash>-<name>).
+type storePathValidator struct{}
+
+func (storePathValidator) Description(context.Context) string {
+	return "a Nix store path such as /nix/store/<hash>-nixos-system-<name>"
+}
+func (v storePathValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (storePathValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if p := req.ConfigValue.ValueString(); !nixstore.ValidStorePath(p) {
+		resp.Diagnostics.AddAttributeError(req.Path, "Not a Nix store path",
+			fmt.Sprintf("%s = %q is not a Nix store path. Give the store path of a built system (%s/<32-character hash>-<name>), e.g. the output of nix-build, or use a build block.",
+				req.Path, p, nixstore.StoreDir))
+	}
+}
+
+// hostKeyValidator accepts a public key in authorized_keys form.
+type hostKeyValidator struct{}
+
+func (hostKeyValidator) Description(context.Context) string {
+	return "a public host key in authorized_keys form (ssh-ed25519 AAAA…)"
+}
+func (v hostKeyValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (hostKeyValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() || req.ConfigValue.ValueString() == "" {
+		return
+	}
+	if _, _, _, _, err := gossh.ParseAuthorizedKey([]byte(req.ConfigValue.ValueString())); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Not an SSH host key",
+			fmt.Sprintf("%s is not a public key in authorized_keys form (%v). Copy it from the node's /etc/ssh/ssh_host_ed25519_key.pub, e.g. \"ssh-ed25519 AAAA…\".", req.Path, err))
+	}
+}
