@@ -113,9 +113,10 @@ func Run(ctx context.Context, r Runner, argv []string, opts deploybody.RunOption
 	if opts.Stdin != nil {
 		stdin = bytes.NewReader(opts.Stdin)
 	}
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr boundedBuffer
 	code, err := r.Exec(ctx, wrapped, stdin, &stdout, &stderr)
-	return deploybody.RunResult{ExitCode: code, Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}, err
+	errOut := append(stderr.Bytes(), stdout.cutNote("stdout")+stderr.cutNote("stderr")...)
+	return deploybody.RunResult{ExitCode: code, Stdout: stdout.Bytes(), Stderr: errOut}, err
 }
 
 // runSys runs one of this package's own commands (nix and systemd tools looked up with
@@ -125,7 +126,7 @@ func runSys(ctx context.Context, r Runner, stdin io.Reader, argv ...string) (str
 	if err != nil {
 		return "", err
 	}
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr boundedBuffer
 	code, err := r.Exec(ctx, wrapped, stdin, &stdout, &stderr)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", argv[0], err)

@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -227,7 +226,7 @@ func runScript(ctx context.Context, r Runner, argv []string) (stdout, stderr str
 	if err != nil {
 		return "", "", err
 	}
-	var out, errOut bytes.Buffer
+	var out, errOut boundedBuffer
 	code, err := r.Exec(ctx, wrapped, nil, &out, &errOut)
 	if err != nil {
 		return "", "", err
@@ -323,7 +322,7 @@ func FinalizeBoot(ctx context.Context, r Runner, toplevel string, log Logger) (i
 	if err != nil {
 		return 0, err
 	}
-	var out, errOut bytes.Buffer
+	var out, errOut boundedBuffer
 	code, err := r.Exec(ctx, argv, nil, &out, &errOut)
 	msg := strings.TrimSpace(errOut.String())
 	switch {
