@@ -309,9 +309,9 @@ func decide(v *Verdict) (reasons []string, fails bool) {
 		for _, l := range v.RestartLoops {
 			switch {
 			case l.StillLooping && l.PastBudget:
-				reasons = append(reasons, fmt.Sprintf("unit %s still loops past its loop budget (%d restarts, budget %d)", l.Unit, l.NRestarts, l.Budget))
+				reasons = append(reasons, fmt.Sprintf("unit %s still loops past its loop budget (%d restarts, %s)", l.Unit, l.NRestarts, describeBudget(l.Budget)))
 			case l.StillLooping:
-				reasons = append(reasons, fmt.Sprintf("unit %s still loops after the watch was extended by chain_wait (%d restarts, budget %d not used up)", l.Unit, l.NRestarts, l.Budget))
+				reasons = append(reasons, fmt.Sprintf("unit %s still loops after the watch was extended by chain_wait (%d restarts, %s not used up)", l.Unit, l.NRestarts, describeBudget(l.Budget)))
 			}
 		}
 	}
@@ -386,7 +386,7 @@ func renderReport(node string, v *Verdict) string {
 		failed = append(failed, fmt.Sprintf("%s (%s)", f.Unit, f.Origin))
 	}
 	for _, l := range v.RestartLoops {
-		loops = append(loops, fmt.Sprintf("%s (%d restarts, budget %d)", l.Unit, l.NRestarts, l.Budget))
+		loops = append(loops, fmt.Sprintf("%s (%d restarts, %s)", l.Unit, l.NRestarts, describeBudget(l.Budget)))
 	}
 	for _, f := range v.NeverSpawnedClosure {
 		closure = append(closure, fmt.Sprintf("%s (%d/%s)", f.Unit, f.Status, f.Reason))
@@ -455,4 +455,13 @@ func lastStartSkipped(journal string) bool {
 		}
 	}
 	return false
+}
+
+// describeBudget words a loop budget: a unit with none set has "no loop budget", not
+// "budget 0".
+func describeBudget(b int) string {
+	if b <= 0 {
+		return "no loop budget set"
+	}
+	return fmt.Sprintf("loop budget %d", b)
 }

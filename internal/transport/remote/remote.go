@@ -129,7 +129,8 @@ func runSys(ctx context.Context, r Runner, stdin io.Reader, argv ...string) (str
 	var stdout, stderr boundedBuffer
 	code, err := r.Exec(ctx, wrapped, stdin, &stdout, &stderr)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", argv[0], err)
+		// A transport fault: the command never ran, so its name adds nothing.
+		return "", err
 	}
 	if code != 0 {
 		msg := strings.TrimSpace(stderr.String())

@@ -54,6 +54,9 @@ func (t *Transport) wrap(err error) error {
 // fault means unreachable; "offline" or no answer means systemd does not answer.
 func (t *Transport) Reach(ctx context.Context) error {
 	out, err := runSys(ctx, t.Runner, nil, "/bin/sh", "-c", `systemctl is-system-running 2>&1; true`)
+	if errors.Is(err, deploybody.ErrRefused) {
+		return t.wrap(err) // the refusal says it all (host key, credentials)
+	}
 	if err != nil {
 		return t.wrap(fmt.Errorf("reach: %w", err))
 	}

@@ -142,9 +142,10 @@ func (e *HostKeyError) Error() string {
 			"then set host_key to the node's public host key or add it to %s",
 			e.Addr, e.OfferedType, e.Offered, e.Source, keyFileStem(e.OfferedType), e.Source)
 	}
-	return fmt.Sprintf("ssh %s: HOST KEY CHANGED: the server offered %s %s, but %s pins %s. "+
-		"Someone may be intercepting the connection, or the node was re-installed: check the new fingerprint "+
-		"out of band before you update %s",
+	// "Mismatch", not "changed": a pin seen for the first time may simply be wrong.
+	return fmt.Sprintf("ssh %s: HOST KEY MISMATCH: the server offered %s %s, but %s pins %s. "+
+		"The pin may be wrong, the node may have been re-installed, or someone may be intercepting the connection: "+
+		"check the offered fingerprint out of band before you update %s",
 		e.Addr, e.OfferedType, e.Offered, e.Source, strings.Join(e.Want, ", "), e.Source)
 }
 

@@ -60,7 +60,7 @@ func TestLabHostKeys(t *testing.T) {
 	cfg = labConfig(n)
 	cfg.HostKey = other.HostKey
 	var hk *HostKeyError
-	if err := run(cfg); !errors.As(err, &hk) || !strings.Contains(err.Error(), "HOST KEY CHANGED") || hk.Offered != fp {
+	if err := run(cfg); !errors.As(err, &hk) || !strings.Contains(err.Error(), "HOST KEY MISMATCH") || hk.Offered != fp {
 		t.Fatalf("changed key: %v", err)
 	}
 }

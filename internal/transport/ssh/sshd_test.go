@@ -232,15 +232,15 @@ func TestRealSSHDHostKeys(t *testing.T) {
 		cfg := s.config()
 		cfg.HostKey = strings.TrimSpace(string(otherPub))
 		err := run(cfg)
-		if err == nil || !strings.Contains(err.Error(), "HOST KEY CHANGED") || !strings.Contains(err.Error(), fp) {
+		if err == nil || !strings.Contains(err.Error(), "HOST KEY MISMATCH") || !strings.Contains(err.Error(), fp) {
 			t.Fatalf("err = %v, want a changed host key error showing %s", err, fp)
 		}
 		// The same through known_hosts.
 		kh := filepath.Join(t.TempDir(), "known_hosts")
 		_ = os.WriteFile(kh, []byte(fmt.Sprintf("[127.0.0.1]:%d %s", s.port, otherPub)), 0o600)
 		cfg.HostKey, cfg.KnownHostsFile = "", kh
-		if err := run(cfg); err == nil || !strings.Contains(err.Error(), "HOST KEY CHANGED") {
-			t.Fatalf("known_hosts: err = %v, want HOST KEY CHANGED", err)
+		if err := run(cfg); err == nil || !strings.Contains(err.Error(), "HOST KEY MISMATCH") {
+			t.Fatalf("known_hosts: err = %v, want HOST KEY MISMATCH", err)
 		}
 	})
 	t.Run("no host key source refused", func(t *testing.T) {
@@ -347,7 +347,7 @@ func TestRealSSHDAgentAndJump(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer mustClose(t, c)
-		if _, err := c.Exec(tctx(t), []string{"true"}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "HOST KEY CHANGED") {
+		if _, err := c.Exec(tctx(t), []string{"true"}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "HOST KEY MISMATCH") {
 			t.Fatalf("jumped with a wrong target key: %v", err)
 		}
 	})
