@@ -141,7 +141,9 @@ func (d *submissionDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 				Optional:    true,
 				MarkdownDescription: "Values of identity keys for every node; a node's own `identity` entry in the " +
 					"baked configuration wins over them. Keys not in `identity_keys` are ignored, so a map that also holds " +
-					"per-run values (such as a staged credential path) does not change any plan. Default: empty.",
+					"per-run values does not change any plan. The map itself is kept in the state, so per-run values " +
+					"(paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd or /proc, such as a staged credential) are refused. Default: empty.",
+				Validators: []validator.Map{perRunMapValidator{}},
 			},
 			"operator_root": schema.StringAttribute{
 				Optional: true,

@@ -168,8 +168,8 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"file":        schema.StringAttribute{Optional: true, MarkdownDescription: "Nix file (or directory with `default.nix`) to build."},
 					"attribute":   schema.StringAttribute{Optional: true, MarkdownDescription: "Attribute of the file or expression to build (`-A`)."},
 					"expression":  schema.StringAttribute{Optional: true, MarkdownDescription: "A Nix expression to build (`nix-build -E`)."},
-					"args": schema.MapAttribute{Optional: true, ElementType: types.StringType,
-						MarkdownDescription: "Further `--argstr name value` pairs. Must not hold per-run values such as key locations."},
+					"args": schema.MapAttribute{Optional: true, ElementType: types.StringType, Validators: []validator.Map{perRunMapValidator{}},
+						MarkdownDescription: "Further `--argstr name value` pairs. Must not hold per-run values: paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd or /proc, or the provider's credential locations, are refused at plan."},
 				},
 			},
 			"ssh":      sshBlockSchema(redeploys),
@@ -209,6 +209,12 @@ func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.Modify
 	}
 	if requireTransport(ctx, req.Config, &resp.Diagnostics); resp.Diagnostics.HasError() {
 		return
+	}
+	var args types.Map
+	if d := req.Plan.GetAttribute(ctx, path.Root("build").AtName("args"), &args); !d.HasError() {
+		if resp.Diagnostics.Append(checkPerRunMap(ctx, args, path.Root("build").AtName("args"), r.cfg)...); resp.Diagnostics.HasError() {
+			return
+		}
 	}
 	if r.planDerivation(ctx, req, resp); resp.Diagnostics.HasError() || req.State.Raw.IsNull() {
 		return

@@ -513,6 +513,33 @@ func TestAccNodeSwitchConfigValidation(t *testing.T) {
 			step(switchConfig(node, sshBlock(node), top, "snapshot {\n    keep = 2\n  }"), `(?i)invalid\s+attribute\s+combination`),
 			step(switchConfig(node, sshBlock(node), top, "build {\n    file = \"x.nix\"\n  }"), `(?i)cannot\s+be\s+specified\s+when`),
 			step(switchConfig(node, sshBlock(node), top, `loop_budgets = { "a.service" = "many" }`), `(?i)incorrect\s+attribute\s+value\s+type|number\s+required|Inappropriate\s+value`),
+			// Checked at plan, before anything runs (the lab is not needed for these).
+			step(switchConfig(node, sshBlock(node), "/tmp/result", ""), `(?s)Not a Nix store path.*toplevel`),
+			step(switchConfig(node, `
+  ssh {
+    host     = "127.0.0.1"
+    host_key = "ssh-ed25519 not-a-key"
+  }`, top, ""), `(?s)Not an SSH host key.*ssh.host_key`),
+			step(testAccConfig(accProvider()+fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node     = "web01"
+  toplevel = %q
+%s
+  timings {
+    settle = "0s"
+  }
+}
+`, top, sshBlock(node))), `(?s)settle = "0s" is zero`),
+			step(testAccConfig(accProvider()+fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node = "web01"
+%s
+  build {
+    file = "x.nix"
+    args = { key = "/run/user/0/agent.sock" }
+  }
+}
+`, sshBlock(node))), `(?s)Per-run value refused.*under /run/user`),
 		},
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
@@ -105,7 +106,8 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			"triggers": schema.MapAttribute{
 				Optional: true, ElementType: types.StringType,
 				MarkdownDescription: "Arbitrary values; any change runs the pass again (e.g. `{ generation = fediversity_node_switch.x.generation }`). " +
-					"Must not hold per-run values such as key locations.",
+					"Must not hold per-run values: paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd or /proc, or the provider's credential locations are refused at plan.",
+				Validators: []validator.Map{perRunMapValidator{}},
 			},
 			"judged_toplevel": schema.StringAttribute{
 				Computed:            true,
@@ -130,15 +132,21 @@ func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigVal
 	return []resource.ConfigValidator{atMostOneTransport{}, checksConfigValidator{}}
 }
 
-// ModifyPlan refuses a pass with no transport block (see requireTransport).
-func (r *verdictResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if !req.Plan.Raw.IsNull() {
-		requireTransport(ctx, req.Config, &resp.Diagnostics)
-	}
-}
-
 func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	configureObject(&r.cfg, req.ProviderData, "fediversity_verdict", &resp.Diagnostics)
+}
+
+// ModifyPlan refuses a pass with no transport block (see requireTransport), and
+// triggers that hold the provider's credential locations (the schema validator already
+// refused per-run directories).
+func (r *verdictResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	requireTransport(ctx, req.Config, &resp.Diagnostics)
+	var triggers types.Map
+	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("triggers"), &triggers)...)
+	resp.Diagnostics.Append(checkPerRunMap(ctx, triggers, path.Root("triggers"), r.cfg)...)
 }
 
 func (r *verdictResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
