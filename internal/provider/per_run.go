@@ -79,7 +79,9 @@ type perRunMapValidator struct{}
 func (perRunMapValidator) Description(context.Context) string {
 	return "values must not be per-run (paths under /tmp, /run/user, …)"
 }
-func (v perRunMapValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (v perRunMapValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
 func (perRunMapValidator) ValidateMap(ctx context.Context, req validator.MapRequest, resp *validator.MapResponse) {
 	resp.Diagnostics.Append(checkPerRunMap(ctx, req.ConfigValue, req.Path, nil)...)
 }

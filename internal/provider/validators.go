@@ -19,7 +19,9 @@ type storePathValidator struct{}
 func (storePathValidator) Description(context.Context) string {
 	return "a Nix store path such as /nix/store/<hash>-nixos-system-<name>"
 }
-func (v storePathValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (v storePathValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
 func (storePathValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
