@@ -245,7 +245,7 @@ func (d *submissionDataSource) Read(ctx context.Context, req datasource.ReadRequ
 
 	res, err := submission.Evaluate(in)
 	if err != nil {
-		resp.Diagnostics.Append(evaluationDiagnostics(err, subAttr)...)
+		resp.Diagnostics.Append(evaluationDiagnostics(err, subAttr, m.SubmissionFile.ValueString())...)
 		return
 	}
 	for _, w := range res.Warnings {
@@ -275,7 +275,7 @@ const maxEvaluationDiagnostics = 10
 
 // evaluationDiagnostics turns the engine's errors into one diagnostic per problem, each
 // on the attribute the operator fixes.
-func evaluationDiagnostics(err error, subAttr path.Path) diag.Diagnostics {
+func evaluationDiagnostics(err error, subAttr path.Path, subFile string) diag.Diagnostics {
 	var diags diag.Diagnostics
 	var errs submission.Errors
 	if !errors.As(err, &errs) {
@@ -292,6 +292,9 @@ func evaluationDiagnostics(err error, subAttr path.Path) diag.Diagnostics {
 		switch e.In {
 		case submission.InSubmission:
 			where = "The submission (" + subAttr.String() + ")"
+			if subFile != "" {
+				where = fmt.Sprintf("The submission file %s (%s)", subFile, subAttr)
+			}
 		case submission.InBaked:
 			attr, where = path.Root("baked_json"), "The baked configuration (baked_json)"
 		case submission.InMerged:

@@ -223,13 +223,26 @@ func TestSubmissionProviderConfigureDoesNotLeakPerRunValues(t *testing.T) {
 			"operator_root":   str(root),
 			"identity_keys":   strList("instance", "dns_zone"),
 			"identity": strMap(map[string]string{
-				"dns_zone":              "example.org",
-				"staged_credential_dir": stage,
-				"ssh_key":               stage + "/id_ed25519",
+				"dns_zone": "example.org",
 			}),
 		})
 		if state == nil {
 			t.Fatalf("read failed:\n%s", diagText(diags))
+		}
+		// The identity map is itself kept in the data source's state: a staged
+		// credential path in it is refused, naming the key.
+		h2 := newProtoHarness(t)
+		h2.configure(map[string]tftypes.Value{"ssh_private_key_file": str(stage + "/id_ed25519")})
+		refused, diags := h2.read(map[string]tftypes.Value{
+			"submission_json": str(`{"applications": {"mastodon": {"enable": true}}}`),
+			"baked_json":      str(submissionBaked),
+			"method":          str("tf"),
+			"operator_root":   str(root),
+			"identity_keys":   strList("instance", "dns_zone"),
+			"identity":        strMap(map[string]string{"dns_zone": "example.org", "ssh_key": stage + "/id_ed25519"}),
+		})
+		if refused != nil || !strings.Contains(diagText(diags), `Per-run value refused: identity["ssh_key"]`) {
+			t.Fatalf("a staged credential path in identity was not refused:\n%s", diagText(diags))
 		}
 		return state
 	}

@@ -36,14 +36,15 @@ func perRunReason(v string, cfg *Config) string {
 			}
 		}
 	}
-	if cfg == nil || v == "" {
+	if v == "" {
 		return ""
 	}
-	for name, loc := range map[string]string{
-		"ssh_private_key_file": cfg.SSHPrivateKeyFile, "ssh_auth_sock": cfg.SSHAuthSock,
-		"registry_auth_file": cfg.RegistryAuthFile, "kubeconfig": cfg.KubeConfigPath, "the Incus client key": cfg.IncusClientKey,
-	} {
-		if loc != "" && filepath.Clean(v) == filepath.Clean(loc) {
+	abs, err := filepath.Abs(v)
+	if err != nil {
+		return ""
+	}
+	for name, loc := range perRunValues(cfg) {
+		if abs == loc {
 			return "it is the provider's " + name + " location"
 		}
 	}

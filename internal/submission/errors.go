@@ -24,6 +24,8 @@ type PathError struct {
 	Path    string
 	Problem string
 	Fix     string // what the operator can do; may be empty
+
+	syntax bool // a JSON syntax error: Parse adds the offset
 }
 
 func (e *PathError) Error() string {

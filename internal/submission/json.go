@@ -31,12 +31,33 @@ func Parse(raw []byte) (any, error) {
 	dec.UseNumber()
 	v, err := parseValue(dec, "$", 0)
 	if err != nil {
+		var pe *PathError
+		if errors.As(err, &pe) && pe.syntax {
+			pe.Problem += " " + where(raw, dec.InputOffset())
+		}
 		return nil, err
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, &PathError{Path: "$", Problem: "there is more after the end of the JSON document"}
 	}
 	return v, nil
+}
+
+// syntaxError words a decoder error; Parse adds where in the text it stopped.
+func syntaxError(at string, err error) *PathError {
+	if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) || err.Error() == "EOF" || strings.Contains(err.Error(), "unexpected EOF") {
+		return &PathError{Path: at, Problem: "the document ends early: it is empty or cut short (a truncated file?), or a bracket or brace is not closed", syntax: true}
+	}
+	return &PathError{Path: at, Problem: "not valid JSON: " + err.Error(), syntax: true}
+}
+
+// where is "(at byte N, line L)" for an offset into raw.
+func where(raw []byte, off int64) string {
+	if off > int64(len(raw)) {
+		off = int64(len(raw))
+	}
+	line := 1 + bytes.Count(raw[:off], []byte("\n"))
+	return fmt.Sprintf("(stopped at byte %d of %d, line %d)", off, len(raw), line)
 }
 
 // MaxDepth bounds the nesting of a document. A configuration is a few levels deep; the
@@ -49,10 +70,7 @@ func parseValue(dec *json.Decoder, at string, depth int) (any, error) {
 	}
 	tok, err := dec.Token()
 	if err != nil {
-		if err == io.EOF {
-			return nil, &PathError{Path: at, Problem: "the document is empty or ends early"}
-		}
-		return nil, &PathError{Path: at, Problem: "not valid JSON: " + err.Error()}
+		return nil, syntaxError(at, err)
 	}
 	switch t := tok.(type) {
 	case json.Delim:
@@ -62,7 +80,7 @@ func parseValue(dec *json.Decoder, at string, depth int) (any, error) {
 			for dec.More() {
 				kt, err := dec.Token()
 				if err != nil {
-					return nil, &PathError{Path: at, Problem: "not valid JSON: " + err.Error()}
+					return nil, syntaxError(at, err)
 				}
 				key, ok := kt.(string)
 				if !ok {
@@ -80,7 +98,7 @@ func parseValue(dec *json.Decoder, at string, depth int) (any, error) {
 				obj[key] = v
 			}
 			if _, err := dec.Token(); err != nil {
-				return nil, &PathError{Path: at, Problem: "not valid JSON: " + err.Error()}
+				return nil, syntaxError(at, err)
 			}
 			return obj, nil
 		case '[':
@@ -93,7 +111,7 @@ func parseValue(dec *json.Decoder, at string, depth int) (any, error) {
 				arr = append(arr, v)
 			}
 			if _, err := dec.Token(); err != nil {
-				return nil, &PathError{Path: at, Problem: "not valid JSON: " + err.Error()}
+				return nil, syntaxError(at, err)
 			}
 			return arr, nil
 		default:
