@@ -283,11 +283,15 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 		name  string
 		extra string
 		cut   func(cli *exec.Cmd)
+		// takeover: "yes" when the cut leaves the node's lock behind (its holder was
+		// killed) and the converging apply must take it over; "no" when the run released
+		// it; "either" when the plugin may or may not outlive the cut (it is reported).
+		takeover string
 	}{
 		{"SIGKILL of the CLI during the switch", "", func(cli *exec.Cmd) {
 			waitSwitchRunning(t, node)
 			_ = cli.Process.Signal(syscall.SIGKILL)
-		}},
+		}, "either"},
 		{"SIGKILL of the provider plugin during the switch", "", func(cli *exec.Cmd) {
 			waitSwitchRunning(t, node)
 			plugin := pluginOf(cli.Process.Pid)
@@ -296,8 +300,8 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 				return
 			}
 			_ = syscall.Kill(plugin, syscall.SIGKILL)
-		}},
-		{"timeouts.update (8s) shorter than the switch (15s)", "timeouts {\n    update = \"8s\"\n  }", nil},
+		}, "yes"},
+		{"timeouts.update (8s) shorter than the switch (15s)", "timeouts {\n    update = \"8s\"\n  }", nil, "no"},
 	}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
@@ -338,7 +342,14 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 			}
 
 			c.write(cliSwitchConfig(node, slow, ""))
-			c.mustApply("converging")
+			convergeOut := strings.Join(strings.Fields(c.mustApply("converging")), " ")
+			tookOver := strings.Contains(convergeOut, "took over the node lock")
+			if f.takeover != "either" && tookOver != (f.takeover == "yes") {
+				t.Fatalf("converging apply took over a lock: %v, want %s:\n%s", tookOver, f.takeover, convergeOut)
+			}
+			if tookOver {
+				saw += "; converging apply took over the dead holder's lock"
+			}
 			after := readNodeTruth(t, node)
 			st := c.stateAttrs(addr)
 			verdict, _ := st["verdict"].(map[string]any)
