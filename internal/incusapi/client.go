@@ -49,6 +49,9 @@ type Client struct {
 	project string // "" means the daemon's default project
 	// MaxOutput bounds each of an exec's stdout and stderr (DefaultMaxOutput when 0).
 	MaxOutput int64
+	// OnSlow, if set, hears of every retried call that took longer than SlowCall in
+	// all (the daemon stalled); the provider logs it.
+	OnSlow func(op string, took time.Duration)
 }
 
 // NewUnix returns a client for the daemon on the unix socket at path.
@@ -248,22 +251,36 @@ func (c *Client) apiErr(w where, status int, msg string) *APIError {
 
 // do sends a JSON request and decodes the envelope. A daemon error becomes *APIError.
 func (c *Client) do(ctx context.Context, w where, method, path string, q url.Values, body any) (*response, error) {
-	var rd io.Reader
+	var b []byte
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
 			return nil, fmt.Errorf("incus %s: encode request: %w", w.op, err)
 		}
-		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), rd)
-	if err != nil {
-		return nil, fmt.Errorf("incus %s: %w", w.op, err)
+	attempt := func() (*response, error) {
+		var rd io.Reader
+		if body != nil {
+			rd = bytes.NewReader(b)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), rd)
+		if err != nil {
+			return nil, fmt.Errorf("incus %s: %w", w.op, err)
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		return c.send(w, req)
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if !idempotent(method) {
+		return attempt()
 	}
-	return c.send(w, req)
+	var r *response
+	err := c.retry(ctx, w.op, func() (err error) {
+		r, err = attempt()
+		return err
+	})
+	return r, err
 }
 
 func (c *Client) send(w where, req *http.Request) (*response, error) {

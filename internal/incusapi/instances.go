@@ -321,8 +321,21 @@ func (c *Client) PushFile(ctx context.Context, name, path string, r io.Reader, s
 	req.Header.Set("X-Incus-mode", fmt.Sprintf("%04o", mode&0o7777))
 	req.Header.Set("X-Incus-type", "file")
 	req.Header.Set("X-Incus-write", "overwrite")
-	_, err = c.send(w, req)
-	return err
+	seeker, canRetry := r.(io.Seeker)
+	if !canRetry {
+		_, err = c.send(w, req)
+		return err
+	}
+	// An overwrite with a body that can be read again is safe to send twice.
+	return c.retry(ctx, w.op, func() error {
+		if _, err := seeker.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		again := req.Clone(ctx)
+		again.Body = io.NopCloser(r)
+		_, err := c.send(w, again)
+		return err
+	})
 }
 
 // PullFile reads file path of instance name, at most limit bytes (DefaultMaxFile when

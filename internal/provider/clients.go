@@ -7,7 +7,9 @@ package provider
 
 import (
 	"fmt"
+	"log"
 	"sync"
+	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
@@ -44,6 +46,13 @@ func newProviderClients(cfg *Config) *providerClients {
 		})
 	} else {
 		c.incus, c.incusErr = incusapi.NewUnix(cfg.IncusSocket)
+	}
+	if c.incus != nil {
+		// The client is shared by every resource, so it has no request context to log
+		// with: the plugin's standard log reaches the CLI's log (TF_LOG=WARN).
+		c.incus.OnSlow = func(op string, took time.Duration) {
+			log.Printf("[WARN] incus %s took %s: the daemon was slow to answer (transient faults were retried)", op, took.Round(time.Second))
+		}
 	}
 	return c
 }
