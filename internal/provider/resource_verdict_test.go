@@ -319,6 +319,12 @@ func TestAccVerdictGivenToplevelNotRunning(t *testing.T) {
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
 			{
+				// Checked at plan, before anything runs.
+				Config:      verdictConfig(node, sshBlock(node), "/tmp/not-a-store-path", ""),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?i)not\s+a\s+Nix\s+store\s+path`),
+			},
+			{
 				Config:      verdictConfig(node, sshBlock(node), goodV2, ""),
 				ExpectError: regexp.MustCompile(`runs\s+` + regexp.QuoteMeta(good) + `,\s+not\s+the\s+toplevel\s+` + regexp.QuoteMeta(goodV2)),
 			},
@@ -327,11 +333,6 @@ func TestAccVerdictGivenToplevelNotRunning(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("judged_toplevel"), knownvalue.StringExact(goodV2)),
 				},
-			},
-			{
-				Config:      verdictConfig(node, sshBlock(node), "/tmp/not-a-store-path", ""),
-				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?i)store\s+path`),
 			},
 		},
 	})
