@@ -301,6 +301,14 @@ func evaluationDiagnostics(err error, subAttr path.Path, subFile string) diag.Di
 			attr, where = path.Root("baked_json"), "The merged configuration (baked_json with the submission laid over it)"
 		case submission.InNodePlan:
 			where = fmt.Sprintf("The plan of node %s, made from the submission and baked_json,", e.Node)
+			// Point at the place the operator wrote, in the document that set it.
+			switch e.Source {
+			case submission.InBaked:
+				attr = path.Root("baked_json")
+				where = fmt.Sprintf("The plan of node %s (from baked_json at %s)", e.Node, e.SourcePath)
+			case submission.InSubmission:
+				where = fmt.Sprintf("The plan of node %s (from the submission, %s, at %s)", e.Node, subAttr, e.SourcePath)
+			}
 		case submission.InMethod:
 			attr, where = path.Root("method"), "method"
 		case submission.InIdentityKeys:

@@ -25,6 +25,11 @@ type PathError struct {
 	Problem string
 	Fix     string // what the operator can do; may be empty
 
+	// Source and SourcePath say, for a node plan's problem, which document the value
+	// came from (InBaked or InSubmission) and where it is in it.
+	Source     string
+	SourcePath string
+
 	syntax bool // a JSON syntax error: Parse adds the offset
 }
 

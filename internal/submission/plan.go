@@ -171,7 +171,7 @@ func Evaluate(in Input) (*Result, error) {
 				plan[k] = v
 			}
 		}
-		checked := checker.check(name, plan)
+		checked := checker.check(name, plan, sub)
 		text, err := Canonical(checked)
 		if err != nil {
 			errs.add(InNodePlan, name, JoinKey("$.nodes", name), err.Error(), "")
@@ -339,6 +339,10 @@ type planChecker struct {
 	perRun   map[string]string
 	errs     *Errors
 	node     string
+	// src and fromSub are where the value being checked lives in the configuration the
+	// operator wrote, and whether the submission set it.
+	src     string
+	fromSub bool
 }
 
 func newPlanChecker(root string, perRun map[string]string, errs *Errors) *planChecker {
@@ -349,16 +353,65 @@ func newPlanChecker(root string, perRun map[string]string, errs *Errors) *planCh
 	return c
 }
 
-func (c *planChecker) check(node string, plan map[string]any) any {
+func (c *planChecker) check(node string, plan map[string]any, sub map[string]any) any {
 	c.node = node
-	return c.walk(plan, JoinKey("$.nodes", node))
+	at := JoinKey("$.nodes", node)
+	subNode, _ := lookup(sub, "nodes", node).(map[string]any)
+	out := make(map[string]any, len(plan))
+	for _, k := range sortedKeys(plan) {
+		v := plan[k]
+		part := map[string]any{}
+		switch k {
+		case "applications", "settings", "shared":
+			m, _ := v.(map[string]any)
+			for _, e := range sortedKeys(m) {
+				// Where the value lives in the configuration the operator wrote.
+				src, subV := JoinKey("$", e), lookup(sub, e)
+				switch k {
+				case "applications":
+					src, subV = JoinKey("$.applications", e), lookup(sub, "applications", e)
+				case "settings":
+					src, subV = JoinKey(at, e), lookup(subNode, e)
+				}
+				part[e] = c.walk(m[e], JoinKey(JoinKey(at, k), e), src, subV)
+			}
+			out[k] = part
+		case "identity":
+			out[k] = c.walk(v, JoinKey(at, k), JoinKey(at, k), lookup(subNode, k))
+		default:
+			out[k] = c.walk(v, JoinKey(at, k), JoinKey("$", k), lookup(sub, k))
+		}
+	}
+	return out
+}
+
+// lookup follows keys through nested objects; nil when a key is missing.
+func lookup(v any, keys ...string) any {
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
 }
 
 func (c *planChecker) fail(at, problem, fix string) {
 	c.errs.add(InNodePlan, c.node, at, problem, fix)
+	e := (*c.errs)[len(*c.errs)-1]
+	e.SourcePath = c.src
+	e.Source = InBaked
+	if c.fromSub {
+		e.Source = InSubmission
+	}
 }
 
-func (c *planChecker) walk(v any, at string) any {
+// walk checks v, found at at in the node plan; src is the same place in the
+// configuration the operator wrote, and sub the submission's value there (nil: the
+// value comes from the baked configuration).
+func (c *planChecker) walk(v any, at, src string, sub any) any {
+	c.src, c.fromSub = src, sub != nil
 	switch t := v.(type) {
 	case map[string]any:
 		if ref, ok := t[FileRefKey]; ok {
@@ -381,13 +434,18 @@ func (c *planChecker) walk(v any, at string) any {
 		}
 		out := make(map[string]any, len(t))
 		for _, k := range sortedKeys(t) {
-			out[k] = c.walk(t[k], JoinKey(at, k))
+			out[k] = c.walk(t[k], JoinKey(at, k), JoinKey(src, k), lookup(sub, k))
 		}
 		return out
 	case []any:
 		out := make([]any, len(t))
+		subList, _ := sub.([]any)
 		for i, e := range t {
-			out[i] = c.walk(e, JoinIndex(at, i))
+			var subE any
+			if i < len(subList) {
+				subE = subList[i]
+			}
+			out[i] = c.walk(e, JoinIndex(at, i), JoinIndex(src, i), subE)
 		}
 		return out
 	case string:

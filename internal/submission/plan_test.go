@@ -503,3 +503,19 @@ func TestHoldsPath(t *testing.T) {
 		}
 	}
 }
+
+// A node plan's problem says which document set the value and where it is there, so
+// the operator is pointed at a place that exists.
+func TestNodePlanProblemNamesItsSource(t *testing.T) {
+	baked := strings.Replace(bakedFixture, `"max_upload_mb": 15`, `"max_upload_mb": 15, "cfg": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-cfg"`, 1)
+	errs := evaluateErr(t, Input{Baked: []byte(baked),
+		Submission: []byte(`{"applications": {"mastodon": {"enable": true, "key": "<LAMBDA>"}}}`)})
+	fromBaked := wantError(t, errs, "$.nodes.web02.applications.pixelfed.cfg", "Nix store path")
+	if fromBaked.Source != InBaked || fromBaked.SourcePath != "$.applications.pixelfed.cfg" {
+		t.Errorf("baked value: source %q at %q", fromBaked.Source, fromBaked.SourcePath)
+	}
+	fromSub := wantError(t, errs, "$.nodes.web01.applications.mastodon.key", "function")
+	if fromSub.Source != InSubmission || fromSub.SourcePath != "$.applications.mastodon.key" {
+		t.Errorf("submitted value: source %q at %q", fromSub.Source, fromSub.SourcePath)
+	}
+}
