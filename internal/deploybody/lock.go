@@ -40,8 +40,9 @@ const (
 )
 
 // lockScript is run as `sh -c lockScript sh <op> <token> [<holder> <stale seconds> <takeover token>]`.
-// It prints "acquired", "ok", "released", or "held <age seconds>" / "lost" followed by
-// the holder's lines.
+// It prints "acquired", "ok", "released", "gone" (no lock at all: the node's /run was
+// emptied, by a reboot or a snapshot restore), or "held <age seconds>" / "lost"
+// followed by the holder's lines.
 const lockScript = `set -u
 umask 077
 f=` + LockFile + `
@@ -63,9 +64,13 @@ acquire)
     echo "held $age"; printf '%s\n' "$held"
   fi ;;
 heartbeat)
-  if [ "$cur" = "$2" ]; then touch "$f" && echo ok; else echo lost; printf '%s\n' "$held"; fi ;;
+  if [ "$cur" = "$2" ]; then touch "$f" && echo ok
+  elif [ -z "$held" ]; then echo gone
+  else echo lost; printf '%s\n' "$held"; fi ;;
 release)
-  if [ "$cur" = "$2" ]; then rm -f "$f" && echo released; else echo lost; printf '%s\n' "$held"; fi ;;
+  if [ "$cur" = "$2" ]; then rm -f "$f" && echo released
+  elif [ -z "$held" ]; then echo released
+  else echo lost; printf '%s\n' "$held"; fi ;;
 esac
 `
 
@@ -313,6 +318,15 @@ func (r *run) heartbeat(l *nodeLock) {
 		out, err := r.lockOp(r.ctx, "heartbeat", l.holder.Token)
 		if err != nil {
 			r.log(LevelDebug, PhaseLockNode, "lock heartbeat failed; trying again", map[string]any{"error": err.Error()})
+			continue
+		}
+		if out[0] == "gone" {
+			// Nobody holds it (the node's /run was emptied): take it back.
+			r.log(LevelWarn, PhaseLockNode, "the node lock was gone (the node's /run was emptied); taking it again", nil)
+			stale := strconv.Itoa(int(lockStale / time.Second))
+			if _, err := r.lockOp(r.ctx, "acquire", l.holder.Token, l.holder.lines(), stale, ""); err != nil {
+				r.log(LevelDebug, PhaseLockNode, "taking the lock again failed; trying next tick", map[string]any{"error": err.Error()})
+			}
 			continue
 		}
 		if out[0] == "lost" {
