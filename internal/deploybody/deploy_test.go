@@ -908,7 +908,25 @@ func TestDeployWaitsForNodeLock(t *testing.T) {
 	if _, err := ok.deploy(); err != nil {
 		t.Fatal(err)
 	}
-	if ok.node.lockToken != "" || len(ok.node.lockCalls()) != 2 {
-		t.Fatalf("lock left %q after %d lock calls; want released after acquire+release", ok.node.lockToken, len(ok.node.lockCalls()))
+	// acquire, a check before the switch and before the boot entry, release.
+	if ok.node.lockToken != "" || len(ok.node.lockCalls()) != 4 {
+		t.Fatalf("lock left %q after %d lock calls; want released after acquire, two checks and release", ok.node.lockToken, len(ok.node.lockCalls()))
+	}
+}
+
+// A run whose lock another run took while it ran fails saying another deploy took the
+// node, not that its switch never activated.
+func TestDeployLockTakenMidRun(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.lockTakenAtSwitch = "other-deployer"
+	_, err := s.deploy()
+	if !errors.Is(err, ErrLockLost) || !strings.Contains(err.Error(), "took the node's lock") || strings.Contains(err.Error(), "never activated") {
+		t.Fatalf("err = %v", err)
+	}
+	if s.node.lockToken != "other-deployer" {
+		t.Fatalf("the other run's lock was released: %q", s.node.lockToken)
+	}
+	if n := len(s.node.callsOf("finalize")); n != 0 {
+		t.Fatalf("the boot entry was written %d times by a run that lost the node", n)
 	}
 }

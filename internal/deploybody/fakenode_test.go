@@ -121,6 +121,9 @@ type fakeNode struct {
 
 	mu        sync.Mutex // calls and the lock: the lock's heartbeat runs beside the phases
 	lockToken string
+	// lockTakenAtSwitch, if set, is the token of another run that takes the node's lock
+	// while this run switches (as one that saw this run's heartbeat stop would).
+	lockTakenAtSwitch string
 }
 
 func newFakeNode(clock *fakeClock) *fakeNode {
@@ -298,6 +301,11 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 	}
 	if !n.store[toplevel] {
 		return SwitchResult{ExitCode: 1, Stderr: toplevel + ": No such file or directory"}, nil
+	}
+	if n.lockTakenAtSwitch != "" {
+		n.mu.Lock()
+		n.lockToken = n.lockTakenAtSwitch
+		n.mu.Unlock()
 	}
 	defer func() {
 		n.busSevered = n.busSevered || n.severBusAtSwitch

@@ -8,6 +8,9 @@ import (
 // The last phases: finalize the boot entry (also when the verdict fails) and conclude.
 
 func (r *run) finalizeBootEntry() (string, error) {
+	if err := r.confirmLock(); err != nil {
+		return "", err
+	}
 	generation, err := r.t.FinalizeBoot(r.ctx, r.toplevel)
 	if err != nil {
 		err = fmt.Errorf("setting the system profile and boot entry to %s: %w", r.toplevel, err)

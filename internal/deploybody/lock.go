@@ -376,3 +376,21 @@ func (r *run) unlockNode() {
 		r.lock.mu.Unlock()
 	}
 }
+
+// confirmLock asks the node, now, whether this run still holds its lock: the
+// heartbeat's answer may be seconds old, and a switch or a boot entry must not be
+// written by a run another run took the node from. A node that does not answer is no
+// answer: the phase that follows meets the same fault.
+func (r *run) confirmLock() error {
+	if r.lock == nil {
+		return nil
+	}
+	out, err := r.lockOp(r.ctx, "heartbeat", r.lock.holder.Token)
+	if err == nil && out[0] == "lost" {
+		h := parseLockHolder(out[1:], 0)
+		r.lock.mu.Lock()
+		r.lock.lost = &h
+		r.lock.mu.Unlock()
+	}
+	return r.lockLost()
+}

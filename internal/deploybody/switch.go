@@ -5,6 +5,9 @@ import "fmt"
 // The switch phases: switch, read its result, detect a switch that did not take.
 
 func (r *run) switchSystem() (string, error) {
+	if err := r.confirmLock(); err != nil {
+		return "", err
+	}
 	r.armRevert()
 	sr, err := r.t.Switch(r.ctx, r.toplevel, "switch", r.o.Timings.SwitchTimeout)
 	r.switchEnded = r.o.Clock.Now()
