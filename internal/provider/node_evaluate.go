@@ -120,6 +120,7 @@ func (r *nodeSwitchResource) planDerivation(ctx context.Context, req resource.Mo
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("changes"), types.ObjectUnknown(changesAttrTypes))...)
 	}
 }
 
