@@ -1,0 +1,116 @@
+package provider
+
+// Acceptance test of modules/tf on three throwaway lab nodes reached over SSH: the
+// whole group from one submission, as an operator runs it.
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
+)
+
+func TestAccModuleTF(t *testing.T) {
+	accLab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	lab := []labtest.Node{labtest.NewInstance(t, "mtf-a"), labtest.NewInstance(t, "mtf-b"), labtest.NewInstance(t, "mtf-c")}
+	var names []string
+	roster := map[string]any{}
+	for _, n := range lab {
+		names = append(names, n.Name)
+		roster[n.Name] = map[string]any{"host": n.SSHHost, "port": n.SSHPort, "host_key": n.HostKey}
+	}
+	a, b, c := names[0], names[1], names[2]
+	g := newGroupSample(t, "tf", names)
+	closures := labtest.RepoRoot(t) + "/lab/closures/default.nix"
+
+	config := func(extra string) string {
+		return testAccConfig(accProvider() + fmt.Sprintf(`
+module "group" {
+  source          = %q
+  submission_file = %q
+  baked_json      = %s
+  nodes           = %s
+  build           = { file = %q, attribute = %q }
+  timings         = { node_wait = "30s", settle = "1s", watch = "3s", sample_interval = "1s" }
+  %s
+}
+
+output "summary" {
+  value = module.group.summary
+}
+`, modulePath(t, "tf"), g.file, hcl(g.baked()), hcl(roster), closures, labtest.ClosureGood, extra))
+	}
+	const sw = "module.group.fediversity_node_switch.node"
+
+	// Every enabled node runs the good closure.
+	runs := func(nodes ...string) labCheck {
+		return func() error {
+			for _, n := range nodes {
+				cur, err := labtest.IncusErr("exec", n, "--", "readlink", "-f", "/run/current-system")
+				if err != nil || strings.TrimSpace(cur) != good {
+					return fmt.Errorf("%s runs %q (%v), want %s", n, strings.TrimSpace(cur), err, good)
+				}
+			}
+			return nil
+		}
+	}
+
+	resource.Test(t, resource.TestCase{
+		PreCheck: func() { testAccPreCheck(t) },
+		Steps: moduleSteps(t,
+			resource.TestStep{
+				PreConfig: func() { g.submit(names, nil) },
+				Config:    config(""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: actions(sw, names, map[string]plancheck.ResourceActionType{
+					a: plancheck.ResourceActionCreate, b: plancheck.ResourceActionCreate, c: plancheck.ResourceActionCreate,
+				})},
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), runs(a, b, c)},
+			},
+			resource.TestStep{
+				// The same submission again: nothing to do.
+				Config:           config(""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			},
+			resource.TestStep{
+				// One application's settings change: only the node that runs it redeploys.
+				PreConfig: func() { g.submit(names, map[string]map[string]any{g.apps[b]: {"theme": "dark"}}) },
+				Config:    config(""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: actions(sw, names, map[string]plancheck.ResourceActionType{
+					b: plancheck.ResourceActionUpdate,
+				})},
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil))},
+			},
+			resource.TestStep{
+				// The submission turns c's application off: c leaves the graph.
+				PreConfig: func() { g.submit([]string{a, b}, map[string]map[string]any{g.apps[b]: {"theme": "dark"}}) },
+				Config:    config(""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: actions(sw, names, map[string]plancheck.ResourceActionType{
+					c: plancheck.ResourceActionDestroy,
+				})},
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck([]string{a, b}, []string{c}))},
+			},
+			resource.TestStep{
+				// The operator approved another submission than the one in the file: every
+				// node's deploy refuses at apply, and no node changes.
+				Config:      config(fmt.Sprintf("submission_digest = %q", otherDigest(t))),
+				ExpectError: refusedAll("deploy", []string{a, b}),
+			},
+			resource.TestStep{
+				// Nothing changed: the state still matches the nodes, which still run the closure.
+				Config:            config(""),
+				ConfigPlanChecks:  resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+				ConfigStateChecks: []statecheck.StateCheck{runs(a, b)},
+			},
+			resource.TestStep{
+				// The module goes: its resources leave the state (the nodes keep running).
+				Config: emptyRoot(),
+			},
+		),
+	})
+}

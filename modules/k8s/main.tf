@@ -1,0 +1,58 @@
+# Method `k8s`: the target namespace (fediversity_k8s_namespace), then, for every node the
+# submission enables, its node image pushed to the provider's registry (fediversity_image)
+# and its Deployment and state claim rolled out (fediversity_k8s_rollout). A node the
+# submission turns off drops out of for_each: its Deployment and its claim are deleted
+# (the claim's data with it); the image stays in the registry.
+
+locals {
+  method = "k8s"
+  baked  = jsondecode(var.baked_json)
+  digest = coalesce(var.submission_digest, data.fediversity_submission.this.digest)
+  nodes  = { for n in data.fediversity_submission.this.enabled_nodes : n => var.nodes[n] }
+}
+
+data "fediversity_submission" "this" {
+  submission_file = var.submission_file
+  baked_json      = var.baked_json
+  method          = local.method
+  identity_keys   = var.identity_keys
+  identity        = var.identity
+  operator_root   = var.operator_root
+
+  lifecycle {
+    postcondition {
+      condition     = length(setsubtract(self.enabled_nodes, keys(var.nodes))) == 0
+      error_message = "The submission enables nodes that var.nodes does not list: ${join(", ", setsubtract(self.enabled_nodes, keys(var.nodes)))}. Add each node's image to var.nodes."
+    }
+  }
+}
+
+resource "fediversity_k8s_namespace" "this" {
+  app           = var.app
+  runtime_class = var.runtime_class
+}
+
+resource "fediversity_image" "node" {
+  for_each = local.nodes
+
+  namespace = fediversity_k8s_namespace.this.name
+  node      = each.key
+  archive   = each.value.archive
+  tag       = each.value.tag
+}
+
+resource "fediversity_k8s_rollout" "node" {
+  for_each = local.nodes
+
+  namespace     = fediversity_k8s_namespace.this.name
+  node          = each.key
+  image_ref     = fediversity_image.node[each.key].image_ref
+  runtime_class = fediversity_k8s_namespace.this.runtime_class
+  storage_class = var.storage_class
+  storage_size  = each.value.storage_size != null ? each.value.storage_size : var.storage_size
+
+  timings {
+    rollout_wait = var.timings.rollout_wait
+    pull_grace   = var.timings.pull_grace
+  }
+}

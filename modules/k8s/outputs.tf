@@ -1,0 +1,36 @@
+output "digest" {
+  description = "The digest of the submission as read at plan."
+  value       = data.fediversity_submission.this.digest
+}
+
+output "node_plans" {
+  description = "The node plan of every enabled node: what each node's image is built from."
+  value       = data.fediversity_submission.this.node_plans
+}
+
+output "namespace" {
+  description = "The target namespace."
+  value       = fediversity_k8s_namespace.this.name
+}
+
+output "verdicts" {
+  description = "Per enabled node: ok (its pod became ready on the configured image), the rollout status (ready, not_ready, rolled_back, failed), the image it runs and its machine ID."
+  value = {
+    for n, r in fediversity_k8s_rollout.node : n => {
+      ok                = r.status == "ready"
+      reasons           = r.status == "ready" ? [] : ["rollout ${r.status}"]
+      status            = r.status
+      running_image_ref = r.running_image_ref
+      machine_id        = r.machine_id
+    }
+  }
+}
+
+output "summary" {
+  description = "The group: nodes ok, nodes failing with their rollout status, and nodes the submission disables (no Deployment, no claim)."
+  value = {
+    ok       = sort([for n, r in fediversity_k8s_rollout.node : n if r.status == "ready"])
+    failing  = { for n, r in fediversity_k8s_rollout.node : n => ["rollout ${r.status}"] if r.status != "ready" }
+    disabled = sort(tolist(setsubtract(keys(local.baked.nodes), data.fediversity_submission.this.enabled_nodes)))
+  }
+}

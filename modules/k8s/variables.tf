@@ -1,0 +1,81 @@
+variable "submission_file" {
+  description = "Path of the submission JSON the api wrote. It is read at every plan, and again by every resource at apply: a submission that changed after the plan is refused."
+  type        = string
+}
+
+variable "submission_digest" {
+  description = "The digest of the submission the operator approved. Default: the digest read at plan. Set it to refuse, at apply, every submission but that one."
+  type        = string
+  default     = null
+}
+
+variable "baked_json" {
+  description = "The baked configuration as a JSON object (the node map, the applications and their defaults), e.g. file(\"baked.json\"). See the fediversity_submission data source."
+  type        = string
+}
+
+variable "identity_keys" {
+  description = "The declared node identity keys (see fediversity_submission)."
+  type        = list(string)
+  default     = []
+}
+
+variable "identity" {
+  description = "Values of identity keys for every node (see fediversity_submission)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "operator_root" {
+  description = "Root of the operator tree; file references in node plans are relative to it. Default: the working directory."
+  type        = string
+  default     = null
+}
+
+variable "nodes" {
+  description = <<-EOT
+    The node roster, keyed by the node names of the baked configuration (DNS labels: they
+    name the Deployment, the claim and the image repository). Per node, the node image:
+    `archive` (a docker-archive, e.g. from pkgs.dockerTools.buildImage of the node's
+    configuration built with its node plan) and its `tag`. Optional per node:
+    `storage_size`. A node the submission enables must be listed.
+  EOT
+  type = map(object({
+    archive      = string
+    tag          = string
+    storage_size = optional(string)
+  }))
+}
+
+variable "app" {
+  description = "For a per-app target: the application, appended as -<app> to the provider's namespace. Default: the `all` target (the namespace itself)."
+  type        = string
+  default     = null
+}
+
+variable "runtime_class" {
+  description = "The method's RuntimeClass, checked at every plan. Default `fediversity`."
+  type        = string
+  default     = null
+}
+
+variable "storage_class" {
+  description = "StorageClass of every node's claim. Default: the cluster's default class."
+  type        = string
+  default     = null
+}
+
+variable "storage_size" {
+  description = "Size of every node's claim unless the node sets its own. Default `1Gi`."
+  type        = string
+  default     = null
+}
+
+variable "timings" {
+  description = "Waits of every rollout (Go durations); unset ones come from the provider's timings."
+  type = object({
+    rollout_wait = optional(string)
+    pull_grace   = optional(string)
+  })
+  default = {}
+}

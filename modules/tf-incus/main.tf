@@ -1,0 +1,139 @@
+# Method `tf-incus`: every node the submission enables gets its Incus container
+# (fediversity_incus_node, unless the roster names an existing instance), is deployed
+# through the Incus API (fediversity_node_switch), and judged again by the verdict-only
+# pass (fediversity_verdict). A node the submission turns off drops out of for_each:
+# its deploy and verdict leave the state, and the container this module made for it is
+# deleted.
+
+locals {
+  method = "tf-incus"
+  baked  = jsondecode(var.baked_json)
+  digest = coalesce(var.submission_digest, data.fediversity_submission.this.digest)
+  nodes  = { for n in data.fediversity_submission.this.enabled_nodes : n => var.nodes[n] }
+  # Nodes whose container this module makes.
+  containers = { for n, v in local.nodes : n => v if v.instance == null }
+  # How each node is reached: the container made here, or the existing instance.
+  target = {
+    for n, v in local.nodes : n => {
+      instance = try(fediversity_incus_node.node[n].instance, v.instance)
+      project  = try(fediversity_incus_node.node[n].project, v.project)
+    }
+  }
+}
+
+data "fediversity_submission" "this" {
+  submission_file = var.submission_file
+  baked_json      = var.baked_json
+  method          = local.method
+  identity_keys   = var.identity_keys
+  identity        = var.identity
+  operator_root   = var.operator_root
+
+  lifecycle {
+    postcondition {
+      condition     = length(setsubtract(self.enabled_nodes, keys(var.nodes))) == 0
+      error_message = "The submission enables nodes that var.nodes does not list: ${join(", ", setsubtract(self.enabled_nodes, keys(var.nodes)))}. Add each of them to var.nodes (a container to create, or an existing instance)."
+    }
+  }
+}
+
+resource "fediversity_incus_node" "node" {
+  for_each = local.containers
+
+  name      = coalesce(each.value.container, each.key)
+  image     = coalesce(each.value.image, var.image)
+  project   = each.value.project
+  profiles  = each.value.profiles
+  config    = each.value.config
+  limits    = each.value.limits
+  node_wait = var.timings.node_wait
+
+  dynamic "device" {
+    for_each = each.value.devices
+    content {
+      name       = device.value.name
+      type       = device.value.type
+      properties = device.value.properties
+    }
+  }
+}
+
+resource "fediversity_node_switch" "node" {
+  for_each = local.nodes
+
+  node              = each.key
+  node_plan         = data.fediversity_submission.this.node_plans[each.key]
+  submission_digest = local.digest
+  submission_file   = var.submission_file
+  toplevel          = each.value.toplevel
+  strict            = var.strict
+  secret_chain      = var.secret_chain
+  loop_budgets      = var.loop_budgets
+
+  dynamic "build" {
+    for_each = each.value.toplevel == null ? [each.value.build != null ? each.value.build : var.build] : []
+    content {
+      installable = build.value.installable
+      file        = build.value.file
+      attribute   = build.value.attribute
+      expression  = build.value.expression
+      args        = build.value.args
+    }
+  }
+
+  incus {
+    instance = local.target[each.key].instance
+    project  = local.target[each.key].project
+  }
+
+  dynamic "snapshot" {
+    for_each = var.snapshot_keep > 0 ? [var.snapshot_keep] : []
+    content {
+      keep = snapshot.value
+    }
+  }
+
+  timings {
+    node_wait       = var.timings.node_wait
+    switch_timeout  = var.timings.switch_timeout
+    settle          = var.timings.settle
+    watch           = var.timings.watch
+    sample_interval = var.timings.sample_interval
+    stale_job       = var.timings.stale_job
+    chain_wait      = var.timings.chain_wait
+    no_progress     = var.timings.no_progress
+  }
+}
+
+# The verdict-only pass after the deploy: it runs again whenever the node gets a new
+# generation, and judges the toplevel the deploy put in place.
+resource "fediversity_verdict" "node" {
+  for_each = local.nodes
+
+  node              = fediversity_node_switch.node[each.key].node
+  toplevel          = fediversity_node_switch.node[each.key].toplevel
+  submission_digest = local.digest
+  submission_file   = var.submission_file
+  strict            = var.strict
+  secret_chain      = var.secret_chain
+  loop_budgets      = var.loop_budgets
+
+  incus {
+    instance = local.target[each.key].instance
+    project  = local.target[each.key].project
+  }
+
+  triggers = {
+    generation = tostring(fediversity_node_switch.node[each.key].generation)
+  }
+
+  timings {
+    node_wait       = var.timings.node_wait
+    settle          = var.timings.verdict_settle != null ? var.timings.verdict_settle : var.timings.settle
+    watch           = var.timings.verdict_watch != null ? var.timings.verdict_watch : var.timings.watch
+    sample_interval = var.timings.sample_interval
+    stale_job       = var.timings.stale_job
+    chain_wait      = var.timings.chain_wait
+    no_progress     = var.timings.no_progress
+  }
+}

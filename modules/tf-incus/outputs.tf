@@ -1,0 +1,39 @@
+output "digest" {
+  description = "The digest of the submission as read at plan."
+  value       = data.fediversity_submission.this.digest
+}
+
+output "node_plans" {
+  description = "The node plan of every enabled node."
+  value       = data.fediversity_submission.this.node_plans
+}
+
+output "instances" {
+  description = "Per enabled node: the Incus instance and project it runs in."
+  value       = local.target
+}
+
+output "verdicts" {
+  description = "Per enabled node: ok (deploy and verdict-only pass both converged), the reasons of each, the toplevel and generation it runs, and both verdicts as text."
+  value = {
+    for n, r in fediversity_node_switch.node : n => {
+      ok           = length(r.verdict.reasons) == 0 && length(fediversity_verdict.node[n].verdict.reasons) == 0
+      reasons      = concat(r.verdict.reasons, fediversity_verdict.node[n].verdict.reasons)
+      toplevel     = r.toplevel
+      generation   = r.generation
+      report       = r.verdict.report
+      verdict_only = fediversity_verdict.node[n].verdict.report
+    }
+  }
+}
+
+output "summary" {
+  description = "The group: nodes ok, nodes failing with their reasons (only seen in lenient mode: a strict failure fails the apply), and nodes the submission disables (no resources)."
+  value = {
+    ok = sort([for n, r in fediversity_node_switch.node : n
+    if length(r.verdict.reasons) == 0 && length(fediversity_verdict.node[n].verdict.reasons) == 0])
+    failing = { for n, r in fediversity_node_switch.node : n => concat(r.verdict.reasons, fediversity_verdict.node[n].verdict.reasons)
+    if length(r.verdict.reasons) + length(fediversity_verdict.node[n].verdict.reasons) > 0 }
+    disabled = sort(tolist(setsubtract(keys(local.baked.nodes), data.fediversity_submission.this.enabled_nodes)))
+  }
+}

@@ -1,0 +1,125 @@
+variable "submission_file" {
+  description = "Path of the submission JSON the api wrote. It is read at every plan, and again by every resource at apply: a submission that changed after the plan is refused."
+  type        = string
+}
+
+variable "submission_digest" {
+  description = "The digest of the submission the operator approved. Default: the digest read at plan. Set it to refuse, at apply, every submission but that one."
+  type        = string
+  default     = null
+}
+
+variable "baked_json" {
+  description = "The baked configuration as a JSON object (the node map, the applications and their defaults), e.g. file(\"baked.json\"). See the fediversity_submission data source."
+  type        = string
+}
+
+variable "identity_keys" {
+  description = "The declared node identity keys (see fediversity_submission)."
+  type        = list(string)
+  default     = []
+}
+
+variable "identity" {
+  description = "Values of identity keys for every node (see fediversity_submission)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "operator_root" {
+  description = "Root of the operator tree; file references in node plans are relative to it. Default: the working directory."
+  type        = string
+  default     = null
+}
+
+variable "nodes" {
+  description = <<-EOT
+    The node roster, keyed by the node names of the baked configuration. Per node, either
+    the container this module creates (`image`, default var.image; `profiles`, `config`,
+    `limits`, `devices`; `container` names it, default the node name) or `instance` (and
+    `project`): an existing Incus instance, e.g. one another Incus provider manages, which
+    this module then only deploys to. And `toplevel` (a prebuilt system) or `build`
+    (default var.build). A node the submission enables must be listed.
+  EOT
+  type = map(object({
+    instance  = optional(string)
+    project   = optional(string)
+    container = optional(string)
+    image     = optional(string)
+    profiles  = optional(list(string))
+    config    = optional(map(string))
+    limits    = optional(map(string))
+    devices = optional(list(object({
+      name       = string
+      type       = string
+      properties = map(string)
+    })), [])
+    toplevel = optional(string)
+    build = optional(object({
+      installable = optional(string)
+      file        = optional(string)
+      attribute   = optional(string)
+      expression  = optional(string)
+      args        = optional(map(string))
+    }))
+  }))
+}
+
+variable "image" {
+  description = "Image of the containers this module creates (an alias or fingerprint on the provider's Incus daemon), unless a node names its own."
+  type        = string
+  default     = null
+}
+
+variable "snapshot_keep" {
+  description = "Take an Incus snapshot before each switch and keep this many (0: none). A node that does not answer after its switch is restored from it."
+  type        = number
+  default     = 0
+}
+
+variable "build" {
+  description = "How a node's system is built when its roster entry has neither toplevel nor build: the node plan is handed to it as `--argstr planFile <file>`."
+  type = object({
+    installable = optional(string)
+    file        = optional(string)
+    attribute   = optional(string)
+    expression  = optional(string)
+    args        = optional(map(string))
+  })
+  default = null
+}
+
+variable "strict" {
+  description = "Strict (default): a failed unit fails the apply. false: the apply succeeds with a warning and the node shows as failing in the summary."
+  type        = bool
+  default     = true
+}
+
+variable "secret_chain" {
+  description = "Units that bring a node's secrets up, in order (see fediversity_node_switch)."
+  type        = list(string)
+  default     = null
+}
+
+variable "loop_budgets" {
+  description = "Per-unit loop budgets (see fediversity_node_switch)."
+  type        = map(number)
+  default     = null
+}
+
+variable "timings" {
+  description = "Waits and thresholds for every node (Go durations); unset ones come from the provider's timings. `node_wait` also bounds how long a new container may take to boot; `verdict_settle` and `verdict_watch` are the settle and watch of the verdict-only pass (default: settle and watch)."
+  type = object({
+    node_wait       = optional(string)
+    switch_timeout  = optional(string)
+    settle          = optional(string)
+    watch           = optional(string)
+    sample_interval = optional(string)
+    stale_job       = optional(string)
+    chain_wait      = optional(string)
+    no_progress     = optional(string)
+    verdict_settle  = optional(string)
+    verdict_watch   = optional(string)
+  })
+  default = {}
+}

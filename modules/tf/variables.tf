@@ -1,0 +1,117 @@
+variable "submission_file" {
+  description = "Path of the submission JSON the api wrote. It is read at every plan, and again by every resource at apply: a submission that changed after the plan is refused."
+  type        = string
+}
+
+variable "submission_digest" {
+  description = "The digest of the submission the operator approved. Default: the digest read at plan. Set it to refuse, at apply, every submission but that one."
+  type        = string
+  default     = null
+}
+
+variable "baked_json" {
+  description = "The baked configuration as a JSON object (the node map, the applications and their defaults), e.g. file(\"baked.json\"). See the fediversity_submission data source."
+  type        = string
+}
+
+variable "identity_keys" {
+  description = "The declared node identity keys (see fediversity_submission)."
+  type        = list(string)
+  default     = []
+}
+
+variable "identity" {
+  description = "Values of identity keys for every node (see fediversity_submission)."
+  type        = map(string)
+  default     = {}
+}
+
+variable "operator_root" {
+  description = "Root of the operator tree; file references in node plans are relative to it. Default: the working directory."
+  type        = string
+  default     = null
+}
+
+variable "nodes" {
+  description = <<-EOT
+    The node roster: how to reach and build each node, keyed by the node names of the baked
+    configuration. The same shape as the `nodes` of the fediversity command's roster file, so
+    `jsondecode(file("roster.json")).nodes` fits. Per node: `host` (and `port`, `user`, a pinned
+    `host_key` or `known_hosts_file`, an optional `jump` host) for SSH, or `incus` =
+    { instance, project } to reach it through the provider's Incus connection instead; and
+    `toplevel` (a prebuilt system) or `build` (defaults to var.build). A node the submission
+    enables must be listed; a listed node it does not enable is left alone.
+  EOT
+  type = map(object({
+    host                     = optional(string)
+    port                     = optional(number)
+    user                     = optional(string)
+    host_key                 = optional(string)
+    known_hosts_file         = optional(string)
+    insecure_ignore_host_key = optional(bool)
+    jump = optional(object({
+      host             = string
+      port             = optional(number)
+      user             = optional(string)
+      host_key         = optional(string)
+      known_hosts_file = optional(string)
+    }))
+    incus = optional(object({
+      instance = string
+      project  = optional(string)
+    }))
+    toplevel = optional(string)
+    build = optional(object({
+      installable = optional(string)
+      file        = optional(string)
+      attribute   = optional(string)
+      expression  = optional(string)
+      args        = optional(map(string))
+    }))
+  }))
+}
+
+variable "build" {
+  description = "How a node's system is built when its roster entry has neither toplevel nor build: the node plan is handed to it as `--argstr planFile <file>`."
+  type = object({
+    installable = optional(string)
+    file        = optional(string)
+    attribute   = optional(string)
+    expression  = optional(string)
+    args        = optional(map(string))
+  })
+  default = null
+}
+
+variable "strict" {
+  description = "Strict (default): a failed unit fails the apply. false: the apply succeeds with a warning and the node shows as failing in the summary."
+  type        = bool
+  default     = true
+}
+
+variable "secret_chain" {
+  description = "Units that bring a node's secrets up, in order (see fediversity_node_switch)."
+  type        = list(string)
+  default     = null
+}
+
+variable "loop_budgets" {
+  description = "Per-unit loop budgets (see fediversity_node_switch)."
+  type        = map(number)
+  default     = null
+}
+
+variable "timings" {
+  description = "Waits and thresholds for every node (Go durations); unset ones come from the provider's timings."
+  type = object({
+    node_wait       = optional(string)
+    switch_timeout  = optional(string)
+    settle          = optional(string)
+    watch           = optional(string)
+    sample_interval = optional(string)
+    stale_job       = optional(string)
+    chain_wait      = optional(string)
+    no_progress     = optional(string)
+  })
+  default = {}
+}

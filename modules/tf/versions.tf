@@ -1,0 +1,9 @@
+terraform {
+  # optional() object attributes in variable types.
+  required_version = ">= 1.5"
+  required_providers {
+    fediversity = {
+      source = "fediversity/fediversity"
+    }
+  }
+}
