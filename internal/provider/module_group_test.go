@@ -77,20 +77,6 @@ func (g *groupSample) submit(enabled []string, settings map[string]map[string]an
 	return d
 }
 
-// otherDigest is the digest of a submission other than the one in the file: pinned as
-// the module's submission_digest, every resource that acts on a node must refuse.
-func otherDigest(t *testing.T) string {
-	f := filepath.Join(t.TempDir(), "other.json")
-	if err := os.WriteFile(f, []byte(`{"applications":{}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d, err := submission.ReadAndDigest(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 // modulePath is the absolute path of modules/<method> in this checkout.
 func modulePath(t *testing.T, method string) string {
 	return filepath.Join(labtest.RepoRoot(t), "modules", method)

@@ -31,6 +31,13 @@ func TestAccModuleTFIncus(t *testing.T) {
 	a, b, c := names[0], names[1], names[2]
 	g := newGroupSample(t, "tf-incus", names)
 	closures := labtest.RepoRoot(t) + "/lab/closures/default.nix"
+	// The submission of the step that disables c, which the operator approves; a step
+	// writes its submission before it runs, so this one is written here once to learn
+	// its digest, and again by that step.
+	disabledC := func() string {
+		return g.submit([]string{a, b}, map[string]map[string]any{g.apps[b]: {"theme": "dark"}})
+	}
+	approved := disabledC()
 
 	config := func(extra string) string {
 		return testAccConfig(`provider "fediversity" {}` + fmt.Sprintf(`
@@ -103,7 +110,7 @@ output "summary" {
 			},
 			resource.TestStep{
 				// The submission turns c off: its deploy, verdict and container go.
-				PreConfig: func() { g.submit([]string{a, b}, map[string]map[string]any{g.apps[b]: {"theme": "dark"}}) },
+				PreConfig: func() { disabledC() },
 				Config:    config(""),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(append(
 					actions(container, names, map[string]plancheck.ResourceActionType{c: plancheck.ResourceActionDestroy}),
@@ -120,12 +127,19 @@ output "summary" {
 				},
 			},
 			resource.TestStep{
-				// Another submission than the approved one: the deploys refuse at apply (the
-				// verdict passes, which follow them, are never reached).
-				Config:      config(fmt.Sprintf("submission_digest = %q", otherDigest(t))),
+				// The submission changes again after the operator approved the last one (the
+				// digest the module is given): every node that would act refuses at apply
+				// (the verdict passes, which follow the deploys, are never reached).
+				PreConfig: func() {
+					g.submit([]string{a, b}, map[string]map[string]any{g.apps[a]: {"theme": "light"}, g.apps[b]: {"theme": "light"}})
+				},
+				Config:      config(fmt.Sprintf("submission_digest = %q", approved)),
 				ExpectError: refusedAll("deploy", []string{a, b}),
 			},
 			resource.TestStep{
+				// Back to the approved submission: the refused apply changed nothing, on any node
+				// or in the state.
+				PreConfig:         func() { disabledC() },
 				Config:            config(""),
 				ConfigPlanChecks:  resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 				ConfigStateChecks: []statecheck.StateCheck{runs(a, b)},

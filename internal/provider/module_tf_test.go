@@ -28,6 +28,13 @@ func TestAccModuleTF(t *testing.T) {
 	a, b, c := names[0], names[1], names[2]
 	g := newGroupSample(t, "tf", names)
 	closures := labtest.RepoRoot(t) + "/lab/closures/default.nix"
+	// The submission of the step that disables c, which the operator approves; a step
+	// writes its submission before it runs, so this one is written here once to learn
+	// its digest, and again by that step.
+	disabledC := func() string {
+		return g.submit([]string{a, b}, map[string]map[string]any{g.apps[b]: {"theme": "dark"}})
+	}
+	approved := disabledC()
 
 	config := func(extra string) string {
 		return testAccConfig(accProvider() + fmt.Sprintf(`
@@ -88,7 +95,7 @@ output "summary" {
 			},
 			resource.TestStep{
 				// The submission turns c's application off: c leaves the graph.
-				PreConfig: func() { g.submit([]string{a, b}, map[string]map[string]any{g.apps[b]: {"theme": "dark"}}) },
+				PreConfig: func() { disabledC() },
 				Config:    config(""),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: actions(sw, names, map[string]plancheck.ResourceActionType{
 					c: plancheck.ResourceActionDestroy,
@@ -96,13 +103,19 @@ output "summary" {
 				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck([]string{a, b}, []string{c}))},
 			},
 			resource.TestStep{
-				// The operator approved another submission than the one in the file: every
-				// node's deploy refuses at apply, and no node changes.
-				Config:      config(fmt.Sprintf("submission_digest = %q", otherDigest(t))),
+				// The submission changes again after the operator approved the last one (the
+				// digest the module is given): every node that would act refuses at apply,
+				// and nothing changes on the nodes.
+				PreConfig: func() {
+					g.submit([]string{a, b}, map[string]map[string]any{g.apps[a]: {"theme": "light"}, g.apps[b]: {"theme": "light"}})
+				},
+				Config:      config(fmt.Sprintf("submission_digest = %q", approved)),
 				ExpectError: refusedAll("deploy", []string{a, b}),
 			},
 			resource.TestStep{
-				// Nothing changed: the state still matches the nodes, which still run the closure.
+				// Back to the approved submission: the refused apply changed nothing, on any node
+				// or in the state.
+				PreConfig:         func() { disabledC() },
 				Config:            config(""),
 				ConfigPlanChecks:  resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 				ConfigStateChecks: []statecheck.StateCheck{runs(a, b)},

@@ -242,6 +242,14 @@ func (r *incusNodeResource) Configure(_ context.Context, req resource.ConfigureR
 // ValidateConfig checks at plan time what does not need the daemon: config and limit
 // keys, device names, types and their required options, and node_wait.
 func (r *incusNodeResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	// A `dynamic "device"` block whose for_each is not known yet (a module's input while
+	// Terraform validates the module) leaves the whole list unknown: the checks run again
+	// at plan, when it is known.
+	var devices types.List
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("device"), &devices)...)
+	if resp.Diagnostics.HasError() || devices.IsUnknown() {
+		return
+	}
 	var m incusNodeModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
 	if resp.Diagnostics.HasError() {

@@ -138,8 +138,10 @@ func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureReq
 
 // ModifyPlan refuses a pass with no transport block (see requireTransport), and
 // triggers that hold the provider's credential locations (the schema validator already
-// refused per-run directories).
+// refused per-run directories); it leaves a node alone whose only change is the group's
+// submission digest.
 func (r *verdictResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	defer keepSubmissionOfUnchangedNode(req, resp)
 	if req.Plan.Raw.IsNull() {
 		return
 	}

@@ -6,9 +6,11 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/submission"
 )
@@ -49,4 +51,42 @@ func checkSubmission(digest, file types.String, verb, node string) (diag.Diagnos
 		return diags, err
 	}
 	return diags, nil
+}
+
+// keepSubmissionOfUnchangedNode: the digest is the digest of the whole submission, so it
+// changes for every node when one node's application changes. A node whose own inputs
+// did not change has nothing to do, and a plan that showed it updating only for the
+// digest would redeploy the whole group for a change of one node. So when the digest
+// and file are the only inputs that changed, the plan keeps the recorded ones and the
+// resource is left alone. Any other change keeps the new digest, which the apply checks.
+//
+// Call it last in ModifyPlan. Values the provider computes (null in the configuration)
+// that the framework marked unknown because of the digest's change are taken from the
+// state for the comparison; a value the configuration leaves unknown never is.
+func keepSubmissionOfUnchangedNode(req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.State.Raw.IsNull() || resp.Plan.Raw.IsNull() || req.Config.Raw.IsNull() {
+		return
+	}
+	var plan, state, config map[string]tftypes.Value
+	if resp.Plan.Raw.As(&plan) != nil || req.State.Raw.As(&state) != nil || req.Config.Raw.As(&config) != nil {
+		return
+	}
+	if plan["submission_digest"].Equal(state["submission_digest"]) && plan["submission_file"].Equal(state["submission_file"]) {
+		return // the digest did not change: nothing to keep
+	}
+	candidate := make(map[string]tftypes.Value, len(plan))
+	for name, v := range plan {
+		switch {
+		case name == "submission_digest" || name == "submission_file":
+			candidate[name] = state[name]
+		case !v.IsFullyKnown() && config[name].IsNull():
+			candidate[name] = state[name]
+		default:
+			candidate[name] = v
+		}
+	}
+	kept := tftypes.NewValue(resp.Plan.Raw.Type(), candidate)
+	if kept.Equal(req.State.Raw) {
+		resp.Plan.Raw = kept
+	}
 }

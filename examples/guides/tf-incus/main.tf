@@ -1,0 +1,43 @@
+terraform {
+  required_providers {
+    fediversity = {
+      source = "fediversity/fediversity"
+    }
+  }
+}
+
+# The Incus daemon: the local unix socket here; see the provider's incus block for HTTPS.
+provider "fediversity" {}
+
+module "group" {
+  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf-incus?ref=v0.1.0"
+
+  submission_file = "${path.root}/submission.json"
+  baked_json      = file("${path.root}/baked.json")
+  operator_root   = path.root
+
+  # The containers this module makes, and one instance made elsewhere (e.g. by another
+  # Incus provider), which it only deploys to.
+  image = "nixos/25.05"
+  nodes = {
+    web01 = {
+      limits  = { cpu = "2", memory = "2GiB" }
+      devices = [{ name = "data", type = "disk", properties = { source = "/srv/fediversity/web01", path = "/var/lib/fediversity" } }]
+    }
+    web02 = {
+      profiles = ["default", "fediversity"]
+    }
+    db01 = {
+      instance = "db01"
+      project  = "tenant-a"
+    }
+  }
+
+  build         = { file = "${path.root}/nodes.nix", attribute = "system" }
+  snapshot_keep = 3
+  timings       = { settle = "5s", watch = "10s", node_wait = "2m", verdict_watch = "5s" }
+}
+
+output "summary" {
+  value = module.group.summary
+}
