@@ -5,7 +5,7 @@
 # (the claim's data with it); the image stays in the registry.
 
 locals {
-  method = "k8s"
+  method = var.method
   baked  = jsondecode(var.baked_json)
   digest = coalesce(var.submission_digest, data.fediversity_submission.this.digest)
   nodes  = { for n in data.fediversity_submission.this.enabled_nodes : n => var.nodes[n] }

@@ -9,6 +9,16 @@ variable "submission_digest" {
   default     = null
 }
 
+variable "method" {
+  description = "The method whose branch of the submission is taken: `k8s`, or `k8s-operator` when the SPIRE lane brings the nodes their secrets."
+  type        = string
+  default     = "k8s"
+  validation {
+    condition     = contains(["k8s", "k8s-operator"], var.method)
+    error_message = "method must be \"k8s\" or \"k8s-operator\"."
+  }
+}
+
 variable "baked_json" {
   description = "The baked configuration as a JSON object (the node map, the applications and their defaults), e.g. file(\"baked.json\"). See the fediversity_submission data source."
   type        = string

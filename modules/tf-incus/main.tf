@@ -6,7 +6,7 @@
 # deleted.
 
 locals {
-  method = "tf-incus"
+  method = var.method
   baked  = jsondecode(var.baked_json)
   digest = coalesce(var.submission_digest, data.fediversity_submission.this.digest)
   nodes  = { for n in data.fediversity_submission.this.enabled_nodes : n => var.nodes[n] }

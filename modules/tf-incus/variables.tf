@@ -9,6 +9,16 @@ variable "submission_digest" {
   default     = null
 }
 
+variable "method" {
+  description = "The method whose branch of the submission is taken: `tf-incus`, or `tf-incus-operator` when the SPIRE lane brings the nodes their secrets."
+  type        = string
+  default     = "tf-incus"
+  validation {
+    condition     = contains(["tf-incus", "tf-incus-operator"], var.method)
+    error_message = "method must be \"tf-incus\" or \"tf-incus-operator\"."
+  }
+}
+
 variable "baked_json" {
   description = "The baked configuration as a JSON object (the node map, the applications and their defaults), e.g. file(\"baked.json\"). See the fediversity_submission data source."
   type        = string
