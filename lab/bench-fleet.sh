@@ -232,8 +232,8 @@ for n in $sizes; do
   group "$d/module" "$n"
   group "$d/hand" "$n"
   group "$d/cli" "$n"
-  tf "$d/module" init -input=false >/dev/null 2>&1 || { echo "init failed in $d/module" >&2; exit 1; }
   module_config "$d/module" "m$n-$stamp"
+  tf "$d/module" init -input=false >"$d/module/init.log" 2>&1 || { echo "init failed in $d/module" >&2; exit 1; }
   fresh[$n]=$(timed "$d/module/fresh.log" tf "$d/module" apply -input=false -auto-approve -parallelism=$par)
   plan=$(timed "$d/module/plan.log" tf "$d/module" plan -input=false -detailed-exitcode -parallelism=$par)
   module_config "$d/module" "m$n-$stamp-changed"

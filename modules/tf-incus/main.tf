@@ -106,7 +106,7 @@ resource "fediversity_node_switch" "node" {
 }
 
 # The verdict-only pass after the deploy: it runs again whenever the node gets a new
-# generation, and judges the toplevel the deploy put in place.
+# generation or a new node plan, and judges the toplevel the deploy put in place.
 resource "fediversity_verdict" "node" {
   for_each = local.nodes
 
@@ -123,8 +123,12 @@ resource "fediversity_verdict" "node" {
     project  = local.target[each.key].project
   }
 
+  # The node plan's hash is known at plan: when it changes, the plan shows the pass
+  # running again, with the new submission digest, even before the new generation is
+  # known.
   triggers = {
     generation = tostring(fediversity_node_switch.node[each.key].generation)
+    node_plan  = sha256(data.fediversity_submission.this.node_plans[each.key])
   }
 
   timings {
