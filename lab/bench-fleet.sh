@@ -87,9 +87,9 @@ echo 0 >"$peak_p"
 echo 0 >"$peak_c"
 (
   while :; do
-    for pair in "terraform-provider-fediversity:$peak_p" "bin/fediversity :$peak_c"; do
+    for pair in "$root/bin/terraform-provider-fediversity:$peak_p" "$root/bin/fediversity deploy:$peak_c"; do
       pat=${pair%%:*} file=${pair#*:}
-      for pid in $(pgrep -f "$root/$pat" 2>/dev/null || pgrep -f "$pat" 2>/dev/null || true); do
+      for pid in $(pgrep -f "^$pat" 2>/dev/null || true); do
         hwm=$(awk '/VmHWM/{print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
         [ "${hwm:-0}" -gt "$(cat "$file")" ] && echo "$hwm" >"$file"
       done
@@ -241,7 +241,6 @@ for n in $sizes; do
   changed[$n]=$(timed "$d/module/changed.log" tf "$d/module" apply -input=false -auto-approve -parallelism=$par)
 
   hand_config "$d/hand" "$n" "h$n-$stamp"
-  tf "$d/hand" init -input=false >/dev/null 2>&1 || true
   hand=$(timed "$d/hand/fresh.log" tf "$d/hand" apply -input=false -auto-approve -parallelism=$par)
 
   # The CLI on the same group, with closures new to the nodes.

@@ -50,6 +50,7 @@ resource "fediversity_k8s_rollout" "node" {
   runtime_class = fediversity_k8s_namespace.this.runtime_class
   storage_class = var.storage_class
   storage_size  = each.value.storage_size != null ? each.value.storage_size : var.storage_size
+  spire_handoff = var.spire_handoff
 
   timings {
     rollout_wait = var.timings.rollout_wait

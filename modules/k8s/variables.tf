@@ -81,6 +81,12 @@ variable "storage_size" {
   default     = null
 }
 
+variable "spire_handoff" {
+  description = "Method k8s-operator: the id of the namespace's fediversity_spire_handoff. Each node's pod then gets its service account token and the trust bundle for its SPIRE agent."
+  type        = string
+  default     = null
+}
+
 variable "timings" {
   description = "Waits of every rollout (Go durations); unset ones come from the provider's timings."
   type = object({
