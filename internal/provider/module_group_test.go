@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/config"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -169,4 +170,20 @@ func (f labCheck) CheckState(_ context.Context, _ statecheck.CheckStateRequest, 
 // last step reads the state in the legacy form too, and would fail on a child module.
 func emptyRoot() string {
 	return testAccConfig(`provider "fediversity" {}`)
+}
+
+// currentSystem is what /run/current-system points at in a lab container. The incus CLI
+// now and then returns an empty output for a command that printed a line (seen on this
+// shared machine under load): an empty answer is asked again, at most three times.
+func currentSystem(instance string) (string, error) {
+	var out string
+	var err error
+	for range 3 {
+		out, err = labtest.IncusErr("exec", instance, "--", "readlink", "-f", "/run/current-system")
+		if out = strings.TrimSpace(out); err == nil && out != "" {
+			return out, nil
+		}
+		time.Sleep(time.Second)
+	}
+	return out, err
 }

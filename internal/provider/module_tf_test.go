@@ -5,7 +5,6 @@ package provider
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -59,9 +58,8 @@ output "summary" {
 	runs := func(nodes ...string) labCheck {
 		return func() error {
 			for _, n := range nodes {
-				cur, err := labtest.IncusErr("exec", n, "--", "readlink", "-f", "/run/current-system")
-				if err != nil || strings.TrimSpace(cur) != good {
-					return fmt.Errorf("%s runs %q (%v), want %s", n, strings.TrimSpace(cur), err, good)
+				if cur, err := currentSystem(n); err != nil || cur != good {
+					return fmt.Errorf("%s runs %q (%v), want %s", n, cur, err, good)
 				}
 			}
 			return nil
