@@ -77,7 +77,15 @@ for i in $(seq 1 "$max"); do
   done
   incus file push --mode 0600 "$key.pub" "$n/root/.ssh/authorized_keys" >/dev/null
   incus exec "$n" -- sh -c 'test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -A >/dev/null; systemctl restart ssh'
-  hk=$(incus exec "$n" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')
+  # The host key, read out of band through Incus. The incus CLI now and then returns an
+  # empty output under load: ask again (bounded).
+  hk=
+  for _ in 1 2 3 4 5; do
+    hk=$(incus exec "$n" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')
+    [ -n "${hk// /}" ] && break
+    sleep 1
+  done
+  [ -n "${hk// /}" ] || { echo "no host key from $n" >&2; exit 1; }
   echo "[127.0.0.1]:$((port_base + 50 + i)) $hk" >>"$work/known_hosts"
 done
 
