@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
@@ -103,6 +104,17 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 		importArgv = append([]string{"/bin/sh", "-c", ImportScript, "sh"}, closure...)
 	}
 	out, importErr := runSys(ctx, r, pr, importArgv...)
+	if importErr == nil {
+		// The node's nix-store --import stops at the archive's end marker, which can come
+		// before the local export has exited (seen with 16 copies at once on 2 cores).
+		// Killing the export then would fail a copy that arrived whole: give it a moment
+		// to exit on its own. What the node holds is checked below either way.
+		select {
+		case err := <-exportErr:
+			exportErr <- err
+		case <-time.After(exportExitGrace):
+		}
+	}
 	// If the import ended early, unblock and stop the export.
 	pr.CloseWithError(io.ErrClosedPipe)
 	cancelExport()
@@ -129,6 +141,9 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 	log.printf("copy %s: sent %d paths, %d bytes", storePath, len(missing), stats.BytesSent)
 	return stats, nil
 }
+
+// exportExitGrace is how long a finished import waits for the local export to exit.
+const exportExitGrace = 30 * time.Second
 
 // progressEvery is how many bytes pass between two progress messages of a copy.
 const progressEvery = 64 << 20
