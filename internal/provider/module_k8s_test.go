@@ -1,7 +1,8 @@
 package provider
 
 // Acceptance test of modules/k8s on the lab's control plane (kwok in the kubelet's
-// place, see resource_k8s_rollout_test.go) with a real OCI registry on 127.0.0.1.
+// place, see resource_k8s_rollout_test.go) with a real OCI registry on 127.0.0.1. Each
+// node's image is built from a real toplevel (the lab's stand-in system, built by nix).
 
 import (
 	"context"
@@ -13,6 +14,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
 func TestAccModuleK8s(t *testing.T) {
@@ -21,11 +24,17 @@ func TestAccModuleK8s(t *testing.T) {
 	n1, n2, n3 := names[0], names[1], names[2]
 	g := newGroupSample(t, "k8s", names)
 
-	// roster: each node's image; image[node] names the archive (and tag) it is pushed from.
-	config := func(image map[string]string, extra string) string {
+	// Toplevels as the operator's build gives them for each version of a node's
+	// configuration (a seed per version gives distinct store paths).
+	top := map[string]string{}
+	for _, v := range []string{"v1", "v2", "v3"} {
+		top[v] = labtest.BuildClosureSeed(t, labtest.ClosureGood, "mk8s-"+v)
+	}
+	// roster: system[node] names the toplevel the node's image is built from.
+	config := func(system map[string]string, extra string) string {
 		roster := map[string]any{}
 		for _, n := range names {
-			roster[n] = map[string]any{"archive": a.archives[image[n]], "tag": image[n]}
+			roster[n] = map[string]any{"toplevel": top[system[n]]}
 		}
 		return testAccConfig(a.provider(a.reg.host) + fmt.Sprintf(`
 module "group" {
@@ -43,6 +52,11 @@ output "summary" {
 }
 `, modulePath(t, "k8s"), g.file, hcl(g.baked()), hcl(roster), extra))
 	}
+	// The submission of the step that turns web03 off, which the operator approves.
+	disabled3 := func() string {
+		return g.submit([]string{n1, n2}, map[string]map[string]any{g.apps[n2]: {"theme": "dark"}})
+	}
+	approved := disabled3()
 	v1 := map[string]string{n1: "v1", n2: "v1", n3: "v1"}
 	v2 := map[string]string{n1: "v1", n2: "v2", n3: "v1"}
 	const (
@@ -88,7 +102,7 @@ output "summary" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{
-				// web02's application changes, and with it the image its build gives:
+				// web02's application changes, and with it the toplevel its build gives:
 				// only web02's image and rollout change.
 				PreConfig: func() { g.submit(names, map[string]map[string]any{g.apps[n2]: {"theme": "dark"}}) },
 				Config:    config(v2, ""),
@@ -99,12 +113,29 @@ output "summary" {
 			},
 			resource.TestStep{
 				// The submission turns web03 off: its Deployment and its claim go.
-				PreConfig: func() { g.submit([]string{n1, n2}, map[string]map[string]any{g.apps[n2]: {"theme": "dark"}}) },
+				PreConfig: func() { disabled3() },
 				Config:    config(v2, ""),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(
 					actions(img, names, map[string]plancheck.ResourceActionType{n3: plancheck.ResourceActionDestroy}),
 					actions(rollout, names, map[string]plancheck.ResourceActionType{n3: plancheck.ResourceActionDestroy})...)},
 				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck([]string{n1, n2}, []string{n3})), present(false, n3), present(true, n1, n2)},
+			},
+			resource.TestStep{
+				// The submission changes after the operator approved the last one (the
+				// digest the module is given), and with it the systems of web01 and web02:
+				// both image pushes refuse at apply (the rollouts that follow them are
+				// never reached), and the cluster keeps what it ran.
+				PreConfig: func() {
+					g.submit([]string{n1, n2}, map[string]map[string]any{g.apps[n1]: {"theme": "light"}, g.apps[n2]: {"theme": "light"}})
+				},
+				Config:      config(map[string]string{n1: "v3", n2: "v3", n3: "v1"}, fmt.Sprintf("submission_digest = %q", approved)),
+				ExpectError: refusedAll("push the image of", []string{n1, n2}),
+			},
+			resource.TestStep{
+				PreConfig:         func() { disabled3() },
+				Config:            config(v2, ""),
+				ConfigPlanChecks:  resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+				ConfigStateChecks: []statecheck.StateCheck{present(true, n1, n2)},
 			},
 			resource.TestStep{
 				// The module goes: so do the namespace and everything in it.

@@ -145,6 +145,7 @@ func (r *imageResource) ConfigValidators(context.Context) []resource.ConfigValid
 // ModifyPlan resolves the repository from the per-run registry, so a plan without a
 // registry fails before anything is pushed, and a changed registry plans a push.
 func (r *imageResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	defer keepSubmissionOfUnchangedNode(req, resp)()
 	if req.Plan.Raw.IsNull() || r.cfg == nil {
 		return
 	}

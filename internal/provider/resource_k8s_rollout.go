@@ -185,6 +185,7 @@ func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.Va
 // ModifyPlan plans a new wait when the last rollout did not end ready, so an apply with
 // an unchanged configuration tries again (docs/design.md#k8s).
 func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	defer keepSubmissionOfUnchangedNode(req, resp)()
 	if req.Plan.Raw.IsNull() || req.State.Raw.IsNull() {
 		return
 	}

@@ -204,7 +204,7 @@ func (r *nodeSwitchResource) Configure(_ context.Context, req resource.Configure
 // With a `build` block it also evaluates the block (planDerivation), so a changed Nix
 // source plans a redeploy.
 func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	defer keepSubmissionOfUnchangedNode(req, resp)
+	defer keepSubmissionOfUnchangedNode(req, resp)()
 	if req.Plan.Raw.IsNull() {
 		return
 	}

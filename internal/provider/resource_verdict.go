@@ -141,7 +141,7 @@ func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureReq
 // refused per-run directories); it leaves a node alone whose only change is the group's
 // submission digest.
 func (r *verdictResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	defer keepSubmissionOfUnchangedNode(req, resp)
+	defer keepSubmissionOfUnchangedNode(req, resp)()
 	if req.Plan.Raw.IsNull() {
 		return
 	}

@@ -60,19 +60,27 @@ func checkSubmission(digest, file types.String, verb, node string) (diag.Diagnos
 // and file are the only inputs that changed, the plan keeps the recorded ones and the
 // resource is left alone. Any other change keeps the new digest, which the apply checks.
 //
-// Call it last in ModifyPlan. Values the provider computes (null in the configuration)
-// that the framework marked unknown because of the digest's change are taken from the
-// state for the comparison; a value the configuration leaves unknown never is.
-func keepSubmissionOfUnchangedNode(req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+// Call it first in ModifyPlan and defer what it returns:
+//
+//	defer keepSubmissionOfUnchangedNode(req, resp)()
+//
+// Values the provider computes (null in the configuration) that the framework marked
+// unknown because of the digest's change are taken from the state for the comparison;
+// a value the configuration leaves unknown never is. The resource's own ModifyPlan then
+// runs on the kept plan; when it still plans a change (a drifted node, a rollout to wait
+// for again), the returned function puts the new digest and file back, so the apply
+// checks the submission it acts on.
+func keepSubmissionOfUnchangedNode(req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) func() {
+	nothing := func() {}
 	if req.State.Raw.IsNull() || resp.Plan.Raw.IsNull() || req.Config.Raw.IsNull() {
-		return
+		return nothing
 	}
 	var plan, state, config map[string]tftypes.Value
 	if resp.Plan.Raw.As(&plan) != nil || req.State.Raw.As(&state) != nil || req.Config.Raw.As(&config) != nil {
-		return
+		return nothing
 	}
 	if plan["submission_digest"].Equal(state["submission_digest"]) && plan["submission_file"].Equal(state["submission_file"]) {
-		return // the digest did not change: nothing to keep
+		return nothing // the digest did not change: nothing to keep
 	}
 	candidate := make(map[string]tftypes.Value, len(plan))
 	for name, v := range plan {
@@ -86,7 +94,19 @@ func keepSubmissionOfUnchangedNode(req resource.ModifyPlanRequest, resp *resourc
 		}
 	}
 	kept := tftypes.NewValue(resp.Plan.Raw.Type(), candidate)
-	if kept.Equal(req.State.Raw) {
-		resp.Plan.Raw = kept
+	if !kept.Equal(req.State.Raw) {
+		return nothing
+	}
+	resp.Plan.Raw = kept
+	return func() {
+		if resp.Plan.Raw.IsNull() || resp.Plan.Raw.Equal(req.State.Raw) {
+			return
+		}
+		var now map[string]tftypes.Value
+		if resp.Plan.Raw.As(&now) != nil {
+			return
+		}
+		now["submission_digest"], now["submission_file"] = plan["submission_digest"], plan["submission_file"]
+		resp.Plan.Raw = tftypes.NewValue(resp.Plan.Raw.Type(), now)
 	}
 }

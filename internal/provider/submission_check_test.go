@@ -45,10 +45,34 @@ func TestKeepSubmissionOfUnchangedNode(t *testing.T) {
 				Plan:   tfsdk.Plan{Schema: s, Raw: tc.plan},
 			}
 			resp := &resource.ModifyPlanResponse{Plan: tfsdk.Plan{Schema: s, Raw: tc.plan}}
-			keepSubmissionOfUnchangedNode(req, resp)
+			keepSubmissionOfUnchangedNode(req, resp)()
 			if kept := resp.Plan.Raw.Equal(state); kept != tc.keep {
 				t.Fatalf("plan equals the state: %v, want %v (plan %v)", kept, tc.keep, resp.Plan.Raw)
 			}
 		})
 	}
+	// The resource's own ModifyPlan plans a change on the kept plan (a drifted node, say):
+	// the change goes ahead with the new digest, which the apply checks.
+	t.Run("the resource plans a change of its own", func(t *testing.T) {
+		plan := obj(`{"a":1}`, "new", tftypes.UnknownValue)
+		req := resource.ModifyPlanRequest{
+			Config: tfsdk.Config{Schema: s, Raw: obj(`{"a":1}`, "new", nil)},
+			State:  tfsdk.State{Schema: s, Raw: state},
+			Plan:   tfsdk.Plan{Schema: s, Raw: plan},
+		}
+		resp := &resource.ModifyPlanResponse{Plan: tfsdk.Plan{Schema: s, Raw: plan}}
+		restore := keepSubmissionOfUnchangedNode(req, resp)
+		if !resp.Plan.Raw.Equal(state) {
+			t.Fatalf("the resource's own ModifyPlan should start from the kept plan, got %v", resp.Plan.Raw)
+		}
+		resp.Plan.Raw = obj(`{"a":1}`, "old", tftypes.UnknownValue) // e.g. a redeploy of a drifted node
+		restore()
+		var got map[string]tftypes.Value
+		if err := resp.Plan.Raw.As(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !got["submission_digest"].Equal(tftypes.NewValue(tftypes.String, "new")) {
+			t.Fatalf("a planned change must carry the new digest, got %v", got["submission_digest"])
+		}
+	})
 }

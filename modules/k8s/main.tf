@@ -37,8 +37,19 @@ resource "fediversity_image" "node" {
 
   namespace = fediversity_k8s_namespace.this.name
   node      = each.key
+  toplevel  = each.value.toplevel
   archive   = each.value.archive
   tag       = each.value.tag
+
+  submission_digest = local.digest
+  submission_file   = var.submission_file
+
+  # A new toplevel replaces the push. The new image is pushed first: a push refused at
+  # apply (a changed submission) then leaves the old one in the state, and the node's
+  # rollout keeps its image.
+  lifecycle {
+    create_before_destroy = true
+  }
 }
 
 resource "fediversity_k8s_rollout" "node" {
@@ -51,6 +62,9 @@ resource "fediversity_k8s_rollout" "node" {
   storage_class = var.storage_class
   storage_size  = each.value.storage_size != null ? each.value.storage_size : var.storage_size
   spire_handoff = var.spire_handoff
+
+  submission_digest = local.digest
+  submission_file   = var.submission_file
 
   timings {
     rollout_wait = var.timings.rollout_wait

@@ -45,14 +45,17 @@ variable "operator_root" {
 variable "nodes" {
   description = <<-EOT
     The node roster, keyed by the node names of the baked configuration (DNS labels: they
-    name the Deployment, the claim and the image repository). Per node, the node image:
-    `archive` (a docker-archive, e.g. from pkgs.dockerTools.buildImage of the node's
-    configuration built with its node plan) and its `tag`. Optional per node:
-    `storage_size`. A node the submission enables must be listed.
+    name the Deployment, the claim and the image repository). Per node, the node's system:
+    `toplevel`, its NixOS toplevel built from the node's configuration and its node plan
+    (the module's `node_plans` output), from which the image is built (one reproducible
+    layer holding the closure; the tag is derived from the toplevel unless `tag` is set);
+    or a prebuilt `archive` (a docker-archive) with its `tag`. Optional: `storage_size`.
+    A node the submission enables must be listed.
   EOT
   type = map(object({
-    archive      = string
-    tag          = string
+    toplevel     = optional(string)
+    archive      = optional(string)
+    tag          = optional(string)
     storage_size = optional(string)
   }))
 }

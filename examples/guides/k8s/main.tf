@@ -19,11 +19,13 @@ module "group" {
   baked_json      = file("${path.root}/baked.json")
   operator_root   = path.root
 
-  # Each node's image, built from its node plan (e.g. pkgs.dockerTools.buildImage of the
-  # node's configuration), and its tag (e.g. the hash part of the image's store path).
+  # Each node's system, built from its node plan (the module's node_plans output): the
+  # image is built from it (one reproducible layer holding the closure) and tagged with
+  # the toplevel's hash, so an unchanged system pushes nothing. A prebuilt
+  # docker-archive works too: { archive = "…", tag = "…" }.
   nodes = {
-    web01 = { archive = "/nix/store/aaaa…-docker-image-web01.tar.gz", tag = "aaaa" }
-    web02 = { archive = "/nix/store/bbbb…-docker-image-web02.tar.gz", tag = "bbbb", storage_size = "20Gi" }
+    web01 = { toplevel = "/nix/store/aaaa…-nixos-system-web01" }
+    web02 = { toplevel = "/nix/store/bbbb…-nixos-system-web02", storage_size = "20Gi" }
   }
 
   runtime_class = "fediversity"
