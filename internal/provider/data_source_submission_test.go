@@ -390,9 +390,6 @@ data "fediversity_submission" "this" {
   method          = "tf"
   operator_root   = %[3]q
   identity_keys   = ["instance"]
-  identity = {
-    staged_credential = %[4]q
-  }
 }
 
 # Each node's deploy consumes its plan; terraform_data stands in for it here. One
@@ -542,6 +539,36 @@ func TestAccSubmissionDataSource_nodePlanDiffs(t *testing.T) {
 				},
 			},
 		},
+	})
+}
+
+// A per-run value (a credential staged under /tmp) given in `identity` is refused at
+// plan: the map is stored in the state, so it would change every plan and keep a
+// credential location there.
+func TestAccSubmissionDataSource_refusesPerRunIdentity(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "submission.json")
+	bakedFile := filepath.Join(dir, "baked.json")
+	writeFile(t, bakedFile, submissionBaked)
+	writeFile(t, file, submissionV1)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			Config: testAccConfig(fmt.Sprintf(`
+data "fediversity_submission" "this" {
+  submission_file = %q
+  baked_json      = file(%q)
+  method          = "tf"
+  operator_root   = %q
+  identity_keys   = ["instance"]
+  identity = {
+    staged_credential = "/tmp/stage-aaaa/id_ed25519"
+  }
+}
+`, file, bakedFile, dir)),
+			ExpectError: regexp.MustCompile(`(?s)Per-run value refused.*staged_credential.*/tmp/stage-aaaa/id_ed25519`),
+		}},
 	})
 }
 
