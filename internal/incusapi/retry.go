@@ -25,6 +25,12 @@ const (
 
 // transient tells whether err is a fault of the daemon's moment, not of the request.
 func transient(err error) bool {
+	// The daemon's own wait timeout is an answer, not a fault: the operation is still
+	// running, and waitOp decides whether to ask again within its deadline. Retrying it
+	// here would stretch a caller's short wait several times over.
+	if waitTimedOut(err) {
+		return false
+	}
 	var ae *APIError
 	if errors.As(err, &ae) {
 		return ae.StatusCode >= 500 && ae.StatusCode <= 599
