@@ -219,7 +219,7 @@ func (r *run) lockOp(ctx context.Context, args ...string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, lockCallLimit)
 	defer cancel()
 	argv := append([]string{"sh", "-c", lockScript, "sh"}, args...)
-	res, err := r.t.Run(ctx, argv, RunOptions{Path: lockPath})
+	res, err := r.t.Run(ctx, argv, RunOptions{Path: lockPath, Privileged: true}) // /run/fediversity is root's
 	if err != nil {
 		return nil, err
 	}

@@ -391,7 +391,7 @@ func TestAccNodeSwitchIncusBuildSnapshotsRead(t *testing.T) {
 				ImportStateId:     fmt.Sprintf("incus://local/%s/%s", node.Project, node.Instance),
 				ImportStateVerify: true,
 				ImportStateVerifyIgnore: []string{
-					"build", "derivation", "node_plan", "snapshot", "timings", "timeouts", "verdict", "generation", "incus.remote",
+					"build", "derivation", "node_plan", "snapshot", "timings", "timeouts", "verdict", "changes", "generation", "incus.remote",
 				},
 			},
 			{
