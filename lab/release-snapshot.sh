@@ -4,11 +4,31 @@
 # published. Then checks dist/ against what the Terraform and OpenTofu registries take
 # (tools/releasecheck). goreleaser is the version pinned in tools/release/go.mod, built
 # once into /var/cache/fediversity by lab/build-goreleaser.sh.
+#
+#   bash lab/release-snapshot.sh                  every platform (a tagged release builds these)
+#   bash lab/release-snapshot.sh --single-target  this machine's platform only (`make release-check`,
+#                                                 what CI runs: the same archives, sums and
+#                                                 checks, for one platform instead of six)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+config=.goreleaser.yml
+if [ "${1:-}" = --single-target ]; then
+  # The same configuration with each build's platform list cut to this machine's.
+  config=$(mktemp --suffix=.yml)
+  trap 'rm -f "$config"' EXIT
+  sed -e "s/^\( *goos:\) \[.*\]/\1 [$(go env GOOS)]/" -e "s/^\( *goarch:\) \[.*\]/\1 [$(go env GOARCH)]/" \
+    .goreleaser.yml >"$config"
+  [ "$(grep -c "goos: \[$(go env GOOS)\]" "$config")" = 2 ] || {
+    echo "release-snapshot.sh: could not restrict .goreleaser.yml to one platform (its goos/goarch lines changed?)" >&2
+    exit 1
+  }
+elif [ -n "${1:-}" ]; then
+  echo "usage: $0 [--single-target]" >&2
+  exit 2
+fi
 goreleaser=$(bash lab/build-goreleaser.sh)
 t0=$SECONDS
-SNAPSHOT_COMMIT=$(git rev-parse --short=7 HEAD) "$goreleaser" release --snapshot --clean --skip=sign
+SNAPSHOT_COMMIT=$(git rev-parse --short=7 HEAD) "$goreleaser" release --config "$config" --snapshot --clean --skip=sign
 echo "goreleaser snapshot took $((SECONDS - t0)) s"
 
 # goreleaser lists the manifest in the SHA256SUMS file but only uploads it at release

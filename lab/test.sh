@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
 # `make test`: everything CI runs. Brings up what is missing (the Incus lab, OpenTofu, the
-# Kubernetes control plane with kwok's fake node and a real node), then runs
-#   1. go vet and every package's tests with the lab and the cluster enabled
-#      (unit tests, fuzz seed corpora, lab tests against real incusd/sshd/nix/systemd);
-#   2. the provider's acceptance tests (TF_ACC=1) with Terraform 1.11;
-#   3. the same acceptance tests with OpenTofu;
-# and ends with a summary of what each suite proved (tools/testsummary): passed, failed,
-# skipped with each skip's reason, wall time, and a last line "N passed, N failed,
-# N skipped". Every suite runs even when an earlier one failed; the run then fails.
+# Kubernetes control plane with kwok's fake node and a real node, SPIRE), and runs every
+# suite as soon as the parts it needs are up, side by side:
+#
+#   suite                                   needs                    lab (prefix, ports)
+#   unit and lab                            the lab                  fedi, 2200
+#   acceptance: Terraform, nodes            the lab                  fedtn, 2400
+#   acceptance: OpenTofu, nodes             the lab, OpenTofu        fedon, 2500
+#   k8s and SPIRE lab                       + Kubernetes, SPIRE      fedi, 2200
+#   acceptance: Terraform, k8s and SPIRE    + Kubernetes, SPIRE      fedtk, 2600
+#   acceptance: OpenTofu, k8s and SPIRE     + Kubernetes, SPIRE      fedok, 2700
+#
+# The acceptance tests are one package (internal/provider) split in two groups: those
+# that need the cluster or SPIRE ($K8S_TESTS) and all the others. Each acceptance suite
+# has a lab of its own (its nodes, throwaway instances, ports and spire node), so suites
+# that run at the same time never touch each other's nodes; the Kubernetes control plane
+# and the real node are shared (every test makes a namespace of its own).
+#
+# The parts (OpenTofu, Kubernetes, the real node's runtime, SPIRE, goreleaser) are built
+# in the background, each only when its version is not in /var/cache/fediversity. Every
+# suite's output goes to its own log, printed whole when the suite ends; the run ends
+# with the timeline and the summary of what each suite proved (tools/testsummary), whose
+# last line is "N passed, N failed, N skipped". Every suite runs even when another one
+# failed; the run then fails.
+#
 #   bash lab/test.sh        all of it
-#   bash lab/test.sh acc    only 2 and 3
+#   bash lab/test.sh acc    only the acceptance suites
 #   bash lab/test.sh setup  only bring up what the tests need
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,83 +33,140 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # spends seconds on a cache it cannot reach). The provider never changes nix settings.
 export NIX_CONFIG="substituters =${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
 mode=${1:-all}
-step() { printf '\n=== %s (%s)\n' "$*" "$(date +%T)"; }
+case "$mode" in all | acc | setup) ;; *) echo "usage: $0 [all|acc|setup]" >&2; exit 2 ;; esac
+
+# The acceptance tests that need the Kubernetes control plane, the real node or SPIRE.
+K8S_TESTS='^TestAcc(K8s|Image|ModuleK8s|Spire)'
+TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
+export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
 
 # A TF_CLI_CONFIG_FILE naming a missing file only adds warnings to every run.
 [ -f "${TF_CLI_CONFIG_FILE:-/nonexistent}" ] || unset TF_CLI_CONFIG_FILE
 
-# On a cold machine the Go builds (OpenTofu, the Kubernetes binaries, the real node's
-# runtime, SPIRE) take minutes of CPU while the lab image build mostly waits on the
-# package mirror: run them side by side.
-# Each is a no-op when its cache (keyed on versions, outside the clone) is present.
 logs=$(mktemp -d)
-step "building OpenTofu, the Kubernetes binaries, the real node and SPIRE in the background (cached: no-op)"
-bash lab/build-tofu.sh >"$logs/tofu.out" 2>"$logs/tofu.err" &
-tofu_build=$!
-bash lab/k8s/build.sh >"$logs/k8s.out" 2>"$logs/k8s.err" &
-k8s_build=$!
-bash lab/k8s/node-build.sh >"$logs/node.out" 2>"$logs/node.err" &
-node_build=$!
-bash lab/spire/build.sh >"$logs/spire.out" 2>"$logs/spire.err" &
-spire_build=$!
-bash lab/build-goreleaser.sh >"$logs/goreleaser.out" 2>"$logs/goreleaser.err" &
-goreleaser_build=$!
-step "lab"
-bash lab/lab.sh up >/dev/null
+timeline=$logs/timeline
+# mark EVENT: one line of the timeline printed at the end (and as it happens).
+mark() { printf '%s  %s\n' "$(date +%T)" "$*" | tee -a "$timeline"; }
+
+# Background jobs report through files, so that any job can wait for any other:
+# $logs/<name>.rc holds the exit code once <name> ended.
+background() { # background NAME CMD…: run CMD with its output in $logs/NAME.log
+  local name=$1; shift
+  ( set +e; "$@" >"$logs/$name.log" 2>&1; echo $? >"$logs/$name.rc" ) &
+}
+wait_for() { # wait_for NAME: 0 when NAME ended well; otherwise its log's tail and 1
+  until [ -f "$logs/$1.rc" ]; do sleep 2; done
+  [ "$(cat "$logs/$1.rc")" = 0 ] && return 0
+  { echo "--- $1 failed; the end of its log:"; tail -40 "$logs/$1.log"; } >&2
+  return 1
+}
+
+# 1. The parts, each built in the background (a no-op when its version is cached).
+mark "building the parts in the background (cached: no-op)"
+background build-tofu bash lab/build-tofu.sh
+background build-k8s bash lab/k8s/build.sh
+background build-node bash lab/k8s/node-build.sh
+background build-spire bash lab/spire/build.sh
+background build-goreleaser bash lab/build-goreleaser.sh
+
+# 2. The lab (incusd, the node image, three nodes); go vet meanwhile.
+background lab bash lab/lab.sh up
+if [ "$mode" = all ]; then
+  mark "go vet"
+  go vet ./...
+fi
+wait_for lab
+mark "lab up"
 # The sudo tests install Debian's sudo into a throwaway node (the image has none and
 # the nodes reach no mirror); cached outside the clone, like the image.
 if ! ls /var/cache/fediversity/lab-sudo/sudo_*.deb >/dev/null 2>&1; then
   mkdir -p /var/cache/fediversity/lab-sudo
   (cd /var/cache/fediversity/lab-sudo && apt-get download sudo >/dev/null)
 fi
-step "opentofu"
-wait "$tofu_build" || { cat "$logs/tofu.err" >&2; echo "OpenTofu build failed" >&2; exit 1; }
-TOFU=$(tail -1 "$logs/tofu.out")
-"$TOFU" version | head -1
-step "kubernetes control plane"
-wait "$k8s_build" || { tail -50 "$logs/k8s.err" >&2; echo "Kubernetes build failed" >&2; exit 1; }
-bash lab/k8s/up.sh
-step "goreleaser (for make release-snapshot)"
-wait "$goreleaser_build" || { tail -50 "$logs/goreleaser.err" >&2; echo "goreleaser build failed" >&2; exit 1; }
-tail -1 "$logs/goreleaser.out"
-export FEDIVERSITY_K8S=1
-export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
-step "kubernetes real node"
-wait "$node_build" || { tail -50 "$logs/node.err" >&2; echo "real node build failed" >&2; exit 1; }
-bash lab/k8s/node-up.sh
-export FEDIVERSITY_K8S_NODE=1
-step "spire node"
-wait "$spire_build" || { tail -50 "$logs/spire.err" >&2; echo "SPIRE build failed" >&2; exit 1; }
-bash lab/spire/up.sh
-export FEDIVERSITY_SPIRE=1
-if [ "$mode" = setup ]; then step "setup done"; exit 0; fi
-export FEDIVERSITY_LAB=1
-TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
 
-# One suite: its name in the summary, then the go test command (which must pass -json).
-# A failed suite fails the run at the end, after the others ran and the summary printed.
-go build -o "$logs/testsummary" ./tools/testsummary
-failed=0
-suite() {
-  local name=$1; shift
-  "$logs/testsummary" run -suite "$name" -record "$logs/suites" -- "$@" || failed=1
+# 3. Kubernetes (control plane, then the real node) and the lab's spire node, once built.
+k8s_parts_up() {
+  wait_for build-k8s && bash lab/k8s/up.sh && mark "kubernetes control plane up" &&
+    wait_for build-node && bash lab/k8s/node-up.sh && mark "kubernetes real node up" &&
+    wait_for build-spire && bash lab/spire/up.sh && mark "spire node up"
 }
+background k8s-parts k8s_parts_up
 
-if [ "$mode" = all ]; then
-  step "go vet"
-  go vet ./...
-  step "unit and lab tests"
-  suite "unit and lab" go test -json -count=1 -timeout 40m ./...
+if [ "$mode" = setup ]; then
+  for part in build-tofu build-goreleaser k8s-parts; do wait_for "$part"; done
+  mark "setup done"
+  exit 0
 fi
 
-step "acceptance tests: Terraform ($("$TERRAFORM" version | head -1))"
-TF_ACC=1 TF_ACC_TERRAFORM_PATH=$TERRAFORM \
-  suite "acceptance: Terraform" go test -json -count=1 -timeout 40m ./internal/provider/
+# 4. The suites.
+export FEDIVERSITY_LAB=1 FEDIVERSITY_K8S=1 FEDIVERSITY_K8S_NODE=1 FEDIVERSITY_SPIRE=1
+go build -o "$logs/testsummary" ./tools/testsummary
+suite() { # suite NAME CMD…: run one suite (CMD prints go test -json) and record it
+  local name=$1; shift
+  mark "start: $name"
+  local rc=0
+  "$logs/testsummary" run -suite "$name" -record "$logs/suites" -- "$@" >"$logs/suite-$name.log" 2>&1 || rc=$?
+  mark "end:   $name: $(tail -1 "$logs/suite-$name.log")"
+  # One suite's log at a time, whole, so that side-by-side suites do not interleave.
+  flock "$logs/print.lock" sh -c 'printf "\n=== log of %s\n" "$1"; cat "$2"' _ "$name" "$logs/suite-$name.log"
+  return $rc
+}
+blocked() { # blocked NAME PART: record NAME as failed because PART could not be made
+  "$logs/testsummary" run -suite "$1" -record "$logs/suites" -- \
+    sh -c 'echo "not run: $0 could not be brought up (its log is printed above)"; exit 1' "$2" >/dev/null 2>&1
+  mark "end:   $1: not run, $2 failed"
+}
+# lab_env PREFIX PORT_BASE: point this (sub)shell at a lab of its own (nodes, state, ports).
+lab_env() { export LAB_PREFIX=$1 LAB_PORT_BASE=$2 LAB_STATE=/var/lib/fediversity-lab-$1; }
+# acceptance NAME BINARY GO-TEST-ARGS…: the acceptance tests with Terraform or OpenTofu.
+acceptance() {
+  local name=$1 bin=$2; shift 2
+  export TF_ACC=1 TF_ACC_TERRAFORM_PATH=$bin
+  if [ "$bin" != "$TERRAFORM" ]; then
+    export TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org
+  fi
+  suite "$name" go test -json -count=1 -timeout 40m "$@" ./internal/provider/
+}
+# nodes_suite NAME BINARY PREFIX PORT_BASE: the acceptance tests that need only the lab.
+nodes_suite() {
+  lab_env "$3" "$4"
+  bash lab/lab.sh up >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
+  acceptance "$1" "$2" -skip "$K8S_TESTS"
+}
+# k8s_suite NAME BINARY PREFIX PORT_BASE: the acceptance tests that need Kubernetes and SPIRE.
+k8s_suite() {
+  wait_for k8s-parts || { blocked "$1" "Kubernetes or SPIRE"; return 1; }
+  lab_env "$3" "$4"
+  { bash lab/lab.sh up && bash lab/spire/up.sh; } >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
+  acceptance "$1" "$2" -run "$K8S_TESTS"
+}
+tofu_path() { wait_for build-tofu && tail -1 "$logs/build-tofu.log"; }
 
-step "acceptance tests: OpenTofu ($("$TOFU" version | head -1))"
-TF_ACC=1 TF_ACC_TERRAFORM_PATH=$TOFU TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org \
-  suite "acceptance: OpenTofu" go test -json -count=1 -timeout 40m ./internal/provider/
+pids=()
+if [ "$mode" = all ]; then
+  ( suite "unit and lab" go test -json -count=1 -timeout 40m $(go list ./... | grep -v -e '/internal/k8s$' -e '/internal/spire$') ) &
+  pids+=($!)
+  ( wait_for k8s-parts || { blocked "k8s and SPIRE lab" "Kubernetes or SPIRE"; exit 1; }
+    suite "k8s and SPIRE lab" go test -json -count=1 -timeout 40m ./internal/k8s/ ./internal/spire/ ) &
+  pids+=($!)
+fi
+( nodes_suite "acceptance: Terraform, nodes" "$TERRAFORM" fedtn 2400 ) &
+pids+=($!)
+( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, nodes" OpenTofu; exit 1; }
+  nodes_suite "acceptance: OpenTofu, nodes" "$tofu" fedon 2500 ) &
+pids+=($!)
+( k8s_suite "acceptance: Terraform, k8s and SPIRE" "$TERRAFORM" fedtk 2600 ) &
+pids+=($!)
+( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, k8s and SPIRE" OpenTofu; exit 1; }
+  k8s_suite "acceptance: OpenTofu, k8s and SPIRE" "$tofu" fedok 2700 ) &
+pids+=($!)
 
-step "done"
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=1; done
+# goreleaser is for `make release-snapshot`, run after this by CI: say if it failed.
+wait_for build-goreleaser || failed=1
+mark "done"
+printf '\n=== timeline\n'
+cat "$timeline"
 "$logs/testsummary" report "$logs/suites" || failed=1
 exit "$failed"

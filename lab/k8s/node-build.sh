@@ -13,7 +13,7 @@ set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
 RUNC_VERSION="${RUNC_VERSION:-v1.5.3}"
-CACHE_ROOT="${FEDIVERSITY_K8S_CACHE:-/var/cache/fediversity}"
+CACHE_ROOT="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}"
 CTRD_BIN="$CACHE_ROOT/containerd-$CONTAINERD_VERSION/bin"
 RUNC_BIN="$CACHE_ROOT/runc-$RUNC_VERSION/bin"
 # The wrapper and pause are small and built from this clone: keyed on their source hash.

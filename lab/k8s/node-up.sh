@@ -69,8 +69,8 @@ done
 # The node image's base layer: the lab's debootstrap rootfs (real systemd as /sbin/init),
 # gzipped once per lab image version. Tests stack a small layer per variant on it.
 image_version=$(sed -n 's/^IMAGE_VERSION=//p' "$HERE/../lab.sh")
-LAB_ROOTFS="${FEDIVERSITY_K8S_CACHE:-/var/cache/fediversity}/lab-image-v$image_version/rootfs.tar"
-NODE_LAYER="${FEDIVERSITY_K8S_CACHE:-/var/cache/fediversity}/node-image-v$image_version/rootfs.tar.gz"
+LAB_ROOTFS="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/lab-image-v$image_version/rootfs.tar"
+NODE_LAYER="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/node-image-v$image_version/rootfs.tar.gz"
 if [[ ! -s $NODE_LAYER ]]; then
   [[ -s $LAB_ROOTFS ]] || { log "no lab image at $LAB_ROOTFS: run lab/lab.sh up first"; exit 1; }
   log "gzipping the lab rootfs into the node image's base layer"

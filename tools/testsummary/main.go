@@ -85,6 +85,7 @@ func runCommand(args []string, out io.Writer) (int, error) {
 	result := Read(stdout, out, *verbose)
 	waitErr := cmd.Wait()
 	result.Suite = *suite
+	result.Start = start
 	result.Wall = time.Since(start)
 	if waitErr != nil {
 		result.ExitError = waitErr.Error()

@@ -26,6 +26,7 @@ type event struct {
 // of a run after they ran, each in its own process.
 type Suite struct {
 	Suite     string
+	Start     time.Time // when the suite's command started: suites may run side by side
 	Wall      time.Duration
 	Passed    int
 	Failed    int
@@ -148,29 +149,40 @@ func skipReason(output []string) string {
 	return strings.Join(lines, " / ")
 }
 
-// Save writes the suite into dir, named so that Load returns suites in the order they ran.
+// Save writes the suite into dir under a name of its own. Suites run side by side
+// save at about the same moment, so the name comes from the suite, not from a count of
+// the files already there, and the file is created exclusively.
 func (s Suite) Save(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	existing, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil {
 		return err
 	}
 	data, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, fmt.Sprintf("%03d.json", len(existing)+1)), data, 0o644)
+	slug := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, s.Suite)
+	f, err := os.OpenFile(filepath.Join(dir, slug+".json"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("suite %q: %w (two suites of one run share a name)", s.Suite, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
-// Load reads the suites Save wrote into dir, in the order they ran.
+// Load reads the suites Save wrote into dir, in the order they started (then by name).
 func Load(dir string) ([]Suite, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		return nil, err
 	}
-	sort.Strings(files)
 	var suites []Suite
 	for _, f := range files {
 		data, err := os.ReadFile(f)
@@ -186,6 +198,12 @@ func Load(dir string) ([]Suite, error) {
 	if len(suites) == 0 {
 		return nil, fmt.Errorf("no suite was recorded in %s", dir)
 	}
+	sort.SliceStable(suites, func(i, j int) bool {
+		if !suites[i].Start.Equal(suites[j].Start) {
+			return suites[i].Start.Before(suites[j].Start)
+		}
+		return suites[i].Suite < suites[j].Suite
+	})
 	return suites, nil
 }
 
@@ -197,13 +215,29 @@ func Report(suites []Suite, out io.Writer) Suite {
 	for _, s := range suites {
 		width = max(width, len(s.Suite))
 	}
-	fmt.Fprintf(out, "\n=== test summary\n%-*s  %7s  %7s  %7s  %9s\n", width, "suite", "passed", "failed", "skipped", "wall")
+	fmt.Fprintf(out, "\n=== test summary\n%-*s  %7s  %7s  %7s  %9s  %8s\n", width, "suite", "passed", "failed", "skipped", "wall", "started")
+	var first, last time.Time
 	for _, s := range suites {
-		fmt.Fprintf(out, "%-*s  %7d  %7d  %7d  %9s\n", width, s.Suite, s.Passed, s.Failed, s.Skipped, s.Wall.Round(time.Second))
+		started := "-"
+		if !s.Start.IsZero() {
+			started = "+" + s.Start.Sub(suites[0].Start).Round(time.Second).String()
+			if first.IsZero() || s.Start.Before(first) {
+				first = s.Start
+			}
+			if end := s.Start.Add(s.Wall); end.After(last) {
+				last = end
+			}
+		}
+		fmt.Fprintf(out, "%-*s  %7d  %7d  %7d  %9s  %8s\n", width, s.Suite, s.Passed, s.Failed, s.Skipped, s.Wall.Round(time.Second), started)
 		total.Passed += s.Passed
 		total.Failed += s.Failed
 		total.Skipped += s.Skipped
 		total.Wall += s.Wall
+	}
+	// Suites run side by side: the run's wall time is from the first start to the last
+	// end, not the sum of the suites' times.
+	if !first.IsZero() {
+		total.Wall = last.Sub(first)
 	}
 	fmt.Fprintf(out, "%-*s  %7d  %7d  %7d  %9s\n", width, "total", total.Passed, total.Failed, total.Skipped, total.Wall.Round(time.Second))
 

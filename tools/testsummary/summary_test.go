@@ -2,12 +2,15 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // The fixtures in testdata are real `go test -json` output of a throwaway package: one
@@ -76,9 +79,10 @@ func TestReadBuildFailureIsAFailure(t *testing.T) {
 
 func TestReportAddsUpSuitesAndEndsWithTotals(t *testing.T) {
 	dir := t.TempDir()
+	t0 := time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
 	for _, s := range []Suite{
-		{Suite: "unit", Passed: 10, Skipped: 1, Skips: []Skip{{Test: "p.TestA", Reason: "needs root"}}},
-		{Suite: "acceptance", Passed: 4, Failed: 1, Failures: []string{"p.TestB"}},
+		{Suite: "unit", Start: t0, Wall: 4 * time.Minute, Passed: 10, Skipped: 1, Skips: []Skip{{Test: "p.TestA", Reason: "needs root"}}},
+		{Suite: "acceptance", Start: t0.Add(time.Minute), Wall: 10 * time.Minute, Passed: 4, Failed: 1, Failures: []string{"p.TestB"}},
 	} {
 		if err := s.Save(dir); err != nil {
 			t.Fatal(err)
@@ -96,6 +100,10 @@ func TestReportAddsUpSuitesAndEndsWithTotals(t *testing.T) {
 	if total.Passed != 14 || total.Failed != 1 || total.Skipped != 1 {
 		t.Errorf("total = %s", total.Counts())
 	}
+	// The two ran side by side from 13:00 to 13:11: the run took 11 minutes, not 14.
+	if total.Wall != 11*time.Minute {
+		t.Errorf("total wall = %s, want 11m0s (first start to last end)", total.Wall)
+	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if last := lines[len(lines)-1]; last != "14 passed, 1 failed, 1 skipped" {
 		t.Errorf("last line = %q", last)
@@ -104,6 +112,39 @@ func TestReportAddsUpSuitesAndEndsWithTotals(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestSuitesSavedSideBySideAreAllKept: suites that end at the same moment each keep
+// their record, and two suites of one run with the same name are refused.
+func TestSuitesSavedSideBySideAreAllKept(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- Suite{Suite: fmt.Sprintf("suite %d", i), Start: start}.Save(dir)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	suites, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(suites) != 8 {
+		t.Fatalf("loaded %d suites, want 8", len(suites))
+	}
+	if err := (Suite{Suite: "suite 3"}).Save(dir); err == nil {
+		t.Error("a second suite named \"suite 3\" was saved over the first")
 	}
 }
 
