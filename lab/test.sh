@@ -63,6 +63,9 @@ wait_for() { # wait_for NAME: 0 when NAME ended well; otherwise its log's tail a
 
 # 1. The parts, each built in the background (a no-op when its version is cached).
 mark "building the parts in the background (cached: no-op)"
+# The Kubernetes and SPIRE suites wait on these builds: they run at the tests' priority
+# (goreleaser, needed only after the tests, stays niced).
+export FEDIVERSITY_BUILD_NICE=0
 background build-tofu bash lab/build-tofu.sh
 background build-k8s bash lab/k8s/build.sh
 background build-node bash lab/k8s/node-build.sh
