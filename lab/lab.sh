@@ -182,9 +182,18 @@ status() {
   done
 }
 
+# Each container's systemd takes about a dozen inotify instances, and the kernel's default
+# of 128 per user (all containers run as root's mapped users here) stops the tenth node
+# or so right after it starts. `make test` runs five labs side by side.
+raise_limits() {
+  [ "$(sysctl -n fs.inotify.max_user_instances)" -ge 2048 ] || sysctl -qw fs.inotify.max_user_instances=2048
+  [ "$(sysctl -n fs.inotify.max_user_watches)" -ge 1048576 ] || sysctl -qw fs.inotify.max_user_watches=1048576
+}
+
 up() {
   local t0=$SECONDS
   bash "$HERE/install-host.sh" >&2
+  raise_limits
   start_incusd
   init_incus
   build_image
