@@ -229,7 +229,10 @@ type jsonChanges struct {
 	UnitsAdded           []string `json:"units_added"`
 	UnitsRemoved         []string `json:"units_removed"`
 	UnitsChanged         []string `json:"units_changed"`
-	Notes                []string `json:"notes,omitempty"`
+	// Counts is every known list's full length: each list keeps its first
+	// deploybody.ChangesListLimit names.
+	Counts map[string]int `json:"counts,omitempty"`
+	Notes  []string       `json:"notes,omitempty"`
 }
 
 func changesJSON(c *deploybody.Changes) *jsonChanges {
@@ -240,7 +243,7 @@ func changesJSON(c *deploybody.Changes) *jsonChanges {
 		PathsAdded: c.PathsAdded, PathsRemoved: c.PathsRemoved, PackagesAdded: c.PackagesAdded,
 		PackagesRemoved: c.PackagesRemoved, PackagesChanged: c.PackagesChanged, PathsCopied: c.PathsCopied,
 		BytesCopied: c.BytesCopied, UnitsAdded: c.UnitsAdded, UnitsRemoved: c.UnitsRemoved,
-		UnitsChanged: c.UnitsChanged, Notes: c.Notes}
+		UnitsChanged: c.UnitsChanged, Counts: c.Counts, Notes: c.Notes}
 }
 
 // changesLine is the one-line summary of what a deploy changed, for the table.
@@ -249,17 +252,22 @@ func changesLine(c *deploybody.Changes) string {
 		return ""
 	}
 	parts := []string{fmt.Sprintf("%d paths copied (%d bytes)", c.PathsCopied, c.BytesCopied)}
-	add := func(label string, l []string) {
-		if len(l) > 0 {
-			parts = append(parts, label+" "+strings.Join(l, ", "))
+	add := func(name string, l []string) {
+		if len(l) == 0 {
+			return
 		}
+		part := strings.ReplaceAll(name, "_", " ") + ": " + strings.Join(l, ", ")
+		if n := c.Counts[name]; n > len(l) {
+			part += fmt.Sprintf(", … (%d in all)", n)
+		}
+		parts = append(parts, part)
 	}
-	add("packages changed:", c.PackagesChanged)
-	add("packages added:", c.PackagesAdded)
-	add("packages removed:", c.PackagesRemoved)
-	add("units changed:", c.UnitsChanged)
-	add("units added:", c.UnitsAdded)
-	add("units removed:", c.UnitsRemoved)
+	add("packages_changed", c.PackagesChanged)
+	add("packages_added", c.PackagesAdded)
+	add("packages_removed", c.PackagesRemoved)
+	add("units_changed", c.UnitsChanged)
+	add("units_added", c.UnitsAdded)
+	add("units_removed", c.UnitsRemoved)
 	return strings.Join(parts, "; ")
 }
 
