@@ -34,6 +34,11 @@ func writeTable(w io.Writer, outcomes []fleet.Outcome) {
 		}
 	}
 	for _, o := range outcomes {
+		for _, warning := range o.Warnings() {
+			fmt.Fprintf(w, "%s: warning: %s\n", o.Node, warning)
+		}
+	}
+	for _, o := range outcomes {
 		if o.OK() || o.Disabled {
 			continue
 		}
@@ -56,7 +61,7 @@ func resultWord(o fleet.Outcome) string {
 	case o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.Unreachable:
 		return "unreachable"
 	case o.OK():
-		if o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0 {
+		if len(o.Warnings()) > 0 || (o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0) {
 			return "ok (warnings)"
 		}
 		return "ok"
@@ -118,6 +123,8 @@ type jsonNode struct {
 	Checks     []jsonCheck  `json:"checks,omitempty"`
 	Changes    *jsonChanges `json:"changes,omitempty"`
 	Phases     []jsonPhase  `json:"phases,omitempty"`
+	// Warnings are every warning of the node's run (empty when none).
+	Warnings []string `json:"warnings"`
 }
 
 // jsonVerdict is the verdict with stable snake_case names (the attribute names of the
@@ -293,7 +300,7 @@ type jsonSummary struct {
 func writeJSON(w io.Writer, outcomes []fleet.Outcome) error {
 	s := jsonSummary{Nodes: []jsonNode{}, OK: []string{}, Failed: []string{}, Disabled: []string{}}
 	for _, o := range outcomes {
-		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds()}
+		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds(), Warnings: o.Warnings()}
 		if o.Err != nil {
 			n.Error = o.Err.Error()
 			var de *deploybody.DeployError
