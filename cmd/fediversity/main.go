@@ -6,7 +6,11 @@
 //	fediversity verdict --roster nodes.json [...]
 //
 // Exit codes: 0 every node is ok, 1 a verdict failed (or a node could not be deployed),
-// 2 bad input (nothing was done on any node).
+// 2 bad input (nothing was done on any node), 130 quit by a second interrupt (what each
+// unfinished run may have left on its node is printed on stderr).
+//
+// Every node's warnings are printed: in the table (one "<node>: warning: …" line each)
+// and in --json ("warnings").
 //
 // It only parses, runs and prints: the engines (internal/fleet, internal/deploybody,
 // internal/submission, the SSH transport) are the provider's own.
@@ -37,9 +41,14 @@ const (
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	nodes := newNodePhases()
+	go watchInterrupts(signals, cancel, nodes, os.Stderr, os.Exit)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nodes)
+	signal.Stop(signals)
+	cancel()
 	os.Exit(code)
 }
 
@@ -54,14 +63,15 @@ Run 'fediversity <command> -h' for the flags. Credentials come from
 SSH_PRIVATE_KEY_FILE and SSH_AUTH_SOCK, never from flags or the roster.
 `
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run runs the command; nodes follows the runs' phases (for a second interrupt).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, nodes *nodePhases) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitBadInput
 	}
 	switch args[0] {
 	case "deploy", "verdict":
-		return runGroup(ctx, args[0], args[1:], stdout, stderr)
+		return runGroup(ctx, args[0], args[1:], stdout, stderr, nodes)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "fediversity", version)
 		return exitOK
@@ -80,7 +90,7 @@ type groupFlags struct {
 	strict, lenient, json                                                 bool
 }
 
-func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, nodes *nodePhases) int {
 	fs := flag.NewFlagSet("fediversity "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f groupFlags
@@ -104,11 +114,16 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if err != nil {
 		return badInput(stderr, err)
 	}
-	if _, _, err := g.Plan(); err != nil {
+	planned, _, err := g.Plan()
+	if err != nil {
 		return badInput(stderr, err)
 	}
+	nodes.start(planned, g.VerdictOnly)
 	progress := newProgress(stderr)
-	g.Progress = progress.event
+	g.Progress = func(e fleet.Event) {
+		nodes.observe(e)
+		progress.event(e)
+	}
 	outcomes, err := g.Run(ctx)
 	progress.finish()
 	if err != nil {

@@ -34,6 +34,11 @@ func writeTable(w io.Writer, outcomes []fleet.Outcome) {
 		}
 	}
 	for _, o := range outcomes {
+		for _, warning := range o.Warnings() {
+			fmt.Fprintf(w, "%s: warning: %s\n", o.Node, warning)
+		}
+	}
+	for _, o := range outcomes {
 		if o.OK() || o.Disabled {
 			continue
 		}
@@ -56,7 +61,7 @@ func resultWord(o fleet.Outcome) string {
 	case o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.Unreachable:
 		return "unreachable"
 	case o.OK():
-		if o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0 {
+		if len(o.Warnings()) > 0 || (o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0) {
 			return "ok (warnings)"
 		}
 		return "ok"
@@ -118,6 +123,8 @@ type jsonNode struct {
 	Checks     []jsonCheck  `json:"checks,omitempty"`
 	Changes    *jsonChanges `json:"changes,omitempty"`
 	Phases     []jsonPhase  `json:"phases,omitempty"`
+	// Warnings are every warning of the node's run (empty when none).
+	Warnings []string `json:"warnings"`
 }
 
 // jsonVerdict is the verdict with stable snake_case names (the attribute names of the
@@ -229,7 +236,10 @@ type jsonChanges struct {
 	UnitsAdded           []string `json:"units_added"`
 	UnitsRemoved         []string `json:"units_removed"`
 	UnitsChanged         []string `json:"units_changed"`
-	Notes                []string `json:"notes,omitempty"`
+	// Counts is every known list's full length: each list keeps its first
+	// deploybody.ChangesListLimit names.
+	Counts map[string]int `json:"counts,omitempty"`
+	Notes  []string       `json:"notes,omitempty"`
 }
 
 func changesJSON(c *deploybody.Changes) *jsonChanges {
@@ -240,7 +250,7 @@ func changesJSON(c *deploybody.Changes) *jsonChanges {
 		PathsAdded: c.PathsAdded, PathsRemoved: c.PathsRemoved, PackagesAdded: c.PackagesAdded,
 		PackagesRemoved: c.PackagesRemoved, PackagesChanged: c.PackagesChanged, PathsCopied: c.PathsCopied,
 		BytesCopied: c.BytesCopied, UnitsAdded: c.UnitsAdded, UnitsRemoved: c.UnitsRemoved,
-		UnitsChanged: c.UnitsChanged, Notes: c.Notes}
+		UnitsChanged: c.UnitsChanged, Counts: c.Counts, Notes: c.Notes}
 }
 
 // changesLine is the one-line summary of what a deploy changed, for the table.
@@ -249,17 +259,22 @@ func changesLine(c *deploybody.Changes) string {
 		return ""
 	}
 	parts := []string{fmt.Sprintf("%d paths copied (%d bytes)", c.PathsCopied, c.BytesCopied)}
-	add := func(label string, l []string) {
-		if len(l) > 0 {
-			parts = append(parts, label+" "+strings.Join(l, ", "))
+	add := func(name string, l []string) {
+		if len(l) == 0 {
+			return
 		}
+		part := strings.ReplaceAll(name, "_", " ") + ": " + strings.Join(l, ", ")
+		if n := c.Counts[name]; n > len(l) {
+			part += fmt.Sprintf(", … (%d in all)", n)
+		}
+		parts = append(parts, part)
 	}
-	add("packages changed:", c.PackagesChanged)
-	add("packages added:", c.PackagesAdded)
-	add("packages removed:", c.PackagesRemoved)
-	add("units changed:", c.UnitsChanged)
-	add("units added:", c.UnitsAdded)
-	add("units removed:", c.UnitsRemoved)
+	add("packages_changed", c.PackagesChanged)
+	add("packages_added", c.PackagesAdded)
+	add("packages_removed", c.PackagesRemoved)
+	add("units_changed", c.UnitsChanged)
+	add("units_added", c.UnitsAdded)
+	add("units_removed", c.UnitsRemoved)
 	return strings.Join(parts, "; ")
 }
 
@@ -285,7 +300,7 @@ type jsonSummary struct {
 func writeJSON(w io.Writer, outcomes []fleet.Outcome) error {
 	s := jsonSummary{Nodes: []jsonNode{}, OK: []string{}, Failed: []string{}, Disabled: []string{}}
 	for _, o := range outcomes {
-		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds()}
+		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds(), Warnings: o.Warnings()}
 		if o.Err != nil {
 			n.Error = o.Err.Error()
 			var de *deploybody.DeployError

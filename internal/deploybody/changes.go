@@ -36,8 +36,48 @@ type Changes struct {
 	UnitsAdded      []string
 	UnitsRemoved    []string
 	UnitsChanged    []string
+	// Counts is the full length of every list above that is known, by its attribute
+	// name (paths_added, …). A list longer than ChangesListLimit keeps only its first
+	// ChangesListLimit names (a deploy adds thousands of paths, and the state keeps
+	// them), and a note says so.
+	Counts map[string]int
 	// Notes say what could not be known and why.
 	Notes []string
+}
+
+// ChangesListLimit is how many names each list of Changes keeps.
+const ChangesListLimit = 50
+
+// lists are the lists of c by their attribute names, in the report's order.
+func (c *Changes) lists() []struct {
+	name string
+	list *[]string
+} {
+	return []struct {
+		name string
+		list *[]string
+	}{
+		{"paths_added", &c.PathsAdded}, {"paths_removed", &c.PathsRemoved},
+		{"packages_changed", &c.PackagesChanged}, {"packages_added", &c.PackagesAdded}, {"packages_removed", &c.PackagesRemoved},
+		{"units_changed", &c.UnitsChanged}, {"units_added", &c.UnitsAdded}, {"units_removed", &c.UnitsRemoved},
+	}
+}
+
+// bound counts every known list and cuts those longer than ChangesListLimit to their
+// first ChangesListLimit names, with a note for each.
+func (c *Changes) bound() {
+	c.Counts = map[string]int{}
+	for _, l := range c.lists() {
+		if *l.list == nil {
+			continue // unknown: no count
+		}
+		n := len(*l.list)
+		c.Counts[l.name] = n
+		if n > ChangesListLimit {
+			*l.list = (*l.list)[:ChangesListLimit:ChangesListLimit]
+			c.Notes = append(c.Notes, fmt.Sprintf("%s: %d in all, only the first %d are listed (counts has every list's full length)", l.name, n, ChangesListLimit))
+		}
+	}
 }
 
 // LocalStore is what the summary needs of the deployer's Nix store. The provider
@@ -90,8 +130,15 @@ func localUnitDigests(lt localTree, toplevel string) (map[string]string, error) 
 	return out, nil
 }
 
-// computeChanges fills r.res.Changes after a deploy's switch.
+// computeChanges fills r.res.Changes after a deploy's switch, its lists bounded.
 func (r *run) computeChanges() *Changes {
+	c := r.diffSystems()
+	c.bound()
+	return c
+}
+
+// diffSystems is what the deploy changed, every list whole.
+func (r *run) diffSystems() *Changes {
 	c := &Changes{PreviousSystem: r.res.PreviousSystem, PathsCopied: r.res.Copy.PathsMissing, BytesCopied: r.res.Copy.BytesSent}
 	newClosure := r.res.Copy.Closure
 	var oldClosure []string
@@ -242,23 +289,25 @@ func renderChanges(c *Changes) string {
 	}
 	var b strings.Builder
 	b.WriteString("  changes:\n")
-	line := func(label string, items []string) {
+	line := func(name string, items []string) {
+		label := strings.ReplaceAll(name, "_", " ") + ":"
 		switch {
 		case items == nil:
-			fmt.Fprintf(&b, "    %-18s unknown\n", label+":")
+			fmt.Fprintf(&b, "    %-18s unknown\n", label)
 		case len(items) == 0:
-			fmt.Fprintf(&b, "    %-18s none\n", label+":")
+			fmt.Fprintf(&b, "    %-18s none\n", label)
+		case c.Counts[name] > len(items):
+			fmt.Fprintf(&b, "    %-18s %s, … (%d in all)\n", label, strings.Join(items, ", "), c.Counts[name])
 		default:
-			fmt.Fprintf(&b, "    %-18s %s\n", label+":", strings.Join(items, ", "))
+			fmt.Fprintf(&b, "    %-18s %s\n", label, strings.Join(items, ", "))
 		}
 	}
 	fmt.Fprintf(&b, "    %-18s %d paths, %d bytes\n", "copied:", c.PathsCopied, c.BytesCopied)
-	line("packages changed", c.PackagesChanged)
-	line("packages added", c.PackagesAdded)
-	line("packages removed", c.PackagesRemoved)
-	line("units changed", c.UnitsChanged)
-	line("units added", c.UnitsAdded)
-	line("units removed", c.UnitsRemoved)
+	for _, l := range c.lists() {
+		if !strings.HasPrefix(l.name, "paths_") { // paths are too many to read: counted in copied
+			line(l.name, *l.list)
+		}
+	}
 	for _, n := range c.Notes {
 		fmt.Fprintf(&b, "    note: %s\n", n)
 	}

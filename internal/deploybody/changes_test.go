@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -57,6 +58,8 @@ func TestChangesFromTheCopyAndTheSnapshot(t *testing.T) {
 		PackagesChanged: []string{"nginx: 1.26.0 → 1.27.1", "nixos-system-fedi-n1: 26.05 rebuilt"},
 		PathsCopied:     1, BytesCopied: 1024,
 		UnitsAdded: []string{}, UnitsRemoved: []string{"gone.service"}, UnitsChanged: []string{"web.service"},
+		Counts: map[string]int{"paths_added": 3, "paths_removed": 3, "packages_added": 1, "packages_removed": 1,
+			"packages_changed": 2, "units_added": 0, "units_removed": 1, "units_changed": 1},
 	}
 	// plainService is every unit's text in the scenario, so web.service differs only
 	// by the digest given above.
@@ -87,6 +90,39 @@ func TestChangesWithoutThePreviousClosure(t *testing.T) {
 	}
 	if !strings.Contains(res.Report, "units changed:     unknown") {
 		t.Fatalf("report:\n%s", res.Report)
+	}
+}
+
+// A deploy that adds thousands of paths (a NixOS upgrade) keeps the first
+// ChangesListLimit of each list, with its full count and a note: the state stays small
+// and still says how much changed.
+func TestChangesListsAreBounded(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	closure := []string{testToplevel}
+	for i := range 3000 {
+		closure = append(closure, fmt.Sprintf("/nix/store/%032d-pkg%d-1.0", i, i))
+	}
+	s.node.closurePaths = closure
+	s.opts.LocalStore = fakeStore{testPrevious: {testPrevious}}
+	res, err := s.deploy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Changes
+	if len(c.PathsAdded) != ChangesListLimit || c.Counts["paths_added"] != 3001 || c.PathsAdded[0] != "/nix/store/00000000000000000000000000000000-pkg0-1.0" {
+		t.Fatalf("paths_added: %d kept (first %q), count %d; want the first %d of 3001", len(c.PathsAdded), c.PathsAdded[0], c.Counts["paths_added"], ChangesListLimit)
+	}
+	if len(c.PackagesAdded) != ChangesListLimit || c.Counts["packages_added"] != 3000 || len(c.PathsRemoved) != 1 || c.Counts["paths_removed"] != 1 {
+		t.Fatalf("packages_added: %d kept, count %d; paths_removed %v count %d", len(c.PackagesAdded), c.Counts["packages_added"], c.PathsRemoved, c.Counts["paths_removed"])
+	}
+	notes := strings.Join(c.Notes, "\n")
+	for _, want := range []string{"paths_added: 3001 in all, only the first 50 are listed", "packages_added: 3000 in all"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
+	}
+	if !strings.Contains(res.Report, ", … (3000 in all)") || len(res.Report) > 8000 {
+		t.Fatalf("report (%d bytes) does not say the package list was cut:\n%s", len(res.Report), res.Report)
 	}
 }
 

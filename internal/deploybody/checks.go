@@ -392,24 +392,45 @@ func redactURLError(err error, u string) string {
 	return msg
 }
 
-// secretLine matches text that looks like a credential: key=value or key: value with a
-// secret-sounding key, a bearer token, a PEM private key line.
-var secretLine = regexp.MustCompile(`(?i)(-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))|((?:pass(?:word|wd)?|secret|token|api[-_]?key|private[-_]?key|authorization|auth|credential)s?[ \t]*[=:][ \t]*)(\S+(?:[ \t]+\S+)?)|(bearer[ \t]+)\S+`)
+// secretLine matches text that looks like a credential:
+//   - a PEM private key (group 1);
+//   - key=value or key: value with a secret-sounding key (group 2, the key with what
+//     follows it up to the value), also as JSON or YAML writes it ("password": "…",
+//     'token': …); the value (group 3) is a quoted string or one or two words;
+//   - a bearer token (group 4 is "bearer ");
+//   - the user:password of a URL (group 5 is the scheme and "://").
+var secretLine = regexp.MustCompile(`(?i)` +
+	`(-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$))` +
+	`|((?:pass(?:word|wd|phrase)?|secret|token|api[-_]?key|private[-_]?key|authorization|auth|credential)s?["']?[ \t]*[=:][ \t]*)` +
+	`("(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|\S+(?:[ \t]+\S+)?)` +
+	`|(bearer[ \t]+)\S+` +
+	`|([a-z][a-z0-9+.-]*://)[^\s/@:"']*:[^\s/@"']*@`)
 
-// tailOutput keeps the last checkOutputTail bytes of s, printable, with credential-looking
-// text masked (masking first, so a secret cut by the tail is not half shown).
-func tailOutput(s string) string {
-	s = secretLine.ReplaceAllStringFunc(s, func(m string) string {
+// maskSecrets replaces what secretLine matches, keeping the key (and a value's
+// quotes), so the output still says what was there.
+func maskSecrets(s string) string {
+	return secretLine.ReplaceAllStringFunc(s, func(m string) string {
 		sub := secretLine.FindStringSubmatch(m)
 		switch {
 		case sub[1] != "":
 			return "(private key masked)"
 		case sub[2] != "":
+			if q := sub[3][:1]; q == `"` || q == "'" {
+				return sub[2] + q + "(masked)" + q
+			}
 			return sub[2] + "(masked)"
-		default:
+		case sub[4] != "":
 			return sub[4] + "(masked)"
+		default:
+			return sub[5] + "(masked)@"
 		}
 	})
+}
+
+// tailOutput keeps the last checkOutputTail bytes of s, printable, with credential-looking
+// text masked (masking first, so a secret cut by the tail is not half shown).
+func tailOutput(s string) string {
+	s = maskSecrets(s)
 	var b bytes.Buffer
 	for _, r := range s {
 		if r == '\n' || r == '\t' || (r >= 0x20 && r != 0x7f) {

@@ -1,6 +1,7 @@
 package deploybody
 
 import (
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -169,6 +170,65 @@ func TestTailOutputMasksAndBounds(t *testing.T) {
 	}
 	if len(out) > checkOutputTail+len("…") || !strings.HasSuffix(out, "end") {
 		t.Fatalf("tail = %q (%d bytes)", out, len(out))
+	}
+}
+
+// Credentials in the shapes check and probe output carries them: JSON and YAML
+// answers of an API, and URLs with a user and password (a database URL in an error).
+func TestMaskSecretsJSONAndURLs(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"user": "app", "password": "hunter2", "ok": true}`:      `{"user": "app", "password": "(masked)", "ok": true}`,
+		`{"access_token":"eyJhbGciOi.x.y","expires_in":3600}`:     `{"access_token":"(masked)","expires_in":3600}`,
+		`{"token": 123456789, "user": "bob"}`:                     `{"token": (masked) "bob"}`,
+		`{"secret": "with \"escaped\" quotes", "n": 1}`:           `{"secret": "(masked)", "n": 1}`,
+		`{'api_key': 'k-123'}`:                                    `{'api_key': '(masked)'}`,
+		"password: hunter2":                                       "password: (masked)",
+		`"Authorization": "Basic dXNlcjpwYXNz"`:                   `"Authorization": "(masked)"`,
+		"error: dial postgres://app:s3cret@db:5432/fedi: refused": "error: dial postgres://(masked)@db:5432/fedi: refused",
+		"GET https://deploy:pa55word@registry.example/v2/ 401":    "GET https://(masked)@registry.example/v2/ 401",
+		"https://user@example.org/ is fine":                       "https://user@example.org/ is fine",
+		"redis://:onlypass@cache:6379":                            "redis://(masked)@cache:6379",
+		`{"passwordless": true}`:                                  `{"passwordless": true}`,
+	} {
+		if got := maskSecrets(in); got != want {
+			t.Errorf("maskSecrets(%q)\n got %q\nwant %q", in, got, want)
+		}
+	}
+}
+
+// Whatever of a run reaches the state (the provider stores the Result's checks,
+// verdict, report and warnings) holds check and probe output only masked: a node check
+// that prints a JSON credential and a database URL, and a probe whose answer is an
+// API's JSON token (a real listener on 127.0.0.1).
+func TestCheckAndProbeSecretsNeverReachTheResult(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"starting","access_token":"probe-t0ken-9"}`))
+	}))
+	defer srv.Close()
+	for _, strict := range []bool{true, false} {
+		s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+		s.node.onCheck = func([]string) RunResult {
+			return RunResult{ExitCode: 1, Stdout: []byte(`{"user":"app","password":"hunter2"}`),
+				Stderr: []byte("connect postgres://app:db-s3cret@db:5432/fedi: refused")}
+		}
+		s.opts.Strict = strict
+		s.opts.Timings = Timings{Settle: time.Second, Watch: 2 * time.Second, SampleInterval: time.Second}
+		s.opts.Checks = []NodeCheck{{Name: "db", Argv: []string{"check-db"}, Interval: time.Second, Timeout: 3 * time.Second}}
+		s.opts.Probes = []Probe{{Name: "api", URL: srv.URL + "/health", Interval: time.Second, Timeout: 3 * time.Second}}
+		res, _ := s.deploy()
+		all, err := json.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range []string{"hunter2", "db-s3cret", "probe-t0ken-9"} {
+			if strings.Contains(string(all), secret) {
+				t.Errorf("strict=%v: the run's result holds %q:\n%s", strict, secret, all)
+			}
+		}
+		if !strings.Contains(string(all), `password\":\"(masked)`) || !strings.Contains(string(all), "postgres://(masked)@db") {
+			t.Errorf("strict=%v: the masked output does not say what was masked:\n%s", strict, all)
+		}
 	}
 }
 

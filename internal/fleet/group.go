@@ -59,11 +59,25 @@ type Outcome struct {
 	Result   *deploybody.Result
 	Err      error
 	Elapsed  time.Duration
+	// BuildWarnings are the build's own (the evaluation cache's); the run's are in
+	// Result.Warnings.
+	BuildWarnings []string
 }
 
 // OK is true when the node's verdict does not fail the run.
 func (o Outcome) OK() bool {
 	return o.Disabled || (o.Err == nil && o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.OK)
+}
+
+// Warnings are every warning of the node's run, in order: the build's, then the
+// run's (a lock taken over, a lenient verdict's reasons, a system judged that is not
+// the one asked for, …).
+func (o Outcome) Warnings() []string {
+	out := append([]string{}, o.BuildWarnings...)
+	if o.Result != nil {
+		out = append(out, o.Result.Warnings...)
+	}
+	return out
 }
 
 // Plan checks the group before anything runs and returns the nodes that will run, in
@@ -189,7 +203,7 @@ func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, nix *nixev
 		return out
 	}
 	if opts.Toplevel == "" {
-		cleanup, err := g.setBuild(&opts, nix, node)
+		cleanup, err := g.setBuild(&opts, nix, node, &out.BuildWarnings)
 		defer cleanup()
 		if err != nil {
 			out.Err = &deploybody.DeployError{Node: node, Phase: deploybody.PhaseBuild, Err: err}
@@ -205,7 +219,7 @@ func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, nix *nixev
 // planFile, and the build is evaluated through the evaluation cache the provider uses
 // (a node unchanged since its last evaluation runs no nix-instantiate) and built once
 // per derivation however many nodes share it.
-func (g *Group) setBuild(opts *deploybody.Options, nix *nixeval.Evaluator, node string) (cleanup func(), err error) {
+func (g *Group) setBuild(opts *deploybody.Options, nix *nixeval.Evaluator, node string, warnings *[]string) (cleanup func(), err error) {
 	cleanup = func() {}
 	spec := g.Roster.nixSpec(g.Roster.buildFor(node))
 	plan, ok := g.NodePlans[node]
@@ -226,12 +240,13 @@ func (g *Group) setBuild(opts *deploybody.Options, nix *nixeval.Evaluator, node 
 		}
 	}
 	opts.Build = func(ctx context.Context) (string, error) {
-		// A cache that cannot be written costs the next run an evaluation; this front
-		// end has no warning channel of its own, so ev.Warnings are not shown.
+		// A cache that cannot be written costs the next run an evaluation: the
+		// command prints it with the node's other warnings.
 		ev, err := nix.Evaluate(ctx, node, spec, plan)
 		if err != nil {
 			return "", err
 		}
+		*warnings = append(*warnings, ev.Warnings...)
 		top, _, err := nix.Build(ctx, ev.Derivation, nil)
 		return top, err
 	}

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -176,7 +177,7 @@ func result(ref name.Tag, d v1.Hash) Result {
 func remoteOptions(ctx context.Context, repo name.Repository, ep endpoint, o Options) ([]remote.Option, error) {
 	auth := authn.Anonymous
 	if o.AuthFile != "" {
-		a, err := AuthFromFile(o.AuthFile, repo.RegistryStr())
+		a, err := AuthFromFile(o.AuthFile, repo.Name())
 		if err != nil {
 			return nil, err
 		}
@@ -231,11 +232,15 @@ type authFile struct {
 	} `json:"auths"`
 }
 
-// AuthFromFile returns the credentials for registry from a containers auth JSON file.
-// The entry is looked up by host (with and without a scheme, and with a path prefix).
-// A file without an entry for the registry means anonymous access. Errors never hold
-// the file's content.
-func AuthFromFile(path, registry string) (authn.Authenticator, error) {
+// AuthFromFile returns the credentials for repository (host[:port][/path…], e.g.
+// registry.example.org/ns/web01) from a containers auth JSON file. As
+// containers-auth.json(5) says, the most specific entry wins: an entry is a host, or a
+// host with a path that must be a prefix of the repository at a "/" boundary, and the
+// longest that matches is taken (a scheme and a Docker-style "/v1/" or "/v2/" suffix
+// are ignored). Entries that name the same place are taken in key order, so the choice
+// never depends on map order. A file without an entry for the repository means
+// anonymous access. Errors never hold the file's content.
+func AuthFromFile(path, repository string) (authn.Authenticator, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read registry auth file (REGISTRY_AUTH_FILE) %s: %w", path, err)
@@ -244,21 +249,43 @@ func AuthFromFile(path, registry string) (authn.Authenticator, error) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, fmt.Errorf("registry auth file (REGISTRY_AUTH_FILE) %s is not containers auth JSON ({\"auths\":{\"host\":{\"auth\":\"base64(user:pass)\"}}})", path)
 	}
-	for key, entry := range f.Auths {
-		host := strings.TrimPrefix(strings.TrimPrefix(key, "https://"), "http://")
-		host = strings.SplitN(host, "/", 2)[0]
-		if host != registry {
+	keys := make([]string, 0, len(f.Auths))
+	for key := range f.Auths {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	best, bestLen := "", -1
+	for _, key := range keys {
+		place := authEntryPlace(key)
+		if place == "" || (repository != place && !strings.HasPrefix(repository, place+"/")) {
 			continue
 		}
-		dec, err := base64.StdEncoding.DecodeString(entry.Auth)
-		if err != nil {
-			return nil, fmt.Errorf("registry auth file %s: the entry for %s has an \"auth\" value that is not base64", path, key)
+		if len(place) > bestLen {
+			best, bestLen = key, len(place)
 		}
-		user, pass, ok := strings.Cut(string(dec), ":")
-		if !ok || user == "" {
-			return nil, fmt.Errorf("registry auth file %s: the entry for %s does not decode to user:password", path, key)
-		}
-		return &authn.Basic{Username: user, Password: pass}, nil
 	}
-	return authn.Anonymous, nil
+	if bestLen < 0 {
+		return authn.Anonymous, nil
+	}
+	dec, err := base64.StdEncoding.DecodeString(f.Auths[best].Auth)
+	if err != nil {
+		return nil, fmt.Errorf("registry auth file %s: the entry for %s has an \"auth\" value that is not base64", path, best)
+	}
+	user, pass, ok := strings.Cut(string(dec), ":")
+	if !ok || user == "" {
+		return nil, fmt.Errorf("registry auth file %s: the entry for %s does not decode to user:password", path, best)
+	}
+	return &authn.Basic{Username: user, Password: pass}, nil
+}
+
+// authEntryPlace is what an auth file key names: host[:port][/path], without a scheme,
+// a trailing "/" or a Docker-style API version suffix ("https://r.example/v2/" is the
+// host r.example).
+func authEntryPlace(key string) string {
+	place := strings.TrimPrefix(strings.TrimPrefix(key, "https://"), "http://")
+	place = strings.TrimRight(place, "/")
+	if host, rest, ok := strings.Cut(place, "/"); ok && (rest == "v1" || rest == "v2") {
+		place = host
+	}
+	return place
 }

@@ -287,6 +287,8 @@ func TestPushRejectsNonArchive(t *testing.T) {
 
 func TestAuthFromFile(t *testing.T) {
 	enc := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	nested := `{"auths":{"r.example/ns":{"auth":"` + enc("ns:2") + `"},"https://r.example":{"auth":"` + enc("host:1") +
+		`"},"r.example/ns/web01":{"auth":"` + enc("node:3") + `"}}}`
 	cases := []struct {
 		name, body, registry string
 		wantUser, wantPass   string
@@ -298,6 +300,11 @@ func TestAuthFromFile(t *testing.T) {
 		{"not json", `nope`, "r", "", "", true},
 		{"bad base64", `{"auths":{"r":{"auth":"%%%"}}}`, "r", "", "", true},
 		{"no colon", `{"auths":{"r":{"auth":"` + enc("user") + `"}}}`, "r", "", "", true},
+		{"longest path prefix wins", nested, "r.example/ns/web01", "node", "3", false},
+		{"namespace entry", nested, "r.example/ns/web02", "ns", "2", false},
+		{"host entry for the rest", nested, "r.example/other/web01", "host", "1", false},
+		{"a path matches at a / only", `{"auths":{"r.example/n":{"auth":"` + enc("u:p") + `"}}}`, "r.example/ns/web01", "", "", false},
+		{"an entry for another path of the host", `{"auths":{"r.example/team-b":{"auth":"` + enc("u:p") + `"}}}`, "r.example/team-a/web01", "", "", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -323,6 +330,30 @@ func TestAuthFromFile(t *testing.T) {
 				t.Errorf("got %q/%q", cfg.Username, cfg.Password)
 			}
 		})
+	}
+}
+
+// Two entries naming the same registry (with and without a scheme): the one sent must
+// not depend on Go's map order. Many reads must all pick the same.
+func TestAuthFromFileIsDeterministic(t *testing.T) {
+	enc := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	p := filepath.Join(t.TempDir(), "a.json")
+	body := `{"auths":{"r.example":{"auth":"` + enc("plain:1") + `"},"https://r.example":{"auth":"` + enc("scheme:2") +
+		`"},"http://r.example/":{"auth":"` + enc("http:3") + `"},"r.example/v2/":{"auth":"` + enc("v2:4") + `"}}}`
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for range 200 {
+		a, err := AuthFromFile(p, "r.example/ns/web01")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, _ := a.Authorization()
+		seen[cfg.Username] = true
+	}
+	if len(seen) != 1 {
+		t.Fatalf("200 reads of one auth file sent the credentials of %d different entries: %v", len(seen), seen)
 	}
 }
 

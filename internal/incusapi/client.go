@@ -276,8 +276,15 @@ func (c *Client) do(ctx context.Context, w where, method, path string, q url.Val
 		return attempt()
 	}
 	var r *response
+	tries := 0
 	err := c.retry(ctx, w.op, func() (err error) {
+		tries++
 		r, err = attempt()
+		if method == http.MethodDelete && tries > 1 && IsNotFound(err) {
+			// The first DELETE failed in transit, but the daemon may have done it: a
+			// later try that finds nothing is our own earlier delete, not a fault.
+			r, err = &response{Type: "sync"}, nil
+		}
 		return err
 	})
 	return r, err

@@ -308,3 +308,41 @@ func TestNewUnixNamesMissingSocket(t *testing.T) {
 		t.Fatalf("want a hint about INCUS_SOCKET, got %v", err)
 	}
 }
+
+// A fake daemon, because incusd cannot be made to drop the connection after it did a
+// delete and before it answered: the retry then finds nothing, and that is the first
+// try's own work, not a 404 for the caller. A first try that finds nothing is still a
+// not-found.
+func TestRetriedDeleteWhoseAnswerWasLostIsNotANotFound(t *testing.T) {
+	var deletes atomic.Int32
+	var gone atomic.Bool
+	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodDelete {
+			http.NotFound(w, r)
+			return
+		}
+		deletes.Add(1)
+		if gone.Load() {
+			w.WriteHeader(http.StatusNotFound)
+			reply(t, w, `{"type":"error","error":"Not Found","error_code":404}`)
+			return
+		}
+		gone.Store(true) // deleted, and then the answer is lost
+		hj, _ := w.(http.Hijacker)
+		conn, _, _ := hj.Hijack()
+		_ = conn.Close()
+	})
+	ctx := context.Background()
+	if err := c.DeleteFile(ctx, "web01", "/run/x"); err != nil || deletes.Load() != 2 {
+		t.Fatalf("file delete whose first answer was lost: err=%v after %d tries, want success after 2", err, deletes.Load())
+	}
+	gone.Store(false)
+	deletes.Store(0)
+	if err := c.DeleteInstance(ctx, "web01"); err != nil || deletes.Load() != 2 {
+		t.Fatalf("instance delete whose first answer was lost: err=%v after %d tries, want success after 2", err, deletes.Load())
+	}
+	deletes.Store(0)
+	if err := c.DeleteSnapshot(ctx, "web01", "snap"); !IsNotFound(err) || deletes.Load() != 1 {
+		t.Fatalf("delete of what is not there: err=%v after %d tries, want a not-found at once", err, deletes.Load())
+	}
+}

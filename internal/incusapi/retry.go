@@ -15,7 +15,8 @@ import (
 // with a body that can be read again. A command (exec) or a state change is never
 // sent twice: the first may have run. Seen in the lab: with eight nodes deploying at
 // once incusd reset one file push ("connection reset by peer") and answered 5xx while
-// it stalled.
+// it stalled. A retried DELETE that finds nothing is a success: the first one, whose
+// answer was lost, deleted it.
 const (
 	retryAttempts = 3
 	retryPause    = 500 * time.Millisecond

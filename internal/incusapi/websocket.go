@@ -357,11 +357,27 @@ func (ws *Websocket) CloseWrite() error {
 	return ws.writeControl(OpClose, []byte{0x03, 0xE8})
 }
 
-// Close sends a close frame if none was sent yet and closes the connection.
+// closeFrameLimit bounds the write of Close's close frame: a peer that stopped reading
+// must not hold Close.
+const closeFrameLimit = time.Second
+
+// Close sends a close frame if none was sent yet and closes the connection. It never
+// waits behind a stuck writer: when a write is in progress the connection is closed at
+// once (which ends that write with an error) and no close frame is sent; otherwise the
+// close frame gets closeFrameLimit before the connection is closed under it.
 func (ws *Websocket) Close() error {
 	ws.closeOnce.Do(func() {
-		_ = ws.CloseWrite()
-		ws.closeErr = ws.rwc.Close()
+		closeConn := sync.OnceValue(ws.rwc.Close)
+		if ws.wmu.TryLock() {
+			guard := time.AfterFunc(closeFrameLimit, func() { _ = closeConn() })
+			if !ws.closeSent {
+				ws.closeSent = true
+				_ = ws.writeFrame(OpClose, []byte{0x03, 0xE8}, true)
+			}
+			guard.Stop()
+			ws.wmu.Unlock()
+		}
+		ws.closeErr = closeConn()
 	})
 	return ws.closeErr
 }

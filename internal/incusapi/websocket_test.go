@@ -373,3 +373,45 @@ func TestWebsocketConcurrentWritesStayWholeFrames(t *testing.T) {
 		}
 	}
 }
+
+// A peer that stops reading leaves a writer stuck in its write (net.Pipe writes block
+// until read; incusd cannot be made to stall on demand). Close must not wait behind
+// it: it ends the connection, and with it the stuck write.
+func TestWebsocketCloseDoesNotWaitBehindAStuckWriter(t *testing.T) {
+	ws, _ := pipeWebsocket(t) // the server end never reads
+	wrote := make(chan error, 1)
+	go func() { wrote <- ws.WriteMessage(OpBinary, []byte("nobody reads this")) }()
+	for ws.wmu.TryLock() { // wait until the writer holds the write lock
+		ws.wmu.Unlock()
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { _ = ws.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(closeFrameLimit / 2):
+		t.Fatal("Close waited behind a stuck writer")
+	}
+	select {
+	case err := <-wrote:
+		if err == nil {
+			t.Fatal("the stuck write reported success after Close")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stuck write did not end when Close closed the connection")
+	}
+}
+
+// Without a writer, Close sends its close frame, but a peer that does not read gets
+// closeFrameLimit, no more.
+func TestWebsocketCloseBoundsItsCloseFrame(t *testing.T) {
+	ws, _ := pipeWebsocket(t)
+	start := time.Now()
+	_ = ws.Close()
+	if d := time.Since(start); d > closeFrameLimit+2*time.Second {
+		t.Fatalf("Close took %s with a peer that does not read, want about %s", d, closeFrameLimit)
+	}
+	if err := ws.WriteMessage(OpBinary, []byte("x")); err == nil {
+		t.Fatal("a write after Close succeeded")
+	}
+}

@@ -142,7 +142,7 @@ func (d *submissionDataSource) Schema(_ context.Context, _ datasource.SchemaRequ
 				MarkdownDescription: "Values of identity keys for every node; a node's own `identity` entry in the " +
 					"baked configuration wins over them. Keys not in `identity_keys` are ignored, so a map that also holds " +
 					"per-run values does not change any plan. The map itself is kept in the state, so per-run values " +
-					"(paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd or /proc, such as a staged credential) are refused. Default: empty.",
+					"(paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc or $TMPDIR (also inside a longer value, as in `--identity=/tmp/k`), such as a staged credential) are refused. Default: empty.",
 				Validators: []validator.Map{perRunMapValidator{}},
 			},
 			"operator_root": schema.StringAttribute{

@@ -4,16 +4,20 @@ package provider
 // that is true for one run or one login only, so storing it makes every plan differ or
 // leaks where a credential was staged. The rule, checked at plan time:
 //   - an absolute path under a directory whose contents live for one run or login:
-//     /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc;
+//     /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc, and the run's own temporary
+//     directories ($TMPDIR, $XDG_RUNTIME_DIR, $RUNNER_TEMP: a CI job's temp dir);
 //   - any of the provider's own credential locations (ssh_private_key_file,
 //     ssh_auth_sock, registry_auth_file, kubeconfig, the Incus client key), wherever
 //     they are.
+// A path counts also inside a larger value (`--identity=/tmp/k`, `a:/tmp/b`).
 // It applies to build.args, the verdict's triggers and the submission's identity map.
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -24,28 +28,77 @@ import (
 
 var perRunDirs = []string{"/tmp", "/var/tmp", "/run/user", "/dev/shm", "/dev/fd", "/proc"}
 
+// perRunDirEnv are the environment variables that name a run's own temporary
+// directory.
+var perRunDirEnv = []string{"TMPDIR", "XDG_RUNTIME_DIR", "RUNNER_TEMP"}
+
+// perRunDirList is perRunDirs with the directories the environment names (cleaned,
+// absolute, and never the root: a TMPDIR of "/" would refuse every path).
+func perRunDirList() []string {
+	dirs := append([]string{}, perRunDirs...)
+	for _, env := range perRunDirEnv {
+		d := filepath.Clean(os.Getenv(env))
+		if filepath.IsAbs(d) && d != "/" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// absolutePaths are the absolute paths inside v: v itself, and every word of it that
+// starts with "/" once it is split at blanks, quotes, separators and the "=" of an
+// option.
+func absolutePaths(v string) []string {
+	words := strings.FieldsFunc(v, func(r rune) bool {
+		return r == ' ' || r == '\t' || r == '\n' || strings.ContainsRune("=:,;\"'()[]{}<>|&", r)
+	})
+	var out []string
+	for _, w := range words {
+		if strings.HasPrefix(w, "/") {
+			out = append(out, filepath.Clean(w))
+		}
+	}
+	return out
+}
+
+// holdsLocation reports whether v names loc: v is loc (also relative to the working
+// directory), or one of the absolute paths inside v is.
+func holdsLocation(v, loc string) bool {
+	if abs, err := filepath.Abs(v); err == nil && abs == loc {
+		return true
+	}
+	for _, p := range absolutePaths(v) {
+		if p == loc {
+			return true
+		}
+	}
+	return false
+}
+
 // perRunReason says why v is a per-run value ("" when it is not). cfg may be nil (then
 // only the directories are checked).
 func perRunReason(v string, cfg *Config) string {
 	v = strings.TrimSpace(v)
-	if filepath.IsAbs(v) {
-		clean := filepath.Clean(v)
-		for _, d := range perRunDirs {
-			if clean == d || strings.HasPrefix(clean, d+"/") {
-				return fmt.Sprintf("it is a path under %s, whose contents live for one run or login", d)
-			}
-		}
-	}
 	if v == "" {
 		return ""
 	}
-	abs, err := filepath.Abs(v)
-	if err != nil {
-		return ""
+	dirs := perRunDirList()
+	for _, p := range absolutePaths(v) {
+		for _, d := range dirs {
+			if p == d || strings.HasPrefix(p, d+"/") {
+				return fmt.Sprintf("it holds %s, a path under %s, whose contents live for one run or login", p, d)
+			}
+		}
 	}
-	for name, loc := range perRunValues(cfg) {
-		if abs == loc {
-			return "it is the provider's " + name + " location"
+	locs := perRunValues(cfg)
+	names := make([]string, 0, len(locs))
+	for name := range locs {
+		names = append(names, name)
+	}
+	sort.Strings(names) // one message, whatever the map order
+	for _, name := range names {
+		if holdsLocation(v, locs[name]) {
+			return "it holds the provider's " + name + " location"
 		}
 	}
 	return ""

@@ -138,7 +138,7 @@ func (p *fediversityProvider) Schema(_ context.Context, _ provider.SchemaRequest
 			},
 			"registry_auth_file": schema.StringAttribute{
 				Optional:            true,
-				MarkdownDescription: "Containers auth JSON file with registry credentials. Default: `REGISTRY_AUTH_FILE`. Never stored in state. Credentials are only ever sent over TLS.",
+				MarkdownDescription: "Containers auth JSON file with registry credentials. Default: `REGISTRY_AUTH_FILE`. An entry is a host or a `host/path`; the most specific one that is a prefix of the image repository wins (as containers-auth.json(5) says). Never stored in state. Credentials are only ever sent over TLS.",
 			},
 			"registry_insecure": schema.BoolAttribute{
 				Optional: true,

@@ -106,7 +106,7 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			"triggers": schema.MapAttribute{
 				Optional: true, ElementType: types.StringType,
 				MarkdownDescription: "Arbitrary values; any change runs the pass again (e.g. `{ generation = fediversity_node_switch.x.generation }`). " +
-					"Must not hold per-run values: paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd or /proc, or the provider's credential locations are refused at plan.",
+					"Must not hold per-run values: paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc or $TMPDIR (also inside a longer value, as in `--identity=/tmp/k`), or the provider's credential locations are refused at plan.",
 				Validators: []validator.Map{perRunMapValidator{}},
 			},
 			"judged_toplevel": schema.StringAttribute{

@@ -60,7 +60,7 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 	}
 
 	t.logPrintf("copy: exported %d bytes in %s", size, lap())
-	remoteFile, err := t.tempName("import")
+	remoteFile, err := tempName(importDir, "import")
 	if err != nil {
 		return stats, t.errorf(phase, "%v", err)
 	}

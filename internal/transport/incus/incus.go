@@ -63,6 +63,10 @@ type Transport struct {
 	sess      *shellSession // the open exec session, if any
 	sessOpens int           // sessions opened so far (bounded by maxSessionOpens)
 	noSession bool          // Config.RecordedExecOnly
+	// nodeReady: the node's staging directory for stdin exists and holds no leftovers
+	// of killed runs (nodeSetupScript; run by the session's opening, or else before the
+	// first stdin).
+	nodeReady atomic.Bool
 
 	// Commands run through a session and with a recorded exec, for the log and tests.
 	viaSession, viaRecorded atomic.Int64
@@ -245,14 +249,23 @@ func (t *Transport) Run(ctx context.Context, argv []string, opts deploybody.RunO
 	return t.exec(ctx, argv, strings.Join(opts.Path, ":"), stdin)
 }
 
-// tempName is a fresh file name in the node's /var/tmp (on disk, not a tmpfs, since
-// closure exports can be large).
-func (t *Transport) tempName(kind string) (string, error) {
+// Where files pushed to the node are staged. Closure exports go to /var/tmp (on disk,
+// not a tmpfs: they can be large; they hold nothing secret). A command's stdin (join
+// tokens, kube tokens) goes to stdinDir on /run's tmpfs, in a directory only root can
+// enter: it is never on a disk, so no snapshot or backup of the instance holds it,
+// and a reboot ends it.
+const (
+	importDir = "/var/tmp"
+	stdinDir  = "/run/fediversity-stdin"
+)
+
+// tempName is a fresh file name in dir on the node.
+func tempName(dir, kind string) (string, error) {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
-	return "/var/tmp/fediversity-" + kind + "-" + hex.EncodeToString(b[:]), nil
+	return dir + "/fediversity-" + kind + "-" + hex.EncodeToString(b[:]), nil
 }
 
 // removeFile deletes a temporary file on the node, with its own short deadline so a

@@ -44,7 +44,7 @@ func (r runner) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout
 // session (session.go) when there is one, and with a recorded exec otherwise. A command
 // the node cannot find is exit code 127 with a message on stderr, as a shell would
 // report it.
-func (t *Transport) exec(ctx context.Context, argv []string, prefix string, stdin io.Reader) (deploybody.RunResult, error) {
+func (t *Transport) exec(ctx context.Context, argv []string, prefix string, stdin io.Reader) (_ deploybody.RunResult, runErr error) {
 	phase := "run " + argv[0]
 	path := t.nodePath(ctx)
 	if prefix != "" {
@@ -52,26 +52,31 @@ func (t *Transport) exec(ctx context.Context, argv []string, prefix string, stdi
 	}
 	cmd := argv
 	if stdin != nil {
-		tmp, err := t.tempName("stdin")
+		tmp, err := t.stageStdin(ctx, phase, stdin)
 		if err != nil {
-			return deploybody.RunResult{}, t.errorf(phase, "%v", err)
+			return deploybody.RunResult{}, err
 		}
-		if err := t.c.PushFile(ctx, t.instance, tmp, stdin, -1, incusapi.FileMode{Mode: 0o600}); err != nil {
-			return deploybody.RunResult{}, t.classify(ctx, phase+" (stdin)", err)
-		}
-		defer t.removeFile(tmp)
-		// $0 is the stdin file and "$@" is argv: data, never script text.
-		cmd = append([]string{"/bin/sh", "-c", `exec "$@" < "$0"`, tmp}, argv...)
+		defer func() {
+			if runErr != nil { // the command may not have begun: remove its stdin here
+				t.removeFile(tmp)
+			}
+		}()
+		cmd = append([]string{"/bin/sh", "-c", stdinScript, tmp}, argv...)
 	}
-	if res, handled, err := t.sessionExec(ctx, cmd, path); handled {
+	res, handled, claim, err := t.sessionExec(ctx, cmd, path)
+	if handled {
 		t.viaSession.Add(1)
 		if err != nil {
 			return deploybody.RunResult{}, t.classify(ctx, phase, err)
 		}
 		return res, nil
 	}
+	if claim != "" {
+		// The session may have run it: the recorded exec runs it only under its claim.
+		cmd = claimedArgv(claim, cmd)
+	}
 	t.viaRecorded.Add(1)
-	res, err := t.c.Exec(ctx, t.instance, incusapi.ExecRequest{
+	rec, err := t.c.Exec(ctx, t.instance, incusapi.ExecRequest{
 		Command:     cmd,
 		Environment: map[string]string{"PATH": path},
 	})
@@ -82,7 +87,71 @@ func (t *Transport) exec(ctx context.Context, argv []string, prefix string, stdi
 		}
 		return deploybody.RunResult{}, t.classify(ctx, phase, err)
 	}
-	return deploybody.RunResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil
+	res = deploybody.RunResult{ExitCode: rec.ExitCode, Stdout: rec.Stdout, Stderr: rec.Stderr}
+	if claim != "" && claimTaken(res, claim) {
+		return deploybody.RunResult{}, t.classify(ctx, phase, &sessionLostError{
+			err: fmt.Errorf("the exec session ended before the command's start was seen, and its claim %s is made (or gone with /run)", claim)})
+	}
+	return res, nil
+}
+
+// stdinScript runs "$@" with the staged file $0 as its stdin, and unlinks the file as
+// soon as it is open, before the command runs: however the command or the run ends
+// (even by SIGKILL, which no trap sees), the secret is no longer on the node. $0 and
+// "$@" are data, never script text.
+const stdinScript = `exec <"$0" || exit 125; rm -f -- "$0"; exec "$@"`
+
+// stageStdin pushes a command's stdin to a fresh file in stdinDir (mode 0600), making
+// the directory ready first if the run has not yet.
+func (t *Transport) stageStdin(ctx context.Context, phase string, stdin io.Reader) (string, error) {
+	if err := t.prepareNode(ctx); err != nil {
+		return "", t.classify(ctx, phase+" (stdin)", err)
+	}
+	tmp, err := tempName(stdinDir, "stdin")
+	if err != nil {
+		return "", t.errorf(phase, "%v", err)
+	}
+	if err := t.c.PushFile(ctx, t.instance, tmp, stdin, -1, incusapi.FileMode{Mode: 0o600}); err != nil {
+		t.removeFile(tmp) // a push cut off midway may have left part of it
+		return "", t.classify(ctx, phase+" (stdin)", err)
+	}
+	return tmp, nil
+}
+
+// nodeSetupScript makes a node ready for a run's commands, at the run's start:
+//   - the stdin staging directory $1 (mode 0700), emptied of files that killed runs
+//     left (older than a minute: a live run's file lives for milliseconds), and of
+//     those older versions left in $2 (/var/tmp);
+//   - with $3 and $4 (a session): the session's claims directory $4 (mode 0700)
+//     under $3, and the removal of those of sessions gone for an hour.
+const nodeSetupScript = `mkdir -p -m 0700 "$1" && chmod 0700 "$1" || exit 1
+find "$1" "$2" -maxdepth 1 -type f -name 'fediversity-stdin-*' -mmin +1 -delete 2>/dev/null
+if [ -n "$4" ]; then
+  mkdir -p -m 0755 "$3" && mkdir -m 0700 "$4" || exit 1
+  find "$3" -mindepth 1 -maxdepth 1 -type d -mmin +60 -exec rm -rf {} + 2>/dev/null
+fi
+exit 0`
+
+// nodeSetupArgv runs nodeSetupScript; claimsRoot and claims are empty without a
+// session.
+func nodeSetupArgv(claimsRoot, claims string) []string {
+	return []string{"/bin/sh", "-c", nodeSetupScript, "sh", stdinDir, importDir, claimsRoot, claims}
+}
+
+// prepareNode runs nodeSetupScript (without a session) unless the run did already.
+func (t *Transport) prepareNode(ctx context.Context) error {
+	if t.nodeReady.Load() || (t.session(ctx) != nil && t.nodeReady.Load()) {
+		return nil // a session's opening made the node ready
+	}
+	res, err := t.exec(ctx, nodeSetupArgv("", ""), "", nil)
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return fmt.Errorf("making the stdin staging directory %s exited %d: %s", stdinDir, res.ExitCode, trim(res.Stderr))
+	}
+	t.nodeReady.Store(true)
+	return nil
 }
 
 // wrapErr names the node in an error of the remote package; it keeps the chain, so

@@ -35,21 +35,46 @@ import (
 //
 // When the session breaks (the instance restarted, the daemon closed the websockets),
 // the transport opens it once more, and after a second break it runs every command
-// with a recorded exec as before. A command whose start marker never arrived did not
-// run, so it is run with a recorded exec instead; a command that started and then lost
-// its session is an error, never run twice.
+// with a recorded exec as before. A command that started and then lost its session is
+// an error, never run twice.
+//
+// A command whose start marker never arrived may still have run: the shell may have
+// read its line and started it, and only the marker was lost with the websocket. So
+// every command is claimed before it runs: the shell creates the file <claims>/B with
+// noclobber (an O_EXCL create, no fork), and runs the command only if it made it. The
+// recorded exec that stands in for such a command makes the same claim first and runs
+// nothing when the file is there (the session ran, or runs, the command) or cannot be
+// made (the claims directory is gone with /run, so whether it ran is unknown). Whoever
+// claims first runs the command; it never runs twice. The claims directory is the
+// session's own, under /run (a tmpfs: gone at a reboot); an orderly close removes it,
+// and a session's opening removes those of sessions gone for an hour.
 
 // maxSessionOpens bounds how often one transport opens a session (the first and one
 // re-open after a break).
 const maxSessionOpens = 2
 
-// errNotStarted says the session broke before the command's start marker arrived: the
-// command did not run and may be run another way.
-var errNotStarted = errors.New("the exec session ended before the command started")
+// errNotStarted says the session's shell refused the command's claim: the command did
+// not run there, and never will, so it may be run another way as it is.
+var errNotStarted = errors.New("the exec session did not run the command")
+
+// errUnconfirmed says the session broke before the command's start marker arrived: the
+// command may have run, so it may be run another way only under its claim (claimPath).
+var errUnconfirmed = errors.New("the exec session ended before the command's start was seen")
+
+// sessionClaimsRoot holds each session's claims directory (see above).
+const sessionClaimsRoot = "/run/fediversity-session"
+
+// claimTakenMarker is what the stand-in exec prints on stderr, with the claim's path,
+// when it finds the claim made: it then exits claimTakenExit without running anything.
+const (
+	claimTakenMarker = "fediversity: claim taken:"
+	claimTakenExit   = 222
+)
 
 type shellSession struct {
 	stream *incusapi.ExecStream
-	limit  int64 // bound on each stream's output of one command
+	limit  int64  // bound on each stream's output of one command
+	claims string // this session's claims directory on the node
 
 	mu sync.Mutex // one command at a time
 
@@ -75,9 +100,23 @@ func (t *Transport) openSession(ctx context.Context, path string) (*shellSession
 	if limit <= 0 {
 		limit = incusapi.DefaultMaxOutput
 	}
-	s := &shellSession{stream: st, limit: limit, notify: make(chan struct{}, 1)}
+	s := &shellSession{stream: st, limit: limit, notify: make(chan struct{}, 1),
+		claims: sessionClaimsRoot + "/" + randomBoundary()}
 	go s.pump(0, st.Stdout)
 	go s.pump(1, st.Stderr)
+	// The shell's noclobber makes each claim an O_EXCL create; its claims directory is
+	// made first, and without it there is no session (commands use recorded execs).
+	// The same round trip makes the node ready for the run (nodeSetupScript).
+	res, err := s.runScript(octx, randomBoundary(), "set -C; ", "",
+		nodeSetupArgv(sessionClaimsRoot, s.claims), path)
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("making the directories %s and %s exited %d: %s", stdinDir, s.claims, res.ExitCode, trim(res.Stderr))
+	}
+	if err != nil {
+		s.breakWith(err)
+		return nil, err
+	}
+	t.nodeReady.Store(true)
 	return s, nil
 }
 
@@ -131,6 +170,8 @@ func (s *shellSession) close() {
 		s.broken = errors.New("closed")
 	}
 	s.omu.Unlock()
+	// An orderly end removes the claims: nothing stands in for this session's commands.
+	_, _ = s.stream.Write([]byte(fmt.Sprintf("rm -rf -- %s\n", remote.Quote(s.claims))))
 	if err := s.stream.CloseStdin(); err != nil {
 		s.stream.Close()
 		return
@@ -155,27 +196,74 @@ func (s *shellSession) close() {
 	}()
 }
 
-// run runs argv with PATH set to path. It returns errNotStarted (wrapped) when the
-// command certainly did not run.
+// run runs argv with PATH set to path, under its claim. It returns errNotStarted
+// (wrapped) when the command certainly did not run, and errUnconfirmed (wrapped, with
+// the claim's path) when it may have run.
 func (s *shellSession) run(ctx context.Context, argv []string, path string) (deploybody.RunResult, error) {
+	b := randomBoundary()
+	before, after := claimGuard(s.claimPath(b), b)
+	return s.runScript(ctx, b, before, after, argv, path)
+}
+
+// framedScript is the line the session's shell gets for one command: argv with PATH
+// set to path, framed by boundary b, between before and after.
+func framedScript(b, before, after string, argv []string, path string) (string, error) {
 	line, err := remote.ShellJoin(argv)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%[4]sprintf '\\n%%s start\\n' %[1]s; printf '\\n%%s start\\n' %[1]s >&2; "+
+		"(PATH=%[2]s; export PATH; exec %[3]s) </dev/null; "+
+		"printf '\\n%%s done %%s\\n' %[1]s \"$?\"; printf '\\n%%s done\\n' %[1]s >&2%[5]s\n",
+		b, remote.Quote(path), line, before, after), nil
+}
+
+// claimGuard is the shell text around a command that runs it only under claim, and
+// otherwise prints "<b> unclaimed" on both streams.
+func claimGuard(claim, b string) (before, after string) {
+	return "if { true >" + remote.Quote(claim) + "; } 2>/dev/null; then ",
+		"; else printf '\\n%s unclaimed\\n' " + b + "; printf '\\n%s unclaimed\\n' " + b + " >&2; fi"
+}
+
+// claimPath is the claim file of the command with boundary b.
+func (s *shellSession) claimPath(b string) string { return s.claims + "/" + b }
+
+// unconfirmedError carries the claim of a command whose start was not seen.
+type unconfirmedError struct {
+	claim string
+	err   error
+}
+
+func (e *unconfirmedError) Error() string { return errUnconfirmed.Error() + ": " + e.err.Error() }
+func (e *unconfirmedError) Unwrap() []error {
+	return []error{errUnconfirmed, e.err}
+}
+
+// runScript writes one framed command, between before and after (shell text of the
+// caller's: a claim, or a setup), and reads its result.
+func (s *shellSession) runScript(ctx context.Context, b, before, after string, argv []string, path string) (deploybody.RunResult, error) {
+	script, err := framedScript(b, before, after, argv, path)
 	if err != nil {
 		return deploybody.RunResult{}, err
 	}
-	b := randomBoundary()
-	script := fmt.Sprintf("printf '\\n%%s start\\n' %[1]s; printf '\\n%%s start\\n' %[1]s >&2; "+
-		"(PATH=%[2]s; export PATH; exec %[3]s) </dev/null; "+
-		"printf '\\n%%s done %%s\\n' %[1]s \"$?\"; printf '\\n%%s done\\n' %[1]s >&2\n",
-		b, remote.Quote(path), line)
+	unconfirmed := func(err error) error { return &unconfirmedError{claim: s.claimPath(b), err: err} }
 	if _, err := s.stream.Write([]byte(script)); err != nil {
+		// Part of the line may have reached the shell.
 		s.breakWith(err)
-		return deploybody.RunResult{}, fmt.Errorf("%w: %v", errNotStarted, err)
+		return deploybody.RunResult{}, unconfirmed(err)
 	}
 	var res deploybody.RunResult
 	got := [2]bool{}
 	started := false
+	unclaimed := []byte("\n" + b + " unclaimed\n")
 	for {
 		s.omu.Lock()
+		if !started && bytes.Contains(s.out[0], unclaimed) {
+			s.omu.Unlock()
+			err := fmt.Errorf("%w: its claim %s could not be made in the session", errNotStarted, s.claimPath(b))
+			s.breakWith(err) // its claims directory is gone: the session cannot run commands
+			return res, err
+		}
 		for i := range 2 {
 			if got[i] {
 				continue
@@ -213,7 +301,7 @@ func (s *shellSession) run(ctx context.Context, argv []string, path string) (dep
 			err := fmt.Errorf("exec session ended: %w", end)
 			s.breakWith(err)
 			if !started {
-				return res, fmt.Errorf("%w: %v", errNotStarted, err)
+				return res, unconfirmed(err)
 			}
 			return res, err
 		}
@@ -269,26 +357,46 @@ func randomBoundary() string {
 
 // sessionExec runs argv through the deploy's exec session, opening it on first use.
 // handled is false when the session cannot take the command (none could be opened, it
-// broke before the command started, or another command holds it): the caller then runs
-// the command with a recorded exec.
-func (t *Transport) sessionExec(ctx context.Context, argv []string, path string) (res deploybody.RunResult, handled bool, err error) {
+// did not run the command, or another command holds it): the caller then runs the
+// command with a recorded exec, as it is. claim is set when the session broke before
+// the command's start was seen: the recorded exec must then run it under that claim
+// (claimedArgv), so it runs at most once.
+func (t *Transport) sessionExec(ctx context.Context, argv []string, path string) (res deploybody.RunResult, handled bool, claim string, err error) {
 	s := t.session(ctx)
 	if s == nil {
-		return res, false, nil
+		return res, false, "", nil
 	}
 	if !s.mu.TryLock() {
-		return res, false, nil // a concurrent command: never wait behind another one
+		return res, false, "", nil // a concurrent command: never wait behind another one
 	}
 	defer s.mu.Unlock()
 	res, err = s.run(ctx, argv, path)
-	if errors.Is(err, errNotStarted) {
+	var unconfirmed *unconfirmedError
+	switch {
+	case errors.Is(err, errNotStarted):
 		t.logPrintf("exec session: %v; running %s with a recorded exec", err, argv[0])
-		return res, false, nil
+		return res, false, "", nil
+	case errors.As(err, &unconfirmed) && ctx.Err() == nil:
+		t.logPrintf("exec session: %v; running %s with a recorded exec under its claim", err, argv[0])
+		return res, false, unconfirmed.claim, nil
+	case err != nil:
+		return res, true, "", &sessionLostError{err: err}
 	}
-	if err != nil {
-		return res, true, &sessionLostError{err: err}
-	}
-	return res, true, nil
+	return res, true, "", nil
+}
+
+// claimedArgv runs argv only if it can make claim, the file a session's shell makes
+// before it runs the same command; when it cannot, it prints claimTakenMarker and the
+// claim on stderr and exits claimTakenExit, running nothing.
+func claimedArgv(claim string, argv []string) []string {
+	script := `set -C; { true >"$0"; } 2>/dev/null || { printf '%s %s\n' "` + claimTakenMarker + `" "$0" >&2; exit ` +
+		strconv.Itoa(claimTakenExit) + `; }; exec "$@"`
+	return append([]string{"/bin/sh", "-c", script, claim}, argv...)
+}
+
+// claimTaken tells whether a claimedArgv run found its claim made and ran nothing.
+func claimTaken(res deploybody.RunResult, claim string) bool {
+	return res.ExitCode == claimTakenExit && bytes.Contains(res.Stderr, []byte(claimTakenMarker+" "+claim+"\n"))
 }
 
 // session is the open session, or a new one, or nil when sessions are off or used up.
@@ -334,12 +442,13 @@ func (t *Transport) closeSession() {
 	}
 }
 
-// sessionLostError says a command started in the session and its session ended before
-// its result came back: whether it finished is unknown, so it is not run again.
+// sessionLostError says a command may have run in the session (it started, or its
+// claim is made) and its session ended before its result came back: whether it
+// finished is unknown, so it is not run again.
 type sessionLostError struct{ err error }
 
 func (e *sessionLostError) Error() string {
-	return "the command started but its exec session ended before its result came back (" + e.err.Error() + "); it was not run again"
+	return "the command may have run, but its exec session ended before its result came back (" + e.err.Error() + "); it was not run again"
 }
 
 func (e *sessionLostError) Unwrap() error { return e.err }

@@ -248,3 +248,48 @@ func TestLabExecSessionCloseEndsTheShell(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A secret given as stdin (a join token, a kube token) is never on the node's disk
+// and never outlives its command: it is staged on /run's tmpfs in a directory only
+// root enters, unlinked before the command runs, and what a killed run left (there, or
+// in /var/tmp where older versions staged it) is removed at the next run's start. With
+// the session and with recorded execs only (whose staging directory is made on its own).
+func TestLabStdinIsStagedOnTmpfsAndGone(t *testing.T) {
+	labtest.Require(t)
+	node := labtest.Nodes(t)[0]
+	for _, recordedOnly := range []bool{false, true} {
+		t.Run(map[bool]string{false: "session", true: "recorded execs"}[recordedOnly], func(t *testing.T) {
+			ctx := labCtx(t)
+			// What a run killed between the push and the command leaves, ten minutes ago.
+			labtest.Incus(t, "exec", node.Instance, "--project", node.Project, "--", "sh", "-c",
+				`mkdir -p /run/fediversity-stdin && for f in /run/fediversity-stdin/fediversity-stdin-killed /var/tmp/fediversity-stdin-killed; do
+				   echo old-token > "$f"; touch -d '-10 min' "$f"; done`)
+			c, err := incusapi.NewFromEnv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr, err := New(Config{Client: c, Instance: node.Instance, Project: node.Project, Node: node.Name, Log: t.Logf, RecordedExecOnly: recordedOnly})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tr.Close() }()
+			// While the command runs: its stdin read whole, no staged file anywhere.
+			probe := `cat; echo; ls -A /run/fediversity-stdin | wc -l; ls /var/tmp | grep -c '^fediversity-stdin-' || true
+				stat -c %a /run/fediversity-stdin; stat -f -c %T /run`
+			res, err := tr.Run(ctx, []string{"sh", "-c", probe}, deploybody.RunOptions{Stdin: []byte("kube-token-s3cret")})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("run with stdin: %v %+v", err, res)
+			}
+			got := strings.Fields(string(res.Stdout))
+			want := []string{"kube-token-s3cret", "0", "0", "700", "tmpfs"}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Fatalf("while the command ran: %q, want %q (token; files staged on /run; in /var/tmp; the directory's mode; /run's file system)", got, want)
+			}
+			after := labtest.Incus(t, "exec", node.Instance, "--project", node.Project, "--", "sh", "-c",
+				`grep -rl s3cret /run/fediversity-stdin /var/tmp 2>/dev/null | wc -l`)
+			if strings.TrimSpace(after) != "0" {
+				t.Fatalf("%s files on the node still hold the token after the run", strings.TrimSpace(after))
+			}
+		})
+	}
+}
