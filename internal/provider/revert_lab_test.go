@@ -69,7 +69,9 @@ func TestAccNodeSwitchOrphanRevertSettled(t *testing.T) {
 	node := labtest.NewInstance(t, "cli-orphan")
 	c := newCLIDir(t)
 	c.write(cliSwitchConfigTimings(node, good, revertTimings))
+	start := time.Now()
 	c.mustApply("deploying good")
+	t.Logf("first apply took %s", time.Since(start).Round(time.Second))
 
 	c.write(cliSwitchConfigTimings(node, slow, revertTimings))
 	var out bytes.Buffer
@@ -78,12 +80,14 @@ func TestAccNodeSwitchOrphanRevertSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSwitchRunning(t, node)
+	t.Logf("switch running %s after the start", time.Since(start).Round(time.Second))
 	killRun(t, cli, cli.Process.Pid)
 	if armed := nodeExec(t, node, "ls /run/fediversity/ | grep -c '^fediversity-revert-.*\\.state$' || true"); strings.TrimSpace(armed) != "1" {
 		t.Fatalf("the killed run left %q armed reverts, want 1", armed)
 	}
 
 	second := strings.Join(strings.Fields(c.mustApply("applying again at once")), " ")
+	t.Logf("second apply done %s after the start", time.Since(start).Round(time.Second))
 	found := strings.Contains(second, "an earlier run left a revert armed on the node") && strings.Contains(second, "disarmed it before it began; the node runs")
 	if !found {
 		t.Fatalf("the second apply did not say it dealt with the first run's revert:\n%s", second)
