@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,14 +31,66 @@ const revertConfirm = 5 * time.Second
 
 // killRun SIGKILLs the CLI and its provider plugin at once, as a cancelled CI job or
 // an OOM kill of the session does: nothing of the run is left to disarm its revert.
-func killRun(t *testing.T, cli interface{ Wait() error }, pid int) {
+func killRun(t *testing.T, a *runningApply) {
 	t.Helper()
+	pid := a.cmd.Process.Pid
 	plugin := pluginOf(pid)
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 	if plugin != 0 {
 		_ = syscall.Kill(plugin, syscall.SIGKILL)
 	}
-	_ = cli.Wait()
+	_ = a.wait(t)
+}
+
+// runningApply is an apply started in the background.
+type runningApply struct {
+	cmd  *exec.Cmd
+	out  *bytes.Buffer
+	done chan error
+}
+
+func startApply(t *testing.T, c *cliDir) *runningApply {
+	t.Helper()
+	a := &runningApply{out: &bytes.Buffer{}, done: make(chan error, 1)}
+	a.cmd = c.command(a.out, "apply", "-auto-approve", "-no-color")
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.done <- a.cmd.Wait() }()
+	return a
+}
+
+// waitSwitch waits (bounded: 5 min, the machine may be loaded) until a detached
+// switch runs on the node, and fails with the CLI's output if the apply ended first.
+func (a *runningApply) waitSwitch(t *testing.T, node labtest.Node) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-a.done:
+			a.done <- err
+			t.Fatalf("the apply ended (%v) before its switch was seen:\n%s", err, a.out.String())
+		default:
+		}
+		if out, _ := labtest.IncusErr("exec", node.Instance, "--", "systemctl", "list-units", "--no-legend", "--plain", "--state=active", "fediversity-switch-*"); strings.Contains(out, "fediversity-switch-") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no switch ran on %s within 5 min:\n%s", node.Instance, a.out.String())
+}
+
+// wait waits for the apply to end (bounded: 10 min) and returns its error.
+func (a *runningApply) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-a.done:
+		return err
+	case <-time.After(10 * time.Minute):
+		_ = a.cmd.Process.Kill()
+		t.Fatalf("the apply did not end within 10 min:\n%s", a.out.String())
+	}
+	return nil
 }
 
 // agreeAfterWindow waits past the node's window (plus a margin) and checks that the
@@ -74,14 +127,10 @@ func TestAccNodeSwitchOrphanRevertSettled(t *testing.T) {
 	t.Logf("first apply took %s", time.Since(start).Round(time.Second))
 
 	c.write(cliSwitchConfigTimings(node, slow, revertTimings))
-	var out bytes.Buffer
-	cli := c.command(&out, "apply", "-auto-approve", "-no-color")
-	if err := cli.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitSwitchRunning(t, node)
+	cli := startApply(t, c)
+	cli.waitSwitch(t, node)
 	t.Logf("switch running %s after the start", time.Since(start).Round(time.Second))
-	killRun(t, cli, cli.Process.Pid)
+	killRun(t, cli)
 	if armed := nodeExec(t, node, "ls /run/fediversity/ | grep -c '^fediversity-revert-.*\\.state$' || true"); strings.TrimSpace(armed) != "1" {
 		t.Fatalf("the killed run left %q armed reverts, want 1", armed)
 	}
@@ -111,16 +160,13 @@ func TestAccNodeSwitchCtrlCDuringSwitchAndConfirm(t *testing.T) {
 	c.mustApply("deploying good")
 
 	c.write(cliSwitchConfigTimings(node, slow, revertTimings))
-	var out bytes.Buffer
-	cli := c.command(&out, "apply", "-auto-approve", "-no-color")
-	if err := cli.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitSwitchRunning(t, node)
-	_ = cli.Process.Signal(syscall.SIGINT)
+	cli := startApply(t, c)
+	cli.waitSwitch(t, node)
+	_ = cli.cmd.Process.Signal(syscall.SIGINT)
 	waitRunning(t, node, slow)
-	_ = cli.Process.Signal(syscall.SIGINT)
-	if err := cli.Wait(); err == nil {
+	_ = cli.cmd.Process.Signal(syscall.SIGINT)
+	out := cli.out
+	if err := cli.wait(t); err == nil {
 		t.Fatalf("the interrupted apply succeeded:\n%s", out.String())
 	}
 	saw := firstMatchingLine(out.String(), "Error:", "interrupt", "Interrupt")
@@ -193,15 +239,12 @@ func TestAccNodeSwitchLateDisarmIsARevert(t *testing.T) {
 	c.mustApply("deploying good")
 
 	c.write(cliSwitchConfigTimings(viaProxy, slow, revertTimings))
-	var out bytes.Buffer
-	cli := c.command(&out, "apply", "-auto-approve", "-no-color")
-	if err := cli.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitSwitchRunning(t, node)
+	cli := startApply(t, c)
+	cli.waitSwitch(t, node)
 	// The run's own connection is up; every new one from now on is late.
 	proxy.hold.Store(int64(revertConfirm + 4*time.Second))
-	err := cli.Wait()
+	err := cli.wait(t)
+	out := cli.out
 	proxy.hold.Store(0)
 	flat := strings.Join(strings.Fields(out.String()), " ")
 	reported := err != nil && strings.Contains(flat, "reached the node only after its confirm window (5s) had ended") &&
