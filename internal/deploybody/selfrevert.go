@@ -191,7 +191,8 @@ func (r *run) settleAfterFailure(switchErr error, hint string) error {
 	ans, _, _, _ := r.settleOwnRevert()
 	switch ans.state {
 	case revertDisarmed:
-		r.res.RunningSystem = ans.running
+		// RunningSystem stays unset: the run never read it itself, and the provider
+		// takes a set one for a judged system.
 		return withHint(fmt.Errorf("%w; after the switch ended a new login disarmed the revert before it began: the node runs %s", switchErr, describeSystem(ans.running)), hint)
 	case revertReverted, revertBegun:
 		return withHint(fmt.Errorf("%w; the node's confirm window (%s) ended before a new login reached it, and %s: %w", switchErr, r.o.Timings.ConfirmTimeout, r.reverted(ans), ErrSelfReverted),

@@ -181,9 +181,10 @@ func TestAccNodeSwitchCtrlCDuringSwitchAndConfirm(t *testing.T) {
 // connection waits that long before it is forwarded: a login that reaches the node
 // late, which a real network cannot be made to do on demand.
 type holdingProxy struct {
-	ln   net.Listener
-	hold atomic.Int64 // nanoseconds
-	wg   sync.WaitGroup
+	ln    net.Listener
+	hold  atomic.Int64 // nanoseconds
+	mu    sync.Mutex
+	conns []net.Conn
 }
 
 func startHoldingProxy(t *testing.T, target string) *holdingProxy {
@@ -193,16 +194,24 @@ func startHoldingProxy(t *testing.T, target string) *holdingProxy {
 		t.Fatal(err)
 	}
 	p := &holdingProxy{ln: ln}
-	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+	})
 	go func() {
 		for {
 			conn, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			p.wg.Add(1)
+			p.mu.Lock()
+			p.conns = append(p.conns, conn)
+			p.mu.Unlock()
 			go func() {
-				defer p.wg.Done()
 				defer func() { _ = conn.Close() }()
 				time.Sleep(time.Duration(p.hold.Load()))
 				up, err := net.Dial("tcp", target)
