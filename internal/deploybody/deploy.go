@@ -55,11 +55,9 @@ type run struct {
 	failedAfterSwitch *RunResult
 	// seenFailed holds every unit a watch sample found failed: later samples show them.
 	seenFailed map[string]bool
-	// armed is the transport whose node-side revert is armed and not yet disarmed;
-	// switchEnded is when the switch returned (the revert's window starts then).
-	armed       SelfReverter
-	switchEnded time.Time
-	checks      *checkRun
+	// armed is the node-side revert this run armed and has not settled yet.
+	armed  *armedRevert
+	checks *checkRun
 	// prevUnitDigests are the previous system's unit files (name → sha256), read in
 	// the snapshot's round trip; nil when unread.
 	prevUnitDigests map[string]string
@@ -95,7 +93,7 @@ func (r *run) execute() (_ *Result, runErr error) {
 	steps := []step{
 		{PhaseBuild, r.build},
 		{PhaseWaitForNode, r.waitForNode},
-		{PhaseLockNode, r.lockNode},
+		{PhaseLockNode, r.lockNodeSettlingEarlierRuns},
 		{PhasePushClosure, r.pushClosure},
 		{PhaseWaitForSecretChain, r.waitForSecretChain},
 		{PhaseSnapshotUnitStates, r.snapshotUnitStates},
@@ -155,6 +153,11 @@ func (r *run) phase(s step) error {
 	note, err := s.body()
 	if err == nil {
 		err = r.ctx.Err()
+		if err != nil && r.armed != nil {
+			// Interrupted between the switch and the confirming login: the revert
+			// is settled all the same, on a context of its own.
+			err = r.settleAfterFailure(fmt.Errorf("interrupted after the switch: %w", err), "apply again: the next plan deploys the configuration again")
+		}
 	}
 	elapsed := r.o.Clock.Now().Sub(start)
 	if err != nil {

@@ -124,6 +124,25 @@ type fakeNode struct {
 	// lockTakenAtSwitch, if set, is the token of another run that takes the node's lock
 	// while this run switches (as one that saw this run's heartbeat stop would).
 	lockTakenAtSwitch string
+
+	// The lock-out revert (fakerevert_test.go).
+	armNext      *RevertArm
+	reverts      map[string]*fakeRevert
+	revertTakes  time.Duration // how long a begun revert takes to switch back
+	revertsFired int
+	// switchLostFor: the session loses the switch (Switch returns switchLostErr) while
+	// it goes on on the node this long; switchGoesOn is its toplevel until then.
+	switchLostFor     time.Duration
+	switchLostErr     error
+	switchGoesOn      string
+	switchGoesOnUntil time.Time
+	atSwitch          func() // called when the switch starts (an interrupt)
+	// New logins: refused until freshRefusedUntil, each reaching the node freshDelay
+	// late; onFresh is told every attempt (an interrupt).
+	freshAttempts     int
+	freshRefusedUntil time.Time
+	freshDelay        time.Duration
+	onFresh           func(attempt int)
 }
 
 func newFakeNode(clock *fakeClock) *fakeNode {
@@ -221,6 +240,7 @@ func (n *fakeNode) record(c call) {
 	defer n.mu.Unlock()
 	c.at = n.clock.now
 	n.calls = append(n.calls, c)
+	n.advance()
 }
 
 func (n *fakeNode) callsOf(what string) []call {
@@ -314,6 +334,15 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 			n.goneAt = n.clock.now.Add(n.goneAfterSwitch)
 		}
 	}()
+	if n.atSwitch != nil {
+		n.atSwitch()
+	}
+	if n.switchLostFor > 0 {
+		n.switchGoesOn, n.switchGoesOnUntil = toplevel, n.clock.now.Add(n.switchLostFor)
+		n.armAtSwitch(n.switchGoesOnUntil)
+		return SwitchResult{}, n.switchLostErr
+	}
+	n.armAtSwitch(n.clock.now)
 	if n.switchNeverActivates {
 		return SwitchResult{ExitCode: 1, Stderr: "error: activation script failed", Reconnected: n.switchReconnects}, nil
 	}
@@ -383,6 +412,9 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
 		return n.lockCall(argv[4:]), nil
+	}
+	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == RevertGuardScript {
+		return n.guardCall(argv[4:]), nil
 	}
 	if argv[0] == "sh" && len(argv) == 3 && argv[2] == macListScript {
 		var b strings.Builder

@@ -4,30 +4,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
 // The node-side revert (SSH): a switch that leaves the node refusing new logins must
-// not strand it. Before the switch the body arms a revert on the node; right after the
-// switch it logs in again over a new connection, which disarms it. If no new login is
-// accepted within timings.confirm_timeout, the node switches itself back to the system
-// it ran before (and its boot entry), and the run fails saying so. A node with a failed
-// unit accepts logins, so it is disarmed and keeps its new boot entry.
+// not strand it. Before the switch the body arms a revert on the node; once the switch
+// has ended it logs in again over a new connection, which disarms it. If no new login
+// disarms it within timings.confirm_timeout of the switch's end, counted by the node,
+// the node switches itself back to the system it ran before (and its boot entry), and
+// the run fails saying so. A node with a failed unit accepts logins, so it is disarmed
+// and keeps its new boot entry. What decides, and when, is the node's guard
+// (revertguard.go); the deployer only asks and reports what the node answered.
 
 // SelfReverter is implemented by transports that can arm the node-side revert.
 type SelfReverter interface {
 	// CanSelfRevert reports whether this transport can (it must be able to open a
 	// new connection to the node).
 	CanSelfRevert() bool
-	// ArmRevert arms a revert to previous at the next Switch: confirm after the switch
-	// ends, the node puts itself back unless DisarmRevert ran.
-	ArmRevert(previous string, confirm time.Duration)
-	// DisarmRevert logs in over a new connection and disarms; it wraps
-	// ErrSelfReverted when the node had already put itself back.
-	DisarmRevert(ctx context.Context) error
-	// RevertOutcome asks over a new connection whether the revert fired and what the
-	// node runs now.
-	RevertOutcome(ctx context.Context) (reverted bool, running string, generation int, err error)
+	// ArmRevert arms arm at the next Switch, in the same round trip that starts it.
+	ArmRevert(arm RevertArm)
+	// RunFresh is Run over a new connection (a new login), closed afterwards.
+	RunFresh(ctx context.Context, argv []string, opts RunOptions) (RunResult, error)
+}
+
+// RevertArm is what the node needs to arm a revert (RevertGuardScript's arm).
+type RevertArm struct {
+	// Unit names the revert's transient unit (RevertUnitPrefix + a random suffix).
+	Unit string
+	// Previous is the system to go back to; Guarded the one the switch activates.
+	Previous, Guarded string
+	// Token is the arming run's lock token: the revert begins only while the lock is
+	// free or still this run's.
+	Token string
+	// Confirm is the window after the switch's end.
+	Confirm time.Duration
 }
 
 // ErrSelfReverted: the node put itself back on its previous system.
@@ -35,6 +46,12 @@ var ErrSelfReverted = errors.New("the node reverted to its previous system by it
 
 // ErrLockedOut: after the switch the node accepted no new login, and reverted.
 var ErrLockedOut = errors.New("the node locked the deployer out after the switch")
+
+// armedRevert is this run's armed revert, not yet settled.
+type armedRevert struct {
+	sr  SelfReverter
+	arm RevertArm
+}
 
 // armRevert arms the revert before the switch when the transport can, the run asks for
 // it and there is a previous system to go back to.
@@ -44,74 +61,145 @@ func (r *run) armRevert() {
 	if !r.o.SelfRevert || !ok || !sr.CanSelfRevert() || prev == "" || prev == r.toplevel {
 		return
 	}
-	sr.ArmRevert(prev, r.o.Timings.ConfirmTimeout)
-	r.armed = sr
-}
-
-// armedHint is added to the hint of a failure while the revert is armed and not
-// disarmed: the operator must know the node may still switch back by itself.
-func (r *run) armedHint() string {
-	if r.armed == nil {
-		return ""
+	arm := RevertArm{Unit: RevertUnitPrefix + newToken()[:12], Previous: prev, Guarded: r.toplevel, Confirm: r.o.Timings.ConfirmTimeout}
+	if r.lock != nil {
+		arm.Token = r.lock.holder.Token
 	}
-	return fmt.Sprintf("; a revert is armed on the node: unless a new login confirms within %s of the switch, it switches back to %s by itself",
-		r.o.Timings.ConfirmTimeout, r.res.PreviousSystem)
+	sr.ArmRevert(arm)
+	r.armed = &armedRevert{sr: sr, arm: arm}
 }
 
-// confirmNewLogin disarms the revert over new connections, retried until the confirm
-// window is nearly over (sshd may restart during an activation). It returns a note for
-// the phase, or the lock-out error once the node has put itself back.
+// settleOwnRevert asks the node, over new logins and on a context of its own (the
+// run's may be done), to disarm this run's revert, until the node answers what became
+// of it. "switching" (the switch still runs) and "begun" are waited out. It tries for
+// confirm_timeout plus node_wait on the body's clock; the window itself is the node's.
+// answered is false when no login got an answer at all; last is the last login error.
+func (r *run) settleOwnRevert() (ans revertAnswer, answered bool, attempts int, last error) {
+	ctx := context.WithoutCancel(r.ctx)
+	limit := r.o.Clock.Now().Add(r.o.Timings.ConfirmTimeout + r.o.Timings.NodeWait)
+	for attempts = 1; attempts <= maxSamples; attempts++ {
+		out, err := r.revertGuard(ctx, r.armed.sr, "disarm", r.armed.arm.Unit)
+		if err == nil {
+			ans, answered = parseRevertAnswer(out), true
+			if ans.final() {
+				break
+			}
+		} else {
+			last = err
+			r.log(LevelWarn, PhaseDetectUnconfirmed, "no new login yet", map[string]any{"attempt": attempts, "error": err.Error()})
+		}
+		if !r.o.Clock.Now().Before(limit) {
+			break
+		}
+		if err := r.o.Clock.Sleep(ctx, r.o.Timings.SampleInterval); err != nil {
+			break
+		}
+	}
+	if ans.final() {
+		r.armed = nil
+	}
+	return ans, answered, attempts, last
+}
+
+// confirmNewLogin settles the revert after a switch that returned. It returns a note
+// for the phase, or the error that says what the node did. A run interrupted here
+// (Ctrl-C, its time limit) still settles the revert on a context of its own, and
+// then fails saying it was interrupted and what the node runs and will run.
 func (r *run) confirmNewLogin() (string, error) {
 	if r.armed == nil {
 		return "", nil
 	}
 	start := r.o.Clock.Now()
-	deadline := r.switchEnded.Add(r.o.Timings.ConfirmTimeout - time.Second)
-	var last error
-	for attempt := 1; attempt <= maxSamples; attempt++ {
-		ctx, cancel := context.WithDeadline(r.ctx, deadline.Add(time.Second))
-		err := r.armed.DisarmRevert(ctx)
-		cancel()
-		if err == nil {
-			r.armed = nil
-			return fmt.Sprintf("a new login disarmed the revert (%s, attempt %d)", r.o.Clock.Now().Sub(start).Round(time.Millisecond), attempt), nil
+	prev := r.armed.arm.Previous
+	ans, answered, attempts, last := r.settleOwnRevert()
+	took := r.o.Clock.Now().Sub(start).Round(time.Millisecond)
+	interrupted := r.ctx.Err()
+	switch ans.state {
+	case revertDisarmed:
+		const disarmed = "a new login disarmed the revert before it began"
+		if interrupted != nil {
+			return "", withHint(fmt.Errorf("interrupted (%w) while confirming the switch; %s, so the node keeps running %s, which no verdict judged", interrupted, disarmed, describeSystem(ans.running)),
+				"apply again: the next plan deploys it again and judges it")
 		}
-		last = err
-		if errors.Is(err, ErrSelfReverted) || r.ctx.Err() != nil || !r.o.Clock.Now().Before(deadline) {
-			break
+		return fmt.Sprintf("%s (%s, attempt %d)", disarmed, took, attempts), nil
+	case revertReverted, revertBegun:
+		return "", r.revertedError(ans, answered && last == nil, interrupted, last)
+	case revertStoodDown, revertGone:
+		// The revert will not fire: the node does not run the system it guarded, or a
+		// later run took the node (the lock check after this phase says so).
+		note := fmt.Sprintf("the revert stood down: %s", orNamed(strings.TrimSpace(ans.state+" "+ans.detail)))
+		if interrupted != nil {
+			return "", fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.running))
 		}
-		r.log(LevelWarn, PhaseDetectUnconfirmed, "no new login yet", map[string]any{"attempt": attempt, "error": err.Error()})
-		if err := r.o.Clock.Sleep(r.ctx, min(r.o.Timings.SampleInterval, deadline.Sub(r.o.Clock.Now()))); err != nil {
-			break
-		}
+		return note, nil
 	}
-	return "", r.lockedOut(last)
+	// No final answer within the bound.
+	pending := fmt.Sprintf("unless a later run takes the node's lock first, the node switches back to %s by itself %s after the switch ended", prev, r.o.Timings.ConfirmTimeout)
+	if interrupted != nil {
+		return "", withHint(fmt.Errorf("interrupted (%w) while confirming the switch, and no new login was answered (last attempt: %v): %s", interrupted, last, pending),
+			"apply again: the next run deals with the armed revert and deploys the configuration again")
+	}
+	if answered {
+		return "", withHint(fmt.Errorf("the node did not settle the armed revert (it says %q): %s", ans.state, pending), "check the node on its console, then apply again")
+	}
+	return "", withHint(fmt.Errorf("%w: no new login was accepted within %s (last attempt: %v), and none afterwards either",
+		ErrLockedOut, r.o.Timings.ConfirmTimeout+r.o.Timings.NodeWait, last),
+		fmt.Sprintf("the node should have switched back to %s by itself: check it on its console", prev))
 }
 
-// lockedOut waits for the node to put itself back (bounded by the confirm window and
-// node_wait) and says what it runs now.
-func (r *run) lockedOut(last error) error {
-	sr := r.armed
-	r.armed = nil
-	prev := r.res.PreviousSystem
-	limit := r.o.Clock.Now().Add(r.o.Timings.ConfirmTimeout + r.o.Timings.NodeWait)
-	for i := 0; i < maxSamples && r.o.Clock.Now().Before(limit); i++ {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 15*time.Second)
-		reverted, running, gen, err := sr.RevertOutcome(ctx)
-		cancel()
-		if err == nil && reverted {
-			r.res.RunningSystem = running
-			r.res.BootReverted = true
-			r.res.SelfReverted = true
-			return withHint(fmt.Errorf("%w: no new login was accepted within %s of the switch (last attempt: %v); it put itself back on %s (generation %d) by itself: %w",
-				ErrLockedOut, r.o.Timings.ConfirmTimeout, last, running, gen, ErrSelfReverted),
-				"the new system stops new logins (sshd, its port, a firewall or the network): fix that before applying again; the node runs and boots its previous system")
-		}
-		if err := r.o.Clock.Sleep(context.WithoutCancel(r.ctx), r.o.Timings.SampleInterval); err != nil {
-			break
-		}
+// reverted records that the node reverted (or began to) and says how: its confirm
+// window ended before a new login reached it.
+func (r *run) reverted(ans revertAnswer) string {
+	r.res.RunningSystem = ans.running
+	r.res.BootReverted = true
+	r.res.SelfReverted = true
+	if ans.state == revertBegun {
+		return fmt.Sprintf("it began to switch back to %s and was still at it when this run stopped waiting", r.res.PreviousSystem)
 	}
-	return withHint(fmt.Errorf("%w: no new login was accepted within %s of the switch (last attempt: %v), and none afterwards either",
-		ErrLockedOut, r.o.Timings.ConfirmTimeout, last),
-		fmt.Sprintf("the node should have switched back to %s by itself: check it on its console", prev))
+	done := fmt.Sprintf("it put itself back on %s (generation %d)", describeSystem(ans.running), ans.generation())
+	if ans.detail != "" && ans.detail != "0" {
+		done += fmt.Sprintf("; its switch-to-configuration exited %s", ans.detail)
+	}
+	return done
+}
+
+// revertedError is the error of a run whose node reverted. loginLate says a login
+// worked but came too late (not a lock-out).
+func (r *run) revertedError(ans revertAnswer, loginLate bool, interrupted, last error) error {
+	done := r.reverted(ans)
+	window := r.o.Timings.ConfirmTimeout
+	switch {
+	case interrupted != nil:
+		return withHint(fmt.Errorf("interrupted (%w) while confirming the switch; the node's confirm window (%s) ended first and %s: %w", interrupted, window, done, ErrSelfReverted),
+			"apply again: the node runs and boots its previous system, and the next plan deploys the configuration again")
+	case loginLate:
+		return withHint(fmt.Errorf("the new login reached the node only after its confirm window (%s) had ended; %s: %w", window, done, ErrSelfReverted),
+			"the node runs and boots its previous system; if logins are slow to reach it, raise timings.confirm_timeout and apply again")
+	}
+	return withHint(fmt.Errorf("%w: no new login was accepted within %s of the switch (last attempt: %v); %s: %w", ErrLockedOut, window, last, done, ErrSelfReverted),
+		"the new system stops new logins (sshd, its port, a firewall or the network): fix that before applying again; the node runs and boots its previous system")
+}
+
+// settleAfterFailure settles the revert of a run that failed or was interrupted in or
+// right after its switch: the switch may go on on the node, so the guard waits for its
+// end before a new login disarms. It returns switchErr with what became of the revert.
+func (r *run) settleAfterFailure(switchErr error, hint string) error {
+	if r.armed == nil {
+		return withHint(switchErr, hint)
+	}
+	prev := r.armed.arm.Previous
+	ans, _, _, _ := r.settleOwnRevert()
+	switch ans.state {
+	case revertDisarmed:
+		// RunningSystem stays unset: the run never read it itself, and the provider
+		// takes a set one for a judged system.
+		return withHint(fmt.Errorf("%w; after the switch ended a new login disarmed the revert before it began: the node runs %s", switchErr, describeSystem(ans.running)), hint)
+	case revertReverted, revertBegun:
+		return withHint(fmt.Errorf("%w; the node's confirm window (%s) ended before a new login reached it, and %s: %w", switchErr, r.o.Timings.ConfirmTimeout, r.reverted(ans), ErrSelfReverted),
+			"the node runs and boots its previous system; apply again")
+	case revertStoodDown, revertGone:
+		return withHint(fmt.Errorf("%w; the revert stood down (%s); the node runs %s", switchErr, strings.TrimSpace(ans.state+" "+ans.detail), describeSystem(ans.running)), hint)
+	}
+	return withHint(switchErr, fmt.Sprintf("%s; a revert is still armed on the node: unless a later run takes the node's lock first, it switches back to %s by itself %s after the switch ends (the next apply deals with it)",
+		hint, prev, r.o.Timings.ConfirmTimeout))
 }

@@ -10,10 +10,11 @@ func (r *run) switchSystem() (string, error) {
 	}
 	r.armRevert()
 	sr, err := r.t.Switch(r.ctx, r.toplevel, "switch", r.o.Timings.SwitchTimeout)
-	r.switchEnded = r.o.Clock.Now()
 	if err != nil {
-		return "", withHint(fmt.Errorf("switch-to-configuration switch: %w", err),
-			"the node may run either system: read the node's journal for switch-to-configuration, then apply again (raise timings.switch_timeout if it was cut short)"+r.armedHint())
+		// The switch may go on on the node: the armed revert is settled all the same,
+		// over a new login once the switch has ended (settleAfterFailure).
+		return "", r.settleAfterFailure(fmt.Errorf("switch-to-configuration switch: %w", err),
+			"the node may run either system: read the node's journal for switch-to-configuration, then apply again (raise timings.switch_timeout if it was cut short)")
 	}
 	r.switchResult = sr
 	r.res.SwitchExitCode = sr.ExitCode
@@ -21,7 +22,7 @@ func (r *run) switchSystem() (string, error) {
 	r.res.SwitchReconnects = sr.Reconnected
 	note := fmt.Sprintf("exit %d", sr.ExitCode)
 	if r.armed != nil {
-		note += fmt.Sprintf("; revert armed (confirm within %s)", r.o.Timings.ConfirmTimeout)
+		note += fmt.Sprintf("; revert armed (confirm within %s of the switch's end, on the node's clock)", r.o.Timings.ConfirmTimeout)
 	}
 	if sr.Reconnected {
 		note += "; connection dropped and was re-established, result read after reconnecting"

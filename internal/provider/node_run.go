@@ -74,8 +74,11 @@ func (r nodeRun) run(ctx context.Context, cfg *Config) (out nodeRunOutcome, diag
 			return nodeRunOutcome{res: res, err: errors.Join(runErr, errors.New("restored")), restored: true}, diags
 		}
 	}
-	for _, w := range res.Warnings {
-		diags.AddWarning(fmt.Sprintf("%s of %s", r.what, r.node), w)
+	if len(res.Warnings) > 0 {
+		// One diagnostic for all: Terraform and OpenTofu fold warnings of one summary
+		// into the first ("and N more similar warnings"), which would hide the rest
+		// (a lock takeover, an earlier run's revert).
+		diags.AddWarning(fmt.Sprintf("%s of %s", r.what, r.node), strings.Join(res.Warnings, "\n\n"))
 	}
 	tflog.Info(ctx, strings.ToLower(r.what)+" finished", map[string]any{"node": r.node, "phases": phaseTimingsLog(res), "ok": runErr == nil})
 	return nodeRunOutcome{res: res, err: runErr}, diags

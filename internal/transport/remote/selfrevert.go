@@ -1,7 +1,6 @@
 package remote
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,106 +14,65 @@ import (
 // The node-side revert: a node that stops accepting new logins after a switch puts
 // itself back on its previous system.
 //
-// The switch's start arms it: in the same round trip, a second transient unit
-// (RevertUnitPrefix) starts that waits until the switch has left its exit-code file
-// (or its time limit plus grace has passed), then gives the deployer `confirm` to log
-// in again. Only a login over a *new* connection disarms it (DisarmRevert stops the
-// unit): the session the switch ran on proves nothing about whether sshd and the
-// network still accept new logins. Otherwise the unit points the system profile back
-// at the previous system, runs its `switch-to-configuration switch` and `boot`, and
-// leaves "<unit>.reverted" in ResultDir with the exit code of that switch.
+// The switch's start arms it: in the same round trip, the guard (deploybody's
+// RevertGuardScript, kept as <unit>.sh beside the lock) records the revert as armed,
+// and a second transient unit (RevertUnitPrefix) starts that waits until the switch
+// has left its exit-code file (or its time limit plus grace has passed), then gives
+// the deployer `confirm` to log in again, counted by the node. Then it asks the guard
+// to begin: only a revert still armed, on a node that still runs the system it
+// guarded, with the lock free or still the arming run's, begins; it then holds the
+// lock, points the system profile back at the previous system, runs its
+// `switch-to-configuration switch` and `boot`, and tells the guard it ended. Whoever
+// disarms it (the arming run over a new login, or a later run that holds the lock)
+// does so through the guard, which answers what had happened.
 
 // RevertUnitPrefix names the transient units of armed reverts.
-const RevertUnitPrefix = "fediversity-revert-"
+const RevertUnitPrefix = deploybody.RevertUnitPrefix
 
-// RevertSpec arms the revert at the next switch.
-type RevertSpec struct {
-	// Previous is the system the node ran before the switch.
-	Previous string
-	// Confirm is how long after the switch a new login may take.
-	Confirm time.Duration
-	// Unit names the revert's transient unit (NewRevertUnit).
-	Unit string
-}
+// revertScript is the armed revert unit. $1 the guard's file, $2 the unit, $3 the
+// switch's result prefix, $4 seconds to wait at most for the switch to end, $5 confirm
+// seconds, $6 previous system. It passes through systemd-run, which expands ${…} and
+// $$ itself: it uses neither.
+const revertScript = `i=0; while [ ! -e "$3.rc" ] && [ "$i" -lt "$4" ]; do sleep 1; i=$((i + 1)); done; ` +
+	`sleep "$5"; ` +
+	`g=$1 u=$2 prev=$6; ` +
+	`[ "$(sh "$g" begin "$u")" = begin ] || exit 0; ` +
+	`PATH="$prev/sw/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:$PATH"; ` +
+	`(while sleep 5; do sh "$g" touch "$u" >/dev/null; done) & hb=$!; ` +
+	`p=` + SystemProfile + `; rc=0; ` +
+	`if [ "$(readlink -f "$p" 2>/dev/null)" != "$prev" ]; then nix-env --profile "$p" --set "$prev" || rc=10; fi; ` +
+	`if [ "$rc" = 0 ]; then "$prev/bin/switch-to-configuration" switch; rc=$?; "$prev/bin/switch-to-configuration" boot; fi; ` +
+	`kill "$hb" 2>/dev/null; sh "$g" end "$u" "$rc"`
 
-// NewRevertUnit is a fresh name for an armed revert's unit.
-func NewRevertUnit() string { return RevertUnitPrefix + randomHex(6) }
-
-// revertScript is the armed revert. $1 the switch's result prefix, $2 seconds to wait
-// at most for the switch to end, $3 confirm seconds, $4 previous system, $5 the file
-// that records a revert.
-const revertScript = `i=0; while [ ! -e "$1.rc" ] && [ "$i" -lt "$2" ]; do sleep 1; i=$((i + 1)); done; ` +
-	`sleep "$3"; ` +
-	`PATH="$4/sw/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:$PATH"; ` +
-	`p=` + SystemProfile + `; ` +
-	`if [ "$(readlink -f "$p" 2>/dev/null)" != "$4" ]; then nix-env --profile "$p" --set "$4" || exit 10; fi; ` +
-	`"$4/bin/switch-to-configuration" switch; rc=$?; "$4/bin/switch-to-configuration" boot; ` +
-	`echo "$rc" >"$5.tmp" && mv "$5.tmp" "$5"`
-
-// revertStart is the command that starts the armed revert unit and then the switch
-// unit (its own arguments): one round trip for both, so the switch never runs unarmed.
-// $1 revert unit, $2 switch prefix, $3 wait, $4 confirm, $5 previous, $6 record, then
-// the switch's systemd-run argv.
-const revertStart = `ru=$1 p=$2 w=$3 c=$4 prev=$5 rec=$6; shift 6; ` +
+// revertStart is the command that arms the revert and then starts the switch unit (its
+// own arguments): one round trip for both, so the switch never runs unarmed.
+// $1 revert unit, $2 switch prefix, $3 wait, $4 confirm, $5 previous, $6 guarded,
+// $7 lock token, $8 the guard script, then the switch's systemd-run argv.
+const revertStart = `ru=$1 p=$2 w=$3 c=$4 prev=$5 guarded=$6 token=$7 g=$8; shift 8; ` +
+	`d=` + ResultDir + `; mkdir -p "$d" && printf '%s' "$g" >"$d/$ru.sh" || exit 1; ` +
+	`[ "$(sh "$d/$ru.sh" arm "$ru" "$prev" "$guarded" "$token" "$p")" = armed ] || exit 1; ` +
 	`systemd-run --unit="$ru" --description="fediversity: revert to the previous system unless the deployer logs in again" ` +
-	`--property=RuntimeMaxSec=$((w + c + 600))s --no-block --collect --quiet ` +
-	`/bin/sh -c '` + revertScript + `' sh "$p" "$w" "$c" "$prev" "$rec" || exit 1; exec "$@"`
+	`--property=RuntimeMaxSec=$((w + c + w))s --no-block --collect --quiet ` +
+	`/bin/sh -c '` + revertScript + `' sh "$d/$ru.sh" "$ru" "$p" "$w" "$c" "$prev" || exit 1; exec "$@"`
 
-// armedArgv wraps the switch's systemd-run argv so the revert unit starts first.
-func armedArgv(spec *RevertSpec, prefix string, waitSecs int64, switchArgv []string) ([]string, error) {
-	revertUnit := spec.Unit
-	if !strings.HasPrefix(revertUnit, RevertUnitPrefix) || strings.ContainsAny(revertUnit, " '\"/") {
-		return nil, fmt.Errorf("revert: unit name %q must start with %s", revertUnit, RevertUnitPrefix)
+// armedArgv wraps the switch's systemd-run argv so the revert is armed first.
+func armedArgv(arm *deploybody.RevertArm, prefix string, waitSecs int64, switchArgv []string) ([]string, error) {
+	if !strings.HasPrefix(arm.Unit, RevertUnitPrefix) || strings.ContainsAny(arm.Unit, " '\"/$%") {
+		return nil, fmt.Errorf("revert: unit name %q must start with %s", arm.Unit, RevertUnitPrefix)
 	}
-	if !nixstore.ValidStorePath(spec.Previous) {
-		return nil, fmt.Errorf("revert: previous system %q is not a store path", spec.Previous)
+	if !nixstore.ValidStorePath(arm.Previous) || !nixstore.ValidStorePath(arm.Guarded) {
+		return nil, fmt.Errorf("revert: previous system %q and new system %q must be store paths", arm.Previous, arm.Guarded)
 	}
-	confirm := int64((spec.Confirm + time.Second - 1) / time.Second)
+	if strings.ContainsAny(arm.Token, " \n") {
+		return nil, fmt.Errorf("revert: lock token %q has blanks", arm.Token)
+	}
+	confirm := int64((arm.Confirm + time.Second - 1) / time.Second)
 	if confirm < 1 {
 		return nil, errors.New("revert: the confirm window must be at least a second")
 	}
-	argv := []string{"/bin/sh", "-c", revertStart, "sh", revertUnit, prefix,
-		strconv.FormatInt(waitSecs, 10), strconv.FormatInt(confirm, 10), spec.Previous, revertRecord(revertUnit)}
+	argv := []string{"/bin/sh", "-c", revertStart, "sh", arm.Unit, prefix,
+		strconv.FormatInt(waitSecs, 10), strconv.FormatInt(confirm, 10), arm.Previous, arm.Guarded, arm.Token, deploybody.RevertGuardScript}
 	return append(argv, switchArgv...), nil
-}
-
-func revertRecord(unit string) string { return ResultDir + "/" + unit + ".reverted" }
-
-// disarmScript stops the armed revert and says whether it had already fired: prints
-// "reverted <rc>" or "disarmed". $1 unit, $2 record.
-const disarmScript = `systemctl stop "$1" 2>/dev/null; ` +
-	`if [ -e "$2" ]; then printf 'reverted %s\n' "$(cat "$2")"; else echo disarmed; fi`
-
-// ErrReverted is returned by DisarmRevert when the node had already put itself back.
-var ErrReverted = deploybody.ErrSelfReverted
-
-// DisarmRevert stops the armed revert unit over r, which must be a new connection.
-func DisarmRevert(ctx context.Context, r Runner, unit string) error {
-	out, err := runSys(ctx, r, nil, "/bin/sh", "-c", disarmScript, "sh", unit, revertRecord(unit))
-	if err != nil {
-		return err
-	}
-	if strings.HasPrefix(strings.TrimSpace(out), "reverted") {
-		return ErrReverted
-	}
-	return nil
-}
-
-// RevertOutcome reads, over r, whether the armed revert fired and what the node runs
-// now: the running system and the system profile's generation.
-func RevertOutcome(ctx context.Context, r Runner, unit string) (reverted bool, running string, generation int, err error) {
-	out, err := runSys(ctx, r, nil, "/bin/sh", "-c",
-		`test -e "$1" && echo reverted || echo pending; readlink -f /run/current-system; readlink "$2"`,
-		"sh", revertRecord(unit), SystemProfile)
-	if err != nil {
-		return false, "", 0, err
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	for len(lines) < 3 {
-		lines = append(lines, "")
-	}
-	gen, _ := generationOf(lines[2])
-	return lines[0] == "reverted", strings.TrimSpace(lines[1]), gen, nil
 }
 
 // FreshDialer is a Runner that can open a second, independent connection to the same

@@ -44,7 +44,7 @@ type SwitchOptions struct {
 	Log Logger
 	// Revert, if set, arms the node-side revert (selfrevert.go) in the same round trip
 	// that starts the switch.
-	Revert *RevertSpec
+	Revert *deploybody.RevertArm
 }
 
 func (o *SwitchOptions) defaults() {
@@ -132,7 +132,7 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 			return res, fmt.Errorf("switch: %w", err)
 		}
 		switchArgv = armed
-		opts.Log.printf("switch: arming %s: back to %s unless a new login confirms within %s of the switch", opts.Revert.Unit, path.Base(opts.Revert.Previous), opts.Revert.Confirm)
+		opts.Log.printf("switch: arming %s: back to %s unless a new login confirms within %s of the switch's end", opts.Revert.Unit, path.Base(opts.Revert.Previous), opts.Revert.Confirm)
 	}
 	startArgv := append([]string{"/bin/sh", "-c", startScript, "sh", ResultDir, prefix, unit, ticks}, switchArgv...)
 	started := time.Now()

@@ -20,10 +20,8 @@ type Transport struct {
 	// SwitchOpts tunes the detached switch polling.
 	SwitchOpts SwitchOptions
 
-	// revert is armed at the next Switch (ArmRevert); armedUnit is the revert unit
-	// that switch started.
-	revert    *RevertSpec
-	armedUnit string
+	// revert is armed at the next Switch (ArmRevert).
+	revert *deploybody.RevertArm
 	// Sudo runs the commands that change the system through `sudo -n` (see sudo.go).
 	Sudo        bool
 	sudoChecked bool
@@ -104,8 +102,7 @@ func (t *Transport) Switch(ctx context.Context, toplevel, action string, limit t
 		return deploybody.SwitchResult{}, t.wrap(err)
 	}
 	if t.revert != nil {
-		opts.Revert = t.revert
-		t.armedUnit, t.revert = t.revert.Unit, nil
+		opts.Revert, t.revert = t.revert, nil
 	}
 	res, err := Switch(ctx, t.privileged(), toplevel, action, limit, opts)
 	return res, t.wrap(err)
@@ -118,34 +115,20 @@ func (t *Transport) CanSelfRevert() bool {
 	return ok
 }
 
-// ArmRevert arms the node-side revert to previous at the next Switch (see
-// selfrevert.go).
-func (t *Transport) ArmRevert(previous string, confirm time.Duration) {
-	t.revert = &RevertSpec{Previous: previous, Confirm: confirm, Unit: NewRevertUnit()}
+// ArmRevert arms the node-side revert at the next Switch (see selfrevert.go).
+func (t *Transport) ArmRevert(arm deploybody.RevertArm) {
+	t.revert = &arm
 }
 
-// DisarmRevert logs in over a new connection and stops the armed revert. It wraps
-// ErrReverted when the node had already put itself back.
-func (t *Transport) DisarmRevert(ctx context.Context) error {
-	if t.armedUnit == "" {
-		return nil
-	}
-	err := t.withFresh(func(r Runner) error { return DisarmRevert(ctx, r, t.armedUnit) })
-	if err == nil {
-		t.armedUnit = ""
-	}
-	return t.wrap(err)
-}
-
-// RevertOutcome asks, over a new connection, whether the armed revert fired and what
-// the node runs now.
-func (t *Transport) RevertOutcome(ctx context.Context) (reverted bool, running string, generation int, err error) {
-	err = t.withFresh(func(r Runner) error {
+// RunFresh is Run over a new connection (a new login), closed afterwards.
+func (t *Transport) RunFresh(ctx context.Context, argv []string, opts deploybody.RunOptions) (deploybody.RunResult, error) {
+	var res deploybody.RunResult
+	err := t.withFresh(func(r Runner) error {
 		var e error
-		reverted, running, generation, e = RevertOutcome(ctx, r, t.armedUnit)
+		res, e = Run(ctx, r, argv, opts)
 		return e
 	})
-	return reverted, running, generation, t.wrap(err)
+	return res, t.wrap(err)
 }
 
 func (t *Transport) withFresh(f func(Runner) error) error {
@@ -161,7 +144,7 @@ func (t *Transport) withFresh(f func(Runner) error) error {
 		defer func() { _ = c.Close() }()
 	}
 	if t.Sudo {
-		r = sudoRunner{inner: r} // disarming stops a system unit
+		r = sudoRunner{inner: r} // the revert's guard and the lock are root's
 	}
 	return f(r)
 }

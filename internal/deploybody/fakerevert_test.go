@@ -1,0 +1,149 @@
+package deploybody
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// The fake node's side of the lock-out revert: it plays RevertGuardScript (whose real
+// behaviour TestRevertGuardScript proves with sh and flock, and the lab tests on real
+// nodes) on the fake clock, so the engine's self-revert path runs without real time.
+// Faults a real node cannot give on demand: a new login refused for a while, a new
+// login that reaches the node late, an interrupt at a chosen attempt, a switch that
+// goes on after the session lost it.
+
+// fakeRevert is one armed revert on the fake node.
+type fakeRevert struct {
+	arm   RevertArm
+	state string // armed, begun, reverted <rc>, stood-down <why>
+	// switchEnds is when the guarded switch leaves its result (the window starts).
+	switchEnds time.Time
+	begunAt    time.Time
+}
+
+// revertNode is a fake node whose transport can arm the revert (SSH-like).
+type revertNode struct {
+	*fakeNode
+}
+
+func (n revertNode) CanSelfRevert() bool { return true }
+
+func (n revertNode) ArmRevert(arm RevertArm) { n.armNext = &arm }
+
+// RunFresh is a new login: refused while freshRefusedUntil, delayed by freshDelay
+// (the clock moves: the login reaches the node that much later), and onFresh may
+// interrupt the run.
+func (n revertNode) RunFresh(ctx context.Context, argv []string, opts RunOptions) (RunResult, error) {
+	n.freshAttempts++
+	if n.onFresh != nil {
+		n.onFresh(n.freshAttempts)
+	}
+	n.clock.now = n.clock.now.Add(n.freshDelay)
+	n.record(call{what: "fresh", argv: argv})
+	if n.clock.now.Before(n.freshRefusedUntil) {
+		return RunResult{}, fmt.Errorf("ssh root@127.0.0.1:2201: connection refused: %w", ErrUnreachable)
+	}
+	return n.Run(ctx, argv, opts)
+}
+
+// advance lets the node's own time act: a detached switch that ends, an armed revert
+// whose window ended (it begins or stands down under the lock's rules), a begun revert
+// that finishes. Called with n.mu held.
+func (n *fakeNode) advance() {
+	now := n.clock.now
+	if n.switchGoesOn != "" && !now.Before(n.switchGoesOnUntil) {
+		n.running, n.switchGoesOn = n.switchGoesOn, ""
+	}
+	for _, u := range n.sortedReverts() {
+		rv := n.reverts[u]
+		if rv.state == "armed" && n.switchGoesOn == "" && !now.Before(rv.switchEnds.Add(rv.arm.Confirm)) {
+			switch {
+			case n.running != rv.arm.Guarded:
+				rv.state = "stood-down the node runs " + n.running
+			case n.lockToken != "" && n.lockToken != rv.arm.Token:
+				rv.state = "stood-down a later run holds the node lock"
+			default:
+				rv.state, rv.begunAt, n.lockToken = "begun", rv.switchEnds.Add(rv.arm.Confirm), u
+			}
+		}
+		if rv.state == "begun" && !now.Before(rv.begunAt.Add(n.revertTakes)) {
+			n.running, n.profile = rv.arm.Previous, rv.arm.Previous
+			n.gen++
+			rv.state = "reverted 0"
+			n.revertsFired++
+			if n.lockToken == u {
+				n.lockToken = ""
+			}
+		}
+	}
+}
+
+func (n *fakeNode) sortedReverts() []string {
+	units := make([]string, 0, len(n.reverts))
+	for u := range n.reverts {
+		units = append(units, u)
+	}
+	sort.Strings(units)
+	return units
+}
+
+// armAtSwitch arms the revert the transport was asked for, at a switch that ends at
+// ends.
+func (n *fakeNode) armAtSwitch(ends time.Time) {
+	if n.armNext == nil {
+		return
+	}
+	if n.reverts == nil {
+		n.reverts = map[string]*fakeRevert{}
+	}
+	n.reverts[n.armNext.Unit] = &fakeRevert{arm: *n.armNext, state: "armed", switchEnds: ends}
+	n.armNext = nil
+}
+
+// guardCall plays RevertGuardScript's disarm and pending.
+func (n *fakeNode) guardCall(args []string) RunResult {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.advance()
+	say := fmt.Sprintf("running %s\nprofile system-%d-link\n", n.running, n.gen)
+	switch args[0] {
+	case "disarm":
+		rv := n.reverts[args[1]]
+		switch {
+		case rv == nil:
+			return RunResult{Stdout: []byte("gone\n" + say)}
+		case rv.state == "armed" && n.switchGoesOn != "":
+			return RunResult{Stdout: []byte("switching\n" + say)}
+		case rv.state == "armed":
+			delete(n.reverts, args[1])
+			return RunResult{Stdout: []byte("disarmed\n" + say)}
+		case rv.state == "begun":
+			return RunResult{Stdout: []byte("begun\n" + say)}
+		}
+		delete(n.reverts, args[1])
+		return RunResult{Stdout: []byte(rv.state + "\n" + say)}
+	case "pending":
+		var b strings.Builder
+		for _, u := range n.sortedReverts() {
+			rv := n.reverts[u]
+			st := rv.state
+			switch st {
+			case "armed":
+				st = "disarmed"
+				delete(n.reverts, u)
+			case "begun":
+			default:
+				delete(n.reverts, u)
+			}
+			fmt.Fprintf(&b, "revert %s %s %s\n", u, rv.arm.Previous, st)
+		}
+		if n.switchGoesOn != "" {
+			b.WriteString("switching fediversity-switch-0123456789ab\n")
+		}
+		return RunResult{Stdout: []byte(b.String() + say)}
+	}
+	return RunResult{ExitCode: 2, Stderr: []byte("unknown guard op " + args[0])}
+}
