@@ -135,6 +135,7 @@ func (r *run) execute() (_ *Result, runErr error) {
 		}
 		if s.name == PhaseLockNode && err == nil {
 			defer func() {
+				r.restoreIfUnreachable(runErr)
 				r.unlockNode()
 				if lost := r.lockLost(); lost != nil && runErr == nil {
 					runErr = r.asDeployError(PhaseConclude, lost)
