@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 )
 
 // SnapshotGuard wraps an Incus transport for one deploy: before the switch it takes a
@@ -106,11 +107,24 @@ func (g *SnapshotGuard) keepEarlierPoint(ctx context.Context, name string) bool 
 	for len(lines) < 2 {
 		lines = append(lines, "")
 	}
-	if finishedNode(strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])) {
+	running, profile := strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
+	if finishedNode(running, profile) {
 		return false
 	}
-	snaps, err := g.snapshotsWithPrefix(ctx, name)
+	snaps, err := g.snapshotsWithPrefix(ctx, generationPrefix)
 	if err != nil {
+		return false
+	}
+	return keepRollbackPoint(running, profile, name, snaps)
+}
+
+// keepRollbackPoint decides whether the rollback point name, if already among snaps,
+// stays as it is: the node does not run what it boots (an earlier run was cut off
+// after its switch), so its state now is not known good, and the snapshot of that
+// generation, taken before the unfinished switch, is. Without one there is nothing
+// better to keep, and the state is snapshotted.
+func keepRollbackPoint(running, profile, name string, snaps []incusapi.Snapshot) bool {
+	if finishedNode(running, profile) {
 		return false
 	}
 	for _, s := range snaps {
