@@ -43,6 +43,7 @@ type run struct {
 	nodeSilent    bool // verdict-only: the node did not answer in wait-for-node
 	lock          *nodeLock
 	switchResult  SwitchResult
+	switchStarted bool // the switch was sent to the node (it may have run, whatever came back)
 	closure       *closureUnits
 	failedBefore  map[string]bool
 	restarted     []string
@@ -133,6 +134,7 @@ func (r *run) execute() (_ *Result, runErr error) {
 		}
 		if s.name == PhaseLockNode && err == nil {
 			defer func() {
+				r.restoreIfUnreachable(runErr)
 				r.unlockNode()
 				if lost := r.lockLost(); lost != nil && runErr == nil {
 					runErr = r.asDeployError(PhaseConclude, lost)

@@ -143,6 +143,15 @@ type fakeNode struct {
 	freshRefusedUntil time.Time
 	freshDelay        time.Duration
 	onFresh           func(attempt int)
+
+	// lockHolderLines are the holder lines the lock script prints after "held"/"lost"
+	// ("" gives host=other, pid=1).
+	lockHolderLines string
+
+	// verdictRecord is the node's verdict record file (nil: none); recordFails makes
+	// writing it fail.
+	verdictRecord []byte
+	recordFails   bool
 }
 
 func newFakeNode(clock *fakeClock) *fakeNode {
@@ -415,6 +424,19 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == RevertGuardScript {
 		return n.guardCall(argv[4:]), nil
+	}
+	if argv[0] == "sh" && len(argv) == 5 && argv[2] == writeRecordScript && argv[4] == VerdictRecordFile {
+		if n.recordFails {
+			return RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/var/lib/fediversity': Read-only file system\n")}, nil
+		}
+		n.verdictRecord = append([]byte(nil), opts.Stdin...)
+		return RunResult{}, nil
+	}
+	if argv[0] == "sh" && len(argv) == 5 && argv[2] == readRecordScript && argv[4] == VerdictRecordFile {
+		if n.verdictRecord == nil {
+			return RunResult{ExitCode: 3}, nil
+		}
+		return RunResult{Stdout: n.verdictRecord}, nil
 	}
 	if argv[0] == "sh" && len(argv) == 3 && argv[2] == macListScript {
 		var b strings.Builder
@@ -695,14 +717,23 @@ func (n *fakeNode) lockCall(args []string) RunResult {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	op, token := args[0], args[1]
+	holder := n.lockHolderLines
+	if holder == "" {
+		holder = "token=" + n.lockToken + "\nhost=other\npid=1"
+	}
+	takeover := op == "acquire" && len(args) >= 5 && args[4] != "" && args[4] == n.lockToken
 	switch {
-	case op == "acquire" && (n.lockToken == "" || n.lockToken == token):
+	case op == "acquire" && (n.lockToken == "" || n.lockToken == token || takeover):
+		out := "acquired\n"
+		if takeover {
+			out += "took-over 1\n" + holder + "\n"
+		}
 		n.lockToken = token
-		return RunResult{Stdout: []byte("acquired\n")}
+		return RunResult{Stdout: []byte(out)}
 	case op == "acquire":
-		return RunResult{Stdout: []byte("held 1\ntoken=" + n.lockToken + "\nhost=other\npid=1\n")}
+		return RunResult{Stdout: []byte("held 1\n" + holder + "\n")}
 	case n.lockToken != token:
-		return RunResult{Stdout: []byte("lost\ntoken=" + n.lockToken + "\nhost=other\npid=1\n")}
+		return RunResult{Stdout: []byte("lost\n" + holder + "\n")}
 	case op == "release":
 		n.lockToken = ""
 		return RunResult{Stdout: []byte("released\n")}

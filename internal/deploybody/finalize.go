@@ -11,6 +11,10 @@ func (r *run) finalizeBootEntry() (string, error) {
 	if err := r.confirmLock(); err != nil {
 		return "", err
 	}
+	// The record first: a run cut off between the two leaves a node whose boot entry
+	// does not point at what it runs yet (an unfinished deploy, planned again), never
+	// one that boots the new system with no verdict of it on record.
+	r.recordVerdict()
 	generation, err := r.t.FinalizeBoot(r.ctx, r.toplevel)
 	if err != nil {
 		err = fmt.Errorf("setting the system profile and boot entry to %s: %w", r.toplevel, err)

@@ -6,8 +6,10 @@ package deploybody
 // deployers, state directories and transports. Every operation on it runs under
 // flock(1) on a guard file, so checking and taking it is one atomic step on the node.
 // The holder touches the file every lockHeartbeat; a lock whose heartbeat is older
-// than lockStale, or whose holder is a process of this host that no longer exists, is
-// taken over. A connection that drops and comes back does not lose the lock: the lock
+// than lockStale, or whose holder is proven dead (a process of this very machine, boot
+// and PID namespace that no longer runs: holderGone), is taken over. A host name is
+// never proof: two deployers may share one (NixOS' default "nixos", cloned CI
+// machines). A connection that drops and comes back does not lose the lock: the lock
 // is the node's file and this run's token, not the connection. A run that finds its
 // token replaced (another deployer took a lock it saw as stale) stops before it
 // switches or writes the boot entry, and says who took the node.
@@ -81,13 +83,19 @@ var lockPath = []string{"/run/current-system/sw/bin", "/usr/bin", "/bin"}
 // LockHolder is who holds a node's lock, as written into the lock.
 type LockHolder struct {
 	Token string
-	// Host is the deployer's host name; PID and Start (the process start time in clock
-	// ticks since boot, from /proc) name its process, so a reused PID is not mistaken
-	// for a live holder.
-	Host  string
-	PID   int
-	Start string
-	Since time.Time
+	// Host is the deployer's host name, for people: it proves nothing (two deployers
+	// may share one).
+	Host string
+	// MachineID (/etc/machine-id), BootID (the kernel's boot id) and PIDNamespace (the
+	// inode of /proc/self/ns/pid) say where the process runs; PID and Start (its start
+	// time in clock ticks since boot) which process it is there, so a reused PID is not
+	// mistaken for a live holder. Together they name one deployer process.
+	MachineID    string
+	BootID       string
+	PIDNamespace string
+	PID          int
+	Start        string
+	Since        time.Time
 	// What is "deploy" or "verdict"; Toplevel is what it deploys or judges.
 	What     string
 	Toplevel string
@@ -104,7 +112,11 @@ func (h LockHolder) String() string {
 	if h.Toplevel != "" {
 		s += " of " + h.Toplevel
 	}
-	s += fmt.Sprintf(" from host %s (process %d)", orNamed(h.Host), h.PID)
+	s += fmt.Sprintf(" from host %s (process %d", orNamed(h.Host), h.PID)
+	if h.MachineID != "" {
+		s += ", machine " + shortID(h.MachineID)
+	}
+	s += ")"
 	if !h.Since.IsZero() {
 		s += " since " + h.Since.UTC().Format(time.RFC3339)
 	}
@@ -112,6 +124,15 @@ func (h LockHolder) String() string {
 		s += fmt.Sprintf(", last heartbeat %s ago", h.Age.Round(time.Second))
 	}
 	return s
+}
+
+// shortID is the first 12 characters of a machine id: enough to tell machines apart
+// in a message.
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }
 
 func orNamed(s string) string {
@@ -126,6 +147,9 @@ func (h LockHolder) lines() string {
 	return strings.Join([]string{
 		"token=" + clean(h.Token),
 		"host=" + clean(h.Host),
+		"machine=" + clean(h.MachineID),
+		"boot=" + clean(h.BootID),
+		"pidns=" + clean(h.PIDNamespace),
 		"pid=" + strconv.Itoa(h.PID),
 		"start=" + clean(h.Start),
 		"since=" + h.Since.UTC().Format(time.RFC3339),
@@ -146,6 +170,12 @@ func parseLockHolder(lines []string, age time.Duration) LockHolder {
 			h.Token = v
 		case "host":
 			h.Host = v
+		case "machine":
+			h.MachineID = v
+		case "boot":
+			h.BootID = v
+		case "pidns":
+			h.PIDNamespace = v
 		case "pid":
 			h.PID, _ = strconv.Atoi(v)
 		case "start":
@@ -165,34 +195,91 @@ func parseLockHolder(lines []string, age time.Duration) LockHolder {
 // are filled by the run).
 func ThisProcess() LockHolder {
 	host, _ := os.Hostname()
-	return LockHolder{Host: host, PID: os.Getpid(), Start: processStart(os.Getpid())}
+	h := LockHolder{
+		Host:         host,
+		MachineID:    firstFileLine("/etc/machine-id", "/var/lib/dbus/machine-id"),
+		BootID:       firstFileLine("/proc/sys/kernel/random/boot_id"),
+		PIDNamespace: pidNamespace(),
+		PID:          os.Getpid(),
+	}
+	// /proc must be this PID namespace's own (a process unshared into a new namespace
+	// without a /proc of its own sees its parent's): then /proc/self is os.Getpid().
+	if pid, start := procStat("/proc/self/stat"); pid == h.PID {
+		h.Start = start
+	} else {
+		h.PIDNamespace = "" // this process cannot prove any other one dead
+	}
+	return h
+}
+
+// firstFileLine is the first non-empty first line of the files, "" when none has one.
+func firstFileLine(files ...string) string {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); line != "" {
+			return line
+		}
+	}
+	return ""
+}
+
+// pidNamespace is this process's PID namespace ("pid:[4026531836]"), "" when unknown.
+func pidNamespace() string {
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return ""
+	}
+	return ns
 }
 
 // processStart is field 22 of /proc/<pid>/stat (start time since boot), "" when unknown.
 func processStart(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	got, start := procStat(fmt.Sprintf("/proc/%d/stat", pid))
+	if got != pid {
 		return ""
+	}
+	return start
+}
+
+// procStat reads a /proc/<pid>/stat file: the pid (field 1) and the start time since
+// boot (field 22); 0 and "" when unreadable.
+func procStat(file string) (pid int, start string) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, ""
 	}
 	// The command name (field 2) is in parentheses and may hold spaces.
 	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+1:]
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, ""
 	}
-	f := strings.Fields(s)
+	pid, _ = strconv.Atoi(strings.TrimSpace(strings.SplitN(s[:i], "(", 2)[0]))
+	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
-		return ""
+		return pid, ""
 	}
-	return f[19]
+	return pid, f[19]
 }
 
-// holderGone tells whether h is a process of this host that no longer runs.
+// holderGone tells whether the holder h is proven dead: it ran on this very machine, in
+// this boot and this PID namespace (the only place where its PID means the same
+// process), and its PID no longer runs or runs another process (another start time).
+// A holder from another machine, boot or namespace, or one that does not say where it
+// ran (a lock written by an older deployer), is never proven dead: its lock is taken
+// over only once its heartbeat is stale. The host name is not compared: it proves
+// nothing.
 func holderGone(h LockHolder, self LockHolder) bool {
-	if h.Host == "" || h.Host != self.Host || h.PID <= 0 || self.Start == "" {
+	if h.MachineID == "" || h.BootID == "" || h.PIDNamespace == "" || h.PID <= 0 || h.Start == "" {
 		return false
 	}
-	start := processStart(h.PID)
-	return start == "" || (h.Start != "" && start != h.Start)
+	if self.Start == "" || h.MachineID != self.MachineID || h.BootID != self.BootID || h.PIDNamespace != self.PIDNamespace {
+		return false
+	}
+	return processStart(h.PID) != h.Start
 }
 
 // nodeLock is this run's hold on the node's lock.
@@ -201,6 +288,10 @@ type nodeLock struct {
 	holder LockHolder
 	stop   chan struct{}
 	done   chan struct{}
+	// ctx is the heartbeat's: it outlives the run's own context (a snapshot restore at
+	// the end of a cancelled run still runs under the lock) and ends at unlockNode.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu   sync.Mutex
 	lost *LockHolder // who took the lock from this run
@@ -259,14 +350,19 @@ func (r *run) lockNode() (string, error) {
 		}
 		switch {
 		case out[0] == "acquired":
-			r.lock = &nodeLock{t: r.t, holder: self, stop: make(chan struct{}), done: make(chan struct{})}
+			hctx, hcancel := context.WithCancel(context.WithoutCancel(r.ctx))
+			r.lock = &nodeLock{t: r.t, holder: self, stop: make(chan struct{}), done: make(chan struct{}), ctx: hctx, cancel: hcancel}
 			go r.heartbeat(r.lock)
 			note := "locked"
 			if len(out) > 1 && strings.HasPrefix(out[1], "took-over ") {
 				age, _ := strconv.Atoi(strings.TrimPrefix(out[1], "took-over "))
 				prev := parseLockHolder(out[2:], time.Duration(age)*time.Second)
+				why := fmt.Sprintf("its heartbeat was %s old", prev.Age)
+				if takeover != "" && prev.Token == takeover {
+					why = "its process is gone from this machine"
+				}
 				note = "locked, taking over the lock of " + prev.String()
-				r.warn(PhaseLockNode, fmt.Sprintf("took over the node lock of %s: its holder is gone", prev))
+				r.warn(PhaseLockNode, fmt.Sprintf("took over the node lock of %s: %s", prev, why))
 			}
 			if attempt > 1 {
 				note += fmt.Sprintf(" after waiting %s", r.o.Clock.Now().Sub(self.Since).Round(time.Second))
@@ -291,7 +387,7 @@ func (r *run) lockNode() (string, error) {
 		}
 	}
 	return "", withHint(fmt.Errorf("node %s is locked by %s; waited timings.lock_wait (%s)", r.o.Node, holder, r.o.Timings.LockWait),
-		fmt.Sprintf("let that run finish and apply again, or raise timings.lock_wait; a lock whose holder stopped is taken over once its heartbeat is %s old (or remove %s on the node)", lockStale, LockFile))
+		fmt.Sprintf("let that run finish and apply again, or raise timings.lock_wait; a lock whose holder stopped is taken over once its heartbeat is %s old, or at once when its process is gone from this very machine (or remove %s on the node)", lockStale, LockFile))
 }
 
 func minDuration(a, b time.Duration) time.Duration {
@@ -311,11 +407,9 @@ func (r *run) heartbeat(l *nodeLock) {
 		select {
 		case <-l.stop:
 			return
-		case <-r.ctx.Done():
-			return
 		case <-tick.C:
 		}
-		out, err := r.lockOp(r.ctx, "heartbeat", l.holder.Token)
+		out, err := r.lockOp(l.ctx, "heartbeat", l.holder.Token)
 		if err != nil {
 			r.log(LevelDebug, PhaseLockNode, "lock heartbeat failed; trying again", map[string]any{"error": err.Error()})
 			continue
@@ -324,7 +418,7 @@ func (r *run) heartbeat(l *nodeLock) {
 			// Nobody holds it (the node's /run was emptied): take it back.
 			r.log(LevelWarn, PhaseLockNode, "the node lock was gone (the node's /run was emptied); taking it again", nil)
 			stale := strconv.Itoa(int(lockStale / time.Second))
-			if _, err := r.lockOp(r.ctx, "acquire", l.holder.Token, l.holder.lines(), stale, ""); err != nil {
+			if _, err := r.lockOp(l.ctx, "acquire", l.holder.Token, l.holder.lines(), stale, ""); err != nil {
 				r.log(LevelDebug, PhaseLockNode, "taking the lock again failed; trying next tick", map[string]any{"error": err.Error()})
 			}
 			continue
@@ -360,6 +454,7 @@ func (r *run) unlockNode() {
 		return
 	}
 	close(r.lock.stop)
+	r.lock.cancel()
 	<-r.lock.done
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), lockCallLimit)
 	defer cancel()
@@ -381,11 +476,15 @@ func (r *run) unlockNode() {
 // heartbeat's answer may be seconds old, and a switch or a boot entry must not be
 // written by a run another run took the node from. A node that does not answer is no
 // answer: the phase that follows meets the same fault.
-func (r *run) confirmLock() error {
+func (r *run) confirmLock() error { return r.confirmLockWith(r.ctx) }
+
+// confirmLockWith is confirmLock on a context of the caller's (the end of a run whose
+// own context may be done).
+func (r *run) confirmLockWith(ctx context.Context) error {
 	if r.lock == nil {
 		return nil
 	}
-	out, err := r.lockOp(r.ctx, "heartbeat", r.lock.holder.Token)
+	out, err := r.lockOp(ctx, "heartbeat", r.lock.holder.Token)
 	if err == nil && out[0] == "lost" {
 		h := parseLockHolder(out[1:], 0)
 		r.lock.mu.Lock()

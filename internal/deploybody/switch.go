@@ -9,6 +9,7 @@ func (r *run) switchSystem() (string, error) {
 		return "", err
 	}
 	r.armRevert()
+	r.switchStarted = true
 	sr, err := r.t.Switch(r.ctx, r.toplevel, "switch", r.o.Timings.SwitchTimeout)
 	if err != nil {
 		// The switch may go on on the node: the armed revert is settled all the same,

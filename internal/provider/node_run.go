@@ -66,12 +66,18 @@ func (r nodeRun) run(ctx context.Context, cfg *Config) (out nodeRunOutcome, diag
 		t = guard
 	}
 
+	// The body restores the guard's snapshot itself, under the node lock
+	// (deploybody.Restorer); here it is only reported.
 	res, runErr := r.body(ctx, t, r.opts)
 	if guard != nil {
-		restored, rerr := guard.RestoreIfUnreachable(ctx, res, runErr, r.opts.Timings.NodeWait, r.opts.Timings.SampleInterval)
-		if restored || rerr != nil {
+		if restored, rerr := guard.Restored(); restored {
 			diags.Append(snapshotRestoreDiagnostic(r.node, guard, rerr)...)
 			return nodeRunOutcome{res: res, err: errors.Join(runErr, errors.New("restored")), restored: true}, diags
+		}
+		if guard.KeptEarlierPoint() {
+			diags.AddWarning(fmt.Sprintf("%s of %s kept its earlier rollback point", r.what, r.node),
+				fmt.Sprintf("Node %s ran a system its boot entry does not point at (an earlier deploy did not finish), so its state was not known good: "+
+					"snapshot %s, taken before that deploy, was kept as the rollback point instead of being replaced.", r.node, guard.Taken()))
 		}
 	}
 	if len(res.Warnings) > 0 {

@@ -399,7 +399,10 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 	imported := privateString(ctx, req.Private, privateDeployed) == "" && state.Verdict.IsNull()
 	var interrupted *interruptedDeploy
 	resp.Diagnostics.Append(r.refresh(ctx, &state, failed, nil, &interrupted)...)
-	if interrupted != nil {
+	switch {
+	case interrupted != nil && interrupted.failed:
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, interrupted.toplevel)...)
+	case interrupted != nil:
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, interrupted.toplevel)...)
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, interrupted.why)...)
 	}
@@ -462,13 +465,19 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 				summarizeDiags(tdiags))
 		return diags
 	}
-	running, profile, err := readRunningSystem(ctx, node, target, r.cfg)
+	imported := m.Toplevel.IsNull() || m.Toplevel.ValueString() == ""
+	// The verdict record is read only when Read would adopt the running system.
+	wantRecord := func(ns nodeSystem) bool {
+		return ns.running == ns.profile && ns.running != m.Toplevel.ValueString() && ns.running != failedToplevel
+	}
+	ns, err := readNodeSystem(ctx, node, target, r.cfg, wantRecord)
 	if err != nil {
 		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
 			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
 				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
 		return diags
 	}
+	running, profile := ns.running, ns.profile
 	if running == m.Toplevel.ValueString() {
 		return diags
 	}
@@ -489,47 +498,36 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": node, "running": running, "profile": profile})
 		return diags
 	}
-	if !m.Toplevel.IsNull() && m.Toplevel.ValueString() != "" {
+	if !imported {
 		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": node, "state": m.Toplevel.ValueString(), "running": running})
 	}
-	m.Toplevel = types.StringValue(running)
+	// The node runs and boots it: adopted with the verdict its deploy recorded on the
+	// node, or without one (and planned again), never with the verdict of another system.
+	unjudged, failed, adiags := adoptRunningSystem(node, m, ns, imported)
+	diags.Append(adiags...)
+	if interrupted != nil && unjudged != nil {
+		*interrupted = unjudged
+	}
+	if interrupted != nil && failed != "" {
+		*interrupted = &interruptedDeploy{toplevel: failed, failed: true}
+	}
 	return diags
 }
 
 // interruptedDeploy is a deploy Read found cut off: the node runs toplevel, its boot
 // entry points elsewhere.
-type interruptedDeploy struct{ toplevel, why string }
+type interruptedDeploy struct {
+	toplevel, why string
+	// failed: the node runs and boots toplevel, whose deploy's verdict failed it; the
+	// next plan deploys again (privateFailed), as after a failed update.
+	failed bool
+}
 
 func describeProfile(p string) string {
 	if p == "" {
 		return "no system"
 	}
 	return p
-}
-
-// readRunningSystem asks the node what /run/current-system and the system profile
-// (/nix/var/nix/profiles/system, what it boots) point at, in one round trip.
-func readRunningSystem(ctx context.Context, node string, target transportTarget, cfg *Config) (running, profile string, err error) {
-	t, err := openTransport(ctx, node, target, cfg)
-	if err != nil {
-		return "", "", err
-	}
-	defer func() { _ = t.Close() }()
-	// -e: every component must exist; a node that booted without a NixOS system (or
-	// whose /run was cleared) has no /run/current-system, and that is not "drift".
-	res, err := t.Run(ctx, []string{"sh", "-c", `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)"`}, deploybody.RunOptions{})
-	if err != nil {
-		return "", "", err
-	}
-	lines := strings.Split(string(res.Stdout), "\n")
-	for len(lines) < 2 {
-		lines = append(lines, "")
-	}
-	running, profile = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
-	if res.ExitCode != 0 || running == "" {
-		return "", "", fmt.Errorf("readlink /run/current-system found no system (exit %d, %s): the node runs no NixOS system", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
-	}
-	return running, profile, nil
 }
 
 func (r *nodeSwitchResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

@@ -96,7 +96,7 @@ var timingTable = []timing{
 		[]string{timingsNodeSwitch},
 		func(m *timingsModel) *types.String { return &m.ConfirmTimeout }, func(t *Timings) *time.Duration { return &t.ConfirmTimeout }},
 	{"lock_wait", deploybody.DefaultLockWait,
-		"How long a deploy or verdict pass waits for the node's lock while another run (from this or another deployer) holds it, before it fails naming the holder. A lock whose holder stopped (its heartbeat is a minute old, or its process on this host is gone) is taken over.",
+		"How long a deploy or verdict pass waits for the node's lock while another run (from this or another deployer) holds it, before it fails naming the holder. A lock whose holder stopped is taken over: once its heartbeat is a minute old, or at once when its process is proven gone on this very machine (same machine id, boot id and PID namespace; a shared host name proves nothing).",
 		[]string{timingsNodeSwitch, timingsVerdict},
 		func(m *timingsModel) *types.String { return &m.LockWait }, func(t *Timings) *time.Duration { return &t.LockWait }},
 	{"rollout_wait", k8s.DefaultRolloutWait,

@@ -8,24 +8,40 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 )
 
 // SnapshotGuard wraps an Incus transport for one deploy: before the switch it takes a
 // native snapshot named after the generation the node runs (the rollback point) and
-// rotates to the newest keep. After a run that left the node unreachable,
-// RestoreIfUnreachable restores that snapshot. A node with a failed unit answers, so it
-// is never restored: it keeps its new boot entry.
+// rotates to the newest keep. After a run that left the node unreachable, the deploy
+// body restores that snapshot (deploybody.Restorer), under the node lock, and never for
+// a run that lost the lock. A node with a failed unit answers, so it is never restored:
+// it keeps its new boot entry.
+//
+// The rollback point is known good: a snapshot of a node that runs what its boot entry
+// points at. A node an earlier run left unfinished (it runs a system its profile does
+// not point at) is not snapshotted over the known-good point of its generation: a retry
+// keeps the point the unfinished run took.
 type SnapshotGuard struct {
 	*Transport
 	keep  int
 	taken string
+	// kept is true when the rollback point is an earlier run's, kept because the node
+	// was left unfinished.
+	kept bool
+	// restored says a restore ran; restoreErr is its failure.
+	restored   bool
+	restoreErr error
 	// bricked is the snapshot the bricked state was kept aside as ("" when none was
 	// taken); brickedErr says why keeping it failed.
 	bricked    string
 	brickedErr error
 }
 
-var _ deploybody.Transport = (*SnapshotGuard)(nil)
+var (
+	_ deploybody.Transport = (*SnapshotGuard)(nil)
+	_ deploybody.Restorer  = (*SnapshotGuard)(nil)
+)
 
 // NewSnapshotGuard wraps t, which must be an Incus transport: an SSH node has no native
 // snapshots.
@@ -44,6 +60,14 @@ func (g *SnapshotGuard) Taken() string { return g.taken }
 // when none was taken), and why keeping it failed.
 func (g *SnapshotGuard) Bricked() (string, error) { return g.bricked, g.brickedErr }
 
+// Restored says whether the body restored the rollback point, and the restore's own
+// failure.
+func (g *SnapshotGuard) Restored() (bool, error) { return g.restored, g.restoreErr }
+
+// KeptEarlierPoint says the rollback point is the one an earlier, unfinished run took
+// (the node did not run what it boots, so its state was not snapshotted as known good).
+func (g *SnapshotGuard) KeptEarlierPoint() bool { return g.kept }
+
 // Instance is the name of the guarded Incus instance.
 func (g *SnapshotGuard) Instance() string { return g.instance }
 
@@ -56,6 +80,11 @@ func (g *SnapshotGuard) Switch(ctx context.Context, toplevel, action string, lim
 		gen = 0
 	}
 	name := GenerationSnapshotName(gen)
+	if g.keepEarlierPoint(ctx, name) {
+		g.taken, g.kept = name, true
+		g.logPrintf("snapshot: the node runs a system its boot entry does not point at (an unfinished earlier run): keeping %s as the rollback point", name)
+		return g.Transport.Switch(ctx, toplevel, action, limit)
+	}
 	if err := g.SnapshotBeforeSwitch(ctx, name, g.keep); err != nil {
 		return deploybody.SwitchResult{}, fmt.Errorf("snapshot %s before the switch: %w (nothing was switched; fix the instance's storage or remove the snapshot block)", name, err)
 	}
@@ -63,32 +92,89 @@ func (g *SnapshotGuard) Switch(ctx context.Context, toplevel, action string, lim
 	return g.Transport.Switch(ctx, toplevel, action, limit)
 }
 
-// RestoreIfUnreachable restores the snapshot when the switch left the node unreachable:
-// the run says so, or the run failed after the switch and the node then does not answer
-// within nodeWait (polled every interval). Before restoring it keeps the bricked state
-// aside (Bricked). restored says whether it restored; err is the restore's own failure.
-func (g *SnapshotGuard) RestoreIfUnreachable(ctx context.Context, res *deploybody.Result, runErr error, nodeWait, interval time.Duration) (restored bool, err error) {
-	if g.taken == "" {
-		return false, nil
+// readFinished is one round trip: what the node runs and what its profile points at.
+var readFinished = []string{"sh", "-c", `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)"`}
+
+// keepEarlierPoint tells whether the snapshot name, taken by an earlier run, must be
+// kept instead of replaced: the node does not run what it boots, so its state now is
+// not known good. A node whose state cannot be read is snapshotted as before.
+func (g *SnapshotGuard) keepEarlierPoint(ctx context.Context, name string) bool {
+	res, err := g.Run(ctx, readFinished, deploybody.RunOptions{})
+	if err != nil || res.ExitCode != 0 {
+		return false
 	}
-	// The deploy's own deadline may be spent; probe and restore get their own bounded time.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeWait+5*time.Minute)
-	defer cancel()
-	if !unreachableAfterSwitch(res, runErr) {
-		if !mayBeUnreachable(res, runErr) || g.answers(rctx, nodeWait, interval) {
-			return false, nil
+	lines := strings.Split(string(res.Stdout), "\n")
+	for len(lines) < 2 {
+		lines = append(lines, "")
+	}
+	running, profile := strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
+	if finishedNode(running, profile) {
+		return false
+	}
+	snaps, err := g.snapshotsWithPrefix(ctx, generationPrefix)
+	if err != nil {
+		return false
+	}
+	return keepRollbackPoint(running, profile, name, snaps)
+}
+
+// keepRollbackPoint decides whether the rollback point name, if already among snaps,
+// stays as it is: the node does not run what it boots (an earlier run was cut off
+// after its switch), so its state now is not known good, and the snapshot of that
+// generation, taken before the unfinished switch, is. Without one there is nothing
+// better to keep, and the state is snapshotted.
+func keepRollbackPoint(running, profile, name string, snaps []incusapi.Snapshot) bool {
+	if finishedNode(running, profile) {
+		return false
+	}
+	for _, s := range snaps {
+		if s.Name == name {
+			return true
 		}
 	}
-	// Restore aside: the state that stopped answering is kept as its own snapshot
-	// first. Bringing the node back matters more, so a failure here does not stop
-	// the restore; it is reported.
+	return false
+}
+
+// finishedNode tells whether a node runs what its boot entry points at: the only state
+// a rollback point may be taken of. A node that runs no system yet (a first deploy) is
+// taken as finished: there is nothing better to keep.
+func finishedNode(running, profile string) bool {
+	return running == "" || running == profile
+}
+
+// NeedsRestore tells whether the run left the node unreachable after its switch: the
+// run says so, or the run failed after the switch and the node then does not answer
+// within nodeWait (polled every interval). A run without a rollback point needs none.
+func (g *SnapshotGuard) NeedsRestore(ctx context.Context, res *deploybody.Result, runErr error, nodeWait, interval time.Duration) bool {
+	if g.taken == "" {
+		return false
+	}
+	if unreachableAfterSwitch(res, runErr) {
+		return true
+	}
+	if !mayBeUnreachable(res, runErr) {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, nodeWait+time.Minute)
+	defer cancel()
+	return !g.answers(pctx, nodeWait, interval)
+}
+
+// Restore keeps the state that stopped answering aside as its own snapshot (Bricked),
+// then restores the rollback point. Bringing the node back matters more, so a failure
+// to keep the bricked state does not stop the restore; it is reported.
+func (g *SnapshotGuard) Restore(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
 	name := BrickedSnapshotName(time.Now())
 	if err := g.KeepAside(rctx, name); err != nil {
 		g.brickedErr = err
 	} else {
 		g.bricked = name
 	}
-	return true, g.RestoreSnapshot(rctx, g.taken)
+	g.restored = true
+	g.restoreErr = g.RestoreSnapshot(rctx, g.taken)
+	return g.restoreErr
 }
 
 // switched reports whether the run reached the switch phase.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 )
 
 func TestUnreachableAfterSwitch(t *testing.T) {
@@ -55,6 +56,32 @@ func TestMayBeUnreachable(t *testing.T) {
 	for _, c := range cases {
 		if got := mayBeUnreachable(c.res, c.err); got != c.want {
 			t.Errorf("%s: mayBeUnreachable = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// The rollback point is known good: a retry after a deploy that was cut off after its
+// switch (the node runs a system its boot entry does not point at) keeps the snapshot
+// that run took before its switch, instead of snapshotting the unfinished state over it.
+func TestKeepRollbackPointAcrossRetries(t *testing.T) {
+	const good, unfinished = "/nix/store/aaaa-good", "/nix/store/bbbb-unfinished"
+	gen1 := GenerationSnapshotName(1)
+	earlier := []incusapi.Snapshot{{Name: GenerationSnapshotName(0)}, {Name: gen1}}
+	cases := []struct {
+		name             string
+		running, profile string
+		snaps            []incusapi.Snapshot
+		want             bool
+	}{
+		{"finished node: a fresh snapshot of it", good, good, earlier, false},
+		{"unfinished node with the earlier point: kept", unfinished, good, earlier, true},
+		{"unfinished node, no earlier point: snapshotted (nothing better)", unfinished, good, earlier[:1], false},
+		{"first deploy (no system yet)", "", "", nil, false},
+		{"unfinished node without a profile, earlier point kept", unfinished, "", earlier, true},
+	}
+	for _, c := range cases {
+		if got := keepRollbackPoint(c.running, c.profile, gen1, c.snaps); got != c.want {
+			t.Errorf("%s: keepRollbackPoint = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

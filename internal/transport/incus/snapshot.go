@@ -175,7 +175,9 @@ func (t *Transport) waitReach(ctx context.Context, phase string, tries int) erro
 		if last = t.Reach(ctx); last == nil {
 			return nil
 		}
-		if !errors.Is(last, deploybody.ErrUnreachable) && !isTransient(last) {
+		// A container that was just started answers before its systemd does ("Failed
+		// to connect to bus"): that is waited for too, within the same bound.
+		if !errors.Is(last, deploybody.ErrUnreachable) && !errors.Is(last, deploybody.ErrSystemdUnanswered) && !isTransient(last) {
 			return last
 		}
 		select {

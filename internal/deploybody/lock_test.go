@@ -1,0 +1,144 @@
+package deploybody
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A holder is proven dead only on this very machine, boot and PID namespace, when its
+// PID is gone or names another process; a shared host name proves nothing.
+func TestHolderGoneOnlyWhenProvenOnThisMachine(t *testing.T) {
+	self := ThisProcess()
+	if self.MachineID == "" || self.BootID == "" || self.PIDNamespace == "" || self.Start == "" {
+		t.Fatalf("this process's identity is incomplete: %+v", self)
+	}
+	// A process that exited: its PID is gone (a PID is reused only after a wrap-around).
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPID := cmd.Process.Pid
+	here := func(pid int, start string) LockHolder {
+		h := self
+		h.PID, h.Start = pid, start
+		return h
+	}
+	cases := []struct {
+		name   string
+		holder LockHolder
+		want   bool
+	}{
+		{"this machine, process gone", here(deadPID, "12345"), true},
+		{"this machine, PID reused by another process", here(os.Getpid(), self.Start+"0"), true},
+		{"this machine, process alive", here(os.Getpid(), self.Start), false},
+		{"same host name, another machine, PID unknown here", func() LockHolder {
+			h := here(deadPID, "12345")
+			h.MachineID = "0123456789abcdef0123456789abcdef"
+			return h
+		}(), false},
+		{"same machine id, another boot (a cloned VM)", func() LockHolder {
+			h := here(deadPID, "12345")
+			h.BootID = "00000000-0000-0000-0000-000000000000"
+			return h
+		}(), false},
+		{"same machine and boot, another PID namespace (a cloned container)", func() LockHolder {
+			h := here(deadPID, "12345")
+			h.PIDNamespace = "pid:[1]"
+			return h
+		}(), false},
+		{"a lock of an older deployer (host and pid only)", LockHolder{Host: self.Host, PID: deadPID, Start: "12345"}, false},
+		{"no start time", here(deadPID, ""), false},
+	}
+	for _, c := range cases {
+		if got := holderGone(c.holder, self); got != c.want {
+			t.Errorf("%s: holderGone = %v, want %v (holder %+v)", c.name, got, c.want, c.holder)
+		}
+	}
+	// A deployer that cannot read its own /proc entry proves nothing.
+	blind := self
+	blind.Start = ""
+	if holderGone(here(deadPID, "12345"), blind) {
+		t.Error("a deployer without its own start time took a holder for dead")
+	}
+}
+
+// The identity survives the trip through the lock file.
+func TestLockHolderLinesRoundTrip(t *testing.T) {
+	h := ThisProcess()
+	h.Token, h.What, h.Toplevel = "tok", "deploy", testToplevel
+	h.Since = time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
+	got := parseLockHolder(strings.Split(h.lines(), "\n"), 0)
+	if got != h {
+		t.Fatalf("parsed %+v, want %+v", got, h)
+	}
+	if s := got.String(); !strings.Contains(s, "machine "+h.MachineID[:12]) || !strings.Contains(s, "from host "+h.Host) {
+		t.Fatalf("the holder's description names neither its host nor its machine: %s", s)
+	}
+}
+
+// Two deployers with one host name: the second waits for the first's live lock up to
+// lock_wait, then fails naming the holder, and never takes it over or switches.
+func TestDeployDoesNotTakeOverALiveLockOfAnotherMachineWithTheSameHostName(t *testing.T) {
+	self := ThisProcess()
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.lockToken = "first-deployer"
+	// The first deployer: host name and PID namespace like ours, PID gone here, another
+	// machine (a cloned CI machine with its own machine id).
+	s.node.lockHolderLines = strings.Join([]string{
+		"token=first-deployer", "host=" + self.Host, "machine=0123456789abcdef0123456789abcdef", "boot=" + self.BootID,
+		"pidns=" + self.PIDNamespace, "pid=999999", "start=42", "what=deploy", "toplevel=" + testToplevel,
+	}, "\n")
+	s.opts.Timings.LockWait = 5 * time.Second
+	_, err := s.deploy()
+	de := deployErr(t, err, PhaseLockNode)
+	if !strings.Contains(de.Error(), "is locked by a deploy of "+testToplevel+" from host "+self.Host+" (process 999999, machine 0123456789ab)") {
+		t.Fatalf("the refusal does not name the holder: %v", err)
+	}
+	if s.node.lockToken != "first-deployer" || len(s.node.callsOf("switch")) != 0 {
+		t.Fatalf("the live lock was taken over (holder now %q, %d switches)", s.node.lockToken, len(s.node.callsOf("switch")))
+	}
+	if s.clock.slept < 5*time.Second {
+		t.Fatalf("the run waited %s, want lock_wait (5s)", s.clock.slept)
+	}
+}
+
+func phaseDuration(res *Result, name string) time.Duration {
+	for _, p := range res.Phases {
+		if p.Name == name {
+			return p.Duration
+		}
+	}
+	return -1
+}
+
+// A holder proven dead on this very machine is taken over at once, with a warning that
+// names it and says why.
+func TestDeployTakesOverTheLockOfADeadProcessOnThisMachine(t *testing.T) {
+	self := ThisProcess()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.lockToken = "dead-deployer"
+	s.node.lockHolderLines = strings.Join([]string{
+		"token=dead-deployer", "host=" + self.Host, "machine=" + self.MachineID, "boot=" + self.BootID,
+		"pidns=" + self.PIDNamespace, "pid=" + strconv.Itoa(cmd.Process.Pid), "start=42", "what=deploy",
+	}, "\n")
+	res, err := s.deploy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(res.Warnings, "\n")
+	if !strings.Contains(w, "took over the node lock of a deploy from host "+self.Host+" (process "+strconv.Itoa(cmd.Process.Pid)) ||
+		!strings.Contains(w, "its process is gone from this machine") {
+		t.Fatalf("warnings do not name the dead holder and why: %q", res.Warnings)
+	}
+	if n := len(s.node.callsOf("switch")); n != 1 || s.node.lockToken != "" || phaseDuration(res, PhaseLockNode) > 0 {
+		t.Fatalf("after the takeover: %d switches, lock %q left, waited %s for the lock", n, s.node.lockToken, phaseDuration(res, PhaseLockNode))
+	}
+}

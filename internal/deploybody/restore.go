@@ -1,0 +1,65 @@
+package deploybody
+
+// The rollback of a node the switch left unreachable (the Incus snapshot guard), run by
+// the body at the end of a deploy: still under the node lock, and never by a run that
+// lost it. Outside the lock a restore could roll back what a later run deployed, or
+// stop the node in the middle of that run's switch.
+
+import (
+	"context"
+	"time"
+)
+
+// Restorer is implemented by a transport that can put a node the switch left
+// unreachable back on its rollback point (the Incus snapshot guard).
+type Restorer interface {
+	// NeedsRestore tells whether the run (res, runErr) left the node unreachable after
+	// its switch; it may probe the node for up to nodeWait, every interval.
+	NeedsRestore(ctx context.Context, res *Result, runErr error, nodeWait, interval time.Duration) bool
+	// Restore puts the node back on the rollback point taken before the switch. The
+	// transport keeps what happened for its owner to report.
+	Restore(ctx context.Context) error
+}
+
+// restoreIfUnreachable runs at the end of a deploy that took the node lock, before the
+// lock is released. It uses a context of its own: the run's may be done (a time limit,
+// the operator) and the node still needs its rollback.
+func (r *run) restoreIfUnreachable(runErr error) {
+	g, ok := r.t.(Restorer)
+	if !ok || r.verdictOnly {
+		return
+	}
+	ctx := context.WithoutCancel(r.ctx)
+	if r.lockLost() != nil {
+		r.noRestoreLockLost()
+		return
+	}
+	if !g.NeedsRestore(ctx, r.res, runErr, r.o.Timings.NodeWait, r.o.Timings.SampleInterval) {
+		return
+	}
+	// The heartbeat's answer may be old: ask the node once more. An unreachable node
+	// does not answer (that is why it is restored); only a "lost" answer stops it.
+	lctx, cancel := context.WithTimeout(ctx, lockCallLimit)
+	defer cancel()
+	if r.confirmLockWith(lctx) != nil {
+		r.noRestoreLockLost()
+		return
+	}
+	r.log(LevelWarn, PhaseConclude, "the node is unreachable after the switch: restoring its rollback point under the node lock", nil)
+	if err := g.Restore(ctx); err != nil {
+		r.log(LevelWarn, PhaseConclude, "restoring the rollback point failed", map[string]any{"error": err.Error()})
+	}
+}
+
+// noRestoreLockLost says why a run that switched and then lost its lock leaves the
+// node alone: another run took the node while this one was cut off, it owns the node
+// now, and a rollback would undo (or cut into) what that run deploys.
+func (r *run) noRestoreLockLost() {
+	if !r.switchRan() {
+		return
+	}
+	r.warn(PhaseConclude, "this run lost the node's lock, so it does not restore the node's rollback point, whatever the node's state: the run that took the lock owns the node now")
+}
+
+// switchRan tells whether this run started a switch.
+func (r *run) switchRan() bool { return r.switchStarted }

@@ -1,0 +1,100 @@
+package deploybody
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+// restoringNode is the fake node behind a Restorer, as the Incus snapshot guard is: it
+// records whether a restore ran and who held the node's lock then. Every failed run
+// needs a restore (as if the guard's probe found the node silent).
+type restoringNode struct {
+	*fakeNode
+	restores      int
+	lockAtRestore string
+	releasedFirst bool
+}
+
+func (n *restoringNode) NeedsRestore(_ context.Context, res *Result, runErr error, _, _ time.Duration) bool {
+	return runErr != nil
+}
+
+func (n *restoringNode) Restore(context.Context) error {
+	n.mu.Lock()
+	n.restores++
+	n.lockAtRestore = n.lockToken
+	for _, c := range n.calls {
+		if c.what == "run" && len(c.argv) > 4 && c.argv[2] == lockScript && c.argv[4] == "release" {
+			n.releasedFirst = true
+		}
+	}
+	n.mu.Unlock()
+	return nil
+}
+
+func acquiredToken(n *fakeNode) string {
+	for _, c := range n.lockCalls() {
+		if len(c.argv) > 5 && c.argv[4] == "acquire" {
+			return c.argv[5]
+		}
+	}
+	return ""
+}
+
+// A switch that leaves the node unreachable is restored while the run still holds the
+// node lock: before the release, with the lock file naming this run.
+func TestRestoreRunsUnderTheLock(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.unreachableAtSwitch = true
+	s.opts.Timings.NodeWait = 5 * time.Second
+	g := &restoringNode{fakeNode: s.node}
+	_, err := Deploy(context.Background(), g, s.opts)
+	if err == nil {
+		t.Fatal("a deploy that lost the node succeeded")
+	}
+	if g.restores != 1 {
+		t.Fatalf("restored %d times, want once", g.restores)
+	}
+	if tok := acquiredToken(s.node); tok == "" || g.lockAtRestore != tok || g.releasedFirst {
+		t.Fatalf("restore ran with the lock held by %q (this run: %q), released before: %v", g.lockAtRestore, tok, g.releasedFirst)
+	}
+}
+
+// A run whose lock another run took never restores its rollback point: that run owns
+// the node now. It says so.
+func TestRestoreNeverAfterTheLockIsLost(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.lockTakenAtSwitch = "other-deployer"
+	g := &restoringNode{fakeNode: s.node}
+	res, err := Deploy(context.Background(), g, s.opts)
+	if !errors.Is(err, ErrLockLost) {
+		t.Fatalf("err = %v, want the lost lock", err)
+	}
+	if g.restores != 0 {
+		t.Fatalf("a run that lost its lock restored the node %d times", g.restores)
+	}
+	if !strings.Contains(strings.Join(res.Warnings, "\n"), "does not restore the node's rollback point") {
+		t.Fatalf("warnings do not say why the node was not restored: %q", res.Warnings)
+	}
+}
+
+// A run whose context is done (a time limit, Ctrl-C) after its switch lost the node
+// still restores it, under the lock, on a context of its own.
+func TestRestoreAfterTheRunsContextIsDone(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.unreachableAtSwitch = true
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &restoringNode{fakeNode: s.node}
+	s.opts.Logger = LoggerFunc(func(_ context.Context, _ Level, phase, message string, _ map[string]any) {
+		if phase == PhaseSwitch && message == "phase finished" {
+			cancel()
+		}
+	})
+	_, err := Deploy(ctx, g, s.opts)
+	if err == nil || g.restores != 1 || g.lockAtRestore == "" {
+		t.Fatalf("err=%v restores=%d lock at restore %q", err, g.restores, g.lockAtRestore)
+	}
+}

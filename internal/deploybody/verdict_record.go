@@ -1,0 +1,106 @@
+package deploybody
+
+// The node's record of its last deploy's verdict.
+//
+// A deployer killed between the boot entry and its own state write leaves a node that
+// runs and boots the new system X while the deployer's state still holds the previous
+// system and its verdict. The node itself therefore keeps the verdict of the run that
+// deployed X, written just before the boot entry, so whoever reads the node next (the
+// provider's Read, an import) can pair X with X's own verdict, or, when the node holds
+// no record of X, deploy it again rather than guess.
+//
+// It lives on disk (/var/lib/fediversity), not in /run beside the lock: it must hold as
+// long as the boot entry it speaks for, and the boot entry survives a reboot. It is
+// written atomically (a temporary file renamed over the old one) in a directory only
+// root reads: it holds what the state holds, minus the summary of changes and the
+// output of checks.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// VerdictRecordFile is where a node keeps the verdict of its last deploy.
+const VerdictRecordFile = "/var/lib/fediversity/last-verdict.json"
+
+// verdictRecordVersion is the record's format; a record of another version is read as
+// no record (the safe side: a redeploy).
+const verdictRecordVersion = 1
+
+// VerdictRecord is the node's record of its last deploy.
+type VerdictRecord struct {
+	Version int `json:"version"`
+	// Toplevel is the system the run deployed (and set the boot entry to, right after
+	// writing this record).
+	Toplevel string `json:"toplevel"`
+	// At is when the verdict was taken; Holder names the run (as the node lock does).
+	At     time.Time `json:"at"`
+	Holder string    `json:"holder"`
+	// Result is the run's result as far as the verdict: without the changes and without
+	// check output.
+	Result *Result `json:"result"`
+}
+
+// writeRecordScript writes stdin to $1 atomically, in a directory only root reads.
+const writeRecordScript = `umask 077; d=${1%/*}; mkdir -p "$d" && chmod 700 "$d" && cat >"$1.tmp" && mv -f "$1.tmp" "$1"`
+
+// readRecordScript prints $1, or exits 3 when there is none.
+const readRecordScript = `[ -e "$1" ] || exit 3; cat "$1"`
+
+// recordVerdict writes the node's verdict record of this run. A failure is a warning:
+// without a record, a later Read deploys the system again instead of adopting it.
+func (r *run) recordVerdict() {
+	if r.res.Verdict == nil {
+		return
+	}
+	res := *r.res
+	res.Changes = nil
+	v := *res.Verdict
+	v.Checks = append([]CheckResult(nil), v.Checks...)
+	for i := range v.Checks {
+		v.Checks[i].Output = ""
+	}
+	res.Verdict = &v
+	holder := ""
+	if r.lock != nil {
+		holder = r.lock.holder.String()
+	}
+	b, err := json.Marshal(VerdictRecord{Version: verdictRecordVersion, Toplevel: r.toplevel, At: r.o.Clock.Now().UTC(), Holder: holder, Result: &res})
+	if err == nil {
+		var out RunResult
+		out, err = r.t.Run(r.ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile}, RunOptions{Path: lockPath, Stdin: b, Privileged: true})
+		if err == nil && out.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", out.ExitCode, firstLine(string(out.Stderr), "no output"))
+		}
+	}
+	if err != nil {
+		r.warn(PhaseFinalizeBootEntry, fmt.Sprintf("the verdict record %s was not written (%v): should this run be cut off before its state is written, the next plan deploys %s again", VerdictRecordFile, err, r.toplevel))
+	}
+}
+
+// ReadVerdictRecord reads the node's verdict record: nil (and no error) when the node
+// has none, or one of another format.
+func ReadVerdictRecord(ctx context.Context, t Transport) (*VerdictRecord, error) {
+	out, err := t.Run(ctx, []string{"sh", "-c", readRecordScript, "sh", VerdictRecordFile}, RunOptions{Path: lockPath, Privileged: true})
+	if err != nil {
+		return nil, err
+	}
+	switch out.ExitCode {
+	case 0:
+	case 3:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("reading %s exited %d: %s", VerdictRecordFile, out.ExitCode, firstLine(string(out.Stderr), "no output"))
+	}
+	var rec VerdictRecord
+	if err := json.Unmarshal(out.Stdout, &rec); err != nil {
+		return nil, fmt.Errorf("%s is not a verdict record: %w", VerdictRecordFile, err)
+	}
+	if rec.Version != verdictRecordVersion || rec.Result == nil || rec.Result.Verdict == nil || strings.TrimSpace(rec.Toplevel) == "" {
+		return nil, nil
+	}
+	return &rec, nil
+}
