@@ -10,6 +10,8 @@
 #   k8s and SPIRE lab                       + Kubernetes, SPIRE      fedi, 2200
 #   acceptance: Terraform, k8s and SPIRE    + Kubernetes, SPIRE      fedtk, 2600
 #   acceptance: OpenTofu, k8s and SPIRE     + Kubernetes, SPIRE      fedok, 2700
+#   acceptance: Terraform/OpenTofu, alone   the lab, and no other    fedtn/fedon
+#                                           suite running ($ALONE_TESTS: incusd restarts)
 #
 # The acceptance tests are one package (internal/provider) split in two groups: those
 # that need the cluster or SPIRE ($K8S_TESTS) and all the others. Each acceptance suite
@@ -37,6 +39,9 @@ case "$mode" in all | acc | setup) ;; *) echo "usage: $0 [all|acc|setup]" >&2; e
 
 # The acceptance tests that need the Kubernetes control plane, the real node or SPIRE.
 K8S_TESTS='^TestAcc(K8s|Image|ModuleK8s|Spire)'
+# The tests that restart the one incusd every lab shares: they run alone, after the
+# other suites, or they would cut the exec sessions of every test running beside them.
+ALONE_TESTS='^TestAccNodeSwitchIncusdRestart$'
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
 export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
 
@@ -134,7 +139,7 @@ acceptance() {
 nodes_suite() {
   lab_env "$3" "$4"
   bash lab/lab.sh up >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
-  acceptance "$1" "$2" -skip "$K8S_TESTS"
+  acceptance "$1" "$2" -skip "$K8S_TESTS|$ALONE_TESTS"
 }
 # k8s_suite NAME BINARY PREFIX PORT_BASE: the acceptance tests that need Kubernetes and SPIRE.
 k8s_suite() {
@@ -166,6 +171,11 @@ pids+=($!)
 
 failed=0
 for p in "${pids[@]}"; do wait "$p" || failed=1; done
+# The tests that must have the machine to themselves, with each binary in turn, on the
+# labs of the nodes suites.
+( lab_env fedtn 2400; acceptance "acceptance: Terraform, alone" "$TERRAFORM" -run "$ALONE_TESTS" ) || failed=1
+( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, alone" OpenTofu; exit 1; }
+  lab_env fedon 2500; acceptance "acceptance: OpenTofu, alone" "$tofu" -run "$ALONE_TESTS" ) || failed=1
 # goreleaser is for `make release-snapshot`, run after this by CI: say if it failed.
 wait_for build-goreleaser || failed=1
 mark "done"
