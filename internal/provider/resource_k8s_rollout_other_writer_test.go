@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 )
 
 // otherWriterManager is the field manager the test's other writer uses.
@@ -29,9 +30,16 @@ func (a *k8sAcc) setImageWhenRolledOut(want, theirs string) <-chan error {
 		for ctx.Err() == nil {
 			d, err := deps.Get(ctx, "web01", metav1.GetOptions{})
 			if err == nil && strings.Contains(d.Spec.Template.Spec.Containers[0].Image, want) {
-				d.Spec.Template.Spec.Containers[0].Image = theirs
-				_, err = deps.Update(ctx, d, metav1.UpdateOptions{FieldManager: otherWriterManager})
-				done <- err
+				// As kubectl does: read again on a conflict (the controllers write the status).
+				done <- retry.RetryOnConflict(retry.DefaultRetry, func() error {
+					d, err := deps.Get(ctx, "web01", metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					d.Spec.Template.Spec.Containers[0].Image = theirs
+					_, err = deps.Update(ctx, d, metav1.UpdateOptions{FieldManager: otherWriterManager})
+					return err
+				})
 				return
 			}
 			time.Sleep(100 * time.Millisecond)
