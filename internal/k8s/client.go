@@ -34,7 +34,13 @@
 //     and messages, the pod's false conditions, the claim's phase, and recent Warning
 //     events of the pod and the claim.
 //   - Rollback restores the whole previous pod template, as `kubectl rollout undo` does,
-//     not just the image, and then waits (bounded) for the old pod to be ready again.
+//     not just the image, and then waits (bounded) for the old pod to be ready again. It
+//     sets back only what this run rolled out: the apply records the generation and the
+//     template of its own write, and a Deployment changed since by another writer is
+//     left as that writer left it; the apply fails naming that writer's image and, from
+//     the managedFields, its field manager.
+//   - Namespace destroy deletes only the namespace the state recorded: same UID, still
+//     labelled as the provider's. The delete carries the UID as a precondition.
 //
 // This package must not import the plugin framework.
 package k8s

@@ -180,16 +180,16 @@ func TestClassifyFailFast(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			w := &watcher{c: &Client{CS: cs}, s: testSpec(), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
+			w := &watcher{c: &Client{CS: cs}, s: testSpec(), ours: writtenBy(d), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
 			t0 := time.Unix(1_000_000, 0)
 			var rerr *RolloutError
 			for _, s := range c.at {
-				done, r, err := w.check(context.Background(), t0.Add(time.Duration(s)*time.Second))
+				done, stop, err := w.check(context.Background(), t0.Add(time.Duration(s)*time.Second))
 				if err != nil || done {
 					t.Fatalf("done=%v err=%v", done, err)
 				}
-				rerr = r
-				if r != nil {
+				if stop != nil {
+					rerr = stop.(*RolloutError)
 					break
 				}
 			}
@@ -231,7 +231,8 @@ func TestDegradedSystemFails(t *testing.T) {
 		{"starting", []int{0, 100}, ""},
 	} {
 		t.Run(fmt.Sprint(c.probe, c.at), func(t *testing.T) {
-			cs := fake.NewClientset(deploymentNotDone())
+			d := deploymentNotDone()
+			cs := fake.NewClientset(d)
 			p := pod("a", func(p *corev1.Pod) {
 				p.Status.Phase = corev1.PodRunning
 				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
@@ -248,15 +249,16 @@ func TestDegradedSystemFails(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			w := &watcher{c: &Client{CS: cs}, s: testSpec(), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
+			w := &watcher{c: &Client{CS: cs}, s: testSpec(), ours: writtenBy(d), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
 			t0 := time.Unix(1_000_000, 0)
 			var rerr *RolloutError
 			for _, s := range c.at {
-				done, r, err := w.check(ctx, t0.Add(time.Duration(s)*time.Second))
+				done, stop, err := w.check(ctx, t0.Add(time.Duration(s)*time.Second))
 				if err != nil || done {
 					t.Fatalf("done=%v err=%v", done, err)
 				}
-				if rerr = r; r != nil {
+				if stop != nil {
+					rerr = stop.(*RolloutError)
 					break
 				}
 			}
@@ -276,7 +278,7 @@ func TestCheckDoneWhenRolloutComplete(t *testing.T) {
 	d := BuildDeployment(testSpec())
 	d.Generation = 3
 	d.Status = appsv1.DeploymentStatus{ObservedGeneration: 3, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}
-	w := &watcher{c: &Client{CS: fake.NewClientset(d)}, s: testSpec(), firstSeen: map[string]time.Time{}}
+	w := &watcher{c: &Client{CS: fake.NewClientset(d)}, s: testSpec(), ours: writtenBy(d), firstSeen: map[string]time.Time{}}
 	done, rerr, err := w.check(context.Background(), time.Now())
 	if !done || rerr != nil || err != nil {
 		t.Fatalf("done=%v rerr=%v err=%v", done, rerr, err)
@@ -315,12 +317,12 @@ func TestWaitRetriesAPIErrors(t *testing.T) {
 		return false, nil, nil
 	})
 	c := &Client{CS: cs, Poll: 20 * time.Millisecond}
-	if err := c.Wait(context.Background(), testSpec(), WaitOptions{Limit: 10 * time.Second}); err != nil {
+	if err := c.Wait(context.Background(), testSpec(), writtenBy(d), WaitOptions{Limit: 10 * time.Second}); err != nil {
 		t.Fatalf("the API came back and the rollout is complete, but Wait says %v", err)
 	}
 	calls.Store(0)
 	failFirst = 1 << 40
-	err := c.Wait(context.Background(), testSpec(), WaitOptions{Limit: 300 * time.Millisecond})
+	err := c.Wait(context.Background(), testSpec(), writtenBy(d), WaitOptions{Limit: 300 * time.Millisecond})
 	var unknown *ReadinessUnknownError
 	if !errors.As(err, &unknown) || errors.As(err, new(*RolloutError)) {
 		t.Fatalf("err = %v, want a ReadinessUnknownError and no RolloutError", err)
@@ -332,7 +334,7 @@ func TestWaitRetriesAPIErrors(t *testing.T) {
 	// wait ends as a timeout, which the rollout answers with a rollback.
 	parent, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	err = c.Wait(parent, testSpec(), WaitOptions{Limit: time.Minute})
+	err = c.Wait(parent, testSpec(), writtenBy(d), WaitOptions{Limit: time.Minute})
 	if !errors.As(err, new(*RolloutError)) {
 		t.Fatalf("err = %v after the caller gave up, want a RolloutError", err)
 	}

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // labClient skips unless the control plane of lab/k8s/up.sh is meant to run.
@@ -34,7 +36,7 @@ func labNamespace(t *testing.T, c *Client) string {
 	var b [4]byte
 	rand.Read(b[:])
 	ns := fmt.Sprintf("engine-%x", b)
-	if err := c.EnsureNamespace(context.Background(), ns, false); err != nil {
+	if _, err := c.EnsureNamespace(context.Background(), ns, "", false); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.CS.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
@@ -71,5 +73,44 @@ func TestLabMissingRuntimeClassFailsFast(t *testing.T) {
 	np, err := c.GetNamespace(ctx, ns)
 	if err != nil || !np.Exists || !np.NetworkPolicy {
 		t.Fatalf("namespace state %+v err %v", np, err)
+	}
+}
+
+// A namespace deleted and re-created under the same name (with the provider's label, as
+// another state of this provider would make it) is refused by the destroy of the first,
+// and the real apiserver refuses a delete whose UID precondition is stale: the engine's
+// check and delete are one step.
+func TestLabNamespaceDeleteChecksUID(t *testing.T) {
+	c := labClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var b [4]byte
+	rand.Read(b[:])
+	name := fmt.Sprintf("engine-%x", b)
+	t.Cleanup(func() { _ = c.CS.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	first, err := c.EnsureNamespace(ctx, name, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteNamespace(ctx, name, first); err != nil {
+		t.Fatalf("delete of our own namespace: %v", err)
+	}
+	second, err := c.EnsureNamespace(ctx, name, "", false) // someone else's, made the same way
+	if err != nil || second == first {
+		t.Fatalf("re-create: uid %s (first %s), err %v", second, first, err)
+	}
+	err = c.DeleteNamespace(ctx, name, first)
+	var replaced *ReplacedNamespaceError
+	if !errors.As(err, &replaced) || replaced.UID != second {
+		t.Fatalf("err = %v, want a ReplacedNamespaceError naming %s", err, second)
+	}
+	stale := types.UID(first)
+	err = c.CS.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &stale}})
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("the apiserver answered a stale UID precondition with %v, want a conflict", err)
+	}
+	ns, err := c.CS.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if err != nil || string(ns.UID) != second || ns.DeletionTimestamp != nil {
+		t.Fatalf("the re-created namespace after the refused deletes: %v (err %v)", ns, err)
 	}
 }

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // NetworkPolicyName is the policy that admits ingress only from the same namespace.
@@ -92,36 +94,71 @@ func (c *Client) Claims(ctx context.Context, ns string) ([]string, error) {
 }
 
 // EnsureNamespace creates the namespace (waiting out an earlier deletion of the same
-// name) and then its NetworkPolicy, so the policy is in place before any Deployment.
-// An existing namespace the provider did not create is refused unless adopt is set
-// (the resource was imported).
-func (c *Client) EnsureNamespace(ctx context.Context, name string, adopt bool) error {
+// name) and then its NetworkPolicy, so the policy is in place before any Deployment, and
+// returns the namespace's UID. An existing namespace the provider did not create is
+// refused unless adopt is set (the resource was imported); an adopted one is given
+// ManagedByLabel, so that a later destroy knows it as the provider's. uid is the UID the
+// state recorded ("" for a new resource): a namespace of that name with another UID was
+// deleted and re-created by someone else, and is refused with a *ReplacedNamespaceError.
+func (c *Client) EnsureNamespace(ctx context.Context, name, uid string, adopt bool) (string, error) {
+	api := c.CS.CoreV1().Namespaces()
+	var ns *corev1.Namespace
 	for {
-		ns, err := c.CS.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+		cur, err := api.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			_, err = c.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			cur, err = api.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 				Name: name, Labels: map[string]string{ManagedByLabel: ManagedBy},
-			}}, metav1.CreateOptions{})
-			if err != nil && !apierrors.IsAlreadyExists(err) {
-				return fmt.Errorf("create namespace %s: %w", name, err)
+			}}, metav1.CreateOptions{FieldManager: ManagedBy})
+			if apierrors.IsAlreadyExists(err) {
+				continue // made meanwhile: read it, and check it, again
 			}
+			if err != nil {
+				return "", fmt.Errorf("create namespace %s: %w", name, err)
+			}
+			ns = cur
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("read namespace %s: %w", name, err)
+			return "", fmt.Errorf("read namespace %s: %w", name, err)
 		}
-		if ns.DeletionTimestamp == nil {
-			if !adopt && ns.Labels[ManagedByLabel] != ManagedBy {
-				return &NotOursError{Name: name}
+		if cur.DeletionTimestamp == nil {
+			if uid != "" && string(cur.UID) != uid {
+				return "", &ReplacedNamespaceError{Name: name, StateUID: uid, UID: string(cur.UID)}
+			}
+			if !adopt && cur.Labels[ManagedByLabel] != ManagedBy {
+				return "", &NotOursError{Name: name}
+			}
+			if ns, err = c.labelOurs(ctx, cur); err != nil {
+				return "", err
 			}
 			break
 		}
 		// An earlier destroy is still removing it; creating now would fail.
 		if err := sleep(ctx, c.poll()); err != nil {
-			return fmt.Errorf("namespace %s is still being deleted: %w", name, err)
+			return "", fmt.Errorf("namespace %s is still being deleted: %w", name, err)
 		}
 	}
-	return c.ensureNetworkPolicy(ctx, name)
+	return string(ns.UID), c.ensureNetworkPolicy(ctx, name)
+}
+
+// labelOurs puts ManagedByLabel on an adopted namespace. The patch carries the UID and
+// resourceVersion it was read with: it never labels a namespace changed meanwhile.
+func (c *Client) labelOurs(ctx context.Context, ns *corev1.Namespace) (*corev1.Namespace, error) {
+	if ns.Labels[ManagedByLabel] == ManagedBy {
+		return ns, nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"labels": map[string]string{ManagedByLabel: ManagedBy},
+		"uid":    ns.UID, "resourceVersion": ns.ResourceVersion,
+	}})
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.CS.CoreV1().Namespaces().Patch(ctx, ns.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: ManagedBy})
+	if err != nil {
+		return nil, fmt.Errorf("label the imported namespace %s %s=%s: %w", ns.Name, ManagedByLabel, ManagedBy, err)
+	}
+	return out, nil
 }
 
 func sameNamespaceOnly(ns string) *networkingv1.NetworkPolicy {
@@ -161,7 +198,9 @@ func (c *Client) ensureNetworkPolicy(ctx context.Context, ns string) error {
 type NamespaceState struct {
 	Exists        bool
 	Terminating   bool
-	NetworkPolicy bool // the same-namespace-only policy is present and unchanged
+	NetworkPolicy bool   // the same-namespace-only policy is present and unchanged
+	UID           string // the namespace's UID: another than the state's means it was re-created
+	Labeled       bool   // it carries ManagedByLabel
 }
 
 // GetNamespace reports whether the namespace and its policy are as the engine left them.
@@ -173,7 +212,7 @@ func (c *Client) GetNamespace(ctx context.Context, name string) (NamespaceState,
 	if err != nil {
 		return NamespaceState{}, fmt.Errorf("read namespace %s: %w", name, err)
 	}
-	st := NamespaceState{Exists: true, Terminating: ns.DeletionTimestamp != nil}
+	st := NamespaceState{Exists: true, Terminating: ns.DeletionTimestamp != nil, UID: string(ns.UID), Labeled: ns.Labels[ManagedByLabel] == ManagedBy}
 	np, err := c.CS.NetworkingV1().NetworkPolicies(name).Get(ctx, NetworkPolicyName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -189,20 +228,101 @@ func (c *Client) GetNamespace(ctx context.Context, name string) (NamespaceState,
 	return st, nil
 }
 
-// DeleteNamespace removes the namespace with everything in it (claims included) and
-// waits until it is gone, so that the same name can be created again right after.
-func (c *Client) DeleteNamespace(ctx context.Context, name string) error {
-	err := c.CS.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+// ReplacedNamespaceError: the namespace of that name is not the one the state recorded
+// (its UID differs): the provider's was deleted, and someone re-created the name since.
+type ReplacedNamespaceError struct{ Name, StateUID, UID string }
+
+func (e *ReplacedNamespaceError) Error() string {
+	return fmt.Sprintf("namespace %s is not the one this state manages: its UID is %s, the state recorded %s, so the namespace the provider made was deleted and someone re-created the name since. "+
+		"Nothing in it was changed or deleted. If it is not yours, remove the resource from the state (terraform state rm / tofu state rm of the fediversity_k8s_namespace resource) and the rest goes on without it; "+
+		"to manage this namespace instead, remove it from the state and import it (ID %s)",
+		e.Name, e.UID, e.StateUID, e.Name)
+}
+
+// UnlabeledNamespaceError: the namespace lacks ManagedByLabel (it was removed or changed,
+// or an imported namespace was never applied), so it is not known to be the provider's.
+type UnlabeledNamespaceError struct{ Name, Label string }
+
+func (e *UnlabeledNamespaceError) Error() string {
+	has := "has no such label"
+	if e.Label != "" {
+		has = fmt.Sprintf("has %s=%s", ManagedByLabel, e.Label)
+	}
+	return fmt.Sprintf("namespace %s does not carry the label %s=%s (it %s): something other than this provider manages it now, so it is not deleted. Nothing in it was changed or deleted. "+
+		"If it is to be deleted with everything in it, label it (kubectl label namespace %s %s=%s --overwrite) and destroy again; "+
+		"otherwise remove the resource from the state (terraform state rm / tofu state rm of the fediversity_k8s_namespace resource)",
+		e.Name, ManagedByLabel, ManagedBy, has, e.Name, ManagedByLabel, ManagedBy)
+}
+
+// checkOurs: ns is the namespace the state manages: the UID the state recorded (when it
+// recorded one: states written before the UID was kept have none) and ManagedByLabel.
+func checkOurs(ns *corev1.Namespace, uid string) error {
+	if uid != "" && string(ns.UID) != uid {
+		return &ReplacedNamespaceError{Name: ns.Name, StateUID: uid, UID: string(ns.UID)}
+	}
+	if ns.Labels[ManagedByLabel] != ManagedBy {
+		return &UnlabeledNamespaceError{Name: ns.Name, Label: ns.Labels[ManagedByLabel]}
+	}
+	return nil
+}
+
+// NamespaceDeletable fails when the namespace exists and is not the one the state manages
+// (uid, ManagedByLabel): the plan of a destroy says so before anything is destroyed. A
+// namespace that is gone is fine: there is nothing to delete.
+func (c *Client) NamespaceDeletable(ctx context.Context, name, uid string) error {
+	ns, err := c.CS.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read namespace %s: %w", name, err)
+	}
+	return checkOurs(ns, uid)
+}
+
+// DeleteNamespace removes the namespace with everything in it (claims included), when it
+// is the one the state manages (uid, ManagedByLabel; see checkOurs), and waits until it is
+// gone, so that the same name can be created again right after. The delete carries the
+// checked UID as its precondition: the check and the delete are one step, and a namespace
+// re-created in between is refused by the apiserver, never deleted.
+func (c *Client) DeleteNamespace(ctx context.Context, name, uid string) error {
+	api := c.CS.CoreV1().Namespaces()
+	ns, err := api.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("delete namespace %s: %w", name, err)
+		return fmt.Errorf("read namespace %s: %w", name, err)
+	}
+	if err := checkOurs(ns, uid); err != nil {
+		return err
+	}
+	ours := ns.UID
+	if ns.DeletionTimestamp == nil {
+		err = api.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &ours}})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsConflict(err):
+			// The precondition failed, or ours began terminating meanwhile: read again.
+			now, gerr := api.Get(ctx, name, metav1.GetOptions{})
+			switch {
+			case apierrors.IsNotFound(gerr): // gone already
+			case gerr != nil:
+				return fmt.Errorf("delete namespace %s: %w", name, err)
+			case now.UID != ours:
+				return &ReplacedNamespaceError{Name: name, StateUID: string(ours), UID: string(now.UID)}
+			case now.DeletionTimestamp == nil:
+				return fmt.Errorf("delete namespace %s: %w", name, err)
+			}
+		case err != nil:
+			return fmt.Errorf("delete namespace %s: %w", name, err)
+		}
 	}
 	for {
-		_, err := c.CS.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil
+		cur, err := api.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && cur.UID != ours {
+			return nil // ours is gone (a namespace of the same name made since is not ours)
 		}
 		if err := sleep(ctx, c.poll()); err != nil {
 			return fmt.Errorf("namespace %s is not gone yet (the namespace controller is still removing its objects): %w", name, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -218,6 +219,36 @@ type Applied struct {
 	// Current is the template the Deployment holds after the apply, as the apiserver
 	// stored it (with its defaults), nil when it was created now.
 	Current *corev1.PodTemplateSpec
+	// Written is what this apply wrote (also when the write changed nothing): the wait,
+	// the rollback and the record of the last good template act only on a Deployment
+	// that still holds it.
+	Written Written
+}
+
+// Written is what this run wrote to a node's Deployment: the generation the apiserver
+// gave the write and the pod template as it stored it. The generation grows with every
+// change of the spec (not with status or metadata writes, such as the last-good record),
+// so a Deployment with another generation or template was changed by another writer since.
+type Written struct {
+	Generation int64
+	Template   *corev1.PodTemplateSpec
+}
+
+func writtenBy(d *appsv1.Deployment) Written {
+	return Written{Generation: d.Generation, Template: d.Spec.Template.DeepCopy()}
+}
+
+// Image is the node container's image of the template written.
+func (w Written) Image() string {
+	if w.Template == nil {
+		return ""
+	}
+	return containerImage(w.Template.Spec)
+}
+
+// heldBy: d still holds what w wrote; no one changed its spec since.
+func (w Written) heldBy(d *appsv1.Deployment) bool {
+	return w.Template != nil && d.Generation == w.Generation && templatesEqual(&d.Spec.Template, w.Template)
 }
 
 // ApplyDeployment creates or updates the Deployment and returns; it does not wait.
@@ -232,7 +263,10 @@ func (c *Client) ApplyDeployment(ctx context.Context, s NodeSpec) (Applied, erro
 		cur, err := api.Get(ctx, s.Node, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			out = Applied{Changed: true}
-			_, err = api.Create(ctx, want, metav1.CreateOptions{})
+			made, err := api.Create(ctx, want, metav1.CreateOptions{FieldManager: ManagedBy})
+			if err == nil {
+				out.Written = writtenBy(made)
+			}
 			return err
 		}
 		if err != nil {
@@ -245,12 +279,13 @@ func (c *Client) ApplyDeployment(ctx context.Context, s NodeSpec) (Applied, erro
 		cur.Spec.Strategy = want.Spec.Strategy
 		cur.Spec.ProgressDeadlineSeconds = want.Spec.ProgressDeadlineSeconds
 		cur.Spec.Template = want.Spec.Template
-		upd, err := api.Update(ctx, cur, metav1.UpdateOptions{})
+		upd, err := api.Update(ctx, cur, metav1.UpdateOptions{FieldManager: ManagedBy})
 		if err != nil {
 			return err
 		}
 		out.Changed = upd.Generation != cur.Generation
 		out.Current = upd.Spec.Template.DeepCopy()
+		out.Written = writtenBy(upd)
 		return nil
 	})
 	if err != nil {
@@ -281,18 +316,18 @@ func lastGood(d *appsv1.Deployment) *corev1.PodTemplateSpec {
 	return &t
 }
 
-// recordGood writes the Deployment's current template into LastGoodAnnotation, when that
-// template still names image (its pod was just seen ready). A merge patch of the
-// metadata: no new pod, no conflict with the controllers' status writes.
-func (c *Client) recordGood(ctx context.Context, ns, node, image string) error {
+// recordGood writes the Deployment's current template into LastGoodAnnotation, when the
+// Deployment still holds what this run wrote (its pod was just seen ready). A merge patch
+// of the metadata: no new pod, no conflict with the controllers' status writes.
+func (c *Client) recordGood(ctx context.Context, ns, node string, ours Written) error {
 	api := c.CS.AppsV1().Deployments(ns)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		d, err := api.Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		if containerImage(d.Spec.Template.Spec) != image {
-			return fmt.Errorf("the Deployment names %s now, not %s: another writer changed it", containerImage(d.Spec.Template.Spec), image)
+		if !ours.heldBy(d) {
+			return changedByOther(d, ours)
 		}
 		if lg := lastGood(d); lg != nil && templatesEqual(lg, &d.Spec.Template) {
 			return nil
@@ -308,7 +343,7 @@ func (c *Client) recordGood(ctx context.Context, ns, node, image string) error {
 		if err != nil {
 			return err
 		}
-		_, err = api.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
+		_, err = api.Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: ManagedBy})
 		return err
 	})
 	if err != nil {
@@ -323,22 +358,41 @@ func templatesEqual(a, b *corev1.PodTemplateSpec) bool {
 	return string(ja) == string(jb)
 }
 
-// Rollback puts the previous pod template back, as `kubectl rollout undo` does.
-func (c *Client) Rollback(ctx context.Context, ns, node string, prev *corev1.PodTemplateSpec) error {
+// Rollback puts the previous pod template back, as `kubectl rollout undo` does, but only
+// over what this run wrote (ours). When the Deployment's generation or template is no
+// longer ours, another writer changed it since: Rollback then changes nothing and returns
+// an *OtherWriterError, for setting it back would undo that writer's change. The check and
+// the write are one step: the update carries the resourceVersion of the read it checked,
+// so a change in between is a conflict, and the check runs again on a fresh read.
+// It returns what the rollback wrote.
+func (c *Client) Rollback(ctx context.Context, ns, node string, ours Written, prev *corev1.PodTemplateSpec) (Written, error) {
 	api := c.CS.AppsV1().Deployments(ns)
+	var out Written
+	var other *OtherWriterError
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := api.Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
+		if !ours.heldBy(cur) {
+			other = changedByOther(cur, ours)
+			return other
+		}
 		cur.Spec.Template = *prev.DeepCopy()
-		_, err = api.Update(ctx, cur, metav1.UpdateOptions{})
-		return err
+		upd, err := api.Update(ctx, cur, metav1.UpdateOptions{FieldManager: ManagedBy})
+		if err != nil {
+			return err
+		}
+		out = writtenBy(upd)
+		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("node %s: set Deployment %s/%s back to %s: %w", node, ns, node, containerImage(prev.Spec), err)
+	switch {
+	case other != nil && errors.Is(err, other):
+		return Written{}, other
+	case err != nil:
+		return Written{}, fmt.Errorf("node %s: set Deployment %s/%s back to %s: %w", node, ns, node, containerImage(prev.Spec), err)
 	}
-	return nil
+	return out, nil
 }
 
 // NodeState is what Read needs: the image the cluster is set to run and whether it is up.

@@ -83,6 +83,18 @@ type RolloutError struct {
 	RollbackTarget string
 	// NoRollback says why nothing was set back, when nothing was.
 	NoRollback string
+	// OtherWriter is set when another writer changed the Deployment after this run wrote
+	// it: then nothing was set back over that change (or, after a rollback, that writer
+	// changed it again during the rollback's wait).
+	OtherWriter *OtherWriterError
+}
+
+// Unwrap gives the other writer's change, so errors.As finds it.
+func (e *RolloutError) Unwrap() error {
+	if e.OtherWriter == nil {
+		return nil
+	}
+	return e.OtherWriter
 }
 
 func (e *RolloutError) Error() string {
@@ -96,6 +108,11 @@ func (e *RolloutError) Error() string {
 		b.WriteString("\n  - " + d)
 	}
 	switch {
+	case e.OtherWriter != nil && e.RolledBack:
+		fmt.Fprintf(&b, "\nThe Deployment was set back to the previous image %s, but then %s. It is left as that writer left it.", e.RolledBackTo, e.OtherWriter.what())
+	case e.OtherWriter != nil:
+		fmt.Fprintf(&b, "\nNothing was set back, for %s; a rollback would overwrite that change. It is left as that writer left it: find out who else changes it. "+
+			"The next plan shows the difference to the configured image, and the next apply rolls out %s again, over that change.", e.OtherWriter.what(), e.Image)
 	case e.RollbackErr != nil:
 		fmt.Fprintf(&b, "\nThe rollback to the last good image %s FAILED: %v. The Deployment still names %s. "+
 			"The last good template stays recorded on the Deployment (annotation %s): the next apply waits for the rollout again and, if it still fails, sets the Deployment back to it.",
@@ -112,17 +129,19 @@ func (e *RolloutError) Error() string {
 	return b.String()
 }
 
-// Wait waits until the Deployment of s runs s.Image with a ready pod. It returns a
-// *RolloutError when the rollout does not complete in time or stops early.
-func (c *Client) Wait(ctx context.Context, s NodeSpec, o WaitOptions) error {
+// Wait waits until the Deployment of s, holding what this run wrote (ours), runs s.Image
+// with a ready pod. It returns a *RolloutError when the rollout does not complete in time
+// or stops early, and an *OtherWriterError as soon as another writer changed the
+// Deployment's spec: that writer's rollout is not this run's to judge or to undo.
+func (c *Client) Wait(ctx context.Context, s NodeSpec, ours Written, o WaitOptions) error {
 	o = o.withDefaults()
 	start := time.Now()
 	parent := ctx
 	ctx, cancel := context.WithTimeout(parent, o.Limit)
 	defer cancel()
-	w := &watcher{c: c, s: s, o: o, firstSeen: map[string]time.Time{}}
+	w := &watcher{c: c, s: s, ours: ours, o: o, firstSeen: map[string]time.Time{}}
 	for {
-		done, rerr, err := w.check(ctx, time.Now())
+		done, stop, err := w.check(ctx, time.Now())
 		switch {
 		case err != nil && parent.Err() != nil:
 			// The caller gave up (Ctrl-C, timeouts, a killed CLI): not an API failure.
@@ -138,9 +157,11 @@ func (c *Client) Wait(ctx context.Context, s NodeSpec, o WaitOptions) error {
 		if done {
 			return nil
 		}
-		if rerr != nil {
+		if rerr, ok := stop.(*RolloutError); ok {
 			rerr.Waited = time.Since(start)
-			return rerr
+		}
+		if stop != nil {
+			return stop
 		}
 		if err := sleep(ctx, c.poll()); err != nil {
 			if w.lastAPIErr != nil && parent.Err() == nil {
@@ -193,6 +214,7 @@ func (e *ReadinessUnknownError) Error() string {
 type watcher struct {
 	c                *Client
 	s                NodeSpec
+	ours             Written // what this run wrote to the Deployment
 	o                WaitOptions
 	firstSeen        map[string]time.Time // key: pod UID + reason, or "replicafailure"
 	progressDeadline bool
@@ -201,15 +223,16 @@ type watcher struct {
 	apiErrors        int
 }
 
-// check looks once. done: the rollout is complete. rerr: it stopped on a state that
-// does not recover.
-func (w *watcher) check(ctx context.Context, now time.Time) (done bool, rerr *RolloutError, err error) {
+// check looks once. done: the rollout is complete. stop: it stopped on a state that
+// does not recover (a *RolloutError), or another writer changed the Deployment (an
+// *OtherWriterError). err: the API could not be read.
+func (w *watcher) check(ctx context.Context, now time.Time) (done bool, stop error, err error) {
 	d, err := w.c.CS.AppsV1().Deployments(w.s.Namespace).Get(ctx, w.s.Node, metav1.GetOptions{})
 	if err != nil {
 		return false, nil, err
 	}
-	if containerImage(d.Spec.Template.Spec) != w.s.Image {
-		return false, w.fail(ctx, now, ReasonTimeout, fmt.Sprintf("the Deployment names %s, not %s: another writer changed it", containerImage(d.Spec.Template.Spec), w.s.Image)), nil
+	if !w.ours.heldBy(d) {
+		return false, changedByOther(d, w.ours), nil
 	}
 	if rolloutComplete(d) {
 		return true, nil, nil
@@ -486,6 +509,9 @@ type Outcome struct {
 // the Deployment held before this apply). A ready rollout records its template as the
 // last good one. The returned error is a *RolloutError for a failed rollout, and a
 // *ReadinessUnknownError when the API did not answer at the end of the wait (no rollback).
+// Only what this run wrote is ever set back: when another writer changed the Deployment
+// since, the error is (or, for a RolloutError, wraps) an *OtherWriterError, nothing is set
+// back, and Outcome.Running names that writer's image.
 func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcome, error) {
 	if err := s.Validate(); err != nil {
 		return Outcome{}, err
@@ -505,15 +531,25 @@ func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcom
 	after := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	}
-	werr := c.Wait(ctx, s, o)
+	werr := c.Wait(ctx, s, applied.Written, o)
+	var other *OtherWriterError
 	if werr == nil {
 		rctx, cancel := after()
 		defer cancel()
 		out := Outcome{Running: s.Image, Ready: true, LastGood: s.Image}
-		if err := c.recordGood(rctx, s.Namespace, s.Node, s.Image); err != nil {
+		if err := c.recordGood(rctx, s.Namespace, s.Node, applied.Written); err != nil {
 			out.LastGood, out.Warning = lastGoodImage, err.Error()
+			if errors.As(err, &other) {
+				// Changed right after its pod was seen ready: the cluster runs the other
+				// writer's template now.
+				out.Running, out.Ready = other.Theirs, false
+			}
 		}
 		return out, nil
+	}
+	if errors.As(werr, &other) {
+		// Not this run's rollout any more: nothing to judge, nothing to set back.
+		return Outcome{Running: other.Theirs, LastGood: lastGoodImage}, werr
 	}
 	var rerr *RolloutError
 	if !errors.As(werr, &rerr) {
@@ -527,7 +563,13 @@ func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcom
 	rctx, cancel := after()
 	defer cancel()
 	rerr.RollbackTarget = containerImage(target.Spec)
-	if err := c.Rollback(rctx, s.Namespace, s.Node, target); err != nil {
+	rolledBack, err := c.Rollback(rctx, s.Namespace, s.Node, applied.Written, target)
+	switch {
+	case errors.As(err, &other):
+		// Changed by another writer between the failed wait and the rollback.
+		rerr.OtherWriter = other
+		return Outcome{Running: other.Theirs, LastGood: lastGoodImage}, rerr
+	case err != nil:
 		rerr.RollbackErr = err
 		return Outcome{Running: s.Image, LastGood: lastGoodImage}, rerr
 	}
@@ -538,10 +580,15 @@ func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcom
 	if limit > 2*time.Minute {
 		limit = 2 * time.Minute
 	}
-	rerr.RollbackReady = c.Wait(rctx, prev, WaitOptions{Limit: limit, PullGrace: o.PullGrace}) == nil
+	rbErr := c.Wait(rctx, prev, rolledBack, WaitOptions{Limit: limit, PullGrace: o.PullGrace})
+	if errors.As(rbErr, &other) {
+		rerr.OtherWriter = other
+		return Outcome{Running: other.Theirs, RolledBack: true, LastGood: lastGoodImage}, rerr
+	}
+	rerr.RollbackReady = rbErr == nil
 	if rerr.RollbackReady && applied.LastGood == nil {
 		// The template from before this apply is now seen ready: it is the last good one.
-		if err := c.recordGood(rctx, s.Namespace, s.Node, prev.Image); err == nil {
+		if err := c.recordGood(rctx, s.Namespace, s.Node, rolledBack); err == nil {
 			lastGoodImage = prev.Image
 		}
 	}

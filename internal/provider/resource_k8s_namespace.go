@@ -39,6 +39,7 @@ type k8sNamespaceModel struct {
 	Name          types.String   `tfsdk:"name"`
 	RuntimeClass  types.String   `tfsdk:"runtime_class"`
 	NetworkPolicy types.String   `tfsdk:"network_policy"`
+	UID           types.String   `tfsdk:"uid"`
 	Timeouts      timeouts.Value `tfsdk:"timeouts"`
 }
 
@@ -66,7 +67,10 @@ func (r *k8sNamespaceResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"(`K8S_NAMESPACE`, the provider's `k8s_namespace`, or `app`) plans a replacement, and the plan warns with the names of " +
 			"the claims that the replacement deletes.\n\n" +
 			"Destroy deletes the namespace with everything in it, the state claims of its nodes included (the plan names them), " +
-			"and waits until it is gone. Images stay in the registry.",
+			"and waits until it is gone. Images stay in the registry. It deletes only the namespace this state manages: one whose UID is `uid` " +
+			"and that carries the label. A namespace deleted and re-created under the same name by someone else, or one whose label was removed " +
+			"or changed, is refused with an error, at the plan of the destroy and again at the delete, and left as it is; the delete carries the UID " +
+			"as a precondition, so a namespace re-created between the check and the delete is never deleted. An imported namespace is given the label by its first apply.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed: true, MarkdownDescription: "The namespace name.",
@@ -85,6 +89,11 @@ func (r *k8sNamespaceResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"runtime_class": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(defaultRuntimeClass),
 				MarkdownDescription: "The method's RuntimeClass, checked at every plan. Default `fediversity`. Changing it changes nothing in the cluster; pass it on to `fediversity_k8s_rollout`.",
+			},
+			"uid": schema.StringAttribute{
+				Computed: true, PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+				MarkdownDescription: "The namespace's UID, recorded on create and on import. A namespace of the same name with another UID is not this one " +
+					"(it was deleted and re-created): refresh warns, and apply and destroy refuse to touch it.",
 			},
 			"network_policy": schema.StringAttribute{
 				Computed: true, MarkdownDescription: "Name of the NetworkPolicy (`same-namespace-only`). When Read finds it missing or changed, the next apply puts it back.",
@@ -113,6 +122,7 @@ func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.Modi
 		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	}
 	if req.Plan.Raw.IsNull() {
+		r.refuseNotOurs(ctx, state, "Destroying", &resp.Diagnostics)
 		r.warnClaims(ctx, state.Name.ValueString(), "Destroying", "", &resp.Diagnostics)
 		return
 	}
@@ -128,6 +138,7 @@ func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.Modi
 	replaced := !req.State.Raw.IsNull() && state.Name.ValueString() != name
 	if replaced {
 		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("name"))
+		r.refuseNotOurs(ctx, state, "Replacing", &resp.Diagnostics)
 		r.warnClaims(ctx, state.Name.ValueString(), "Replacing", name, &resp.Diagnostics)
 	}
 	c, diags := k8sClient(r.cfg, "")
@@ -150,6 +161,22 @@ func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.Modi
 	if err := c.RuntimeClassExists(ctx, plan.RuntimeClass.ValueString()); err != nil {
 		resp.Diagnostics.AddAttributeError(path.Root("runtime_class"), "RuntimeClass missing",
 			fmt.Sprintf("Namespace %s, phase plan: %v. Nothing was pushed or applied.", name, err))
+	}
+}
+
+// refuseNotOurs fails the plan of a destroy or a replacement when the namespace of that
+// name is not the one in state (another UID: deleted and re-created by someone else; or
+// without the provider's label), before anything is destroyed. Delete checks again.
+func (r *k8sNamespaceResource) refuseNotOurs(ctx context.Context, state k8sNamespaceModel, doing string, d *diag.Diagnostics) {
+	c, diags := k8sClient(r.cfg, "")
+	if diags.HasError() {
+		return // the delete reports it
+	}
+	ctx, cancel := context.WithTimeout(ctx, namespaceReadTimeout)
+	defer cancel()
+	if err := c.NamespaceDeletable(ctx, state.Name.ValueString(), state.UID.ValueString()); err != nil {
+		d.AddError(fmt.Sprintf("%s namespace %s would delete a namespace that is not this state's", doing, state.Name.ValueString()),
+			fmt.Sprintf("Namespace %s, phase plan: %v.", state.Name.ValueString(), err))
 	}
 }
 
@@ -190,39 +217,43 @@ func (r *k8sNamespaceResource) Create(ctx context.Context, req resource.CreateRe
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	r.apply(ctx, &plan, false, &resp.Diagnostics)
+	r.apply(ctx, &plan, "", false, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 }
 
-func (r *k8sNamespaceResource) apply(ctx context.Context, plan *k8sNamespaceModel, adopt bool, d interface{ AddError(string, string) }) {
+// apply makes or updates the namespace; uid is the one in state ("" on create).
+func (r *k8sNamespaceResource) apply(ctx context.Context, plan *k8sNamespaceModel, uid string, adopt bool, d interface{ AddError(string, string) }) {
 	c, diags := k8sClient(r.cfg, "")
 	if diags.HasError() {
 		d.AddError(diags[0].Summary(), diags[0].Detail())
 		return
 	}
-	if err := c.EnsureNamespace(ctx, plan.Name.ValueString(), adopt); err != nil {
+	made, err := c.EnsureNamespace(ctx, plan.Name.ValueString(), uid, adopt)
+	if err != nil {
 		d.AddError("Unable to create the target namespace", failureDetail("Namespace "+plan.Name.ValueString(), "create", err, "Nothing else was changed; fix the cause and apply again."))
 		return
 	}
-	plan.ID = plan.Name
+	plan.ID, plan.UID = plan.Name, types.StringValue(made)
 	plan.NetworkPolicy = types.StringValue(k8s.NetworkPolicyName)
 }
 
 // Update only runs when the NetworkPolicy drifted (or runtime_class/timeouts changed):
 // it puts the policy back.
 func (r *k8sNamespaceResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan k8sNamespaceModel
+	var plan, state k8sNamespaceModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, namespaceCreateTimeout)
 	defer cancel()
-	// In state: made by this provider, or imported by the operator.
-	r.apply(ctx, &plan, true, &resp.Diagnostics)
+	// In state: made by this provider, or imported by the operator; the very namespace
+	// recorded, not one re-created under its name.
+	r.apply(ctx, &plan, state.UID.ValueString(), true, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -256,6 +287,16 @@ func (r *k8sNamespaceResource) Read(ctx context.Context, req resource.ReadReques
 	if !st.NetworkPolicy {
 		state.NetworkPolicy = types.StringValue("")
 	}
+	switch uid := state.UID.ValueString(); {
+	case uid == "" && st.Labeled:
+		// A state written before the UID was kept: the provider's label says it is ours.
+		state.UID = types.StringValue(st.UID)
+	case uid != "" && uid != st.UID:
+		// Not ours: kept in state with our UID, so that no apply or destroy touches it
+		// and the operator decides (state rm, or a new import).
+		resp.Diagnostics.AddWarning(fmt.Sprintf("Namespace %s was re-created by someone else", state.Name.ValueString()),
+			(&k8s.ReplacedNamespaceError{Name: state.Name.ValueString(), StateUID: uid, UID: st.UID}).Error()+". Apply and destroy refuse to touch it.")
+	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
@@ -274,21 +315,38 @@ func (r *k8sNamespaceResource) Delete(ctx context.Context, req resource.DeleteRe
 	if diags.HasError() {
 		return
 	}
-	if err := c.DeleteNamespace(ctx, state.Name.ValueString()); err != nil {
+	if err := c.DeleteNamespace(ctx, state.Name.ValueString(), state.UID.ValueString()); err != nil {
 		resp.Diagnostics.AddError("Unable to delete the target namespace",
 			failureDetail("Namespace "+state.Name.ValueString(), "delete", err, "Run the destroy again, or raise timeouts.delete."))
 	}
 }
 
-// ImportState takes the namespace name. The RuntimeClass is taken to be the default;
-// set runtime_class in the configuration when it differs.
+// ImportState takes the namespace name and records the UID of the namespace it names:
+// importing says that this very namespace is the operator's. The RuntimeClass is taken
+// to be the default; set runtime_class in the configuration when it differs.
 func (r *k8sNamespaceResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	if !dnsLabelRE.MatchString(req.ID) {
 		resp.Diagnostics.AddError("Invalid import ID", fmt.Sprintf("Want a namespace name, e.g. fediversity; got %q.", req.ID))
 		return
 	}
+	c, diags := k8sClient(r.cfg, "")
+	if resp.Diagnostics.Append(diags...); diags.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, namespaceReadTimeout)
+	defer cancel()
+	st, err := c.GetNamespace(ctx, req.ID)
+	switch {
+	case err != nil:
+		resp.Diagnostics.AddError("Unable to read the namespace to import", fmt.Sprintf("Namespace %s, phase import: %v.", req.ID, err))
+		return
+	case !st.Exists || st.Terminating:
+		resp.Diagnostics.AddError("No namespace to import", fmt.Sprintf("Namespace %s does not exist (or is being deleted) in the cluster of the provider's kubeconfig.", req.ID))
+		return
+	}
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), req.ID)...)
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("uid"), st.UID)...)
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("runtime_class"), defaultRuntimeClass)...)
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("network_policy"), k8s.NetworkPolicyName)...)
 }

@@ -2,10 +2,14 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,4 +74,75 @@ func TestAccK8sNamespace_notOursUnlessImported(t *testing.T) {
 	if code, out := r.run("destroy", "-auto-approve", "-input=false", "-no-color"); code != 0 || !strings.Contains(strings.Join(strings.Fields(out), " "), "web01-state") {
 		t.Fatalf("destroy: exit %d, want success and a warning naming the claim\n%s", code, out)
 	}
+}
+
+// TestAccK8sNamespace_recreatedBySomeoneElse: the namespace is deleted behind the state's
+// back and someone re-creates the name, with the provider's label even (as another state
+// of this provider would). The destroy refuses, naming both UIDs, and leaves it, with
+// whatever is in it.
+func TestAccK8sNamespace_recreatedBySomeoneElse(t *testing.T) {
+	a := newK8sAcc(t)
+	cfg := testAccConfig(a.provider(a.reg.host) + `
+resource "fediversity_k8s_namespace" "ns" {}
+`)
+	var first, second string
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: cfg,
+				Check: func(s *terraform.State) error {
+					first = stateAttr(s, "fediversity_k8s_namespace.ns", "uid")
+					ns, err := a.c.CS.CoreV1().Namespaces().Get(context.Background(), a.ns, metav1.GetOptions{})
+					if err != nil || first == "" || string(ns.UID) != first {
+						return fmt.Errorf("state uid %q, the namespace's %v (err %v)", first, ns.UID, err)
+					}
+					return nil
+				},
+			},
+			{
+				PreConfig: func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					if err := a.c.DeleteNamespace(ctx, a.ns, first); err != nil {
+						t.Fatal(err)
+					}
+					ns, err := a.c.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+						Name: a.ns, Labels: map[string]string{k8s.ManagedByLabel: k8s.ManagedBy}}}, metav1.CreateOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					second = string(ns.UID)
+					// Something of the other owner's in it, which a delete would take along.
+					if _, err := a.c.CS.CoreV1().ConfigMaps(a.ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "theirs"}}, metav1.CreateOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:      cfg,
+				Destroy:     true,
+				ExpectError: regexp.MustCompile(`(?s)not\s+this\s+state's.*its\s+UID\s+is\s+\S+,\s+the\s+state\s+recorded\s+\S+.*re-created.*state\s+rm`),
+			},
+			{
+				PreConfig: func() {
+					ns, err := a.c.CS.CoreV1().Namespaces().Get(context.Background(), a.ns, metav1.GetOptions{})
+					if err != nil || string(ns.UID) != second || ns.DeletionTimestamp != nil {
+						t.Fatalf("after the refused destroy the re-created namespace is %v (err %v), want it untouched (UID %s)", ns, err, second)
+					}
+					if _, err := a.c.CS.CoreV1().ConfigMaps(a.ns).Get(context.Background(), "theirs", metav1.GetOptions{}); err != nil {
+						t.Fatalf("the other owner's ConfigMap: %v", err)
+					}
+					// Let the post-test destroy find nothing: the other owner removes theirs.
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+					defer cancel()
+					if err := a.c.DeleteNamespace(ctx, a.ns, second); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:             cfg,
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+			},
+		},
+	})
 }

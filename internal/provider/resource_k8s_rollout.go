@@ -89,6 +89,10 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"(the readiness probe answers `degraded` for 10s).\n\n" +
 			"When the pod does not become ready, the Deployment is set back to the last pod template seen ready (image included; it is " +
 			"recorded on the Deployment in the annotation `" + k8s.LastGoodAnnotation + "` after every ready rollout) and the apply fails saying so. " +
+			"Only what the apply itself rolled out is ever set back: it records the generation and the pod template of its own write, and when " +
+			"another writer changes the Deployment during the wait or before the rollback, the apply stops, sets nothing back, leaves the " +
+			"Deployment as that writer left it and fails naming that writer's image and, from the Deployment's managedFields, its field manager; " +
+			"`image_ref` then holds that image, so the next plan shows the difference. " +
 			"An apply that finds the Deployment on an image whose pod is not ready (after an apply killed during its wait, or a rollback " +
 			"the apiserver refused) waits for it again and, if it still fails, sets it back to that record. Errors of the cluster's API during " +
 			"the wait are retried until the wait's limit and never count as a failed pod; when the API still does not answer at the limit, the " +
@@ -246,8 +250,14 @@ func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, pr
 		// The record on the Deployment is the one a crash cannot lose.
 		m.LastGoodImageRef = types.StringValue(out.LastGood)
 	}
+	var other *k8s.OtherWriterError
 	if err == nil {
 		m.RunningImageRef, m.Status = m.ImageRef, types.StringValue(rolloutReady)
+		if out.Running != m.ImageRef.ValueString() {
+			// Ready, then changed by another writer at once: the state says what the
+			// cluster runs now, so the next plan shows the difference.
+			m.ImageRef, m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(out.Running), types.StringValue(rolloutNotReady)
+		}
 		if out.Warning != "" {
 			diags.AddWarning(fmt.Sprintf("Node %s is ready, but its template was not recorded as the last good one", node),
 				out.Warning+". A later failed rollout sets the Deployment back to the template recorded before ("+m.LastGoodImageRef.ValueString()+").")
@@ -257,6 +267,13 @@ func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, pr
 	var rerr *k8s.RolloutError
 	var unknown *k8s.ReadinessUnknownError
 	switch {
+	case errors.As(err, &other):
+		// Another writer changed the Deployment after this run wrote it: nothing was set
+		// back over that change. image_ref holds what the cluster runs (that writer's
+		// image), so the next plan shows the difference to the configured image.
+		m.ImageRef = types.StringValue(out.Running)
+		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
+		diags.AddError(fmt.Sprintf("Node %s was changed by another writer; nothing was rolled back", node), err.Error())
 	case errors.As(err, &unknown):
 		// Not a failed pod: nothing was rolled back, the Deployment names the new image,
 		// and the next apply waits again.
