@@ -129,8 +129,13 @@ let
     "secret-chain-install.service" = service {
       exec = "@out@/sw/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret";
     };
+    # The check is an ExecStartPre, so that the start job itself fails and the switch
+    # sees app.service failed however busy the node is. (As the ExecStart of a Type=exec
+    # unit it failed only after its process ran, which on a loaded machine came after
+    # the switch's check.)
     "app.service" = service {
-      exec = "/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }; exec @out@/sw/bin/fedi-idle'";
+      exec = "@out@/sw/bin/fedi-idle";
+      extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
     };
   };
   chainScenario = scenario: fetch: toplevel {
