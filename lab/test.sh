@@ -133,7 +133,7 @@ acceptance() {
   if [ "$bin" != "$TERRAFORM" ]; then
     export TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org
   fi
-  suite "$name" go test -json -count=1 -timeout 40m "$@" ./internal/provider/
+  suite "$name" go test -json -count=1 -timeout 70m "$@" ./internal/provider/
 }
 # nodes_suite NAME BINARY PREFIX PORT_BASE: the acceptance tests that need only the lab.
 nodes_suite() {
