@@ -72,7 +72,7 @@ func (r nodeRun) run(ctx context.Context, cfg *Config) (out nodeRunOutcome, diag
 	if guard != nil {
 		if restored, rerr := guard.Restored(); restored {
 			diags.Append(snapshotRestoreDiagnostic(r.node, guard, rerr)...)
-			return nodeRunOutcome{res: res, err: errors.Join(runErr, errors.New("restored")), restored: true}, diags
+			return nodeRunOutcome{res: res, err: errors.Join(runErr, errRestored), restored: true}, diags
 		}
 		if guard.KeptEarlierPoint() {
 			diags.AddWarning(fmt.Sprintf("%s of %s kept its earlier rollback point", r.what, r.node),
@@ -89,6 +89,11 @@ func (r nodeRun) run(ctx context.Context, cfg *Config) (out nodeRunOutcome, diag
 	tflog.Info(ctx, strings.ToLower(r.what)+" finished", map[string]any{"node": r.node, "phases": phaseTimingsLog(res), "ok": runErr == nil})
 	return nodeRunOutcome{res: res, err: runErr}, diags
 }
+
+// errRestored marks the error of a run whose node was restored to its rollback point:
+// the node then runs and boots what the snapshot held, so the run left nothing
+// unfinished behind it (Read judges what the node runs from there).
+var errRestored = errors.New("restored")
 
 // lenientHint is what a failed verdict's detail offers the operator.
 const lenientHint = "To accept these units for now, set strict = false (they stay named in the verdict)."

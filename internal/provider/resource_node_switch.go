@@ -316,6 +316,14 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 		// The same on update (docs/design.md#failed-deploy): the prior state stays (the framework starts from it), so
 		// the next plan deploys again. Remember what the node now runs so Read does not
 		// mistake it for an out-of-band change that matches the configuration.
+		if errors.Is(runErr, errRestored) {
+			// The node is back on its rollback point: what it ran after the switch and
+			// the cut-off switch are gone with the restore. Read says what it runs now.
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, "")...)
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, "")...)
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, "")...)
+			return
+		}
 		if res != nil && res.RunningSystem != "" && res.RunningSystem != state.Toplevel.ValueString() {
 			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, res.RunningSystem)...)
 		}
