@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what the lab and the tests need on a fresh Debian 12 machine
 # of this project's kind: incus (bookworm-backports), debootstrap, nix-bin, openssh-client,
-# openssl, xz; for the real Kubernetes node, the CNI plugins (containernetworking-plugins)
+# openssl, xz, btrfs-progs (the lab's storage pool); for the real Kubernetes node, the CNI plugins (containernetworking-plugins)
 # and libseccomp-dev (runc is built with seccomp). Safe to run again; does nothing that is
 # already done.
 set -euo pipefail
@@ -10,6 +10,7 @@ command -v incus >/dev/null 2>&1 || need+=(incus)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 command -v nix-build >/dev/null 2>&1 || need+=(nix-bin)
 command -v ssh-keygen >/dev/null 2>&1 || need+=(openssh-client)
+command -v mkfs.btrfs >/dev/null 2>&1 || need+=(btrfs-progs)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v xz >/dev/null 2>&1 || need+=(xz-utils)

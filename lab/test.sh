@@ -4,22 +4,26 @@
 # suite as soon as the parts it needs are up, side by side:
 #
 #   suite                                   needs                    lab (prefix, ports)
+#   go vet                                  nothing                  -
 #   unit and lab                            the lab                  fedi, 2200
-#   acceptance: Terraform, nodes            the lab                  fedtn, 2400
-#   acceptance: OpenTofu, nodes             the lab, OpenTofu        fedon, 2500
+#   acceptance: Terraform, nodes i/3        the lab                  fedtn<i>, 4000+100i
+#   acceptance: OpenTofu, nodes i/3         the lab, OpenTofu        fedon<i>, 4500+100i
 #   k8s and SPIRE lab                       + Kubernetes, SPIRE      fedi, 2200
 #   acceptance: Terraform, k8s and SPIRE    + Kubernetes, SPIRE      fedtk, 2600
 #   acceptance: OpenTofu, k8s and SPIRE     + Kubernetes, SPIRE      fedok, 2700
-#   acceptance: Terraform/OpenTofu, alone   the lab, and no other    fedtn/fedon
+#   acceptance: Terraform/OpenTofu, alone   the lab, and no other    fedtn1/fedon1
 #                                           suite running ($ALONE_TESTS: incusd restarts)
 #
-# The acceptance tests are one package (internal/provider) split in two groups: those
-# that need the cluster or SPIRE ($K8S_TESTS) and all the others. Each acceptance suite
-# has a lab of its own (its nodes, throwaway instances, ports and spire node), so suites
-# that run at the same time never touch each other's nodes; the Kubernetes control plane
-# and the real node are shared (every test makes a namespace of its own).
+# The acceptance tests are one package (internal/provider), built once, split in groups:
+# those that need the cluster or SPIRE ($K8S_TESTS), and all the others (the nodes
+# tests), dealt by name into $NODES_SHARDS shards per binary. The nodes tests mostly wait
+# on their nodes (settle and watch windows), so shards side by side cut the wall time
+# without making the machine the bottleneck. Each acceptance suite has a lab of its own
+# (its nodes, throwaway instances, ports and spire node), so suites that run at the same
+# time never touch each other's nodes; the Kubernetes control plane and the real node
+# are shared (every test makes a namespace of its own).
 #
-# The parts (OpenTofu, Kubernetes, the real node's runtime, SPIRE, goreleaser) are built
+# The parts (OpenTofu, Kubernetes, the real node's runtime, SPIRE) are built
 # in the background, each only when its version is not in /var/cache/fediversity. Every
 # suite's output goes to its own log, printed whole when the suite ends; the run ends
 # with the timeline and the summary of what each suite proved (tools/testsummary), whose
@@ -42,6 +46,8 @@ K8S_TESTS='^TestAcc(K8s|Image|ModuleK8s|Spire)'
 # The tests that restart the one incusd every lab shares: they run alone, after the
 # other suites, or they would cut the exec sessions of every test running beside them.
 ALONE_TESTS='^TestAccNodeSwitchIncusdRestart$'
+NODES_SHARDS=${NODES_SHARDS:-3}
+PROVIDER_PKG=github.com/fediversity/terraform-provider-fediversity/internal/provider
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
 export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
 
@@ -68,28 +74,31 @@ wait_for() { # wait_for NAME: 0 when NAME ended well; otherwise its log's tail a
 
 # 1. The parts, each built in the background (a no-op when its version is cached).
 mark "building the parts in the background (cached: no-op)"
-# The Kubernetes and SPIRE suites wait on these builds: they run at the tests' priority
-# (goreleaser, needed only after the tests, stays niced).
+# The Kubernetes and SPIRE suites wait on these builds: they run at the tests' priority.
 export FEDIVERSITY_BUILD_NICE=0
 background build-tofu bash lab/build-tofu.sh
 background build-k8s bash lab/k8s/build.sh
 background build-node bash lab/k8s/node-build.sh
 background build-spire bash lab/spire/build.sh
-background build-goreleaser bash lab/build-goreleaser.sh
 
-# 2. The lab (incusd, the node image, three nodes); go vet meanwhile.
+# 2. The lab (incusd, the node image, three nodes), the acceptance test binary, and go
+# vet, side by side.
 background lab bash lab/lab.sh up
+if [ "$mode" != setup ]; then
+  background build-provider-tests go test -c -o "$logs/provider.test" ./internal/provider/
+fi
 if [ "$mode" = all ]; then
-  mark "go vet"
-  go vet ./...
+  mark "go vet (in the background)"
+  background vet go vet ./...
 fi
 wait_for lab
 mark "lab up"
 # The sudo tests install Debian's sudo into a throwaway node (the image has none and
 # the nodes reach no mirror); cached outside the clone, like the image.
-if ! ls /var/cache/fediversity/lab-sudo/sudo_*.deb >/dev/null 2>&1; then
-  mkdir -p /var/cache/fediversity/lab-sudo
-  (cd /var/cache/fediversity/lab-sudo && apt-get download sudo >/dev/null)
+sudo_debs=${FEDIVERSITY_CACHE:-/var/cache/fediversity}/lab-sudo
+if ! ls "$sudo_debs"/sudo_*.deb >/dev/null 2>&1; then
+  mkdir -p "$sudo_debs"
+  (cd "$sudo_debs" && apt-get download sudo >/dev/null)
 fi
 
 # 3. Kubernetes (control plane, then the real node) and the lab's spire node, once built.
@@ -101,7 +110,7 @@ k8s_parts_up() {
 background k8s-parts k8s_parts_up
 
 if [ "$mode" = setup ]; then
-  for part in build-tofu build-goreleaser k8s-parts; do wait_for "$part"; done
+  for part in build-tofu k8s-parts; do wait_for "$part"; done
   mark "setup done"
   exit 0
 fi
@@ -126,27 +135,39 @@ blocked() { # blocked NAME PART: record NAME as failed because PART could not be
 }
 # lab_env PREFIX PORT_BASE: point this (sub)shell at a lab of its own (nodes, state, ports).
 lab_env() { export LAB_PREFIX=$1 LAB_PORT_BASE=$2 LAB_STATE=/var/lib/fediversity-lab-$1; }
-# acceptance NAME BINARY GO-TEST-ARGS…: the acceptance tests with Terraform or OpenTofu.
+# acceptance NAME BINARY TEST-FLAGS…: acceptance tests with Terraform or OpenTofu, from
+# the test binary built once (go test -json's output, through test2json).
 acceptance() {
   local name=$1 bin=$2; shift 2
+  wait_for build-provider-tests || { blocked "$name" "the acceptance test binary"; return 1; }
   export TF_ACC=1 TF_ACC_TERRAFORM_PATH=$bin
   if [ "$bin" != "$TERRAFORM" ]; then
     export TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org
   fi
-  suite "$name" go test -json -count=1 -timeout 70m "$@" ./internal/provider/
+  (cd internal/provider &&
+    suite "$name" go tool test2json -t -p "$PROVIDER_PKG" "$logs/provider.test" \
+      -test.v=test2json -test.count=1 -test.timeout=70m "$@")
 }
-# nodes_suite NAME BINARY PREFIX PORT_BASE: the acceptance tests that need only the lab.
+# nodes_shards: the nodes tests' names dealt round-robin into $NODES_SHARDS -test.run
+# patterns, one per line.
+nodes_shards() {
+  (cd internal/provider && "$logs/provider.test" -test.list '^TestAcc') |
+    grep '^TestAcc' | grep -v -E "$K8S_TESTS|$ALONE_TESTS" |
+    awk -v n="$NODES_SHARDS" '{ i = (NR - 1) % n; s[i] = s[i] (s[i] == "" ? "" : "|") $0 }
+      END { for (i = 0; i < n; i++) print "^(" s[i] ")$" }'
+}
+# nodes_suite NAME BINARY PREFIX PORT_BASE PATTERN: nodes tests on a lab of their own.
 nodes_suite() {
   lab_env "$3" "$4"
   bash lab/lab.sh up >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
-  acceptance "$1" "$2" -skip "$K8S_TESTS|$ALONE_TESTS"
+  acceptance "$1" "$2" -test.run "$5"
 }
 # k8s_suite NAME BINARY PREFIX PORT_BASE: the acceptance tests that need Kubernetes and SPIRE.
 k8s_suite() {
   wait_for k8s-parts || { blocked "$1" "Kubernetes or SPIRE"; return 1; }
   lab_env "$3" "$4"
   { bash lab/lab.sh up && bash lab/spire/up.sh; } >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
-  acceptance "$1" "$2" -run "$K8S_TESTS"
+  acceptance "$1" "$2" -test.run "$K8S_TESTS"
 }
 tofu_path() { wait_for build-tofu && tail -1 "$logs/build-tofu.log"; }
 
@@ -158,26 +179,37 @@ if [ "$mode" = all ]; then
     suite "k8s and SPIRE lab" go test -json -count=1 -timeout 40m ./internal/k8s/ ./internal/spire/ ) &
   pids+=($!)
 fi
-( nodes_suite "acceptance: Terraform, nodes" "$TERRAFORM" fedtn 2400 ) &
-pids+=($!)
-( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, nodes" OpenTofu; exit 1; }
-  nodes_suite "acceptance: OpenTofu, nodes" "$tofu" fedon 2500 ) &
-pids+=($!)
+if wait_for build-provider-tests; then
+  mapfile -t shards < <(nodes_shards)
+else
+  shards=()
+  blocked "acceptance: nodes" "the acceptance test binary"
+  failed_to_list=1
+fi
+for i in "${!shards[@]}"; do
+  n=$((i + 1)) of="/${#shards[@]}"
+  ( nodes_suite "acceptance: Terraform, nodes $n$of" "$TERRAFORM" "fedtn$n" $((4000 + 100 * n)) "${shards[$i]}" ) &
+  pids+=($!)
+  ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, nodes $n$of" OpenTofu; exit 1; }
+    nodes_suite "acceptance: OpenTofu, nodes $n$of" "$tofu" "fedon$n" $((4500 + 100 * n)) "${shards[$i]}" ) &
+  pids+=($!)
+done
 ( k8s_suite "acceptance: Terraform, k8s and SPIRE" "$TERRAFORM" fedtk 2600 ) &
 pids+=($!)
 ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, k8s and SPIRE" OpenTofu; exit 1; }
   k8s_suite "acceptance: OpenTofu, k8s and SPIRE" "$tofu" fedok 2700 ) &
 pids+=($!)
 
-failed=0
+failed=${failed_to_list:-0}
 for p in "${pids[@]}"; do wait "$p" || failed=1; done
 # The tests that must have the machine to themselves, with each binary in turn, on the
-# labs of the nodes suites.
-( lab_env fedtn 2400; acceptance "acceptance: Terraform, alone" "$TERRAFORM" -run "$ALONE_TESTS" ) || failed=1
+# labs of the first nodes shards.
+( lab_env fedtn1 4100; acceptance "acceptance: Terraform, alone" "$TERRAFORM" -test.run "$ALONE_TESTS" ) || failed=1
 ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, alone" OpenTofu; exit 1; }
-  lab_env fedon 2500; acceptance "acceptance: OpenTofu, alone" "$tofu" -run "$ALONE_TESTS" ) || failed=1
-# goreleaser is for `make release-snapshot`, run after this by CI: say if it failed.
-wait_for build-goreleaser || failed=1
+  lab_env fedon1 4600; acceptance "acceptance: OpenTofu, alone" "$tofu" -test.run "$ALONE_TESTS" ) || failed=1
+if [ "$mode" = all ]; then
+  wait_for vet && mark "go vet passed" || { mark "go vet failed"; cat "$logs/vet.log"; failed=1; }
+fi
 mark "done"
 printf '\n=== timeline\n'
 cat "$timeline"

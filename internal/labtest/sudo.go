@@ -8,29 +8,37 @@ import (
 	"testing"
 )
 
-// SudoDebDir caches Debian's sudo package for the lab. The lab image has no sudo and
-// its containers reach no package mirror, so a test installs it from here into a
-// throwaway instance (adding it to the image would rebuild the image everywhere).
-// lab/test.sh setup fills it; SudoDeb fills it too when a test runs alone.
-const SudoDebDir = "/var/cache/fediversity/lab-sudo"
+// sudoDebDir caches Debian's sudo package for the lab, in the lab's cache
+// ($FEDIVERSITY_CACHE, as lab/lab.sh). The lab image has no sudo and its containers
+// reach no package mirror, so a test installs it from here into a throwaway instance
+// (adding it to the image would rebuild the image everywhere). lab/test.sh fills it;
+// SudoDeb fills it too when a test runs alone.
+func sudoDebDir() string {
+	cache := os.Getenv("FEDIVERSITY_CACHE")
+	if cache == "" {
+		cache = "/var/cache/fediversity"
+	}
+	return filepath.Join(cache, "lab-sudo")
+}
 
 // SudoDeb returns the cached sudo .deb, downloading it with apt when it is missing.
 func SudoDeb(t testing.TB) string {
 	t.Helper()
-	if debs, _ := filepath.Glob(filepath.Join(SudoDebDir, "sudo_*.deb")); len(debs) > 0 {
+	dir := sudoDebDir()
+	if debs, _ := filepath.Glob(filepath.Join(dir, "sudo_*.deb")); len(debs) > 0 {
 		return debs[0]
 	}
-	if err := os.MkdirAll(SudoDebDir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("apt-get", "download", "sudo")
-	cmd.Dir = SudoDebDir
+	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("sudo for the lab: apt-get download sudo: %v\n%s\n(run `bash lab/test.sh setup`)", err, out)
 	}
-	debs, _ := filepath.Glob(filepath.Join(SudoDebDir, "sudo_*.deb"))
+	debs, _ := filepath.Glob(filepath.Join(dir, "sudo_*.deb"))
 	if len(debs) == 0 {
-		t.Fatalf("sudo for the lab: apt-get download left no sudo_*.deb in %s", SudoDebDir)
+		t.Fatalf("sudo for the lab: apt-get download left no sudo_*.deb in %s", dir)
 	}
 	return debs[0]
 }
