@@ -6,8 +6,8 @@
 #   suite                                   needs                    lab (prefix, ports)
 #   go vet                                  nothing                  -
 #   unit and lab                            the lab                  fedi, 2200
-#   acceptance: Terraform, nodes i/3        the lab                  fedtn<i>, 4000+100i
-#   acceptance: OpenTofu, nodes i/3         the lab, OpenTofu        fedon<i>, 4500+100i
+#   acceptance: Terraform, nodes i of 3     the lab                  fedtn<i>, 4000+100i
+#   acceptance: OpenTofu, nodes i of 3      the lab, OpenTofu        fedon<i>, 4500+100i
 #   k8s and SPIRE lab                       + Kubernetes, SPIRE      fedi, 2200
 #   acceptance: Terraform, k8s and SPIRE    + Kubernetes, SPIRE      fedtk, 2600
 #   acceptance: OpenTofu, k8s and SPIRE     + Kubernetes, SPIRE      fedok, 2700
@@ -201,7 +201,7 @@ else
   failed_to_list=1
 fi
 for i in "${!shards[@]}"; do
-  n=$((i + 1)) of="/${#shards[@]}"
+  n=$((i + 1)) of=" of ${#shards[@]}"
   ( nodes_suite "acceptance: Terraform, nodes $n$of" "$TERRAFORM" "fedtn$n" $((4000 + 100 * n)) "${shards[$i]}" ) &
   pids+=($!)
   ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, nodes $n$of" OpenTofu; exit 1; }

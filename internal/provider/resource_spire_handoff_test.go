@@ -41,8 +41,10 @@ type spireAcc struct {
 }
 
 func newSpireAcc(t *testing.T) *spireAcc {
-	sn := labtest.Spire(t)
-	a := &spireAcc{k8sAcc: newK8sAcc(t), sn: sn}
+	// newK8sAcc first: it skips without TF_ACC, so the unit suite (no TF_ACC, and on a
+	// cold machine no spire node yet) does not ask for the spire node.
+	k := newK8sAcc(t)
+	a := &spireAcc{k8sAcc: k, sn: labtest.Spire(t)}
 	t.Cleanup(func() { // a failed test must not leave entries or files on the shared spire node
 		a.spireExec("rm", "-rf", "/var/lib/spire/fediversity/k8s/"+a.ns)
 		for _, e := range a.entries() {
