@@ -122,18 +122,6 @@ func missingAddresses(text string) []string {
 	return out
 }
 
-// copyFile copies src to dst.
-func copyFile(t *testing.T, src, dst string) {
-	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // stageExample copies the example's files to a fresh directory, with the provider
 // example when withProvider, the stand-ins of what it references from other examples,
 // and the provider's source when nothing in it names one.
@@ -146,15 +134,15 @@ func stageExample(t *testing.T, root, example string, withProvider bool) string 
 	}
 	for _, e := range entries {
 		if e.Type().IsRegular() {
-			copyFile(t, filepath.Join(root, example, e.Name()), filepath.Join(dir, e.Name()))
+			labtest.CopyFile(t, filepath.Join(root, example, e.Name()), filepath.Join(dir, e.Name()))
 		}
 	}
 	if withProvider {
-		copyFile(t, filepath.Join(root, "examples", "provider", "provider.tf"), filepath.Join(dir, "example_provider.tf"))
+		labtest.CopyFile(t, filepath.Join(root, "examples", "provider", "provider.tf"), filepath.Join(dir, "example_provider.tf"))
 	}
 	stubs := filepath.Join(root, "internal", "provider", "testdata", "examples-stub")
 	if !strings.Contains(readTF(t, dir), "required_providers") {
-		copyFile(t, filepath.Join(stubs, "versions.tf"), filepath.Join(dir, "stub_versions.tf"))
+		labtest.CopyFile(t, filepath.Join(stubs, "versions.tf"), filepath.Join(dir, "stub_versions.tf"))
 	}
 	// A stand-in may reference another (the image its namespace): add until none is missing.
 	for {
@@ -167,7 +155,7 @@ func stageExample(t *testing.T, root, example string, withProvider bool) string 
 			if _, err := os.Stat(src); err != nil {
 				t.Fatalf("%s references %s, which it does not declare and testdata/examples-stub has no stand-in for (add %s.tf there)", example, a, a)
 			}
-			copyFile(t, src, filepath.Join(dir, "stub_"+a+".tf"))
+			labtest.CopyFile(t, src, filepath.Join(dir, "stub_"+a+".tf"))
 		}
 	}
 }

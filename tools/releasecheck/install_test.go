@@ -44,6 +44,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
 // builtRelease is what the install test takes from dist/.
@@ -132,7 +134,7 @@ func signAndVerify(t *testing.T, rel builtRelease) string {
 	}
 	for _, e := range entries {
 		if e.Type().IsRegular() && strings.HasPrefix(e.Name(), project+"_") {
-			copyTo(t, filepath.Join(rel.dist, e.Name()), filepath.Join(signed, e.Name()))
+			labtest.CopyFile(t, filepath.Join(rel.dist, e.Name()), filepath.Join(signed, e.Name()))
 		}
 	}
 	sums := filepath.Join(signed, filepath.Base(rel.sums))
@@ -153,17 +155,6 @@ func signAndVerify(t *testing.T, rel builtRelease) string {
 		t.Fatalf("gpg --verify accepted a SHA256SUMS file changed after signing:\n%s", out)
 	}
 	return signed
-}
-
-func copyTo(t *testing.T, src, dst string) {
-	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // mirror serves the release as a provider network mirror for both registry hosts.
@@ -372,7 +363,7 @@ func TestReleaseInstalls(t *testing.T) {
 			}
 			// The guide's sample inputs, which its configuration reads.
 			for _, f := range []string{"baked.json", "roster.json", "submission.json"} {
-				copyTo(t, filepath.Join("..", "..", "examples", "guides", "tf", f), filepath.Join(dir, f))
+				labtest.CopyFile(t, filepath.Join("..", "..", "examples", "guides", "tf", f), filepath.Join(dir, f))
 			}
 			env := append(baseEnv(dir), "TF_CLI_CONFIG_FILE="+rc, "SSL_CERT_FILE="+m.caFile, "CHECKPOINT_DISABLE=1", "TF_IN_AUTOMATION=1", "TF_INPUT=0")
 			cli := func(args ...string) (string, error) { return run(dir, env, bin, append(args, "-no-color")...) }
