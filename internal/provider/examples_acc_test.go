@@ -19,14 +19,12 @@ package provider
 // validate.
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
@@ -160,68 +158,44 @@ func stageExample(t *testing.T, root, example string, withProvider bool) string 
 	}
 }
 
-var exampleModules struct {
-	once      sync.Once
-	gitConfig string
-	err       error
-}
-
-// exampleModulesGitConfig makes, once per test process, a bare git repository of this
-// tree's modules/ tagged with every ref the examples name, and a git configuration
-// that points the project's GitHub address at it.
-func exampleModulesGitConfig(t *testing.T, root string) string {
+// exampleModulesGitConfig makes a bare git repository of this tree's modules/ (as they
+// are in the working tree) tagged with every ref the examples name, and a git
+// configuration that points the project's GitHub address at it.
+func exampleModulesGitConfig(t *testing.T, root string, dirs []string) string {
 	t.Helper()
-	exampleModules.once.Do(func() {
-		tags := map[string]bool{}
-		for _, ex := range exampleDirs(t, root) {
-			for _, m := range exampleModuleRefRE.FindAllStringSubmatch(readTF(t, filepath.Join(root, ex)), -1) {
-				tags[m[1]] = true
-			}
+	base := t.TempDir()
+	work, bare := filepath.Join(base, "work"), filepath.Join(base, "repo.git")
+	git := func(dir string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-c", "user.name=test", "-c", "user.email=test@example.org", "-c", "init.defaultBranch=main"}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("the examples' module repository: git %s: %v: %s", strings.Join(args, " "), err, out)
 		}
-		base, err := os.MkdirTemp("", "fediversity-example-modules-")
-		if err != nil {
-			exampleModules.err = err
-			return
-		}
-		work, bare := filepath.Join(base, "work"), filepath.Join(base, "repo.git")
-		git := func(dir string, args ...string) {
-			if exampleModules.err != nil {
-				return
-			}
-			cmd := exec.Command("git", append([]string{"-c", "user.name=test", "-c", "user.email=test@example.org", "-c", "init.defaultBranch=main"}, args...)...)
-			cmd.Dir = dir
-			cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				exampleModules.err = fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
-			}
-		}
-		if err := os.MkdirAll(work, 0o755); err != nil {
-			exampleModules.err = err
-			return
-		}
-		git(base, "init", "-q", work)
-		cp := exec.Command("cp", "-r", filepath.Join(root, "modules"), work)
-		if out, err := cp.CombinedOutput(); err != nil {
-			exampleModules.err = fmt.Errorf("cp modules: %v: %s", err, out)
-			return
-		}
-		git(work, "add", "modules")
-		git(work, "commit", "-q", "-m", "modules of this tree")
-		for tag := range tags {
-			git(work, "tag", tag)
-		}
-		git(base, "clone", "-q", "--bare", work, bare)
-		cfg := filepath.Join(base, "gitconfig")
-		text := "[url \"file://" + bare + "\"]\n\tinsteadOf = " + exampleProjectRepo + ".git\n\tinsteadOf = " + exampleProjectRepo + "\n"
-		if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil && exampleModules.err == nil {
-			exampleModules.err = err
-		}
-		exampleModules.gitConfig = cfg
-	})
-	if exampleModules.err != nil {
-		t.Fatalf("the examples' module repository: %v", exampleModules.err)
 	}
-	return exampleModules.gitConfig
+	git(base, "init", "-q", work)
+	if out, err := exec.Command("cp", "-r", filepath.Join(root, "modules"), work).CombinedOutput(); err != nil {
+		t.Fatalf("the examples' module repository: cp modules: %v: %s", err, out)
+	}
+	git(work, "add", "modules")
+	git(work, "commit", "-q", "-m", "modules of this tree")
+	tags := map[string]bool{}
+	for _, ex := range dirs {
+		for _, m := range exampleModuleRefRE.FindAllStringSubmatch(readTF(t, filepath.Join(root, ex)), -1) {
+			if !tags[m[1]] {
+				git(work, "tag", m[1])
+			}
+			tags[m[1]] = true
+		}
+	}
+	git(base, "clone", "-q", "--bare", work, bare)
+	cfg := filepath.Join(base, "gitconfig")
+	text := "[url \"file://" + bare + "\"]\n\tinsteadOf = " + exampleProjectRepo + ".git\n\tinsteadOf = " + exampleProjectRepo + "\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 func TestAccExamplesValidate(t *testing.T) {
@@ -234,6 +208,7 @@ func TestAccExamplesValidate(t *testing.T) {
 	if len(dirs) < 10 {
 		t.Fatalf("found only %d example directories under %s/examples: %v", len(dirs), root, dirs)
 	}
+	gitConfig := exampleModulesGitConfig(t, root, dirs)
 	for _, example := range dirs {
 		own := readTF(t, filepath.Join(root, example))
 		variants := []bool{false}
@@ -252,7 +227,7 @@ func TestAccExamplesValidate(t *testing.T) {
 				c.dir = stageExample(t, root, example, withProvider)
 				// Only PATH and the CLI settings of newCLIDir: no credential or setting of
 				// the caller's environment reaches validate.
-				env := []string{"HOME=" + c.dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + exampleModulesGitConfig(t, root)}
+				env := []string{"HOME=" + c.dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + gitConfig}
 				for _, kv := range c.env {
 					if k, _, _ := strings.Cut(kv, "="); k == "PATH" || k == "TF_CLI_CONFIG_FILE" || k == "CHECKPOINT_DISABLE" || k == "TF_IN_AUTOMATION" || k == "TF_INPUT" {
 						env = append(env, kv)
