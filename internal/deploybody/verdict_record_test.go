@@ -15,7 +15,7 @@ func TestDeployRecordsItsVerdictBeforeTheBootEntry(t *testing.T) {
 	s.node.onCheck = func([]string) RunResult { return RunResult{Stdout: []byte("token=hunter2 answered")} }
 	s.opts.Checks = []NodeCheck{{Name: "http", Argv: []string{"check"}, Interval: time.Second, Timeout: 5 * time.Second}}
 	_, err := s.deploy()
-	deployErr(t, err, PhaseVerdict) // strict: the failed unit fails the run after the boot entry
+	wantDeployErr(t, err, PhaseVerdict) // strict: the failed unit fails the run after the boot entry
 	if s.node.profile != testToplevel {
 		t.Fatalf("the boot entry points at %s", s.node.profile)
 	}

@@ -19,13 +19,13 @@ func LeftOnNode(phase string, verdictOnly bool) []string {
 	}
 	var left []string
 	if !verdictOnly {
-		switch {
-		case phase == deploybody.PhasePushClosure:
+		switch phase {
+		case deploybody.PhasePushClosure:
 			left = append(left, "part of the closure may have been copied (harmless: the store takes whole paths only)")
-		case phase == deploybody.PhaseSwitch:
+		case deploybody.PhaseSwitch:
 			left = append(left, "a switch may be running")
 			fallthrough
-		case phase == deploybody.PhaseReadSwitchResult || phase == deploybody.PhaseDetectUnconfirmed:
+		case deploybody.PhaseReadSwitchResult, deploybody.PhaseDetectUnconfirmed:
 			left = append(left, "a revert may be armed: the node switches itself back to its previous system unless a new login confirms within timings.confirm_timeout of the switch")
 		}
 		switch {

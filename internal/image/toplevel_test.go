@@ -152,7 +152,7 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func startLabRegistry(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "labregistry")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "./lab/k8s/labregistry")
+	build := exec.Command("go", "build", "-o", bin, "./lab/k8s/labregistry")
 	build.Dir = labtest.RepoRoot(t)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build labregistry: %v\n%s", err, out)
@@ -180,7 +180,9 @@ func startLabRegistry(t testing.TB) string {
 func BenchmarkPushToplevelMemory(t *testing.B) {
 	mib := 512
 	if v := os.Getenv("FEDIVERSITY_IMAGE_MIB"); v != "" {
-		fmt.Sscanf(v, "%d", &mib)
+		if _, err := fmt.Sscanf(v, "%d", &mib); err != nil {
+			t.Fatalf("FEDIVERSITY_IMAGE_MIB=%q is not a number of MiB: %v", v, err)
+		}
 	}
 	if _, err := exec.LookPath(nixstore.NixBuildBin); err != nil {
 		t.Fatalf("nix-build is needed: %v", err)

@@ -114,7 +114,7 @@ func fieldsAt(f *metav1.FieldsV1, path ...string) map[string]any {
 		return nil
 	}
 	var cur map[string]any
-	if json.Unmarshal(f.Raw, &cur) != nil {
+	if json.Unmarshal(f.GetRawBytes(), &cur) != nil {
 		return nil
 	}
 	for _, p := range path {

@@ -230,11 +230,11 @@ func TestImageManagers(t *testing.T) {
 	t1 := metav1.NewTime(t0.Add(time.Minute))
 	d.ManagedFields = []metav1.ManagedFieldsEntry{
 		{Manager: ManagedBy, Operation: metav1.ManagedFieldsOperationUpdate, Time: &t0, FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:replicas":{},"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"node\"}":{".":{},"f:env":{},"f:name":{}}}}}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{},"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"node\"}":{".":{},"f:env":{},"f:name":{}}}}}}}`)},
 		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, Subresource: "status", Time: &t1, FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:replicas":{}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:status":{"f:replicas":{}}}`)},
 		{Manager: "kubectl-set", Operation: metav1.ManagedFieldsOperationUpdate, Time: &t0, FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"node\"}":{"f:image":{}}}}}}}`)}},
+			FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{"k:{\"name\":\"node\"}":{"f:image":{}}}}}}}`)},
 	}
 	if got := imageManagers(d); len(got) != 1 || got[0] != "kubectl-set" {
 		t.Errorf("imageManagers = %v, want [kubectl-set]", got)

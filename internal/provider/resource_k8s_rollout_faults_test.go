@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,7 +52,7 @@ func buildProvider(t *testing.T) string {
 			providerBinary.err = err
 			return
 		}
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		goBin := "go" // from PATH, as the other tests that build the provider
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, goBin, "build", "-o", filepath.Join(dir, "terraform-provider-fediversity"), ".")

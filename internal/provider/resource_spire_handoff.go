@@ -307,7 +307,6 @@ func (r *spireHandoffResource) apply(ctx context.Context, m *spireHandoffModel) 
 		return fail("token", err)
 	}
 	kubeconfig, err := k8s.SpireKubeConfig(r.cfg.KubeConfigPath, apiServer, token)
-	token = ""
 	if err != nil {
 		return fail("kubeconfig", err)
 	}

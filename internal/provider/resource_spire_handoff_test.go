@@ -46,9 +46,9 @@ func newSpireAcc(t *testing.T) *spireAcc {
 	k := newK8sAcc(t)
 	a := &spireAcc{k8sAcc: k, sn: labtest.Spire(t)}
 	t.Cleanup(func() { // a failed test must not leave entries or files on the shared spire node
-		a.spireExec("rm", "-rf", "/var/lib/spire/fediversity/k8s/"+a.ns)
+		a.cleanupExec("rm", "-rf", "/var/lib/spire/fediversity/k8s/"+a.ns)
 		for _, e := range a.entries() {
-			a.spireExec("spire-server", "entry", "delete", "-entryID", e.ID)
+			a.cleanupExec("spire-server", "entry", "delete", "-entryID", e.ID)
 		}
 	})
 	return a
@@ -56,6 +56,14 @@ func newSpireAcc(t *testing.T) *spireAcc {
 
 func (a *spireAcc) spireExec(argv ...string) (string, error) {
 	return labtest.IncusErr(append([]string{"exec", a.sn.Name, "--"}, argv...)...)
+}
+
+// cleanupExec runs argv on the spire node in a cleanup: one that fails leaves the shared
+// spire node changed for the tests after this one, so it fails this test.
+func (a *spireAcc) cleanupExec(argv ...string) {
+	if out, err := a.spireExec(argv...); err != nil {
+		a.t.Errorf("cleanup on the spire node, %v: %v %s", argv, err, out)
+	}
 }
 
 func (a *spireAcc) spireNodeBlock(port int) string {
@@ -363,7 +371,7 @@ func (a *spireAcc) auditArgv() {
 	if out, err := a.spireExec("sh", "-c", "chmod 755 /usr/local/bin/fedi-audit-sh && : >/var/log/fediversity-argv.log && usermod -s /usr/local/bin/fedi-audit-sh root"); err != nil {
 		a.t.Fatalf("audit wrapper: %v %s", err, out)
 	}
-	a.t.Cleanup(func() { a.spireExec("usermod", "-s", "/bin/bash", "root") })
+	a.t.Cleanup(func() { a.cleanupExec("usermod", "-s", "/bin/bash", "root") })
 }
 
 func (a *spireAcc) checkArgvLog() error {
@@ -468,7 +476,7 @@ func TestAccSpireHandoff_attestRotateRemakeDestroy(t *testing.T) {
 						t.Fatalf("new machine ID: %v %s", err, out)
 					}
 					t.Cleanup(func() {
-						a.spireExec("sh", "-c", "test -f /etc/machine-id.fedi-test && mv /etc/machine-id.fedi-test /etc/machine-id")
+						a.cleanupExec("sh", "-c", "if test -f /etc/machine-id.fedi-test; then mv /etc/machine-id.fedi-test /etc/machine-id; fi")
 					})
 				},
 				Config: a.config(""),

@@ -133,7 +133,7 @@ func (r *spireRegistrationResource) ModifyPlan(ctx context.Context, req resource
 	resp.Diagnostics.Append(diags...)
 	if !req.Plan.Raw.IsNull() {
 		m.tokenTTL(&resp.Diagnostics)
-		if (m.SSH != nil || m.Incus != nil) && !(m.SSH != nil && m.SSH.Host.IsUnknown()) && !(m.Incus != nil && m.Incus.Instance.IsUnknown()) {
+		if (m.SSH != nil || m.Incus != nil) && (m.SSH == nil || !m.SSH.Host.IsUnknown()) && (m.Incus == nil || !m.Incus.Instance.IsUnknown()) {
 			_, d := resolveTarget(m.SSH, m.Incus, r.cfg)
 			resp.Diagnostics.Append(d...)
 		} else if m.SSH == nil && m.Incus == nil {
@@ -222,7 +222,6 @@ func (r *spireRegistrationResource) Create(ctx context.Context, req resource.Cre
 	}
 	dir := strings.TrimRight(m.AgentDir.ValueString(), "/")
 	err = spire.WriteFile(ctx, tr, node, dir+"/"+joinTokenFile, "0600", []byte(token))
-	token = ""
 	if err == nil {
 		err = spire.WriteFile(ctx, tr, node, dir+"/"+agentBundleFile, "0644", []byte(m.TrustBundle.ValueString()))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
@@ -69,6 +70,16 @@ resource "fediversity_verdict" "v" {
 %s
 }
 `, n.Name, top, transport, extra))
+}
+
+// oneImported checks that an import made one state, and that check accepts its attributes.
+func oneImported(check func(attrs map[string]string) error) resource.ImportStateCheckFunc {
+	return func(states []*terraform.InstanceState) error {
+		if len(states) != 1 {
+			return fmt.Errorf("imported %d states, want 1", len(states))
+		}
+		return check(states[0].Attributes)
+	}
 }
 
 // buildChain builds testdata/chain.nix with the given fetch behaviour (see that file).
@@ -138,6 +149,50 @@ func TestAccVerdictChainConverges(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					vBool("ok", true),
 					vList("failed"),
+				},
+			},
+			{
+				// Import by the node's SSH address (docs/resources/verdict.md#import): the
+				// state names the node and how to reach it, and holds no verdict yet.
+				ResourceName:  vaddr,
+				ImportState:   true,
+				ImportStateId: fmt.Sprintf("ssh://root@%s:%d/%s?known_hosts_file=%s", node.SSHHost, node.SSHPort, node.Name, writeKnownHosts(t, node)),
+				ImportStateCheck: oneImported(func(s map[string]string) error {
+					if s["id"] != node.Name || s["node"] != node.Name || s["ssh.host"] != node.SSHHost || s["ssh.port"] != fmt.Sprint(node.SSHPort) || s["ssh.user"] != "root" {
+						return fmt.Errorf("imported id=%q node=%q ssh=%s@%s:%s, want %s root@%s:%d", s["id"], s["node"], s["ssh.user"], s["ssh.host"], s["ssh.port"], node.Name, node.SSHHost, node.SSHPort)
+					}
+					for k, v := range s {
+						if (strings.HasPrefix(k, "verdict.") || k == "judged_toplevel") && v != "" && v != "0" {
+							return fmt.Errorf("an import judges nothing, but the state holds %s = %q", k, v)
+						}
+					}
+					return nil
+				}),
+			},
+			{
+				// Import by the Incus address, with the node's name: the same node and
+				// transport as the resource created above. Persisted, so the next step
+				// starts from the imported state.
+				ResourceName:       vaddr,
+				ImportState:        true,
+				ImportStateId:      fmt.Sprintf("incus://local/%s/%s/%s", node.Project, node.Instance, node.Name),
+				ImportStateVerify:  true,
+				ImportStatePersist: true,
+				ImportStateVerifyIgnore: []string{
+					"toplevel", "secret_chain", "timings", "triggers", "verdict", "judged_toplevel", "timeouts", "incus.remote",
+				},
+			},
+			{
+				// The next apply after an import runs the pass (the configuration's
+				// arguments differ from the imported state's), and judges the node.
+				Config: cfg("2"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(vaddr, plancheck.ResourceActionUpdate)},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					vBool("ok", true),
+					vList("failed"),
+					statecheck.ExpectKnownValue(vaddr, tfjsonpath.New("judged_toplevel"), knownvalue.StringExact(chain)),
 				},
 			},
 		},

@@ -218,7 +218,7 @@ func checkBinary(data []byte, goos, goarch string) string {
 			return fmt.Sprintf("built for %v, not %s", f.Machine, goarch)
 		}
 		osabi := map[string]elf.OSABI{"linux": elf.ELFOSABI_NONE, "freebsd": elf.ELFOSABI_FREEBSD}[goos]
-		if f.OSABI != osabi && !(goos == "linux" && f.OSABI == elf.ELFOSABI_LINUX) {
+		if f.OSABI != osabi && (goos != "linux" || f.OSABI != elf.ELFOSABI_LINUX) {
 			return fmt.Sprintf("ELF OS ABI %v, not %s", f.OSABI, goos)
 		}
 	default:

@@ -26,12 +26,13 @@ data "fediversity_submission" "this" {
     email  = "ops@example.org"
   })
 
-  # Only declared identity keys reach a plan; the staged credential below does not, so
-  # staging it somewhere else on the next run changes no plan.
+  # Only declared identity keys reach a plan: dns_zone does; site, not declared, does
+  # not, so changing it changes no plan. The map is kept in the state: a per-run value
+  # (a path under /tmp or /run/user, such as a staged credential) is refused here.
   identity_keys = ["instance", "dns_zone"]
   identity = {
-    dns_zone          = "example.org"
-    staged_credential = "/run/user/0/fediversity-stage/token"
+    dns_zone = "example.org"
+    site     = "ams1"
   }
   operator_root = path.module
 }

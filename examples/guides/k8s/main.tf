@@ -24,8 +24,8 @@ module "group" {
   # the toplevel's hash, so an unchanged system pushes nothing. A prebuilt
   # docker-archive works too: { archive = "…", tag = "…" }.
   nodes = {
-    web01 = { toplevel = "/nix/store/aaaa…-nixos-system-web01" }
-    web02 = { toplevel = "/nix/store/bbbb…-nixos-system-web02", storage_size = "20Gi" }
+    web01 = { toplevel = "/nix/store/xwm8an2vhqcwqj551lb6vpk9gdfxfj4z-nixos-system-web01" }
+    web02 = { toplevel = "/nix/store/64aifyvnymzc5jjp99l3r06pvf5kxgz4-nixos-system-web02", storage_size = "20Gi" }
   }
 
   runtime_class = "fediversity"

@@ -4,7 +4,7 @@ resource "fediversity_image" "web01" {
   namespace = fediversity_k8s_namespace.target.name
   node      = "web01"
   # A docker-archive, e.g. the output of pkgs.dockerTools.buildImage for the node.
-  archive = "/nix/store/abc…-docker-image-web01.tar.gz"
+  archive = "/nix/store/fdizcszk7vawdc4wh56ipwdf8qwjq9y6-docker-image-web01.tar.gz"
   # The push is replaced when, and only when, the tag changes.
-  tag = "abc123"
+  tag = "fdizcszk7vawdc4wh56ipwdf8qwjq9y6"
 }

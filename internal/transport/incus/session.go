@@ -171,7 +171,7 @@ func (s *shellSession) close() {
 	}
 	s.omu.Unlock()
 	// An orderly end removes the claims: nothing stands in for this session's commands.
-	_, _ = s.stream.Write([]byte(fmt.Sprintf("rm -rf -- %s\n", remote.Quote(s.claims))))
+	_, _ = fmt.Fprintf(s.stream, "rm -rf -- %s\n", remote.Quote(s.claims))
 	if err := s.stream.CloseStdin(); err != nil {
 		s.stream.Close()
 		return

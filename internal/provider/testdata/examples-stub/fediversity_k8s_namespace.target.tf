@@ -1,0 +1,1 @@
+resource "fediversity_k8s_namespace" "target" {}

@@ -1,0 +1,7 @@
+terraform {
+  required_providers {
+    fediversity = {
+      source = "fediversity/fediversity"
+    }
+  }
+}
