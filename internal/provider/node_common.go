@@ -100,13 +100,7 @@ func commonBodyOptions(ctx context.Context, cfg *Config, node string, strict typ
 	if cfg != nil {
 		def = cfg.Timings
 	}
-	merged := own.Merge(def)
-	o.Timings = deploybody.Timings{
-		NodeWait: merged.NodeWait, SwitchTimeout: merged.SwitchTimeout, Settle: merged.Settle, Watch: merged.Watch,
-		SampleInterval: merged.SampleInterval, StaleJob: merged.StaleJob, ChainWait: merged.ChainWait, NoProgress: merged.NoProgress,
-		ConfirmTimeout: merged.ConfirmTimeout,
-		LockWait:       merged.LockWait,
-	}.WithDefaults()
+	o.Timings = own.Merge(def).Body()
 	o.Logger = deploybody.LoggerFunc(func(ctx context.Context, level deploybody.Level, phase, message string, fields map[string]any) {
 		f := map[string]any{"node": node, "phase": phase}
 		for k, v := range fields {
