@@ -132,10 +132,10 @@ func ParseTiming(name, v string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%s = %q is not a Go duration. Write it like \"30s\", \"2m\" or \"1h30m\"", name, v)
+		return 0, fmt.Errorf("%q is not a positive duration: %s = %q is not a Go duration. Write it like \"30s\", \"2m\" or \"1h30m\"", v, name, v)
 	}
 	if d == 0 {
-		return 0, fmt.Errorf("%s = %q is zero. A timing must be positive; remove it to use the default (%s)", name, v, def)
+		return 0, fmt.Errorf("%q is not a positive duration: %s = %q is zero, and a timing must be positive; remove it to use the default (%s)", v, name, v, def)
 	}
 	return d, nil
 }
