@@ -142,10 +142,18 @@ func (v checksConfigValidator) MarkdownDescription(ctx context.Context) string {
 }
 
 func (checksConfigValidator) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	// A `dynamic` block whose for_each is not known yet (a module's node roster read
+	// from a data source) is an unknown list while Terraform validates: decided later.
+	var checkList, probeList types.List
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("check"), &checkList)...)
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("probe"), &probeList)...)
+	if resp.Diagnostics.HasError() || checkList.IsUnknown() || probeList.IsUnknown() {
+		return
+	}
 	var checks []checkBlockModel
 	var probes []probeBlockModel
-	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("check"), &checks)...)
-	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("probe"), &probes)...)
+	resp.Diagnostics.Append(checkList.ElementsAs(ctx, &checks, false)...)
+	resp.Diagnostics.Append(probeList.ElementsAs(ctx, &probes, false)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
