@@ -11,6 +11,7 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
+	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
@@ -201,6 +202,15 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		out.Result, out.Err = deploybody.VerdictOnly(ctx, t, opts)
 		return out
 	}
+	// A deploy's switch is guarded by the node's snapshot (Incus, when the roster asks).
+	var guard *incustransport.SnapshotGuard
+	if keep := spec.SnapshotKeep(); keep > 0 {
+		if guard, err = incustransport.NewSnapshotGuard(t, keep); err != nil {
+			out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err}
+			return out
+		}
+		t = guard
+	}
 	if opts.Toplevel == "" {
 		cleanup, err := g.setBuild(&opts, nix, spec, &out.BuildWarnings)
 		defer cleanup()
@@ -210,7 +220,23 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		}
 	}
 	out.Result, out.Err = deploybody.Deploy(ctx, t, opts)
+	// The body restores the guard's snapshot itself, under the node lock; the run's
+	// result is then void: the node runs what the snapshot held.
+	if guard != nil {
+		if restored, rerr := guard.Restored(); restored {
+			out.Err = &deploybody.DeployError{Node: node, Phase: "restore-snapshot", Err: restoredError(guard, rerr),
+				Hint: "find out why the new system stops the node answering before deploying it again"}
+		}
+	}
 	return out
+}
+
+func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
+	if restoreErr != nil {
+		return fmt.Errorf("the node did not answer after the switch, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)",
+			g.Taken(), restoreErr, g.Instance(), g.Taken())
+	}
+	return fmt.Errorf("the node did not answer after the switch: snapshot %s was restored and the instance started again; it runs its previous system", g.Taken())
 }
 
 // setBuild makes opts build the node as the provider does: its node plan goes to the

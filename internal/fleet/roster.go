@@ -33,7 +33,7 @@ import (
 //	              "jump": {"host": "bastion", "host_key": "ssh-ed25519 AAAA…"}},
 //	    "web02": {"host": "10.0.0.6", "known_hosts_file": "/etc/ssh/ssh_known_hosts",
 //	              "toplevel": "/nix/store/…-nixos-system-web02", "revert_on_lockout": false},
-//	    "web03": {"incus": {"instance": "web03"}, "strict": false}
+//	    "web03": {"incus": {"instance": "web03"}, "snapshot": {"keep": 2}, "strict": false}
 //	  }
 //	}
 //
@@ -64,7 +64,8 @@ type Roster struct {
 // object), and the rest of its node spec.
 type RosterNode struct {
 	nodespec.SSH
-	Incus *nodespec.Incus `json:"incus,omitempty"`
+	Incus    *nodespec.Incus    `json:"incus,omitempty"`
+	Snapshot *nodespec.Snapshot `json:"snapshot,omitempty"`
 	// Toplevel is a prebuilt system; it wins over Build.
 	Toplevel    string            `json:"toplevel,omitempty"`
 	Build       *nodespec.Build   `json:"build,omitempty"`
@@ -207,6 +208,7 @@ func (r *Roster) Spec(node string) nodespec.Spec {
 	s.Node = node
 	s.Toplevel = n.Toplevel
 	s.Strict = n.Strict
+	s.Snapshot = n.Snapshot
 	if n.Incus != nil {
 		s.Incus = n.Incus
 		if n.SSH != (nodespec.SSH{}) {

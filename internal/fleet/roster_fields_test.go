@@ -46,7 +46,8 @@ func TestRosterSetsEveryNodeField(t *testing.T) {
       "checks": [{"name": "up", "argv": ["true"], "interval": "1s"}],
       "probes": [{"name": "web", "url": "http://10.0.0.5/", "body_regexp": "ok", "timeout": "5s"}]
     },
-    "lab": {"host": "127.0.0.1", "insecure_ignore_host_key": true, "keepalive": "0s"}
+    "lab": {"host": "127.0.0.1", "insecure_ignore_host_key": true, "keepalive": "0s"},
+    "box": {"incus": {"instance": "box", "project": "tenants"}, "snapshot": {"keep": 2}}
   }
 }`)
 	creds := Credentials{PrivateKeyFile: "/k"}
@@ -72,6 +73,9 @@ func TestRosterSetsEveryNodeField(t *testing.T) {
 	}
 	if o := r.Spec("lab").Options(deploybody.TimingSet{}); !o.SelfRevert || o.Timings.LockWait != 5*time.Minute {
 		t.Errorf("defaults: self-revert on, the roster's lock_wait: %+v", o)
+	}
+	if box := r.Spec("box"); box.Target().Kind != "incus" || box.Target().Project != "tenants" || box.SnapshotKeep() != 2 || box.Options(deploybody.TimingSet{}).SelfRevert {
+		t.Errorf("an Incus node with a snapshot guard: %+v", box.Target())
 	}
 	// Every timing a node's run reads is a key the roster accepts.
 	for _, tm := range deploybody.TimingTable {

@@ -31,6 +31,10 @@ type Spec struct {
 	SSH   *SSH   `json:"-"`
 	Incus *Incus `json:"incus,omitempty"`
 
+	// Snapshot guards an Incus node's switch with a native snapshot, restored when the
+	// node stops answering after it.
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
+
 	// Toplevel is a prebuilt system; else Build builds one, handed NodePlan.
 	Toplevel string `json:"toplevel,omitempty"`
 	Build    *Build `json:"build,omitempty"`
@@ -84,6 +88,28 @@ type Incus struct {
 	Remote   string `json:"remote,omitempty"`
 }
 
+// Snapshot is the Incus snapshot guard: Enabled (nil: true) and how many rollback
+// points to keep (0: DefaultSnapshotKeep).
+type Snapshot struct {
+	Enabled *bool `json:"enabled,omitempty"`
+	Keep    int   `json:"keep,omitempty"`
+}
+
+// DefaultSnapshotKeep is how many rollback points the snapshot guard keeps.
+const DefaultSnapshotKeep = 3
+
+// SnapshotKeep is how many rollback points the run's snapshot guard keeps; 0 means no
+// guard.
+func (s Spec) SnapshotKeep() int {
+	switch {
+	case s.Snapshot == nil || (s.Snapshot.Enabled != nil && !*s.Snapshot.Enabled):
+		return 0
+	case s.Snapshot.Keep > 0:
+		return s.Snapshot.Keep
+	}
+	return DefaultSnapshotKeep
+}
+
 // Build is how the node's system is built with nix-build: exactly one of Installable
 // (`<file>#<attribute>`), File and Expression.
 type Build struct {
@@ -124,6 +150,14 @@ func (s Spec) Validate() []Problem {
 	}
 	if s.Incus != nil && s.Incus.Instance == "" {
 		v.bad("incus.instance", "Missing Incus instance", "missing: incus.instance names the Incus instance of the node; set it")
+	}
+	if s.Snapshot != nil {
+		if s.SSH != nil {
+			v.bad("snapshot", "Snapshots need the Incus transport", "an SSH node has no native snapshots; remove the snapshot, or reach the node over incus")
+		}
+		if s.Snapshot.Keep < 0 {
+			v.bad("snapshot.keep", "Invalid snapshot keep", fmt.Sprintf("%d: want 1 or more rollback points (leave it out for %d)", s.Snapshot.Keep, DefaultSnapshotKeep))
+		}
 	}
 	if s.Toplevel != "" && !nixstore.ValidStorePath(s.Toplevel) {
 		v.bad("toplevel", "Not a Nix store path", fmt.Sprintf("%q is not a Nix store path (/nix/store/<hash>-<name>)", s.Toplevel))

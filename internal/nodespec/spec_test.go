@@ -36,6 +36,7 @@ func TestValidateNamesFieldAndRemedy(t *testing.T) {
 		{"budget", Spec{LoopBudgets: map[string]int64{"a.service": -1}}, `loop_budgets["a.service"]`, "want a systemd unit name and a budget ≥ 0"},
 		{"build", Spec{Build: &Build{Attribute: "x"}}, "build", "give exactly one of file and expression"},
 		{"toplevel", Spec{Toplevel: "/tmp/x"}, "toplevel", "is not a Nix store path"},
+		{"snapshot over ssh", Spec{SSH: &SSH{Host: "h", HostKey: testKey}, Snapshot: &Snapshot{}}, "snapshot", "an SSH node has no native snapshots"},
 		{"check", Spec{Checks: []Check{{Name: "c"}}}, "checks", `check "c": argv is empty`},
 		{"probe pattern", Spec{Probes: []Probe{{Name: "p", TCP: "h:1", BodyRegexp: "("}}}, "checks", `probe "p": body_regexp = "("`},
 	}
@@ -88,5 +89,17 @@ func TestOptions(t *testing.T) {
 	}
 	if o := (Spec{Incus: &Incus{Instance: "c"}}).Options(deploybody.TimingSet{}); o.SelfRevert {
 		t.Fatal("an Incus node has no self-revert")
+	}
+}
+
+func TestSnapshotKeep(t *testing.T) {
+	no := false
+	for _, c := range []struct {
+		s    *Snapshot
+		want int
+	}{{nil, 0}, {&Snapshot{}, DefaultSnapshotKeep}, {&Snapshot{Keep: 5}, 5}, {&Snapshot{Enabled: &no, Keep: 5}, 0}} {
+		if got := (Spec{Incus: &Incus{Instance: "c"}, Snapshot: c.s}).SnapshotKeep(); got != c.want {
+			t.Errorf("%+v: keep %d, want %d", c.s, got, c.want)
+		}
 	}
 }

@@ -21,21 +21,22 @@ import (
 
 // nodeArgs are a node resource's arguments that make its node spec.
 type nodeArgs struct {
-	node    string
-	ssh     *sshBlockModel
-	incus   *incusBlockModel
-	strict  types.Bool
-	chain   types.List
-	budgets types.Map
-	timings *timingsModel
-	checks  []checkBlockModel
-	probes  []probeBlockModel
+	node     string
+	ssh      *sshBlockModel
+	incus    *incusBlockModel
+	snapshot *snapshotModel
+	strict   types.Bool
+	chain    types.List
+	budgets  types.Map
+	timings  *timingsModel
+	checks   []checkBlockModel
+	probes   []probeBlockModel
 }
 
 // spec decodes the arguments (the framework's values) into the node spec.
 func (a nodeArgs) spec(ctx context.Context) (nodespec.Spec, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	s := nodespec.Spec{Node: a.node, SSH: a.ssh.spec(), Incus: a.incus.spec(), Strict: a.strict.ValueBoolPointer()}
+	s := nodespec.Spec{Node: a.node, SSH: a.ssh.spec(), Incus: a.incus.spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer()}
 	if !a.chain.IsNull() && !a.chain.IsUnknown() {
 		diags.Append(a.chain.ElementsAs(ctx, &s.SecretChain, false)...)
 	}

@@ -95,7 +95,6 @@ func TestRosterSaysEveryNodeSwitchArgument(t *testing.T) {
 		"submission_digest": "the command reads the submission once, at its start",
 		"submission_file":   "the command's --submission",
 		"timeouts":          "the command runs until done or interrupted",
-		"snapshot":          "not offered by the command (an Incus snapshot guard): see the report of issue 20",
 	}
 	rosterNode := jsonNames(reflect.TypeOf(fleet.RosterNode{}))
 	check := func(where string, names []string, accepted map[string]bool) {
@@ -137,6 +136,7 @@ func TestRosterSaysEveryNodeSwitchArgument(t *testing.T) {
 	}
 	check("ssh.", sub("ssh"), jsonNames(reflect.TypeOf(nodespec.SSH{})))
 	check("incus.", sub("incus"), jsonNames(reflect.TypeOf(nodespec.Incus{})))
+	check("snapshot.", sub("snapshot"), jsonNames(reflect.TypeOf(nodespec.Snapshot{})))
 	check("build.", sub("build"), jsonNames(reflect.TypeOf(nodespec.Build{})))
 	check("check.", sub("check"), jsonNames(reflect.TypeOf(nodespec.Check{})))
 	check("probe.", sub("probe"), jsonNames(reflect.TypeOf(nodespec.Probe{})))

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
-	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
 var (
@@ -187,8 +187,8 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	return []resource.ConfigValidator{
 		// "Neither" is refused at plan time (requireTransport): see there why.
-		atMostOneTransport{},
-		resourcevalidator.Conflicting(path.MatchRoot("snapshot"), path.MatchRoot("ssh")),
+		atMostOneTransport,
+		snapshotNeedsIncus,
 		checksConfigValidator{},
 	}
 }
@@ -613,12 +613,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	}
 
 	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy}
-	if plan.Snapshot != nil && (plan.Snapshot.Enabled.IsNull() || plan.Snapshot.Enabled.ValueBool()) {
-		run.snapshotKeep = defaultSnapshotKeep
-		if !plan.Snapshot.Keep.IsNull() {
-			run.snapshotKeep = int(plan.Snapshot.Keep.ValueInt64())
-		}
-	}
+	run.snapshotKeep = (nodespec.Spec{Snapshot: plan.Snapshot.spec()}).SnapshotKeep()
 	outcome, rdiags := run.run(ctx, r.cfg)
 	diags.Append(rdiags...)
 	res, runErr = outcome.res, outcome.err
@@ -643,7 +638,7 @@ func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchMod
 		return transportTarget{}, deploybody.Options{}, diags
 	}
 	target, o, diags := nodeOptions(ctx, r.cfg, nodeArgs{node: plan.Node.ValueString(), ssh: plan.SSH, incus: plan.Incus,
-		strict: plan.Strict, chain: plan.SecretChain, budgets: plan.LoopBudgets, timings: plan.Timings, checks: plan.Checks, probes: plan.Probes})
+		snapshot: plan.Snapshot, strict: plan.Strict, chain: plan.SecretChain, budgets: plan.LoopBudgets, timings: plan.Timings, checks: plan.Checks, probes: plan.Probes})
 	o.LocalStore = nixstore.DeployerStore{}
 	return target, o, diags
 }

@@ -129,7 +129,7 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 
 func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	// "Neither" is refused at plan time (requireTransport): see there why.
-	return []resource.ConfigValidator{atMostOneTransport{}, checksConfigValidator{}}
+	return []resource.ConfigValidator{atMostOneTransport, checksConfigValidator{}}
 }
 
 func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {

@@ -85,6 +85,14 @@ resource "fediversity_node_switch" "node" {
     }
   }
 
+  dynamic "snapshot" {
+    for_each = each.value.snapshot == null ? [] : [each.value.snapshot]
+    content {
+      enabled = snapshot.value.enabled
+      keep    = snapshot.value.keep
+    }
+  }
+
   dynamic "check" {
     for_each = each.value.checks
     content {

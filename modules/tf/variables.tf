@@ -41,7 +41,7 @@ variable "nodes" {
     { instance, project } to reach it through the provider's Incus connection instead; and
     `toplevel` (a prebuilt system) or `build` (defaults to var.build). As in the roster, a node
     may also set `sudo` (with a non-root `user`), `keepalive`, `revert_on_lockout`,
-    `insecure_ignore_host_key`, `strict`, `secret_chain`, `loop_budgets`, `timings` (over
+    `insecure_ignore_host_key`, `snapshot` (Incus), `strict`, `secret_chain`, `loop_budgets`, `timings` (over
     var.timings), `checks` and `probes` (see fediversity_node_switch). A node the submission
     enables must be listed; a listed node it does not enable is left alone.
   EOT
@@ -66,6 +66,10 @@ variable "nodes" {
       instance = string
       project  = optional(string)
       remote   = optional(string)
+    }))
+    snapshot = optional(object({
+      enabled = optional(bool)
+      keep    = optional(number)
     }))
     toplevel     = optional(string)
     strict       = optional(bool)
