@@ -1,8 +1,8 @@
-// Package fleet runs the deploy body on a whole group of nodes over SSH, without
-// Terraform state: it is the engine of the `ssh` deployment method and of the
-// `fediversity` command (cmd/fediversity). It reads a roster (how to reach each node),
-// takes the node plans of a submission (internal/submission), builds each enabled
-// node, and deploys or judges them with bounded concurrency.
+// Package fleet runs the deploy body on a whole group of nodes (over SSH, or Incus),
+// without Terraform state: it is the engine of the `ssh` deployment method and of the
+// `fediversity` command (cmd/fediversity). It reads a roster (each node's spec,
+// internal/nodespec), takes the node plans of a submission (internal/submission),
+// builds each enabled node, and deploys or judges them with bounded concurrency.
 //
 // It must not import the plugin framework: the command only parses, runs and prints,
 // and every line of engine code is shared with the provider.
