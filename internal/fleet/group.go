@@ -191,7 +191,7 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err, Hint: "check the node's roster entry and SSH_PRIVATE_KEY_FILE / SSH_AUTH_SOCK (INCUS_SOCKET for an Incus node)"}
 		return out
 	}
-	opts := spec.Options(deploybody.TimingSet{})
+	opts := spec.Options(deploybody.Timings{})
 	opts.LocalStore = nixstore.DeployerStore{}
 	opts.Logger = deploybody.LoggerFunc(func(_ context.Context, _ deploybody.Level, phase, message string, _ map[string]any) {
 		if message == "phase started" {

@@ -57,7 +57,7 @@ func TestRosterSetsEveryNodeField(t *testing.T) {
 		c.Jump == nil || c.Jump.Host != "bastion" || c.Jump.User != "deploy" {
 		t.Fatalf("ssh config: %+v", c)
 	}
-	o := spec.Options(deploybody.TimingSet{})
+	o := spec.Options(deploybody.Timings{})
 	if o.Timings.LockWait != 7*time.Minute || o.Timings.ConfirmTimeout != 45*time.Second || o.Timings.Settle != 2*time.Second {
 		t.Errorf("timings (the node's over the roster's): %+v", o.Timings)
 	}
@@ -71,10 +71,10 @@ func TestRosterSetsEveryNodeField(t *testing.T) {
 	if !lab.InsecureIgnoreHostKey || lab.Keepalive >= 0 {
 		t.Errorf("insecure_ignore_host_key and keepalive 0s: %+v", lab)
 	}
-	if o := r.Spec("lab").Options(deploybody.TimingSet{}); !o.SelfRevert || o.Timings.LockWait != 5*time.Minute {
+	if o := r.Spec("lab").Options(deploybody.Timings{}); !o.SelfRevert || o.Timings.LockWait != 5*time.Minute {
 		t.Errorf("defaults: self-revert on, the roster's lock_wait: %+v", o)
 	}
-	if box := r.Spec("box"); box.Target().Kind != "incus" || box.Target().Project != "tenants" || box.SnapshotKeep() != 2 || box.Options(deploybody.TimingSet{}).SelfRevert {
+	if box := r.Spec("box"); box.Target().Kind != "incus" || box.Target().Project != "tenants" || box.SnapshotKeep() != 2 || box.Options(deploybody.Timings{}).SelfRevert {
 		t.Errorf("an Incus node with a snapshot guard: %+v", box.Target())
 	}
 	// Every timing a node's run reads is a key the roster accepts.

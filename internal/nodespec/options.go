@@ -36,7 +36,7 @@ type Probe struct {
 // Options are the deploy body's options of the spec (validated by Validate): the
 // node's own timings over def (the front end's defaults) over the table's. The front
 // end adds what is its own: the build, the logger, the local store.
-func (s Spec) Options(def deploybody.TimingSet) deploybody.Options {
+func (s Spec) Options(def deploybody.Timings) deploybody.Options {
 	checks, probes, _ := s.checks()
 	o := deploybody.Options{
 		Node:        s.Node,
@@ -45,7 +45,7 @@ func (s Spec) Options(def deploybody.TimingSet) deploybody.Options {
 		SecretChain: s.SecretChain,
 		Checks:      checks,
 		Probes:      probes,
-		Timings:     s.OwnTimings().Merge(def).Body(),
+		Timings:     s.OwnTimings().Merge(def).WithDefaults(),
 	}
 	// The self-revert needs a new login to confirm: SSH only, on unless turned off.
 	o.SelfRevert = s.SSH != nil && (s.SSH.RevertOnLockout == nil || *s.SSH.RevertOnLockout)
@@ -60,8 +60,8 @@ func (s Spec) Options(def deploybody.TimingSet) deploybody.Options {
 
 // OwnTimings are the spec's own timings (unset ones zero); invalid ones, which
 // Validate reports, are left unset.
-func (s Spec) OwnTimings() deploybody.TimingSet {
-	var t deploybody.TimingSet
+func (s Spec) OwnTimings() deploybody.Timings {
+	var t deploybody.Timings
 	for name, v := range s.Timings {
 		tm, ok := deploybody.LookupTiming(name)
 		if d, err := deploybody.ParseTiming(name, v); ok && err == nil {

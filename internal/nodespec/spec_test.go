@@ -77,17 +77,17 @@ func TestSSHConfig(t *testing.T) {
 func TestOptions(t *testing.T) {
 	no := false
 	s := Spec{Node: "n", SSH: &SSH{Host: "h", RevertOnLockout: &no}, Strict: &no, Timings: map[string]string{"lock_wait": "5m"}}
-	o := s.Options(deploybody.TimingSet{LockWait: time.Minute, Settle: 3 * time.Second})
+	o := s.Options(deploybody.Timings{LockWait: time.Minute, Settle: 3 * time.Second})
 	if o.Timings.LockWait != 5*time.Minute || o.Timings.Settle != 3*time.Second || o.Timings.Watch != deploybody.DefaultWatch {
 		t.Fatalf("timings: %+v", o.Timings)
 	}
 	if o.SelfRevert || o.Strict {
 		t.Fatalf("revert_on_lockout = false and strict = false: %+v", o)
 	}
-	if o := (Spec{SSH: &SSH{Host: "h"}}).Options(deploybody.TimingSet{}); !o.SelfRevert || !o.Strict {
+	if o := (Spec{SSH: &SSH{Host: "h"}}).Options(deploybody.Timings{}); !o.SelfRevert || !o.Strict {
 		t.Fatalf("defaults: self-revert and strict on: %+v", o)
 	}
-	if o := (Spec{Incus: &Incus{Instance: "c"}}).Options(deploybody.TimingSet{}); o.SelfRevert {
+	if o := (Spec{Incus: &Incus{Instance: "c"}}).Options(deploybody.Timings{}); o.SelfRevert {
 		t.Fatal("an Incus node has no self-revert")
 	}
 }

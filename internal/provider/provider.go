@@ -90,7 +90,7 @@ type Config struct {
 
 // Timings are the tunable waits and thresholds, one per row of the engine's timing
 // table. A zero value means "not set here".
-type Timings = deploybody.TimingSet
+type Timings = deploybody.Timings
 
 func (p *fediversityProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
 	resp.TypeName = "fediversity"
