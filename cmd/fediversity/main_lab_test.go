@@ -283,7 +283,7 @@ func TestLabCLISecondInterruptQuitsAtOnce(t *testing.T) {
 		}
 	}
 	waitLine("switch phase", 3*time.Minute, func(l string) bool { return strings.HasSuffix(l, " switch") })
-	waitSwitchActive(t, node)
+	labtest.WaitSwitchRunning(t, node)
 	proxy.freeze()
 
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -325,19 +325,6 @@ func TestLabCLISecondInterruptQuitsAtOnce(t *testing.T) {
 	if _, err := labtest.IncusErr("exec", node.Instance, "--", "test", "-e", deploybody.LockFile); err != nil {
 		t.Errorf("the node lock is not on the node after the quit: %v", err)
 	}
-}
-
-// waitSwitchActive waits (bounded) until a detached switch unit runs on node.
-func waitSwitchActive(t *testing.T, node labtest.Node) {
-	t.Helper()
-	for range 600 {
-		out, _ := labtest.IncusErr("exec", node.Instance, "--", "systemctl", "list-units", "--no-legend", "--plain", "--state=active", "fediversity-switch-*")
-		if strings.Contains(out, "fediversity-switch-") {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no switch ever ran on %s", node.Instance)
 }
 
 // freezingProxy forwards TCP connections on 127.0.0.1 to a target until freeze: from

@@ -20,6 +20,7 @@ const module = "github.com/fediversity/terraform-provider-fediversity"
 var enginePackages = []string{
 	"internal/deploybody", "internal/submission", "internal/k8s", "internal/image",
 	"internal/transport", "internal/incusapi", "internal/nixstore", "internal/spire", "internal/nixeval",
+	"internal/nodespec", "internal/fleet",
 }
 
 var rules = []struct {

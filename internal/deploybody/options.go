@@ -19,8 +19,8 @@ const (
 	DefaultLockWait       = 2 * time.Minute
 )
 
-// Timings are the waits and thresholds of the body. A zero field means "use the
-// default"; call WithDefaults to fill them in.
+// Timings are the waits and thresholds: one field per row of TimingTable. A zero field
+// means "use the default"; call WithDefaults to fill them in.
 type Timings struct {
 	NodeWait       time.Duration // how long the node may take to answer before the deploy fails
 	SwitchTimeout  time.Duration // time limit of switch-to-configuration on the node
@@ -32,28 +32,20 @@ type Timings struct {
 	NoProgress     time.Duration // a chain member whose state does not change this long stops the wait
 	ConfirmTimeout time.Duration // how long after the switch a new login may take before the node reverts itself
 	LockWait       time.Duration // how long a run waits for another run's lock on the node
+	// The k8s rollout's (the table holds every engine's timings; the body ignores these).
+	RolloutWait time.Duration // how long the pod may take to become ready
+	PullGrace   time.Duration // how long an image pull may fail before the wait stops
 }
 
-// WithDefaults returns t with every zero (or negative) field set to its default.
+// WithDefaults returns t with every zero (or negative) field a node run reads set to
+// its default (the k8s engine fills in its own two).
 func (t Timings) WithDefaults() Timings {
-	pick := func(v, def time.Duration) time.Duration {
-		if v <= 0 {
-			return def
+	for _, row := range TimingTable {
+		if row.NodeTiming() && *row.In(&t) <= 0 {
+			*row.In(&t) = row.Default
 		}
-		return v
 	}
-	return Timings{
-		NodeWait:       pick(t.NodeWait, DefaultNodeWait),
-		SwitchTimeout:  pick(t.SwitchTimeout, DefaultSwitchTimeout),
-		Settle:         pick(t.Settle, DefaultSettle),
-		Watch:          pick(t.Watch, DefaultWatch),
-		SampleInterval: pick(t.SampleInterval, DefaultSampleInterval),
-		StaleJob:       pick(t.StaleJob, DefaultStaleJob),
-		ChainWait:      pick(t.ChainWait, DefaultChainWait),
-		NoProgress:     pick(t.NoProgress, DefaultNoProgress),
-		ConfirmTimeout: pick(t.ConfirmTimeout, DefaultConfirmTimeout),
-		LockWait:       pick(t.LockWait, DefaultLockWait),
-	}
+	return t
 }
 
 // Level is the severity of a log line.

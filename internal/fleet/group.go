@@ -3,8 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -12,6 +10,8 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
+	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
@@ -101,14 +101,18 @@ func (g *Group) Plan() (run []string, disabled []string, err error) {
 			}
 		}
 	}
-	if !g.VerdictOnly {
-		for _, node := range run {
-			if g.Roster.Nodes[node].Toplevel == "" && g.Roster.buildFor(node) == nil {
-				problems = append(problems, fmt.Sprintf("node %q: build: nothing to deploy: give the roster a \"build\" (or the node a \"build\" or \"toplevel\")", node))
-			}
+	overSSH := false
+	for _, node := range run {
+		spec := g.Roster.Spec(node)
+		if !g.VerdictOnly && spec.Toplevel == "" && spec.Build == nil {
+			problems = append(problems, fmt.Sprintf("node %q: build: nothing to deploy: give the roster a \"build\" (or the node a \"build\" or \"toplevel\")", node))
 		}
+		if t := spec.Target(); t.Kind == "incus" && t.Remote != nodespec.LocalRemote {
+			problems = append(problems, fmt.Sprintf("node %q: incus.remote: %q: the command reaches Incus nodes through the local daemon (INCUS_SOCKET) only; leave remote out", node, t.Remote))
+		}
+		overSSH = overSSH || spec.SSH != nil
 	}
-	if g.Credentials.PrivateKeyFile == "" && g.Credentials.AgentSocket == "" {
+	if overSSH && g.Credentials.PrivateKeyFile == "" && g.Credentials.AgentSocket == "" {
 		problems = append(problems, "credentials: neither SSH_PRIVATE_KEY_FILE nor SSH_AUTH_SOCK is set: set one to authenticate to the nodes")
 	}
 	if len(problems) > 0 {
@@ -128,8 +132,8 @@ func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
 	if parallel <= 0 {
 		parallel = DefaultParallel
 	}
-	pool := &sshtransport.Pool{}
-	defer func() { _ = pool.Close() }()
+	conns := &connections{ssh: &sshtransport.Pool{}}
+	defer conns.close()
 	nix := g.Nix
 	if nix == nil {
 		nix = nixeval.New()
@@ -159,7 +163,7 @@ func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
 				return
 			}
 			defer func() { <-slots }()
-			outcomes[i] = g.runNode(ctx, pool, nix, node, report)
+			outcomes[i] = g.runNode(ctx, conns, nix, node, report)
 		}()
 	}
 	wg.Wait()
@@ -170,40 +174,45 @@ func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
 	return outcomes, nil
 }
 
-func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, nix *nixeval.Evaluator, node string, report func(Event)) Outcome {
+func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Evaluator, node string, report func(Event)) (out Outcome) {
 	start := time.Now()
-	out := Outcome{Node: node}
+	out = Outcome{Node: node}
+	// out is the named result, so the elapsed time set here is the one returned.
 	defer func() {
 		out.Elapsed = time.Since(start)
 		report(Event{Node: node, Elapsed: out.Elapsed, Done: true, OK: out.OK()})
 	}()
-	t, err := pool.Transport(node, g.Roster.sshConfig(node, g.Credentials), nil)
+	spec := g.Roster.Spec(node) // validated by LoadRoster
+	if spec.Strict == nil {
+		spec.Strict = &g.Strict
+	}
+	t, err := conns.open(node, spec.Target(), g.Credentials)
 	if err != nil {
-		out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err, Hint: "check the node's roster entry and SSH_PRIVATE_KEY_FILE / SSH_AUTH_SOCK"}
+		out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err, Hint: "check the node's roster entry and SSH_PRIVATE_KEY_FILE / SSH_AUTH_SOCK (INCUS_SOCKET for an Incus node)"}
 		return out
 	}
-	checks, probes, _ := g.Roster.checksFor(node) // checked by LoadRoster
-	opts := deploybody.Options{
-		Node:       node,
-		Checks:     checks,
-		Probes:     probes,
-		LocalStore: nixstore.DeployerStore{},
-		Toplevel:   g.Roster.Nodes[node].Toplevel,
-		Strict:     g.Strict,
-		SelfRevert: true,
-		Timings:    g.Roster.timings(),
-		Logger: deploybody.LoggerFunc(func(_ context.Context, _ deploybody.Level, phase, message string, _ map[string]any) {
-			if message == "phase started" {
-				report(Event{Node: node, Phase: phase, Elapsed: time.Since(start)})
-			}
-		}),
-	}
+	opts := spec.Options(deploybody.Timings{})
+	opts.LocalStore = nixstore.DeployerStore{}
+	opts.Logger = deploybody.LoggerFunc(func(_ context.Context, _ deploybody.Level, phase, message string, _ map[string]any) {
+		if message == "phase started" {
+			report(Event{Node: node, Phase: phase, Elapsed: time.Since(start)})
+		}
+	})
 	if g.VerdictOnly {
 		out.Result, out.Err = deploybody.VerdictOnly(ctx, t, opts)
 		return out
 	}
+	// A deploy's switch is guarded by the node's snapshot (Incus, when the roster asks).
+	var guard *incustransport.SnapshotGuard
+	if keep := spec.SnapshotKeep(); keep > 0 {
+		if guard, err = incustransport.NewSnapshotGuard(t, keep); err != nil {
+			out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err}
+			return out
+		}
+		t = guard
+	}
 	if opts.Toplevel == "" {
-		cleanup, err := g.setBuild(&opts, nix, node, &out.BuildWarnings)
+		cleanup, err := g.setBuild(&opts, nix, spec, &out.BuildWarnings)
 		defer cleanup()
 		if err != nil {
 			out.Err = &deploybody.DeployError{Node: node, Phase: deploybody.PhaseBuild, Err: err}
@@ -211,38 +220,47 @@ func (g *Group) runNode(ctx context.Context, pool *sshtransport.Pool, nix *nixev
 		}
 	}
 	out.Result, out.Err = deploybody.Deploy(ctx, t, opts)
+	// The body restores the guard's snapshot itself, under the node lock; the run's
+	// result is then void: the node runs what the snapshot held.
+	if guard != nil {
+		if restored, rerr := guard.Restored(); restored {
+			out.Err = &deploybody.DeployError{Node: node, Phase: "restore-snapshot", Err: restoredError(guard, rerr),
+				Hint: "find out why the new system stops the node answering before deploying it again"}
+		}
+	}
 	return out
 }
 
-// setBuild makes opts build the node as the provider does: its node plan goes to a
-// file named by its content (or else a private temporary file) handed to the build as
+func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
+	if restoreErr != nil {
+		return fmt.Errorf("the node did not answer after the switch, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)",
+			g.Taken(), restoreErr, g.Instance(), g.Taken())
+	}
+	return fmt.Errorf("the node did not answer after the switch: snapshot %s was restored and the instance started again; it runs its previous system", g.Taken())
+}
+
+// setBuild makes opts build the node as the provider does: its node plan goes to the
+// file the engine's one writer names (nixeval.WriteNodePlan), handed to the build as
 // planFile, and the build is evaluated through the evaluation cache the provider uses
 // (a node unchanged since its last evaluation runs no nix-instantiate) and built once
 // per derivation however many nodes share it.
-func (g *Group) setBuild(opts *deploybody.Options, nix *nixeval.Evaluator, node string, warnings *[]string) (cleanup func(), err error) {
+func (g *Group) setBuild(opts *deploybody.Options, nix *nixeval.Evaluator, spec nodespec.Spec, warnings *[]string) (cleanup func(), err error) {
 	cleanup = func() {}
-	spec := g.Roster.nixSpec(g.Roster.buildFor(node))
+	node := spec.Node
+	build := spec.NixBuild(g.Roster.dir)
 	plan, ok := g.NodePlans[node]
 	if ok {
-		if file, err := nixeval.NodePlanFile(plan); err == nil {
-			spec.PlanFile = file
-		} else {
-			dir, err := os.MkdirTemp("", "fediversity-plan-")
-			if err != nil {
-				return cleanup, err
-			}
-			cleanup = func() { _ = os.RemoveAll(dir) }
-			file := filepath.Join(dir, "node-plan.json")
-			if err := os.WriteFile(file, []byte(plan), 0o600); err != nil {
-				return cleanup, err
-			}
-			spec.PlanFile = file
+		file, c, err := nixeval.WriteNodePlan(plan)
+		cleanup = c
+		if err != nil {
+			return cleanup, err
 		}
+		build.PlanFile = file
 	}
 	opts.Build = func(ctx context.Context) (string, error) {
 		// A cache that cannot be written costs the next run an evaluation: the
 		// command prints it with the node's other warnings.
-		ev, err := nix.Evaluate(ctx, node, spec, plan)
+		ev, err := nix.Evaluate(ctx, node, build, plan)
 		if err != nil {
 			return "", err
 		}

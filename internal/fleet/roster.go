@@ -1,8 +1,8 @@
-// Package fleet runs the deploy body on a whole group of nodes over SSH, without
-// Terraform state: it is the engine of the `ssh` deployment method and of the
-// `fediversity` command (cmd/fediversity). It reads a roster (how to reach each node),
-// takes the node plans of a submission (internal/submission), builds each enabled
-// node, and deploys or judges them with bounded concurrency.
+// Package fleet runs the deploy body on a whole group of nodes (over SSH, or Incus),
+// without Terraform state: it is the engine of the `ssh` deployment method and of the
+// `fediversity` command (cmd/fediversity). It reads a roster (each node's spec,
+// internal/nodespec), takes the node plans of a submission (internal/submission),
+// builds each enabled node, and deploys or judges them with bounded concurrency.
 //
 // It must not import the plugin framework: the command only parses, runs and prints,
 // and every line of engine code is shared with the provider.
@@ -16,99 +16,65 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
-	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
-	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
 // Roster says how to reach and build every node of a group. It is a JSON file:
 //
 //	{
 //	  "build":   {"file": "nodes.nix", "attribute": "system"},   // default for every node
-//	  "timings": {"settle": "2s", "watch": "6s"},
+//	  "timings": {"settle": "2s", "watch": "6s", "lock_wait": "5m"},
 //	  "nodes": {
-//	    "web01": {"host": "10.0.0.5", "port": 22, "user": "root",
-//	              "host_key": "ssh-ed25519 AAAA…",
+//	    "web01": {"host": "10.0.0.5", "port": 22, "user": "deploy", "sudo": true,
+//	              "host_key": "ssh-ed25519 AAAA…", "keepalive": "30s",
 //	              "jump": {"host": "bastion", "host_key": "ssh-ed25519 AAAA…"}},
 //	    "web02": {"host": "10.0.0.6", "known_hosts_file": "/etc/ssh/ssh_known_hosts",
-//	              "toplevel": "/nix/store/…-nixos-system-web02"}
+//	              "toplevel": "/nix/store/…-nixos-system-web02", "revert_on_lockout": false},
+//	    "web03": {"incus": {"instance": "web03"}, "snapshot": {"keep": 2}, "strict": false}
 //	  }
 //	}
 //
+// Each node decodes into the engine's node spec (internal/nodespec), the one the
+// provider's node resources decode into, and is checked by its one validation: a roster
+// can say everything a fediversity_node_switch can. The nodes are the same map the
+// modules' `nodes` variable takes. Roster-wide build, timings, checks, probes,
+// secret_chain and loop_budgets are every node's defaults (a node's own win; checks
+// and probes add up).
+//
 // Credentials are never in a roster: the key file and agent come from
-// SSH_PRIVATE_KEY_FILE and SSH_AUTH_SOCK, as for the provider.
+// SSH_PRIVATE_KEY_FILE and SSH_AUTH_SOCK, as for the provider; an Incus node is reached
+// through the local daemon (INCUS_SOCKET).
 type Roster struct {
-	Build   *BuildSpec            `json:"build,omitempty"`
-	Timings map[string]string     `json:"timings,omitempty"`
-	Nodes   map[string]RosterNode `json:"nodes"`
-	// Checks and Probes run on every node, after the node's own.
-	Checks []Check `json:"checks,omitempty"`
-	Probes []Probe `json:"probes,omitempty"`
+	Build       *nodespec.Build       `json:"build,omitempty"`
+	Timings     map[string]string     `json:"timings,omitempty"`
+	Nodes       map[string]RosterNode `json:"nodes"`
+	Checks      []nodespec.Check      `json:"checks,omitempty"`
+	Probes      []nodespec.Probe      `json:"probes,omitempty"`
+	SecretChain []string              `json:"secret_chain,omitempty"`
+	LoopBudgets map[string]int64      `json:"loop_budgets,omitempty"`
 
 	// dir is the roster file's directory: relative build files are taken from it.
 	dir string
 }
 
-// RosterNode is one node's entry.
+// RosterNode is one node's entry: its SSH settings at the top level (or an incus
+// object), and the rest of its node spec.
 type RosterNode struct {
-	Host           string      `json:"host"`
-	Port           int         `json:"port,omitempty"`
-	User           string      `json:"user,omitempty"`
-	HostKey        string      `json:"host_key,omitempty"`
-	KnownHostsFile string      `json:"known_hosts_file,omitempty"`
-	Jump           *RosterJump `json:"jump,omitempty"`
+	nodespec.SSH
+	Incus    *nodespec.Incus    `json:"incus,omitempty"`
+	Snapshot *nodespec.Snapshot `json:"snapshot,omitempty"`
 	// Toplevel is a prebuilt system; it wins over Build.
-	Toplevel string     `json:"toplevel,omitempty"`
-	Build    *BuildSpec `json:"build,omitempty"`
-	// Checks run on the node and Probes from the deployer after the settle; a failed
-	// one fails a strict verdict.
-	Checks []Check `json:"checks,omitempty"`
-	Probes []Probe `json:"probes,omitempty"`
-}
-
-// Check is a command run on the node until it exits ExpectExit (default 0).
-type Check struct {
-	Name       string   `json:"name"`
-	Argv       []string `json:"argv"`
-	ExpectExit int      `json:"expect_exit,omitempty"`
-	Interval   string   `json:"interval,omitempty"`
-	Timeout    string   `json:"timeout,omitempty"`
-}
-
-// Probe is a request from the deployer: an HTTP(S) URL that must answer ExpectStatus
-// (default 200) and match BodyPattern when set, or a TCP address that must accept.
-type Probe struct {
-	Name         string `json:"name"`
-	URL          string `json:"url,omitempty"`
-	TCP          string `json:"tcp,omitempty"`
-	ExpectStatus int    `json:"expect_status,omitempty"`
-	BodyPattern  string `json:"body_pattern,omitempty"`
-	Insecure     bool   `json:"insecure,omitempty"`
-	Interval     string `json:"interval,omitempty"`
-	Timeout      string `json:"timeout,omitempty"`
-}
-
-// RosterJump is the jump host a node is reached through (ssh -J).
-type RosterJump struct {
-	Host           string `json:"host"`
-	Port           int    `json:"port,omitempty"`
-	User           string `json:"user,omitempty"`
-	HostKey        string `json:"host_key,omitempty"`
-	KnownHostsFile string `json:"known_hosts_file,omitempty"`
-}
-
-// BuildSpec is how a node's system is built: a Nix file (or expression) and an
-// attribute, evaluated with the node plan passed as `--argstr planFile <file>`.
-type BuildSpec struct {
-	File       string            `json:"file,omitempty"`
-	Expression string            `json:"expression,omitempty"`
-	Attribute  string            `json:"attribute,omitempty"`
-	Args       map[string]string `json:"args,omitempty"`
+	Toplevel    string            `json:"toplevel,omitempty"`
+	Build       *nodespec.Build   `json:"build,omitempty"`
+	Checks      []nodespec.Check  `json:"checks,omitempty"`
+	Probes      []nodespec.Probe  `json:"probes,omitempty"`
+	Strict      *bool             `json:"strict,omitempty"`
+	SecretChain []string          `json:"secret_chain,omitempty"`
+	LoopBudgets map[string]int64  `json:"loop_budgets,omitempty"`
+	Timings     map[string]string `json:"timings,omitempty"`
 }
 
 // InputError is bad input: the command exits 2 and nothing was done on any node.
@@ -150,16 +116,14 @@ func LoadRoster(file string) (*Roster, error) {
 // silently), node by node so an error names the node.
 func decodeRoster(raw []byte) (Roster, error) {
 	var top struct {
-		Build   *BuildSpec                 `json:"build,omitempty"`
-		Timings map[string]string          `json:"timings,omitempty"`
-		Nodes   map[string]json.RawMessage `json:"nodes"`
-		Checks  []Check                    `json:"checks,omitempty"`
-		Probes  []Probe                    `json:"probes,omitempty"`
+		Roster
+		Nodes map[string]json.RawMessage `json:"nodes"`
 	}
 	if err := strictDecode(raw, &top); err != nil {
 		return Roster{}, errors.New(describeJSONError(raw, err))
 	}
-	r := Roster{Build: top.Build, Timings: top.Timings, Checks: top.Checks, Probes: top.Probes, Nodes: map[string]RosterNode{}}
+	r := top.Roster
+	r.Nodes = map[string]RosterNode{}
 	for name, msg := range top.Nodes {
 		var n RosterNode
 		if err := strictDecode(msg, &n); err != nil {
@@ -188,7 +152,8 @@ func describeJSONError(raw []byte, err error) string {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return fmt.Sprintf("field %q: want %s, got a JSON %s", te.Field, te.Type, te.Value)
+		// A node's SSH settings are an embedded struct: the roster spells them at the top.
+		return fmt.Sprintf("field %q: want %s, got a JSON %s", strings.TrimPrefix(te.Field, "SSH."), te.Type, te.Value)
 	}
 	if errors.Is(err, io.EOF) {
 		return "empty file: want a JSON object with \"nodes\""
@@ -196,125 +161,86 @@ func describeJSONError(raw []byte, err error) string {
 	return err.Error()
 }
 
+// check validates the roster-wide defaults once, then each node's spec, with the
+// node spec's one validation; a problem of a default is not repeated for every node.
 func (r *Roster) check(file string) []string {
 	var problems []string
-	bad := func(node, field, format string, args ...any) {
+	say := func(p nodespec.Problem) string {
 		where := fmt.Sprintf("roster %s: ", file)
-		if node != "" {
-			where += fmt.Sprintf("node %q: ", node)
+		if p.Node != "" {
+			where += fmt.Sprintf("node %q: ", p.Node)
 		}
-		problems = append(problems, where+field+": "+fmt.Sprintf(format, args...))
+		// The roster spells a node's SSH settings at its top level.
+		return where + strings.TrimPrefix(p.String(), "ssh.")
 	}
 	if len(r.Nodes) == 0 {
-		bad("", "nodes", "no nodes: give one entry per node, e.g. \"nodes\": {\"web01\": {\"host\": \"…\"}}")
+		problems = append(problems, fmt.Sprintf("roster %s: nodes: no nodes: give one entry per node, e.g. \"nodes\": {\"web01\": {\"host\": \"…\"}}", file))
 	}
-	if r.Build != nil {
-		if msg := r.Build.problem(); msg != "" {
-			bad("", "build", "%s", msg)
-		}
-	}
-	for name, v := range r.Timings {
-		if !isTiming(name) {
-			bad("", "timings."+name, "unknown timing; known: %s", strings.Join(timingNames(), ", "))
-			continue
-		}
-		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
-			bad("", "timings."+name, "%q is not a positive duration (e.g. \"30s\", \"2m\")", v)
-		}
+	seen := map[string]bool{}
+	// The roster's checks are checked with each node's: their names share one namespace.
+	defaults := r.defaults()
+	defaults.Checks, defaults.Probes = nil, nil
+	for _, p := range defaults.Validate() {
+		seen[p.String()] = true
+		problems = append(problems, say(p))
 	}
 	for _, name := range r.NodeNames() {
-		n := r.Nodes[name]
-		if n.Host == "" {
-			bad(name, "host", "missing: give the node's address")
-		}
-		if n.Port < 0 || n.Port > 65535 {
-			bad(name, "port", "%d is not a TCP port", n.Port)
-		}
-		if n.HostKey == "" && n.KnownHostsFile == "" {
-			bad(name, "host_key", "missing: pin the node's host key (host_key, authorized_keys format) or give known_hosts_file")
-		}
-		if n.HostKey != "" && len(strings.Fields(n.HostKey)) < 2 {
-			bad(name, "host_key", "%q is not in authorized_keys format (\"ssh-ed25519 AAAA…\")", n.HostKey)
-		}
-		if n.Jump != nil {
-			if n.Jump.Host == "" {
-				bad(name, "jump.host", "missing")
+		for _, p := range r.Spec(name).Validate() {
+			if !seen[p.String()] {
+				problems = append(problems, say(p))
 			}
-			if n.Jump.HostKey == "" && n.Jump.KnownHostsFile == "" {
-				bad(name, "jump.host_key", "missing: pin the jump host's key or give jump.known_hosts_file")
-			}
-		}
-		if n.Toplevel != "" && !nixstore.ValidStorePath(n.Toplevel) {
-			bad(name, "toplevel", "%q is not a Nix store path (/nix/store/<hash>-<name>)", n.Toplevel)
-		}
-		if n.Build != nil {
-			if msg := n.Build.problem(); msg != "" {
-				bad(name, "build", "%s", msg)
-			}
-		}
-		if _, _, err := r.checksFor(name); err != nil {
-			bad(name, "checks", "%v", err)
 		}
 	}
 	return problems
 }
 
-// checksFor are the node's checks and probes, then the roster's, in the body's terms.
-func (r *Roster) checksFor(node string) ([]deploybody.NodeCheck, []deploybody.Probe, error) {
+// defaults is the roster-wide part of every node's spec.
+func (r *Roster) defaults() nodespec.Spec {
+	return nodespec.Spec{Build: r.Build, Timings: r.Timings, Checks: r.Checks, Probes: r.Probes,
+		SecretChain: r.SecretChain, LoopBudgets: r.LoopBudgets}
+}
+
+// Spec is node's spec: its entry over the roster's defaults. A node without an incus
+// object is reached over SSH.
+func (r *Roster) Spec(node string) nodespec.Spec {
 	n := r.Nodes[node]
-	var checks []deploybody.NodeCheck
-	var probes []deploybody.Probe
-	for _, c := range append(append([]Check{}, n.Checks...), r.Checks...) {
-		iv, to, err := checkTimes(c.Name, c.Interval, c.Timeout)
-		if err != nil {
-			return nil, nil, err
+	s := r.defaults()
+	s.Node = node
+	s.Toplevel = n.Toplevel
+	s.Strict = n.Strict
+	s.Snapshot = n.Snapshot
+	if n.Incus != nil {
+		s.Incus = n.Incus
+		if n.SSH != (nodespec.SSH{}) {
+			ssh := n.SSH
+			s.SSH = &ssh // both: refused by Validate
 		}
-		checks = append(checks, deploybody.NodeCheck{Name: c.Name, Argv: c.Argv, ExpectExit: c.ExpectExit, Interval: iv, Timeout: to})
+	} else {
+		ssh := n.SSH
+		s.SSH = &ssh
 	}
-	for _, p := range append(append([]Probe{}, n.Probes...), r.Probes...) {
-		iv, to, err := checkTimes(p.Name, p.Interval, p.Timeout)
-		if err != nil {
-			return nil, nil, err
-		}
-		dp := deploybody.Probe{Name: p.Name, URL: p.URL, TCP: p.TCP, ExpectStatus: p.ExpectStatus, Insecure: p.Insecure, Interval: iv, Timeout: to}
-		if p.BodyPattern != "" {
-			re, err := regexp.Compile(p.BodyPattern)
-			if err != nil {
-				return nil, nil, fmt.Errorf("probe %q: body_pattern: %v", p.Name, err)
-			}
-			dp.BodyPattern = re
-		}
-		probes = append(probes, dp)
+	if n.Build != nil {
+		s.Build = n.Build
 	}
-	if err := deploybody.ValidateChecks(checks, probes); err != nil {
-		return nil, nil, err
+	if s.Toplevel != "" && n.Build == nil {
+		s.Build = nil // a prebuilt system wins over the roster's default build
 	}
-	return checks, probes, nil
-}
-
-func checkTimes(name, interval, timeout string) (iv, to time.Duration, err error) {
-	parse := func(field, v string) (time.Duration, error) {
-		if v == "" {
-			return 0, nil
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return 0, fmt.Errorf("check %q: %s: %q is not a positive duration", name, field, v)
-		}
-		return d, nil
+	s.Checks = append(append([]nodespec.Check{}, n.Checks...), r.Checks...)
+	s.Probes = append(append([]nodespec.Probe{}, n.Probes...), r.Probes...)
+	if n.SecretChain != nil {
+		s.SecretChain = n.SecretChain
 	}
-	if iv, err = parse("interval", interval); err != nil {
-		return 0, 0, err
+	if n.LoopBudgets != nil {
+		s.LoopBudgets = n.LoopBudgets
 	}
-	to, err = parse("timeout", timeout)
-	return iv, to, err
-}
-
-func (b *BuildSpec) problem() string {
-	if (b.File == "") == (b.Expression == "") {
-		return "give exactly one of file and expression"
+	s.Timings = map[string]string{}
+	for k, v := range r.Timings {
+		s.Timings[k] = v
 	}
-	return ""
+	for k, v := range n.Timings {
+		s.Timings[k] = v
+	}
+	return s
 }
 
 // NodeNames are the roster's nodes, sorted.
@@ -327,83 +253,10 @@ func (r *Roster) NodeNames() []string {
 	return names
 }
 
-// sshConfig is the SSH transport's config of node: host key pinned, credentials from
-// the environment (never from the roster).
-func (r *Roster) sshConfig(name string, creds Credentials) sshtransport.Config {
-	n := r.Nodes[name]
-	c := sshtransport.Config{
-		Host: n.Host, Port: n.Port, User: n.User,
-		HostKey: n.HostKey, KnownHostsFile: n.KnownHostsFile,
-		PrivateKeyFile: creds.PrivateKeyFile, AgentSocket: creds.AgentSocket,
-	}
-	if j := n.Jump; j != nil {
-		c.Jump = &sshtransport.Config{
-			Host: j.Host, Port: j.Port, User: j.User, HostKey: j.HostKey, KnownHostsFile: j.KnownHostsFile,
-			PrivateKeyFile: creds.PrivateKeyFile, AgentSocket: creds.AgentSocket,
-		}
-	}
-	return c
-}
-
-// buildFor is the build of node: its own, else the roster's default.
-func (r *Roster) buildFor(name string) *BuildSpec {
-	if b := r.Nodes[name].Build; b != nil {
-		return b
-	}
-	return r.Build
-}
-
-// nixSpec turns a build into a nix-build spec; relative files are taken from the
-// roster's directory.
-func (r *Roster) nixSpec(b *BuildSpec) nixstore.BuildSpec {
-	file := b.File
-	if file != "" && !filepath.IsAbs(file) {
-		file = filepath.Join(r.dir, file)
-	}
-	return nixstore.BuildSpec{File: file, Expr: b.Expression, Attr: b.Attribute, ArgStr: b.Args}
-}
-
 // Credentials are the per-run SSH credentials (never in a roster, never printed).
-type Credentials struct {
-	PrivateKeyFile string
-	AgentSocket    string
-}
+type Credentials = nodespec.Credentials
 
 // CredentialsFromEnv reads SSH_PRIVATE_KEY_FILE and SSH_AUTH_SOCK.
 func CredentialsFromEnv() Credentials {
 	return Credentials{PrivateKeyFile: os.Getenv("SSH_PRIVATE_KEY_FILE"), AgentSocket: os.Getenv("SSH_AUTH_SOCK")}
-}
-
-var timingSetters = map[string]func(*deploybody.Timings, time.Duration){
-	"node_wait":       func(t *deploybody.Timings, d time.Duration) { t.NodeWait = d },
-	"switch_timeout":  func(t *deploybody.Timings, d time.Duration) { t.SwitchTimeout = d },
-	"settle":          func(t *deploybody.Timings, d time.Duration) { t.Settle = d },
-	"watch":           func(t *deploybody.Timings, d time.Duration) { t.Watch = d },
-	"sample_interval": func(t *deploybody.Timings, d time.Duration) { t.SampleInterval = d },
-	"stale_job":       func(t *deploybody.Timings, d time.Duration) { t.StaleJob = d },
-	"chain_wait":      func(t *deploybody.Timings, d time.Duration) { t.ChainWait = d },
-	"no_progress":     func(t *deploybody.Timings, d time.Duration) { t.NoProgress = d },
-	"confirm_timeout": func(t *deploybody.Timings, d time.Duration) { t.ConfirmTimeout = d },
-}
-
-func isTiming(name string) bool { _, ok := timingSetters[name]; return ok }
-
-func timingNames() []string {
-	names := make([]string, 0, len(timingSetters))
-	for n := range timingSetters {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// timings are the roster's timings over the body's defaults (checked by LoadRoster).
-func (r *Roster) timings() deploybody.Timings {
-	var t deploybody.Timings
-	for name, v := range r.Timings {
-		if d, err := time.ParseDuration(v); err == nil {
-			timingSetters[name](&t, d)
-		}
-	}
-	return t
 }

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 )
 
 // WaitOptions bound a rollout wait.
@@ -24,10 +26,11 @@ type WaitOptions struct {
 	PullGrace time.Duration
 }
 
-// The defaults of WaitOptions.
+// The defaults of WaitOptions: the timing table's (deploybody.TimingTable holds every
+// engine's timings once).
 const (
-	DefaultRolloutWait = 5 * time.Minute
-	DefaultPullGrace   = 20 * time.Second
+	DefaultRolloutWait = deploybody.DefaultRolloutWait
+	DefaultPullGrace   = deploybody.DefaultPullGrace
 )
 
 func (o WaitOptions) withDefaults() WaitOptions {

@@ -180,3 +180,17 @@ func RepoRoot(t testing.TB) string {
 		dir = parent
 	}
 }
+
+// WaitSwitchRunning waits (bounded: 600 polls of 0.2 s) until a detached switch runs
+// on the instance.
+func WaitSwitchRunning(t testing.TB, node Node) {
+	t.Helper()
+	for range 600 {
+		out, _ := IncusErr("exec", node.Instance, "--", "systemctl", "list-units", "--no-legend", "--plain", "--state=active", "fediversity-switch-*")
+		if strings.Contains(out, "fediversity-switch-") {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("no switch ever ran on %s", node.Instance)
+}

@@ -222,6 +222,27 @@ func (e *Evaluator) ForgetPlanned(node string) {
 	}
 }
 
+// WriteNodePlan writes the node plan the build is handed (--argstr planFile): to the
+// file named by its content (NodePlanFile), or, when the cache directory is unusable, to
+// a private temporary file that cleanup removes. The one node-plan writer of both
+// front ends. cleanup is never nil.
+func WriteNodePlan(content string) (file string, cleanup func(), err error) {
+	cleanup = func() {}
+	if file, err := NodePlanFile(content); err == nil {
+		return file, cleanup, nil // the same path every run: see NodePlanFile
+	}
+	dir, err := os.MkdirTemp("", "fediversity-plan-")
+	if err != nil {
+		return "", cleanup, err
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	file = filepath.Join(dir, "node-plan.json")
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		return "", cleanup, err
+	}
+	return file, cleanup, nil
+}
+
 // NodePlanFile writes a node plan to a file named by its content, under CacheDir
 // (plans/), and returns its path: the path the build is handed (--argstr planFile). A
 // per-run temporary name would make a source that uses the path itself (not only the

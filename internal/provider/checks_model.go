@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
 type checkBlockModel struct {
@@ -106,44 +107,22 @@ func withBlocks(extra, blocks map[string]schema.Block) map[string]schema.Block {
 	return blocks
 }
 
-// checkOptions turns the blocks into the body's checks and probes.
-func checkOptions(ctx context.Context, checks []checkBlockModel, probes []probeBlockModel) ([]deploybody.NodeCheck, []deploybody.Probe, diag.Diagnostics) {
+// checkSpecs decodes the blocks into the node spec's checks and probes (checked by
+// nodespec.Spec.Validate).
+func checkSpecs(ctx context.Context, checks []checkBlockModel, probes []probeBlockModel) ([]nodespec.Check, []nodespec.Probe, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	dur := func(at path.Path, v types.String) time.Duration {
-		if v.IsNull() || v.IsUnknown() || v.ValueString() == "" {
-			return 0
-		}
-		d, err := time.ParseDuration(v.ValueString())
-		if err != nil || d <= 0 {
-			diags.AddAttributeError(at, "Invalid duration", fmt.Sprintf("%q is not a positive Go duration such as \"2s\" or \"1m\".", v.ValueString()))
-		}
-		return d
-	}
-	var nc []deploybody.NodeCheck
-	for i, c := range checks {
-		at := path.Root("check").AtListIndex(i)
-		n := deploybody.NodeCheck{Name: c.Name.ValueString(), ExpectExit: int(c.ExpectExit.ValueInt64()),
-			Interval: dur(at.AtName("interval"), c.Interval), Timeout: dur(at.AtName("timeout"), c.Timeout)}
+	var nc []nodespec.Check
+	for _, c := range checks {
+		n := nodespec.Check{Name: c.Name.ValueString(), ExpectExit: int(c.ExpectExit.ValueInt64()),
+			Interval: c.Interval.ValueString(), Timeout: c.Timeout.ValueString()}
 		diags.Append(c.Argv.ElementsAs(ctx, &n.Argv, false)...)
 		nc = append(nc, n)
 	}
-	var np []deploybody.Probe
-	for i, p := range probes {
-		at := path.Root("probe").AtListIndex(i)
-		probe := deploybody.Probe{Name: p.Name.ValueString(), URL: p.URL.ValueString(), TCP: p.TCP.ValueString(),
-			ExpectStatus: int(p.ExpectStatus.ValueInt64()), Insecure: p.Insecure.ValueBool(),
-			Interval: dur(at.AtName("interval"), p.Interval), Timeout: dur(at.AtName("timeout"), p.Timeout)}
-		if s := p.BodyRegexp.ValueString(); s != "" {
-			re, err := regexp.Compile(s)
-			if err != nil {
-				diags.AddAttributeError(at.AtName("body_regexp"), "Invalid regular expression", err.Error())
-			}
-			probe.BodyPattern = re
-		}
-		np = append(np, probe)
-	}
-	if err := deploybody.ValidateChecks(nc, np); err != nil {
-		diags.AddError("Invalid health checks", err.Error()+". Fix the check or probe block named.")
+	var np []nodespec.Probe
+	for _, p := range probes {
+		np = append(np, nodespec.Probe{Name: p.Name.ValueString(), URL: p.URL.ValueString(), TCP: p.TCP.ValueString(),
+			ExpectStatus: int(p.ExpectStatus.ValueInt64()), Insecure: p.Insecure.ValueBool(), BodyRegexp: p.BodyRegexp.ValueString(),
+			Interval: p.Interval.ValueString(), Timeout: p.Timeout.ValueString()})
 	}
 	return nc, np, diags
 }
@@ -163,10 +142,18 @@ func (v checksConfigValidator) MarkdownDescription(ctx context.Context) string {
 }
 
 func (checksConfigValidator) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	// A `dynamic` block whose for_each is not known yet (a module's node roster read
+	// from a data source) is an unknown list while Terraform validates: decided later.
+	var checkList, probeList types.List
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("check"), &checkList)...)
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("probe"), &probeList)...)
+	if resp.Diagnostics.HasError() || checkList.IsUnknown() || probeList.IsUnknown() {
+		return
+	}
 	var checks []checkBlockModel
 	var probes []probeBlockModel
-	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("check"), &checks)...)
-	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("probe"), &probes)...)
+	resp.Diagnostics.Append(checkList.ElementsAs(ctx, &checks, false)...)
+	resp.Diagnostics.Append(probeList.ElementsAs(ctx, &probes, false)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}

@@ -106,7 +106,7 @@ func TestAccNodeSwitchIncusdRestart(t *testing.T) {
 	if err := cli.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitSwitchRunning(t, node)
+	labtest.WaitSwitchRunning(t, node)
 	restarted := time.Now()
 	restartIncusd(t)
 	t.Logf("incusd restarted in %s", time.Since(restarted).Round(time.Millisecond))

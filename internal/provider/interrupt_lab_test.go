@@ -213,20 +213,6 @@ func pluginOf(pid int) int {
 	return 0
 }
 
-// waitSwitchRunning waits (bounded: 600 polls of 0.2 s) until a detached switch runs
-// on the instance.
-func waitSwitchRunning(t *testing.T, node labtest.Node) {
-	t.Helper()
-	for i := 0; i < 600; i++ {
-		out, _ := labtest.IncusErr("exec", node.Instance, "--", "systemctl", "list-units", "--no-legend", "--plain", "--state=active", "fediversity-switch-*")
-		if strings.Contains(out, "fediversity-switch-") {
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("no switch ever ran on %s", node.Instance)
-}
-
 // waitRunning waits (bounded: 120 polls of 0.5 s) until the node runs toplevel.
 func waitRunning(t *testing.T, node labtest.Node, toplevel string) {
 	t.Helper()
@@ -289,11 +275,11 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 		takeover string
 	}{
 		{"SIGKILL of the CLI during the switch", "", func(cli *exec.Cmd) {
-			waitSwitchRunning(t, node)
+			labtest.WaitSwitchRunning(t, node)
 			_ = cli.Process.Signal(syscall.SIGKILL)
 		}, "either"},
 		{"SIGKILL of the provider plugin during the switch", "", func(cli *exec.Cmd) {
-			waitSwitchRunning(t, node)
+			labtest.WaitSwitchRunning(t, node)
 			plugin := pluginOf(cli.Process.Pid)
 			if plugin == 0 {
 				t.Errorf("no provider process under the CLI (pid %d)", cli.Process.Pid)
@@ -427,7 +413,7 @@ func TestAccNodeSwitchConcurrentApplies(t *testing.T) {
 			if err := first.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitSwitchRunning(t, node)
+			labtest.WaitSwitchRunning(t, node)
 			bOut, bCode := b.apply()
 			aErr := first.Wait()
 			if aErr != nil {

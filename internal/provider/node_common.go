@@ -6,14 +6,11 @@ package provider
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
-	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 )
@@ -69,57 +66,9 @@ var timeoutsAttrTypes = map[string]attr.Type{
 	"create": types.StringType, "read": types.StringType, "update": types.StringType, "delete": types.StringType,
 }
 
+// commonBodyOptions are the body options of the node resources' common arguments
+// (no transport, no checks): see nodeOptions.
 func commonBodyOptions(ctx context.Context, cfg *Config, node string, strict types.Bool, chain types.List, budgets types.Map, tm *timingsModel) (deploybody.Options, diag.Diagnostics) {
-	var diags diag.Diagnostics
-	o := deploybody.Options{Node: node, Strict: strict.IsNull() || strict.ValueBool()}
-	if !chain.IsNull() && !chain.IsUnknown() {
-		diags.Append(chain.ElementsAs(ctx, &o.SecretChain, false)...)
-		for i, u := range o.SecretChain {
-			if !deploybody.ValidUnitName(u) {
-				diags.AddAttributeError(path.Root("secret_chain").AtListIndex(i), "Invalid unit name",
-					fmt.Sprintf("%q is not a systemd unit name (want e.g. \"secrets-fetch.service\").", u))
-			}
-		}
-	}
-	if !budgets.IsNull() && !budgets.IsUnknown() {
-		m := map[string]int64{}
-		diags.Append(budgets.ElementsAs(ctx, &m, false)...)
-		o.LoopBudgets = map[string]int{}
-		for u, n := range m {
-			if !deploybody.ValidUnitName(u) || n < 0 {
-				diags.AddAttributeError(path.Root("loop_budgets").AtMapKey(u), "Invalid loop budget",
-					fmt.Sprintf("loop_budgets[%q] = %d: want a systemd unit name and a budget ≥ 0.", u, n))
-				continue
-			}
-			o.LoopBudgets[u] = int(n)
-		}
-	}
-	own, tdiags := tm.toTimings(path.Root("timings"))
-	diags.Append(tdiags...)
-	var def Timings
-	if cfg != nil {
-		def = cfg.Timings
-	}
-	merged := own.Merge(def)
-	o.Timings = deploybody.Timings{
-		NodeWait: merged.NodeWait, SwitchTimeout: merged.SwitchTimeout, Settle: merged.Settle, Watch: merged.Watch,
-		SampleInterval: merged.SampleInterval, StaleJob: merged.StaleJob, ChainWait: merged.ChainWait, NoProgress: merged.NoProgress,
-		ConfirmTimeout: merged.ConfirmTimeout,
-		LockWait:       merged.LockWait,
-	}.WithDefaults()
-	o.Logger = deploybody.LoggerFunc(func(ctx context.Context, level deploybody.Level, phase, message string, fields map[string]any) {
-		f := map[string]any{"node": node, "phase": phase}
-		for k, v := range fields {
-			f[k] = v
-		}
-		switch level {
-		case deploybody.LevelWarn:
-			tflog.Warn(ctx, message, f)
-		case deploybody.LevelDebug:
-			tflog.Debug(ctx, message, f)
-		default:
-			tflog.Info(ctx, message, f)
-		}
-	})
+	_, o, diags := nodeOptions(ctx, cfg, nodeArgs{node: node, strict: strict, chain: chain, budgets: budgets, timings: tm})
 	return o, diags
 }

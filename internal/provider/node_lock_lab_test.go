@@ -126,7 +126,7 @@ func TestAccNodeSwitchSameHostNameDeployers(t *testing.T) {
 			if err := first.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitSwitchRunning(t, node)
+			labtest.WaitSwitchRunning(t, node)
 			second := b.inUTSNamespace(&bOut, true, "apply", "-auto-approve", "-no-color")
 			bErr := second.Run()
 			aErr := first.Wait()

@@ -7,6 +7,7 @@ package provider
 import (
 	"fmt"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
@@ -47,7 +48,13 @@ type snapshotModel struct {
 	Keep    types.Int64 `tfsdk:"keep"`
 }
 
-const defaultSnapshotKeep = 3
+// spec decodes the block into the engine's node spec (nil for no block).
+func (m *snapshotModel) spec() *nodespec.Snapshot {
+	if m == nil {
+		return nil
+	}
+	return &nodespec.Snapshot{Enabled: m.Enabled.ValueBoolPointer(), Keep: int(m.Keep.ValueInt64())}
+}
 
 func snapshotBlockSchema() schema.SingleNestedBlock {
 	return schema.SingleNestedBlock{

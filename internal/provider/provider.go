@@ -14,7 +14,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -23,6 +22,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 )
 
 var _ provider.Provider = &fediversityProvider{}
@@ -87,21 +88,9 @@ type Config struct {
 	clients *providerClients
 }
 
-// Timings are the tunable waits and thresholds. A zero value means "not set here".
-type Timings struct {
-	NodeWait       time.Duration
-	SwitchTimeout  time.Duration
-	Settle         time.Duration
-	Watch          time.Duration
-	SampleInterval time.Duration
-	StaleJob       time.Duration
-	ChainWait      time.Duration
-	NoProgress     time.Duration
-	ConfirmTimeout time.Duration
-	LockWait       time.Duration
-	RolloutWait    time.Duration
-	PullGrace      time.Duration
-}
+// Timings are the tunable waits and thresholds, one per row of the engine's timing
+// table. A zero value means "not set here".
+type Timings = deploybody.Timings
 
 func (p *fediversityProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
 	resp.TypeName = "fediversity"

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
-	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
 var (
@@ -187,8 +187,8 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	return []resource.ConfigValidator{
 		// "Neither" is refused at plan time (requireTransport): see there why.
-		atMostOneTransport{},
-		resourcevalidator.Conflicting(path.MatchRoot("snapshot"), path.MatchRoot("ssh")),
+		atMostOneTransport,
+		snapshotNeedsIncus,
 		checksConfigValidator{},
 	}
 }
@@ -586,15 +586,10 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	if sdiags, err := checkSubmission(plan.SubmissionDigest, plan.SubmissionFile, verbDeploy, node); err != nil {
 		return nil, nil, sdiags, err
 	}
-	target, tdiags := resolveTarget(plan.SSH, plan.Incus, r.cfg)
-	diags.Append(tdiags...)
-	if diags.HasError() {
-		return nil, nil, diags, errors.New("invalid transport")
-	}
-	opts, odiags := r.bodyOptions(ctx, plan)
+	target, opts, odiags := r.nodeOptions(ctx, plan)
 	diags.Append(odiags...)
 	if diags.HasError() {
-		return nil, nil, diags, errors.New("invalid options")
+		return nil, nil, diags, errors.New("invalid configuration")
 	}
 	if plan.Build != nil {
 		spec, cleanup, bdiags := buildSpec(plan)
@@ -617,14 +612,8 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		opts.Toplevel = plan.Toplevel.ValueString()
 	}
 
-	opts.SelfRevert = plan.SSH != nil && (plan.SSH.RevertOnLockout.IsNull() || plan.SSH.RevertOnLockout.ValueBool())
 	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy}
-	if plan.Snapshot != nil && (plan.Snapshot.Enabled.IsNull() || plan.Snapshot.Enabled.ValueBool()) {
-		run.snapshotKeep = defaultSnapshotKeep
-		if !plan.Snapshot.Keep.IsNull() {
-			run.snapshotKeep = int(plan.Snapshot.Keep.ValueInt64())
-		}
-	}
+	run.snapshotKeep = (nodespec.Spec{Snapshot: plan.Snapshot.spec()}).SnapshotKeep()
 	outcome, rdiags := run.run(ctx, r.cfg)
 	diags.Append(rdiags...)
 	res, runErr = outcome.res, outcome.err
@@ -642,12 +631,14 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	return &m, res, diags, runErr
 }
 
-// bodyOptions translates the model into deploy body options (without toplevel/build).
-func (r *nodeSwitchResource) bodyOptions(ctx context.Context, plan nodeSwitchModel) (deploybody.Options, diag.Diagnostics) {
-	o, diags := commonBodyOptions(ctx, r.cfg, plan.Node.ValueString(), plan.Strict, plan.SecretChain, plan.LoopBudgets, plan.Timings)
-	var cdiags diag.Diagnostics
-	o.Checks, o.Probes, cdiags = checkOptions(ctx, plan.Checks, plan.Probes)
-	diags.Append(cdiags...)
+// nodeOptions resolves the model's target and deploy body options (without toplevel
+// and build), validated once as the engine's node spec.
+func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchModel) (transportTarget, deploybody.Options, diag.Diagnostics) {
+	if diags := oneTransport(plan.SSH, plan.Incus); diags.HasError() {
+		return transportTarget{}, deploybody.Options{}, diags
+	}
+	target, o, diags := nodeOptions(ctx, r.cfg, nodeArgs{node: plan.Node.ValueString(), ssh: plan.SSH, incus: plan.Incus,
+		snapshot: plan.Snapshot, strict: plan.Strict, chain: plan.SecretChain, budgets: plan.LoopBudgets, timings: plan.Timings, checks: plan.Checks, probes: plan.Probes})
 	o.LocalStore = nixstore.DeployerStore{}
-	return o, diags
+	return target, o, diags
 }

@@ -129,7 +129,7 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 
 func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	// "Neither" is refused at plan time (requireTransport): see there why.
-	return []resource.ConfigValidator{atMostOneTransport{}, checksConfigValidator{}}
+	return []resource.ConfigValidator{atMostOneTransport, checksConfigValidator{}}
 }
 
 func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
@@ -270,13 +270,13 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 	if sdiags, err := checkSubmission(m.SubmissionDigest, m.SubmissionFile, verbJudge, node); err != nil {
 		return false, sdiags, err
 	}
-	target, tdiags := resolveTarget(m.SSH, m.Incus, r.cfg)
-	diags.Append(tdiags...)
-	opts, odiags := commonBodyOptions(ctx, r.cfg, node, m.Strict, m.SecretChain, m.LoopBudgets, m.Timings)
+	diags.Append(oneTransport(m.SSH, m.Incus)...)
+	if diags.HasError() {
+		return false, diags, errors.New("invalid configuration")
+	}
+	target, opts, odiags := nodeOptions(ctx, r.cfg, nodeArgs{node: node, ssh: m.SSH, incus: m.Incus,
+		strict: m.Strict, chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes})
 	diags.Append(odiags...)
-	var cdiags diag.Diagnostics
-	opts.Checks, opts.Probes, cdiags = checkOptions(ctx, m.Checks, m.Probes)
-	diags.Append(cdiags...)
 	if diags.HasError() {
 		return false, diags, errors.New("invalid configuration")
 	}

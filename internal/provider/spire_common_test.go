@@ -22,7 +22,7 @@ func TestResolveSpireNodeNamesTheBlock(t *testing.T) {
 	if !ok || d.Path().String() != "spire_node" || !strings.Contains(d.Detail(), "spire_node.host_key") || strings.Contains(d.Detail(), " ssh.") {
 		t.Fatalf("want the error on spire_node naming spire_node.host_key, got %v", diags)
 	}
-	sn, diags := resolveSpireNode(&spireNodeModel{Host: types.StringValue("spire.example.org"), HostKey: types.StringValue("ssh-ed25519 AAAA")}, cfg)
+	sn, diags := resolveSpireNode(&spireNodeModel{Host: types.StringValue("spire.example.org"), HostKey: types.StringValue("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD")}, cfg)
 	if diags.HasError() || sn.target.Port != 22 || sn.target.User != "root" {
 		t.Fatalf("defaults: %+v %v", sn.target, diags)
 	}

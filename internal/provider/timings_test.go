@@ -64,8 +64,8 @@ func TestTimingsBlockPerResource(t *testing.T) {
 	// The docs state the engines' defaults.
 	want := map[string]string{"node_wait": "Default `2m`.", "settle": "Default `5s`.", "chain_wait": "Default `5m`.", "pull_grace": "Default `20s`.", "stale_job": "Default `1m`."}
 	for _, tm := range timingTable {
-		if w, ok := want[tm.name]; ok && !strings.Contains(tm.description(), w) {
-			t.Errorf("timings.%s: description %q lacks %q", tm.name, tm.description(), w)
+		if w, ok := want[tm.Name]; ok && !strings.Contains(tm.Description(), w) {
+			t.Errorf("timings.%s: description %q lacks %q", tm.Name, tm.Description(), w)
 		}
 	}
 }

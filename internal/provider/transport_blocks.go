@@ -5,13 +5,13 @@ package provider
 // is pinned, never a per-run value.
 
 import (
-	"time"
-
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
 // sshBlockModel is the `ssh` block.
@@ -45,10 +45,10 @@ type incusBlockModel struct {
 }
 
 const (
-	defaultSSHPort   = 22
-	defaultSSHUser   = "root"
-	defaultKeepalive = 15 * time.Second
-	localRemote      = "local"
+	defaultSSHPort   = nodespec.DefaultSSHPort
+	defaultSSHUser   = nodespec.DefaultSSHUser
+	defaultKeepalive = nodespec.DefaultKeepalive
+	localRemote      = nodespec.LocalRemote
 )
 
 func sshBlockSchema(changeEffect string) schema.SingleNestedBlock {
@@ -170,4 +170,30 @@ func incusBlockFromTarget(t transportTarget) *incusBlockModel {
 		Project:  types.StringValue(t.Project),
 		Remote:   remote,
 	}
+}
+
+// spec decodes the `ssh` block into the engine's node spec (nil for no block).
+func (b *sshBlockModel) spec() *nodespec.SSH {
+	if b == nil {
+		return nil
+	}
+	s := &nodespec.SSH{
+		Host: b.Host.ValueString(), Port: int(b.Port.ValueInt64()), User: b.User.ValueString(),
+		HostKey: b.HostKey.ValueString(), KnownHostsFile: b.KnownHostsFile.ValueString(),
+		InsecureIgnoreHostKey: b.InsecureIgnoreHostKey.ValueBool(), Keepalive: b.Keepalive.ValueString(),
+		Sudo: b.Sudo.ValueBool(), RevertOnLockout: b.RevertOnLockout.ValueBoolPointer(),
+	}
+	if j := b.Jump; j != nil {
+		s.Jump = &nodespec.Jump{Host: j.Host.ValueString(), Port: int(j.Port.ValueInt64()), User: j.User.ValueString(),
+			HostKey: j.HostKey.ValueString(), KnownHostsFile: j.KnownHostsFile.ValueString()}
+	}
+	return s
+}
+
+// spec decodes the `incus` block into the engine's node spec (nil for no block).
+func (b *incusBlockModel) spec() *nodespec.Incus {
+	if b == nil {
+		return nil
+	}
+	return &nodespec.Incus{Instance: b.Instance.ValueString(), Project: b.Project.ValueString(), Remote: b.Remote.ValueString()}
 }

@@ -9,7 +9,7 @@ import (
 
 func TestResolveTarget(t *testing.T) {
 	cfg := &Config{IncusSocket: "/var/lib/incus/unix.socket", IncusProject: "tenants"}
-	sshB := &sshBlockModel{Host: types.StringValue("127.0.0.1"), HostKey: types.StringValue("ssh-ed25519 AAAA")}
+	sshB := &sshBlockModel{Host: types.StringValue("127.0.0.1"), HostKey: types.StringValue("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD")}
 
 	got, diags := resolveTarget(sshB, nil, cfg)
 	if diags.HasError() {

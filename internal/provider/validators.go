@@ -8,9 +8,9 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
-	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
 // storePathValidator accepts a top-level Nix store path (/nix/store/<hash>-<name>).
@@ -44,8 +44,7 @@ func (hostKeyValidator) ValidateString(_ context.Context, req validator.StringRe
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() || req.ConfigValue.ValueString() == "" {
 		return
 	}
-	if _, _, _, _, err := gossh.ParseAuthorizedKey([]byte(req.ConfigValue.ValueString())); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Not an SSH host key",
-			fmt.Sprintf("%s is not a public key in authorized_keys form (%v). Copy it from the node's /etc/ssh/ssh_host_ed25519_key.pub, e.g. \"ssh-ed25519 AAAA…\".", req.Path, err))
+	if err := nodespec.CheckHostKey(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Not an SSH host key", fmt.Sprintf("%s: %v.", req.Path, err))
 	}
 }

@@ -39,16 +39,22 @@ variable "nodes" {
     `jsondecode(file("roster.json")).nodes` fits. Per node: `host` (and `port`, `user`, a pinned
     `host_key` or `known_hosts_file`, an optional `jump` host) for SSH, or `incus` =
     { instance, project } to reach it through the provider's Incus connection instead; and
-    `toplevel` (a prebuilt system) or `build` (defaults to var.build). A node the submission
+    `toplevel` (a prebuilt system) or `build` (defaults to var.build). As in the roster, a node
+    may also set `sudo` (with a non-root `user`), `keepalive`, `revert_on_lockout`,
+    `insecure_ignore_host_key`, `snapshot` (Incus), `strict`, `secret_chain`, `loop_budgets`, `timings` (over
+    var.timings), `checks` and `probes` (see fediversity_node_switch). A node the submission
     enables must be listed; a listed node it does not enable is left alone.
   EOT
   type = map(object({
     host                     = optional(string)
     port                     = optional(number)
     user                     = optional(string)
+    sudo                     = optional(bool)
     host_key                 = optional(string)
     known_hosts_file         = optional(string)
     insecure_ignore_host_key = optional(bool)
+    keepalive                = optional(string)
+    revert_on_lockout        = optional(bool)
     jump = optional(object({
       host             = string
       port             = optional(number)
@@ -59,8 +65,34 @@ variable "nodes" {
     incus = optional(object({
       instance = string
       project  = optional(string)
+      remote   = optional(string)
     }))
-    toplevel = optional(string)
+    snapshot = optional(object({
+      enabled = optional(bool)
+      keep    = optional(number)
+    }))
+    toplevel     = optional(string)
+    strict       = optional(bool)
+    secret_chain = optional(list(string))
+    loop_budgets = optional(map(number))
+    timings      = optional(map(string), {})
+    checks = optional(list(object({
+      name        = string
+      argv        = list(string)
+      expect_exit = optional(number)
+      interval    = optional(string)
+      timeout     = optional(string)
+    })), [])
+    probes = optional(list(object({
+      name          = string
+      url           = optional(string)
+      tcp           = optional(string)
+      expect_status = optional(number)
+      body_regexp   = optional(string)
+      insecure      = optional(bool)
+      interval      = optional(string)
+      timeout       = optional(string)
+    })), [])
     build = optional(object({
       installable = optional(string)
       file        = optional(string)
@@ -112,6 +144,8 @@ variable "timings" {
     stale_job       = optional(string)
     chain_wait      = optional(string)
     no_progress     = optional(string)
+    confirm_timeout = optional(string)
+    lock_wait       = optional(string)
   })
   default = {}
 }
