@@ -8,9 +8,14 @@ HCL_REPLACE=${HCL_REPLACE:-github.com/opentofu/hcl/v2@v2.20.2-0.20250121132637-5
 CACHE=${FEDIVERSITY_CACHE:-/var/cache/fediversity}
 out="$CACHE/tofu-$TOFU_VERSION/tofu"
 if [ -x "$out" ] && "$out" version >/dev/null 2>&1; then echo "$out"; exit 0; fi
+mkdir -p "$(dirname "$out")"
+# One build at a time (make test builds it in the background, and CI's release check
+# beside make test asks for it too): the second waits, then finds it built.
+exec 8>"$(dirname "$out")/.build.lock"
+flock 8
+if [ -x "$out" ] && "$out" version >/dev/null 2>&1; then echo "$out"; exit 0; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$(dirname "$out")"
 cd "$work"
 cat > go.mod <<MOD
 module fediversity.local/tofu-tools

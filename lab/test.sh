@@ -4,7 +4,7 @@
 # suite as soon as the parts it needs are up, side by side:
 #
 #   suite                                   needs                    lab (prefix, ports)
-#   go vet                                  nothing                  -
+#   make lint (go vet, golangci-lint)       nothing                  -
 #   unit and lab                            the lab                  fedi, 2200
 #   acceptance: Terraform, nodes i of 3     the lab                  fedtn<i>, 4000+100i
 #   acceptance: OpenTofu, nodes i of 3      the lab, OpenTofu        fedon<i>, 4500+100i
@@ -74,7 +74,8 @@ wait_for() { # wait_for NAME: 0 when NAME ended well; otherwise its log's tail a
 
 # 1. The lab (incusd, the node image, three nodes) at the run's priority, since every
 # suite waits on it; beside it, at the lowest priority until the lab is up, the parts
-# (each a no-op when its version is cached), the acceptance test binary and go vet. On a
+# (each a no-op when its version is cached) and the acceptance test binary; the linters
+# niced throughout. On a
 # cold machine the image's debootstrap is one process among dozens of compilers: at equal
 # priority it took 20 minutes instead of 4.
 background lab bash lab/lab.sh up
@@ -98,9 +99,9 @@ if [ "$mode" != setup ]; then
   background_early build-provider-tests go test -c -o "$logs/provider.test" ./internal/provider/
 fi
 if [ "$mode" = all ]; then
-  # Nothing waits on go vet but the end of the run: it stays niced.
-  mark "go vet (in the background)"
-  background vet nice -n 10 go vet ./...
+  # Nothing waits on the linters but the end of the run: they stay niced.
+  mark "make lint: go vet and golangci-lint (in the background)"
+  background lint nice -n 10 make lint
 fi
 wait_for lab
 mark "lab up"
@@ -222,7 +223,7 @@ for p in "${pids[@]}"; do wait "$p" || failed=1; done
 ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, alone" OpenTofu; exit 1; }
   lab_env fedon1 4600; acceptance "acceptance: OpenTofu, alone" "$tofu" -test.run "$ALONE_TESTS" ) || failed=1
 if [ "$mode" = all ]; then
-  wait_for vet && mark "go vet passed" || { mark "go vet failed"; cat "$logs/vet.log"; failed=1; }
+  wait_for lint && mark "make lint passed" || { mark "make lint failed"; cat "$logs/lint.log"; failed=1; }
 fi
 mark "done"
 printf '\n=== timeline\n'
