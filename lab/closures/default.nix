@@ -251,9 +251,11 @@ in
   # /run/secret yet) and runs once restarted after the chain finished.
   chain = chainScenario "chain" "@out@/sw/bin/fedi-chain-step secret-chain-fetch.service 3 1";
 
-  # The first chain member fails after one step; /run/secret never appears.
+  # The first chain member fails after one step, before it says it is done; /run/secret
+  # never appears. (Failing after fedi-chain-step left its .done file let the install
+  # member go on and write /run/secret: a loaded node showed it before the check.)
   chain-member-fails = chainScenario "chain-member-fails"
-    "/bin/sh -c '@out@/sw/bin/fedi-chain-step secret-chain-fetch.service 1 1; exit 1'";
+    "/bin/sh -c 'mkdir -p /run/fediversity-chain; sleep 1; echo 1 > /run/fediversity-chain/secret-chain-fetch.service.progress; exit 1'";
 
   # The first chain member runs but never makes progress; /run/secret never appears.
   chain-no-progress = chainScenario "chain-no-progress" "@out@/sw/bin/fedi-idle";
