@@ -227,6 +227,9 @@ func (r *verdictResource) ImportState(ctx context.Context, req resource.ImportSt
 		SubmissionDigest: types.StringNull(),
 		SubmissionFile:   types.StringNull(),
 		Timeouts:         timeouts.Value{Object: types.ObjectNull(timeoutsAttrTypes)},
+		// A zero types.Object is null but of no type: the state refuses it.
+		Verdict: types.ObjectNull(verdictAttrTypes),
+		Judged:  types.StringNull(),
 	}
 	if addr.Target.Kind == "ssh" {
 		m.SSH = sshBlockFromTarget(addr.Target)
