@@ -6,8 +6,8 @@
 #   suite                                   needs                    lab (prefix, ports)
 #   make lint (go vet, golangci-lint)       nothing                  -
 #   unit and lab                            the lab                  fedi, 2200
-#   acceptance: Terraform, nodes i of 3     the lab                  fedtn<i>, 4000+100i
-#   acceptance: OpenTofu, nodes i of 3      the lab, OpenTofu        fedon<i>, 4500+100i
+#   acceptance: Terraform, nodes i of N     the lab                  fedtn<i>, 4000+100i
+#   acceptance: OpenTofu, nodes i of N      the lab, OpenTofu        fedon<i>, 4500+100i
 #   k8s and SPIRE lab                       + Kubernetes, SPIRE      fedi, 2200
 #   acceptance: Terraform, k8s and SPIRE    + Kubernetes, SPIRE      fedtk, 2600
 #   acceptance: OpenTofu, k8s and SPIRE     + Kubernetes, SPIRE      fedok, 2700
@@ -16,9 +16,9 @@
 #
 # The acceptance tests are one package (internal/provider), built once, split in groups:
 # those that need the cluster or SPIRE ($K8S_TESTS), and all the others (the nodes
-# tests), dealt by name into $NODES_SHARDS shards per binary. The nodes tests mostly wait
-# on their nodes (settle and watch windows), so shards side by side cut the wall time
-# without making the machine the bottleneck. Each acceptance suite has a lab of its own
+# tests), dealt by name into $NODES_SHARDS shards per binary (N, one per core beyond the
+# first). The nodes tests mostly wait on their nodes (settle and watch windows), so on a
+# machine with cores to spare shards side by side cut the wall time. Each acceptance suite has a lab of its own
 # (its nodes, throwaway instances, ports and spire node), so suites that run at the same
 # time never touch each other's nodes; the Kubernetes control plane and the real node
 # are shared (every test makes a namespace of its own).
@@ -46,7 +46,11 @@ K8S_TESTS='^TestAcc(K8s|Image|ModuleK8s|Spire)'
 # The tests that restart the one incusd every lab shares: they run alone, after the
 # other suites, or they would cut the exec sessions of every test running beside them.
 ALONE_TESTS='^TestAccNodeSwitchIncusdRestart$'
-NODES_SHARDS=${NODES_SHARDS:-3}
+# One nodes shard per core beyond the first. On two cores one per binary: three were
+# measured there (47m45s, the same as one, since the suites side by side use every
+# core) and the CPU-starved nodes then broke the timing of the interrupt tests.
+cores=$(nproc)
+NODES_SHARDS=${NODES_SHARDS:-$((cores > 2 ? cores - 1 : 1))}
 PROVIDER_PKG=github.com/fediversity/terraform-provider-fediversity/internal/provider
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
 export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}

@@ -20,13 +20,15 @@ import (
 )
 
 // checkBlocksHCL are a node check that passes once the service has warmed up (about 3 s
-// after the switch) and a probe of the service from the deployer.
+// after the switch), and never at its first attempt, so that its retries show however
+// long a loaded machine took to reach the checks (the closure's activation removes the
+// marker); and a probe of the service from the deployer.
 func checkBlocksHCL(httpPort int, strict bool) string {
 	return fmt.Sprintf(`
   strict = %t
   check {
     name     = "warm"
-    argv     = ["test", "-e", "/run/fedi-http-ready"]
+    argv     = ["sh", "-c", "test -e /run/fedi-warm-seen && test -e /run/fedi-http-ready || { touch /run/fedi-warm-seen; exit 1; }"]
     interval = "1s"
     timeout  = "20s"
   }

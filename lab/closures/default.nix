@@ -173,7 +173,7 @@ let
       };
     };
     wants = baseWants ++ [ "fedi-http.socket" "fedi-warmup.service" ];
-    activate = "rm -f /run/fedi-http-ready";
+    activate = "rm -f /run/fedi-http-ready /run/fedi-warm-seen";
   };
 in
 {
