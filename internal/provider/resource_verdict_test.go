@@ -171,16 +171,27 @@ func TestAccVerdictChainConverges(t *testing.T) {
 			},
 			{
 				// Import by the Incus address, with the node's name: the same node and
-				// transport as the resource created above. Persisted, so the next step
-				// starts from the imported state.
-				ResourceName:       vaddr,
-				ImportState:        true,
-				ImportStateId:      fmt.Sprintf("incus://local/%s/%s/%s", node.Project, node.Instance, node.Name),
-				ImportStateVerify:  true,
-				ImportStatePersist: true,
+				// transport as the resource created above.
+				ResourceName:      vaddr,
+				ImportState:       true,
+				ImportStateId:     fmt.Sprintf("incus://local/%s/%s/%s", node.Project, node.Instance, node.Name),
+				ImportStateVerify: true,
 				ImportStateVerifyIgnore: []string{
 					"toplevel", "secret_chain", "timings", "triggers", "verdict", "judged_toplevel", "timeouts", "incus.remote",
 				},
+			},
+			{
+				// The verdict leaves the state (nothing changes on the node), so that the
+				// next import is persisted into an empty address.
+				Config: testAccConfig(accProvider()),
+			},
+			{
+				// The same import, persisted: the next step starts from the imported state.
+				Config:             cfg("2"),
+				ResourceName:       vaddr,
+				ImportState:        true,
+				ImportStateId:      fmt.Sprintf("incus://local/%s/%s/%s", node.Project, node.Instance, node.Name),
+				ImportStatePersist: true,
 			},
 			{
 				// The next apply after an import runs the pass (the configuration's
