@@ -198,12 +198,13 @@ if [ "$mode" = all ]; then
     suite "k8s and SPIRE lab" go test -json -count=1 -timeout 40m ./internal/k8s/ ./internal/spire/ ) &
   pids+=($!)
 fi
+failed=0
 if wait_for build-provider-tests; then
   mapfile -t shards < <(nodes_shards)
 else
   shards=()
   blocked "acceptance: nodes" "the acceptance test binary"
-  failed_to_list=1
+  failed=1
 fi
 for i in "${!shards[@]}"; do
   n=$((i + 1)) of=" of ${#shards[@]}"
@@ -219,7 +220,6 @@ pids+=($!)
   k8s_suite "acceptance: OpenTofu, k8s and SPIRE" "$tofu" fedok 2700 ) &
 pids+=($!)
 
-failed=${failed_to_list:-0}
 for p in "${pids[@]}"; do wait "$p" || failed=1; done
 # The tests that must have the machine to themselves, with each binary in turn, on the
 # labs of the first nodes shards.
