@@ -85,7 +85,13 @@ func ToplevelImage(ctx context.Context, toplevel string) (v1.Image, []string, er
 	cfg.OS, cfg.Architecture = "linux", toplevelArch(toplevel)
 	cfg.Created = v1.Time{}
 	cfg.History = nil
-	cfg.Config.Entrypoint = []string{"/sbin/init"}
+	// The node's command is /sbin/init (a command, not an entrypoint, as the node spec
+	// gives it), and its stop signal SIGRTMIN+3: systemd as PID 1 takes SIGTERM as
+	// "re-execute", not "shut down", so a pod replacement or a rollback would wait out
+	// the termination grace and then kill the node without a clean shutdown, mid-write
+	// for anything in /var/lib (the node's state across replacements).
+	cfg.Config.Cmd = []string{"/sbin/init"}
+	cfg.Config.StopSignal = "SIGRTMIN+3"
 	cfg.Config.Labels = map[string]string{"org.fediversity.toplevel": toplevel}
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {

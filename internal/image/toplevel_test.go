@@ -105,6 +105,19 @@ func TestToplevelImageReproducibleAndExact(t *testing.T) {
 	if h := entries["/sbin/init"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != top+"/init" {
 		t.Fatalf("/sbin/init: %+v, want a symlink to %s/init", h, top)
 	}
+	// The container runtime stops the node with the image's stop signal: systemd as
+	// PID 1 shuts down cleanly on SIGRTMIN+3 only.
+	img, _, err := ToplevelImage(ctx, top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Config; got.StopSignal != "SIGRTMIN+3" || len(got.Entrypoint) != 0 || strings.Join(got.Cmd, " ") != "/sbin/init" {
+		t.Fatalf("image config: stop signal %q, entrypoint %q, command %q; want SIGRTMIN+3, none, /sbin/init", got.StopSignal, got.Entrypoint, got.Cmd)
+	}
 	tag, err := ToplevelTag(top)
 	if err != nil || len(tag) != 32 || !strings.HasPrefix(top, "/nix/store/"+tag+"-") {
 		t.Fatalf("tag %q (%v) of %s", tag, err, top)
