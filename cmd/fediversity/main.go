@@ -2,8 +2,13 @@
 // NixOS nodes over SSH from a submission, without Terraform and without state, and
 // prints one verdict per node.
 //
-//	fediversity deploy  --roster nodes.json [--submission s.json --baked b.json] [--parallel 10] [--strict|--lenient] [--json]
+//	fediversity deploy  --roster nodes.json [--submission s.json --baked b.json] [--parallel 10] [--strict|--lenient] [--output table|json]
+//	                    [--canary 1|web01,web02] [--wave-size 2|50%] [--waves 'a,b;c'] [--failure-budget 1|20%]
 //	fediversity verdict --roster nodes.json [...]
+//
+// A deploy can be staged (the roster's "rollout", or the flags): a canary, then waves,
+// under a failure budget; past the budget the rollout halts and later waves are not
+// touched (docs/design.md#staged-rollouts).
 //
 // Exit codes: 0 every node is ok, 1 a verdict failed (or a node could not be deployed),
 // 2 bad input (nothing was done on any node), 130 quit by a second interrupt (what each
@@ -88,6 +93,8 @@ type groupFlags struct {
 	roster, submissionFile, bakedFile, method, identityKeys, operatorRoot string
 	parallel                                                              int
 	strict, lenient, json                                                 bool
+	output                                                                string
+	rollout                                                               rolloutFlags
 }
 
 func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, nodes *nodePhases) int {
@@ -103,12 +110,23 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	fs.IntVar(&f.parallel, "parallel", fleet.DefaultParallel, "how many nodes run at once")
 	fs.BoolVar(&f.strict, "strict", false, "a failed unit fails the node (the default)")
 	fs.BoolVar(&f.lenient, "lenient", false, "a failed unit is named and warned about, but does not fail the node")
-	fs.BoolVar(&f.json, "json", false, "print the verdicts as JSON on stdout")
+	fs.BoolVar(&f.json, "json", false, "print the verdicts as JSON on stdout (the same as --output json)")
+	fs.StringVar(&f.output, "output", "table", "table, or json: the per-node verdicts and the rollout's waves and budget, for CI and monitoring")
+	if cmd == "deploy" {
+		f.rollout.register(fs)
+	}
 	if err := fs.Parse(args); err != nil {
 		return exitBadInput
 	}
 	if fs.NArg() > 0 {
 		return badInput(stderr, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	switch f.output {
+	case "json":
+		f.json = true
+	case "table":
+	default:
+		return badInput(stderr, fmt.Errorf("--output: %q: want table or json", f.output))
 	}
 	g, err := f.group(cmd == "verdict")
 	if err != nil {
@@ -124,18 +142,19 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		nodes.observe(e)
 		progress.event(e)
 	}
-	outcomes, err := g.Run(ctx)
+	outcomes, rollout, err := g.RunRollout(ctx)
 	progress.finish()
 	if err != nil {
 		return badInput(stderr, err)
 	}
 	if f.json {
-		if err := writeJSON(stdout, outcomes); err != nil {
+		if err := writeJSON(stdout, outcomes, rolloutJSON(rollout, g.Rollout.Staged())); err != nil {
 			fmt.Fprintln(stderr, "fediversity:", err)
 			return exitFailed
 		}
 	} else {
 		writeTable(stdout, outcomes)
+		writeRolloutTable(stdout, rollout, g.Rollout.Staged())
 	}
 	for _, o := range outcomes {
 		if !o.OK() {
@@ -175,6 +194,11 @@ func (f groupFlags) group(verdictOnly bool) (*fleet.Group, error) {
 		Strict:      !f.lenient,
 		Parallel:    f.parallel,
 		Credentials: fleet.CredentialsFromEnv(),
+	}
+	if !verdictOnly {
+		if g.Rollout, err = f.rollout.rollout(roster.Rollout); err != nil {
+			return nil, err
+		}
 	}
 	if f.submissionFile == "" && f.bakedFile == "" {
 		return g, nil
