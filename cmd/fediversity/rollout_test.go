@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
 // The flags win over the roster's rollout, field by field.
@@ -89,5 +91,35 @@ func TestRolloutHaltInTableAndJSON(t *testing.T) {
 		len(r.Waves) != 2 || strings.Join(r.Waves[1].NotAttempted, ",") != "web02" || strings.Join(got.NotAttempted, ",") != "web02" ||
 		got.Nodes[1].NotAttempted != reason || got.Nodes[1].Wave != 2 || got.Nodes[1].OK {
 		t.Errorf("JSON:\n%s", b.String())
+	}
+}
+
+// Every roster the ssh guide prints loads, and its rollout lays out on its nodes.
+func TestSSHGuideRostersLoad(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join(labtest.RepoRoot(t), "docs", "guides", "ssh.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```json\n(.*?)```").FindAllStringSubmatch(string(page), -1)
+	staged := 0
+	for i, m := range blocks {
+		file := filepath.Join(t.TempDir(), "roster.json")
+		if err := os.WriteFile(file, []byte(m[1]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		roster, err := fleet.LoadRoster(file)
+		if err != nil {
+			t.Errorf("roster %d of the ssh guide: %v\n%s", i+1, err, m[1])
+			continue
+		}
+		if roster.Rollout.Staged() {
+			staged++
+			if _, problems := roster.Rollout.Plan(roster.NodeNames(), roster.NodeNames()); len(problems) > 0 {
+				t.Errorf("roster %d of the ssh guide: %v", i+1, problems)
+			}
+		}
+	}
+	if len(blocks) < 2 || staged < 1 {
+		t.Fatalf("found %d JSON rosters (%d with a rollout) in the ssh guide: the pattern no longer matches", len(blocks), staged)
 	}
 }
