@@ -28,7 +28,10 @@ type Group struct {
 	NodePlans map[string]string
 	// VerdictOnly judges the running nodes: no build, no copy, no switch.
 	VerdictOnly bool
-	Strict      bool
+	// ToLastGood deploys each node's last good system (LastGoodFile) instead of a
+	// build: `fediversity rollback`. A node without one fails, untouched.
+	ToLastGood bool
+	Strict     bool
 	// Parallel bounds how many nodes run at once (DefaultParallel when 0).
 	Parallel int
 	// Rollout stages the run: a canary, waves and a failure budget. Nil (or zero):
@@ -115,7 +118,7 @@ func (g *Group) Plan() (run []string, disabled []string, err error) {
 	overSSH := false
 	for _, node := range run {
 		spec := g.Roster.Spec(node)
-		if !g.VerdictOnly && spec.Toplevel == "" && spec.Build == nil {
+		if !g.VerdictOnly && !g.ToLastGood && spec.Toplevel == "" && spec.Build == nil {
 			problems = append(problems, fmt.Sprintf("node %q: build: nothing to deploy: give the roster a \"build\" (or the node a \"build\" or \"toplevel\")", node))
 		}
 		if t := spec.Target(); t.Kind == "incus" && t.Remote != nodespec.LocalRemote {
@@ -220,7 +223,12 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		}
 		t = guard
 	}
-	if opts.Toplevel == "" {
+	switch {
+	case g.ToLastGood:
+		if out.Err = lastGoodTarget(ctx, unguarded, &opts); out.Err != nil {
+			return out
+		}
+	case opts.Toplevel == "":
 		cleanup, err := g.setBuild(&opts, nix, spec, &out.BuildWarnings)
 		defer cleanup()
 		if err != nil {
@@ -228,6 +236,12 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 			return out
 		}
 	}
+	// Every clean verdict of a deploy becomes the node's last good system.
+	defer func() {
+		if out.Err == nil {
+			recordLastGood(ctx, unguarded, out.Result, time.Now())
+		}
+	}()
 	if g.Rollout.Staged() {
 		if out.Resumed, out.Result, out.Err = resumeNode(ctx, unguarded, &opts, report); out.Resumed || out.Err != nil {
 			return out
