@@ -147,6 +147,7 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		nodes.observe(e)
 		progress.event(e)
 	}
+	g.WaveStarted = progress.wave
 	outcomes, rollout, err := g.RunRollout(ctx)
 	progress.finish()
 	if err != nil {

@@ -418,4 +418,11 @@ func (p *progress) redraw() {
 	_, _ = io.WriteString(p.w, b.String())
 }
 
+// wave says a rollout's wave starts; on a terminal its nodes' lines start a new block
+// under it, so the waves before stay on screen as they ended.
+func (p *progress) wave(number, waves int, nodes []string) {
+	fmt.Fprintf(p.w, "rollout: wave %d of %d: %s\n", number, waves, strings.Join(nodes, ", "))
+	p.order, p.line, p.drawn = nil, map[string]string{}, 0
+}
+
 func (p *progress) finish() {}

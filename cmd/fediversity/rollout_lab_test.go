@@ -66,6 +66,10 @@ func TestLabCLIRolloutHaltsAndResumes(t *testing.T) {
 			t.Fatalf("exit %d, output is not the JSON summary with a rollout (%v):\n%s\nstderr:\n%s", code, err, stdout, stderr)
 		}
 		t.Logf("exit %d; rollout %+v", code, *out.Rollout)
+		// The progress on stderr names each wave as it starts.
+		if want := "rollout: wave 1 of 3: " + canary + "\n"; !strings.Contains(stderr, want) {
+			t.Errorf("progress lacks %q:\n%s", want, stderr)
+		}
 		return out, code
 	}
 	node := func(out jsonSummary, name string) jsonNode {

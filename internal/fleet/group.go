@@ -44,6 +44,9 @@ type Group struct {
 	// Progress, if set, is told each phase a node starts and when it is done. It is
 	// called from the nodes' goroutines, one call at a time.
 	Progress func(Event)
+	// WaveStarted, if set, is told when a wave of a staged rollout starts: its number
+	// (from 1), how many waves there are, and its nodes.
+	WaveStarted func(number, waves int, nodes []string)
 }
 
 // Event is one step of one node.
@@ -177,6 +180,12 @@ func (g *Group) RunRollout(ctx context.Context) ([]Outcome, *RolloutResult, erro
 	}
 	outcomes, result := runRollout(ctx, plan, parallel, func(ctx context.Context, node string) Outcome {
 		return g.runNode(ctx, conns, nix, node, report)
+	}, func(w WaveResult, waves int) {
+		if g.WaveStarted != nil && g.Rollout.Staged() {
+			progressMu.Lock()
+			defer progressMu.Unlock()
+			g.WaveStarted(w.Number, waves, w.Nodes)
+		}
 	})
 	for _, node := range disabled {
 		outcomes = append(outcomes, Outcome{Node: node, Disabled: true})

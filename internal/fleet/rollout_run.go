@@ -63,7 +63,9 @@ type nodeDeployer func(ctx context.Context, node string) Outcome
 // budget and does not stop the others while the budget holds; past it, no further node
 // is started (the rest of the wave and every later wave are not attempted: deploy is
 // never called for them). Outcomes are in plan order.
-func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy nodeDeployer) ([]Outcome, *RolloutResult) {
+//
+// started, if not nil, is told when each wave starts (before its first node).
+func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy nodeDeployer, started func(WaveResult, int)) ([]Outcome, *RolloutResult) {
 	res := &RolloutResult{Budget: plan.Budget, Nodes: plan.Nodes}
 	var (
 		mu       sync.Mutex
@@ -78,6 +80,9 @@ func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy node
 		mu.Unlock()
 		if !stop {
 			wave.Attempted = true
+			if started != nil {
+				started(wave, len(plan.Waves))
+			}
 			var wg sync.WaitGroup
 			// Nodes start in the wave's order as slots free up, so a budget spent
 			// early in a wide wave keeps its later nodes untouched.

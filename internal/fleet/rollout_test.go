@@ -145,7 +145,16 @@ func planOf(t *testing.T, rollout string, nodes int) RolloutPlan {
 func TestRolloutStartsAWaveOnlyWhenThePreviousIsJudged(t *testing.T) {
 	f := &fakeFleet{}
 	plan := planOf(t, `{"canary": 1, "wave_size": 2}`, 5)
-	_, res := runRollout(context.Background(), plan, 10, f.deploy)
+	var started []int
+	_, res := runRollout(context.Background(), plan, 10, f.deploy, func(w WaveResult, waves int) {
+		if waves != 3 || len(w.Nodes) == 0 {
+			t.Errorf("wave %d started as one of %d, with nodes %v", w.Number, waves, w.Nodes)
+		}
+		started = append(started, w.Number)
+	})
+	if !reflect.DeepEqual(started, []int{1, 2, 3}) {
+		t.Errorf("waves started %v, want 1, 2, 3", started)
+	}
 	waveOf := map[string]int{}
 	for i, w := range plan.Waves {
 		for _, n := range w {
@@ -179,7 +188,7 @@ func TestRolloutStartsAWaveOnlyWhenThePreviousIsJudged(t *testing.T) {
 func TestRolloutHaltsPastTheBudget(t *testing.T) {
 	f := &fakeFleet{fail: map[string]string{"n2": "failed", "n3": "unreachable"}}
 	plan := planOf(t, `{"canary": 1, "wave_size": 2, "failure_budget": 1}`, 6)
-	outcomes, res := runRollout(context.Background(), plan, 10, f.deploy)
+	outcomes, res := runRollout(context.Background(), plan, 10, f.deploy, nil)
 	if got := f.started(); slices.Contains(got, "n4") || slices.Contains(got, "n5") || slices.Contains(got, "n6") || len(got) != 3 {
 		t.Fatalf("deployed %v, want only n1, n2, n3 (the canary and wave 2)", got)
 	}
@@ -213,7 +222,7 @@ func TestRolloutHaltsPastTheBudget(t *testing.T) {
 func TestRolloutGoesOnWithinTheBudget(t *testing.T) {
 	f := &fakeFleet{fail: map[string]string{"n2": "unreachable"}}
 	plan := planOf(t, `{"canary": 1, "wave_size": 2, "failure_budget": 1}`, 5)
-	outcomes, res := runRollout(context.Background(), plan, 10, f.deploy)
+	outcomes, res := runRollout(context.Background(), plan, 10, f.deploy, nil)
 	if len(f.started()) != 5 || res.Halted || res.Failed != 1 || !res.Complete() {
 		t.Fatalf("deployed %v, result %+v: want all 5 deployed, 1 failed, not halted", f.started(), res)
 	}
@@ -227,7 +236,7 @@ func TestRolloutGoesOnWithinTheBudget(t *testing.T) {
 // Without a budget (the default) a failing node never stops the others, as before.
 func TestRolloutWithoutBudgetDeploysEveryNode(t *testing.T) {
 	f := &fakeFleet{fail: map[string]string{"n1": "failed", "n2": "failed"}}
-	_, res := runRollout(context.Background(), planOf(t, `{"canary": 1}`, 4), 10, f.deploy)
+	_, res := runRollout(context.Background(), planOf(t, `{"canary": 1}`, 4), 10, f.deploy, nil)
 	if len(f.started()) != 4 || res.Halted || res.Failed != 2 {
 		t.Fatalf("deployed %v, result %+v: want all 4 deployed, 2 failed, not halted", f.started(), res)
 	}
@@ -236,7 +245,7 @@ func TestRolloutWithoutBudgetDeploysEveryNode(t *testing.T) {
 // A failing canary with budget 0 halts before any other node is touched.
 func TestRolloutFailingCanaryHaltsEverything(t *testing.T) {
 	f := &fakeFleet{fail: map[string]string{"n1": "failed"}}
-	outcomes, res := runRollout(context.Background(), planOf(t, `{"canary": 1, "wave_size": 2, "failure_budget": 0}`, 5), 10, f.deploy)
+	outcomes, res := runRollout(context.Background(), planOf(t, `{"canary": 1, "wave_size": 2, "failure_budget": 0}`, 5), 10, f.deploy, nil)
 	if !reflect.DeepEqual(f.started(), []string{"n1"}) || !res.Halted || res.HaltedInWave != 1 {
 		t.Fatalf("deployed %v, result %+v: want the canary only, halted after wave 1", f.started(), res)
 	}
@@ -249,7 +258,7 @@ func TestRolloutFailingCanaryHaltsEverything(t *testing.T) {
 // budget is spent are not started either.
 func TestRolloutStopsStartingNodesOfTheWavePastTheBudget(t *testing.T) {
 	f := &fakeFleet{fail: map[string]string{"n1": "failed", "n2": "failed"}}
-	_, res := runRollout(context.Background(), planOf(t, `{"failure_budget": 1}`, 4), 1, f.deploy)
+	_, res := runRollout(context.Background(), planOf(t, `{"failure_budget": 1}`, 4), 1, f.deploy, nil)
 	if f.peak != 1 {
 		t.Errorf("%d nodes ran at once, want 1 (parallel 1)", f.peak)
 	}
@@ -266,7 +275,7 @@ func TestRolloutInterruptedLeavesLaterWavesAlone(t *testing.T) {
 		defer cancel() // the interrupt arrives while the canary runs
 		return f.deploy(ctx, node)
 	}
-	outcomes, res := runRollout(ctx, planOf(t, `{"canary": 1}`, 3), 10, deploy)
+	outcomes, res := runRollout(ctx, planOf(t, `{"canary": 1}`, 3), 10, deploy, nil)
 	if !reflect.DeepEqual(f.started(), []string{"n1"}) || !res.Interrupted || res.Complete() {
 		t.Fatalf("deployed %v, result %+v: want the canary only, interrupted", f.started(), res)
 	}
