@@ -2,8 +2,14 @@
 // NixOS nodes over SSH from a submission, without Terraform and without state, and
 // prints one verdict per node.
 //
-//	fediversity deploy  --roster nodes.json [--submission s.json --baked b.json] [--parallel 10] [--strict|--lenient] [--json]
+//	fediversity deploy  --roster nodes.json [--submission s.json --baked b.json] [--parallel 10] [--strict|--lenient] [--output table|json]
+//	                    [--canary 1|web01,web02] [--wave-size 2|50%] [--waves 'a,b;c'] [--failure-budget 1|20%]
 //	fediversity verdict --roster nodes.json [...]
+//	fediversity rollback --roster nodes.json [--to last-good] [rollout flags] [...]
+//
+// A deploy can be staged (the roster's "rollout", or the flags): a canary, then waves,
+// under a failure budget; past the budget the rollout halts and later waves are not
+// touched (docs/design.md#staged-rollouts).
 //
 // Exit codes: 0 every node is ok, 1 a verdict failed (or a node could not be deployed),
 // 2 bad input (nothing was done on any node), 130 quit by a second interrupt (what each
@@ -57,6 +63,7 @@ const usage = `usage: fediversity <command> [flags]
 commands:
   deploy    build each enabled node, copy its closure, switch it and judge it
   verdict   judge the running nodes (no build, no copy, no switch)
+  rollback  switch every node back to its last good system and judge it
   version   print the version
 
 Run 'fediversity <command> -h' for the flags. Credentials come from
@@ -70,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, nodes *no
 		return exitBadInput
 	}
 	switch args[0] {
-	case "deploy", "verdict":
+	case "deploy", "verdict", "rollback":
 		return runGroup(ctx, args[0], args[1:], stdout, stderr, nodes)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "fediversity", version)
@@ -88,6 +95,8 @@ type groupFlags struct {
 	roster, submissionFile, bakedFile, method, identityKeys, operatorRoot string
 	parallel                                                              int
 	strict, lenient, json                                                 bool
+	output, to                                                            string
+	rollout                                                               rolloutFlags
 }
 
 func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, nodes *nodePhases) int {
@@ -103,14 +112,28 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	fs.IntVar(&f.parallel, "parallel", fleet.DefaultParallel, "how many nodes run at once")
 	fs.BoolVar(&f.strict, "strict", false, "a failed unit fails the node (the default)")
 	fs.BoolVar(&f.lenient, "lenient", false, "a failed unit is named and warned about, but does not fail the node")
-	fs.BoolVar(&f.json, "json", false, "print the verdicts as JSON on stdout")
+	fs.BoolVar(&f.json, "json", false, "print the verdicts as JSON on stdout (the same as --output json)")
+	fs.StringVar(&f.output, "output", "table", "table, or json: the per-node verdicts and the rollout's waves and budget, for CI and monitoring")
+	if cmd != "verdict" {
+		f.rollout.register(fs)
+	}
+	if cmd == "rollback" {
+		fs.StringVar(&f.to, "to", "last-good", "what to switch each node back to: last-good, the system of its last clean verdict (pinned on the node)")
+	}
 	if err := fs.Parse(args); err != nil {
 		return exitBadInput
 	}
 	if fs.NArg() > 0 {
 		return badInput(stderr, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	g, err := f.group(cmd == "verdict")
+	switch f.output {
+	case "json":
+		f.json = true
+	case "table":
+	default:
+		return badInput(stderr, fmt.Errorf("--output: %q: want table or json", f.output))
+	}
+	g, err := f.group(cmd)
 	if err != nil {
 		return badInput(stderr, err)
 	}
@@ -124,18 +147,20 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		nodes.observe(e)
 		progress.event(e)
 	}
-	outcomes, err := g.Run(ctx)
+	g.WaveStarted = progress.wave
+	outcomes, rollout, err := g.RunRollout(ctx)
 	progress.finish()
 	if err != nil {
 		return badInput(stderr, err)
 	}
 	if f.json {
-		if err := writeJSON(stdout, outcomes); err != nil {
+		if err := writeJSON(stdout, outcomes, rolloutJSON(rollout, g.Rollout.Staged())); err != nil {
 			fmt.Fprintln(stderr, "fediversity:", err)
 			return exitFailed
 		}
 	} else {
 		writeTable(stdout, outcomes)
+		writeRolloutTable(stdout, rollout, g.Rollout.Staged())
 	}
 	for _, o := range outcomes {
 		if !o.OK() {
@@ -155,9 +180,13 @@ func badInput(stderr io.Writer, err error) int {
 
 // group turns the flags into a fleet.Group: the roster, and the node plans of the
 // submission merged into the baked configuration.
-func (f groupFlags) group(verdictOnly bool) (*fleet.Group, error) {
+func (f groupFlags) group(cmd string) (*fleet.Group, error) {
+	verdictOnly := cmd == "verdict"
 	if f.roster == "" {
-		return nil, fmt.Errorf("--roster: missing: give the roster file (see 'fediversity %s -h')", map[bool]string{true: "verdict", false: "deploy"}[verdictOnly])
+		return nil, fmt.Errorf("--roster: missing: give the roster file (see 'fediversity %s -h')", cmd)
+	}
+	if cmd == "rollback" && f.to != "last-good" {
+		return nil, fmt.Errorf("--to: %q: want last-good (each node's system of its last clean verdict)", f.to)
 	}
 	if f.strict && f.lenient {
 		return nil, fmt.Errorf("--strict and --lenient: give at most one")
@@ -172,9 +201,15 @@ func (f groupFlags) group(verdictOnly bool) (*fleet.Group, error) {
 	g := &fleet.Group{
 		Roster:      roster,
 		VerdictOnly: verdictOnly,
+		ToLastGood:  cmd == "rollback",
 		Strict:      !f.lenient,
 		Parallel:    f.parallel,
 		Credentials: fleet.CredentialsFromEnv(),
+	}
+	if !verdictOnly {
+		if g.Rollout, err = f.rollout.rollout(roster.Rollout); err != nil {
+			return nil, err
+		}
 	}
 	if f.submissionFile == "" && f.bakedFile == "" {
 		return g, nil

@@ -39,7 +39,7 @@ func writeTable(w io.Writer, outcomes []fleet.Outcome) {
 		}
 	}
 	for _, o := range outcomes {
-		if o.OK() || o.Disabled {
+		if o.OK() || o.Disabled || o.NotAttempted != "" {
 			continue
 		}
 		fmt.Fprintf(w, "\n--- %s\n", o.Node)
@@ -50,16 +50,24 @@ func writeTable(w io.Writer, outcomes []fleet.Outcome) {
 			fmt.Fprintln(w, strings.TrimRight(o.Result.Report, "\n"))
 		}
 	}
-	ok, failed, disabled := counts(outcomes)
-	fmt.Fprintf(w, "\n%d ok, %d failed, %d disabled by the submission\n", ok, failed, disabled)
+	ok, failed, disabled, notAttempted := counts(outcomes)
+	fmt.Fprintf(w, "\n%d ok, %d failed, %d disabled by the submission", ok, failed, disabled)
+	if notAttempted > 0 {
+		fmt.Fprintf(w, ", %d not attempted", notAttempted)
+	}
+	fmt.Fprintln(w)
 }
 
 func resultWord(o fleet.Outcome) string {
 	switch {
 	case o.Disabled:
 		return "disabled"
+	case o.NotAttempted != "":
+		return "not attempted"
 	case o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.Unreachable:
 		return "unreachable"
+	case o.OK() && o.Resumed:
+		return "ok (resumed)"
 	case o.OK():
 		if len(o.Warnings()) > 0 || (o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0) {
 			return "ok (warnings)"
@@ -71,6 +79,9 @@ func resultWord(o fleet.Outcome) string {
 }
 
 func reasons(o fleet.Outcome) []string {
+	if o.NotAttempted != "" {
+		return []string{o.NotAttempted}
+	}
 	if o.Result != nil && o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0 {
 		return o.Result.Verdict.Reasons
 	}
@@ -86,17 +97,19 @@ func firstLine(s string) string {
 }
 
 func elapsed(o fleet.Outcome) string {
-	if o.Disabled {
+	if o.Disabled || o.NotAttempted != "" {
 		return "-"
 	}
 	return o.Elapsed.Round(100 * time.Millisecond).String()
 }
 
-func counts(outcomes []fleet.Outcome) (ok, failed, disabled int) {
+func counts(outcomes []fleet.Outcome) (ok, failed, disabled, notAttempted int) {
 	for _, o := range outcomes {
 		switch {
 		case o.Disabled:
 			disabled++
+		case o.NotAttempted != "":
+			notAttempted++
 		case o.OK():
 			ok++
 		default:
@@ -108,9 +121,16 @@ func counts(outcomes []fleet.Outcome) (ok, failed, disabled int) {
 
 // jsonNode is one node in --json output. Field names are stable.
 type jsonNode struct {
-	Node       string       `json:"node"`
-	OK         bool         `json:"ok"`
-	Disabled   bool         `json:"disabled,omitempty"`
+	Node     string `json:"node"`
+	OK       bool   `json:"ok"`
+	Disabled bool   `json:"disabled,omitempty"`
+	// Wave is the node's wave in the rollout (from 1; the canary is wave 1).
+	Wave int `json:"wave,omitempty"`
+	// NotAttempted says why the rollout left the node alone (it halted before its turn).
+	NotAttempted string `json:"not_attempted,omitempty"`
+	// Resumed: the node already ran this system with an ok verdict from an earlier
+	// run; it was judged again, not switched.
+	Resumed    bool         `json:"resumed,omitempty"`
 	Error      string       `json:"error,omitempty"`
 	Phase      string       `json:"failed_phase,omitempty"`
 	Toplevel   string       `json:"toplevel,omitempty"`
@@ -295,12 +315,16 @@ type jsonSummary struct {
 	OK       []string   `json:"ok"`
 	Failed   []string   `json:"failed"`
 	Disabled []string   `json:"disabled"`
+	// NotAttempted are the nodes a halted rollout left alone.
+	NotAttempted []string     `json:"not_attempted"`
+	Rollout      *jsonRollout `json:"rollout,omitempty"`
 }
 
-func writeJSON(w io.Writer, outcomes []fleet.Outcome) error {
-	s := jsonSummary{Nodes: []jsonNode{}, OK: []string{}, Failed: []string{}, Disabled: []string{}}
+func writeJSON(w io.Writer, outcomes []fleet.Outcome, rollout *jsonRollout) error {
+	s := jsonSummary{Nodes: []jsonNode{}, OK: []string{}, Failed: []string{}, Disabled: []string{}, NotAttempted: []string{}, Rollout: rollout}
 	for _, o := range outcomes {
-		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds(), Warnings: o.Warnings()}
+		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds(), Warnings: o.Warnings(),
+			Wave: o.Wave, NotAttempted: o.NotAttempted, Resumed: o.Resumed}
 		if o.Err != nil {
 			n.Error = o.Err.Error()
 			var de *deploybody.DeployError
@@ -327,6 +351,8 @@ func writeJSON(w io.Writer, outcomes []fleet.Outcome) error {
 		switch {
 		case o.Disabled:
 			s.Disabled = append(s.Disabled, o.Node)
+		case o.NotAttempted != "":
+			s.NotAttempted = append(s.NotAttempted, o.Node)
 		case n.OK:
 			s.OK = append(s.OK, o.Node)
 		default:
@@ -390,6 +416,13 @@ func (p *progress) redraw() {
 	}
 	p.drawn = len(p.order)
 	_, _ = io.WriteString(p.w, b.String())
+}
+
+// wave says a rollout's wave starts; on a terminal its nodes' lines start a new block
+// under it, so the waves before stay on screen as they ended.
+func (p *progress) wave(number, waves int, nodes []string) {
+	fmt.Fprintf(p.w, "rollout: wave %d of %d: %s\n", number, waves, strings.Join(nodes, ", "))
+	p.order, p.line, p.drawn = nil, map[string]string{}, 0
 }
 
 func (p *progress) finish() {}

@@ -28,9 +28,15 @@ type Group struct {
 	NodePlans map[string]string
 	// VerdictOnly judges the running nodes: no build, no copy, no switch.
 	VerdictOnly bool
-	Strict      bool
+	// ToLastGood deploys each node's last good system (LastGoodFile) instead of a
+	// build: `fediversity rollback`. A node without one fails, untouched.
+	ToLastGood bool
+	Strict     bool
 	// Parallel bounds how many nodes run at once (DefaultParallel when 0).
-	Parallel    int
+	Parallel int
+	// Rollout stages the run: a canary, waves and a failure budget. Nil (or zero):
+	// one wave of every node, no budget.
+	Rollout     *Rollout
 	Credentials Credentials
 	// Nix evaluates and builds the nodes' systems: the evaluation cache the provider
 	// uses, and one build per derivation. Nil: one made for the run (nixeval.New).
@@ -38,6 +44,9 @@ type Group struct {
 	// Progress, if set, is told each phase a node starts and when it is done. It is
 	// called from the nodes' goroutines, one call at a time.
 	Progress func(Event)
+	// WaveStarted, if set, is told when a wave of a staged rollout starts: its number
+	// (from 1), how many waves there are, and its nodes.
+	WaveStarted func(number, waves int, nodes []string)
 }
 
 // Event is one step of one node.
@@ -62,11 +71,19 @@ type Outcome struct {
 	// BuildWarnings are the build's own (the evaluation cache's); the run's are in
 	// Result.Warnings.
 	BuildWarnings []string
+	// Wave is the node's wave in a staged rollout (from 1; the canary is wave 1).
+	Wave int
+	// NotAttempted, when set, says why the node was not touched: the rollout halted
+	// before its turn (RolloutResult.HaltReason).
+	NotAttempted string
+	// Resumed: an earlier run had already deployed this run's system with an ok
+	// verdict; the node was judged again (verdict only), not copied to or switched.
+	Resumed bool
 }
 
 // OK is true when the node's verdict does not fail the run.
 func (o Outcome) OK() bool {
-	return o.Disabled || (o.Err == nil && o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.OK)
+	return o.Disabled || (o.NotAttempted == "" && o.Err == nil && o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.OK)
 }
 
 // Warnings are every warning of the node's run, in order: the build's, then the
@@ -104,7 +121,7 @@ func (g *Group) Plan() (run []string, disabled []string, err error) {
 	overSSH := false
 	for _, node := range run {
 		spec := g.Roster.Spec(node)
-		if !g.VerdictOnly && spec.Toplevel == "" && spec.Build == nil {
+		if !g.VerdictOnly && !g.ToLastGood && spec.Toplevel == "" && spec.Build == nil {
 			problems = append(problems, fmt.Sprintf("node %q: build: nothing to deploy: give the roster a \"build\" (or the node a \"build\" or \"toplevel\")", node))
 		}
 		if t := spec.Target(); t.Kind == "incus" && t.Remote != nodespec.LocalRemote {
@@ -115,6 +132,10 @@ func (g *Group) Plan() (run []string, disabled []string, err error) {
 	if overSSH && g.Credentials.PrivateKeyFile == "" && g.Credentials.AgentSocket == "" {
 		problems = append(problems, "credentials: neither SSH_PRIVATE_KEY_FILE nor SSH_AUTH_SOCK is set: set one to authenticate to the nodes")
 	}
+	if g.Rollout.Staged() {
+		_, rp := g.Rollout.Plan(run, g.Roster.NodeNames())
+		problems = append(problems, rp...)
+	}
 	if len(problems) > 0 {
 		return nil, nil, &InputError{problems}
 	}
@@ -122,12 +143,21 @@ func (g *Group) Plan() (run []string, disabled []string, err error) {
 }
 
 // Run deploys (or judges) every enabled node, at most Parallel at once, and returns one
-// outcome per roster node, sorted by name. A failing node never stops the others.
+// outcome per roster node, sorted by name. Without a staged rollout a failing node
+// never stops the others.
 func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
+	outcomes, _, err := g.RunRollout(ctx)
+	return outcomes, err
+}
+
+// RunRollout is Run that also says how the rollout went: its waves, its budget, and
+// where it halted (one wave of every node and no budget without g.Rollout).
+func (g *Group) RunRollout(ctx context.Context) ([]Outcome, *RolloutResult, error) {
 	nodes, disabled, err := g.Plan()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	plan, _ := g.Rollout.Plan(nodes, g.Roster.NodeNames()) // checked by g.Plan
 	parallel := g.Parallel
 	if parallel <= 0 {
 		parallel = DefaultParallel
@@ -148,30 +178,20 @@ func (g *Group) Run(ctx context.Context) ([]Outcome, error) {
 		defer progressMu.Unlock()
 		g.Progress(e)
 	}
-
-	outcomes := make([]Outcome, len(nodes))
-	slots := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
-	for i, node := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case slots <- struct{}{}:
-			case <-ctx.Done():
-				outcomes[i] = Outcome{Node: node, Err: ctx.Err()}
-				return
-			}
-			defer func() { <-slots }()
-			outcomes[i] = g.runNode(ctx, conns, nix, node, report)
-		}()
-	}
-	wg.Wait()
+	outcomes, result := runRollout(ctx, plan, parallel, func(ctx context.Context, node string) Outcome {
+		return g.runNode(ctx, conns, nix, node, report)
+	}, func(w WaveResult, waves int) {
+		if g.WaveStarted != nil && g.Rollout.Staged() {
+			progressMu.Lock()
+			defer progressMu.Unlock()
+			g.WaveStarted(w.Number, waves, w.Nodes)
+		}
+	})
 	for _, node := range disabled {
 		outcomes = append(outcomes, Outcome{Node: node, Disabled: true})
 	}
 	sort.Slice(outcomes, func(a, b int) bool { return outcomes[a].Node < outcomes[b].Node })
-	return outcomes, nil
+	return outcomes, result, nil
 }
 
 func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Evaluator, node string, report func(Event)) (out Outcome) {
@@ -202,6 +222,7 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		out.Result, out.Err = deploybody.VerdictOnly(ctx, t, opts)
 		return out
 	}
+	unguarded := t
 	// A deploy's switch is guarded by the node's snapshot (Incus, when the roster asks).
 	var guard *incustransport.SnapshotGuard
 	if keep := spec.SnapshotKeep(); keep > 0 {
@@ -211,11 +232,27 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		}
 		t = guard
 	}
-	if opts.Toplevel == "" {
+	switch {
+	case g.ToLastGood:
+		if out.Err = lastGoodTarget(ctx, unguarded, &opts); out.Err != nil {
+			return out
+		}
+	case opts.Toplevel == "":
 		cleanup, err := g.setBuild(&opts, nix, spec, &out.BuildWarnings)
 		defer cleanup()
 		if err != nil {
 			out.Err = &deploybody.DeployError{Node: node, Phase: deploybody.PhaseBuild, Err: err}
+			return out
+		}
+	}
+	// Every clean verdict of a deploy becomes the node's last good system.
+	defer func() {
+		if out.Err == nil {
+			recordLastGood(ctx, unguarded, out.Result, time.Now())
+		}
+	}()
+	if g.Rollout.Staged() {
+		if out.Resumed, out.Result, out.Err = resumeNode(ctx, unguarded, &opts, report); out.Resumed || out.Err != nil {
 			return out
 		}
 	}

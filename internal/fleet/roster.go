@@ -55,6 +55,9 @@ type Roster struct {
 	Probes      []nodespec.Probe      `json:"probes,omitempty"`
 	SecretChain []string              `json:"secret_chain,omitempty"`
 	LoopBudgets map[string]int64      `json:"loop_budgets,omitempty"`
+	// Rollout stages a deploy of the group (a canary, waves, a failure budget); the
+	// command's flags win over it.
+	Rollout *Rollout `json:"rollout,omitempty"`
 
 	// dir is the roster file's directory: relative build files are taken from it.
 	dir string
