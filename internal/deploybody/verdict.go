@@ -24,21 +24,6 @@ type sample struct {
 	SystemStateUnread string
 }
 
-// jobTracker remembers when this run first saw each job, because systemd publishes no
-// job creation time: a job's age is how long the run has seen it.
-type jobTracker struct{ firstSeen map[int]time.Time }
-
-func (j *jobTracker) observe(jobs []Job, at time.Time) {
-	if j.firstSeen == nil {
-		j.firstSeen = map[int]time.Time{}
-	}
-	for _, job := range jobs {
-		if _, ok := j.firstSeen[job.ID]; !ok {
-			j.firstSeen[job.ID] = at
-		}
-	}
-}
-
 // classifyInput is everything classification needs; classify is pure so tables can
 // test it.
 type classifyInput struct {
