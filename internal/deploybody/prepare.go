@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
 // The phases that bring the closure to the node: build, wait for node, push closure.
@@ -143,3 +145,7 @@ func (e *runEnv) checkHardwareAddresses(ctx context.Context, toplevel string) er
 	}
 	return nil
 }
+
+// validStorePath accepts a clean absolute path without whitespace or control
+// characters: what a toplevel must look like before it reaches a command line.
+func validStorePath(p string) bool { return nixstore.CleanAbsolutePath(p) }
