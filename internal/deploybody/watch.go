@@ -90,20 +90,8 @@ func (e *runEnv) watch(ctx context.Context, in judgeIn, checks *checkRun) (watch
 // transport fault leaves the sample unanswered.
 func (e *runEnv) takeSample(ctx context.Context, w *watcher) sample {
 	s := sample{At: e.o.Clock.Now()}
-	interest := map[string]bool{}
-	for _, u := range w.in.closure.concreteUnits() {
-		interest[u] = true
-	}
-	for _, u := range append(append(append([]string{}, w.in.restarted...), e.o.SecretChain...), sortedKeys(w.seenFailed)...) {
-		if ValidUnitName(u) {
-			interest[u] = true
-		}
-	}
-	shown := sortedKeys(interest)
-	cmds := [][]string{cmdListFailed, cmdListJobs, cmdSystemState}
-	for start := 0; start < len(shown); start += showUnitsBatch {
-		cmds = append(cmds, cmdShow(shown[start:min(start+showUnitsBatch, len(shown))]))
-	}
+	interest := e.unitsOfInterest(w)
+	cmds := sampleCommands(sortedKeys(interest))
 	// The node checks that fall due ride in the same round trip (their answers last).
 	nShown := len(cmds)
 	w.checks.begin(s.At)
@@ -130,27 +118,9 @@ func (e *runEnv) takeSample(ctx context.Context, w *watcher) sample {
 			s.Units[name] = st
 		}
 	}
-	// A unit that failed since the last sample and that the sample did not show yet.
-	var newly []string
-	for _, u := range s.Failed {
-		if !interest[u] {
-			newly = append(newly, u)
-		}
-		w.seenFailed[u] = true
-	}
-	if len(newly) > 0 && s.UnitsUnread == "" {
-		states, reason, err := e.showUnits(ctx, w.in.toplevel, newly)
-		switch {
-		case err != nil:
-			s.Answered = false
-			return s
-		case reason != "":
-			s.Units, s.UnitsUnread = nil, reason
-		default:
-			for name, st := range states {
-				s.Units[name] = st
-			}
-		}
+	if !e.showNewlyFailed(ctx, w, &s, interest) {
+		s.Answered = false
+		return s
 	}
 	s.SystemState, s.SystemStateUnread = systemState(answers[2])
 	jobs, reason := parseJobs(answers[1])
@@ -161,6 +131,59 @@ func (e *runEnv) takeSample(ctx context.Context, w *watcher) sample {
 	s.Jobs = append([]Job{}, jobs...)
 	w.out.jobs.observe(jobs, s.At)
 	return s
+}
+
+// unitsOfInterest are the units a sample shows: the closure's, the restarted ones, the
+// secret chain and every unit an earlier sample found failed.
+func (e *runEnv) unitsOfInterest(w *watcher) map[string]bool {
+	interest := map[string]bool{}
+	for _, u := range w.in.closure.concreteUnits() {
+		interest[u] = true
+	}
+	for _, u := range append(append(append([]string{}, w.in.restarted...), e.o.SecretChain...), sortedKeys(w.seenFailed)...) {
+		if ValidUnitName(u) {
+			interest[u] = true
+		}
+	}
+	return interest
+}
+
+// sampleCommands are a sample's reads: the failed units, the jobs, the system state
+// and the states of shown, in that order.
+func sampleCommands(shown []string) [][]string {
+	cmds := [][]string{cmdListFailed, cmdListJobs, cmdSystemState}
+	for start := 0; start < len(shown); start += showUnitsBatch {
+		cmds = append(cmds, cmdShow(shown[start:min(start+showUnitsBatch, len(shown))]))
+	}
+	return cmds
+}
+
+// showNewlyFailed adds to s the states of the units that failed since the last sample
+// and that s did not show yet (interest), and remembers every failed unit for the next
+// samples. It is false when the node did not answer.
+func (e *runEnv) showNewlyFailed(ctx context.Context, w *watcher, s *sample, interest map[string]bool) bool {
+	var newly []string
+	for _, u := range s.Failed {
+		if !interest[u] {
+			newly = append(newly, u)
+		}
+		w.seenFailed[u] = true
+	}
+	if len(newly) == 0 || s.UnitsUnread != "" {
+		return true
+	}
+	states, reason, err := e.showUnits(ctx, w.in.toplevel, newly)
+	switch {
+	case err != nil:
+		return false
+	case reason != "":
+		s.Units, s.UnitsUnread = nil, reason
+	default:
+		for name, st := range states {
+			s.Units[name] = st
+		}
+	}
+	return true
 }
 
 // ---- checks ----
