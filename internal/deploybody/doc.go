@@ -50,7 +50,8 @@
 // switched, confirmation, watched, …); the step table (runEnv.steps) is the only writer
 // of the flow and of the Result. Phase files call only the shared files below them
 // (env.go, reads.go, lock.go, selfrevert.go, judging.go, verdict.go, …), never another
-// phase's file.
+// phase's file. `go run ./tools/pkggraph internal/deploybody` prints the calls between
+// the files; its test fails on a back-arrow or a struct that holds a context.
 //
 // # Defaults (docs/design.md#timings)
 //
