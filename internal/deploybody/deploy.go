@@ -153,7 +153,7 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseVerdict, func(ctx context.Context) (note string, err error) {
-			f.failed, note = e.verdict(ctx, f.res.Verdict)
+			note, f.failed = e.verdict(ctx, f.res.Verdict)
 			return note, nil
 		}},
 		{PhaseReport, func(ctx context.Context) (string, error) {

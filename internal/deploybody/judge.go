@@ -37,25 +37,25 @@ func (e *runEnv) classify(ctx context.Context, in judgeIn, checks *checkRun) (*V
 
 // verdict decides the verdict v: it fills in its reasons and whether it is OK, and
 // returns the failure it gives the run (returned only in conclude), nil when none.
-func (e *runEnv) verdict(ctx context.Context, v *Verdict) (failed error, note string) {
+func (e *runEnv) verdict(ctx context.Context, v *Verdict) (note string, failed error) {
 	reasons, fails := decide(v)
 	v.Reasons = reasons
 	v.OK = !fails
 	if fails {
-		return &DeployError{
+		return "fails: " + strings.Join(reasons, "; "), &DeployError{
 			Node:  e.o.Node,
 			Phase: PhaseVerdict,
 			Err:   errors.New("the verdict fails the node: " + strings.Join(reasons, "; ")),
 			Hint:  e.verdictHint(v),
-		}, "fails: " + strings.Join(reasons, "; ")
+		}
 	}
 	for _, reason := range reasons {
 		e.warn(ctx, PhaseVerdict, "lenient mode: "+reason)
 	}
 	if len(reasons) > 0 {
-		return nil, "ok (lenient) with warnings"
+		return "ok (lenient) with warnings", nil
 	}
-	return nil, "ok"
+	return "ok", nil
 }
 
 func (e *runEnv) verdictHint(v *Verdict) string {
