@@ -1,6 +1,7 @@
 package deploybody
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -43,38 +44,40 @@ func describeState(s UnitState) string {
 // wait for an attestation that comes later; members that are not loaded or not
 // started are not waited for, and a chain that does not come up is a warning: only
 // the verdict-only pass can say whether the chain converged.
-func (r *run) waitForSecretChain() (string, error) {
-	for _, u := range r.o.SecretChain {
+//
+// It returns the unreachable verdict when the node answered none of a few samples.
+func (e *runEnv) waitForSecretChain(ctx context.Context, toplevel string, nodeSilent bool) (*Verdict, string, error) {
+	for _, u := range e.o.SecretChain {
 		if !ValidUnitName(u) {
-			return "", withHint(fmt.Errorf("secret chain member %q is not a valid unit name", u), "list the secret chain as systemd unit names, e.g. \"vault-agent.service\"")
+			return nil, "", withHint(fmt.Errorf("secret chain member %q is not a valid unit name", u), "list the secret chain as systemd unit names, e.g. \"vault-agent.service\"")
 		}
 	}
-	if len(r.o.SecretChain) == 0 && !r.nodeSilent {
-		return "no secret chain", nil
+	if len(e.o.SecretChain) == 0 && !nodeSilent {
+		return nil, "no secret chain", nil
 	}
-	start := r.o.Clock.Now()
-	deadline := start.Add(r.o.Timings.ChainWait)
+	start := e.o.Clock.Now()
+	deadline := start.Add(e.o.Timings.ChainWait)
 	lastChange := start
 	lastKey := ""
 	unanswered := 0
 	samples := 0
 	for samples < maxSamples {
 		samples++
-		now := r.o.Clock.Now()
-		states, unread, answered := r.sampleChain()
+		now := e.o.Clock.Now()
+		states, unread, answered := e.sampleChain(ctx, toplevel)
 		if !answered {
 			unanswered++
 			if unanswered >= unreachableSampleLimit {
-				return r.chainUnreachable(samples)
+				return e.chainUnreachable(samples)
 			}
 		} else {
 			unanswered = 0
-			if len(r.o.SecretChain) == 0 {
-				return "node answered", nil
+			if len(e.o.SecretChain) == 0 {
+				return nil, "node answered", nil
 			}
-			member, state, done := r.chainPosition(states, unread)
+			member, state, done := e.chainPosition(states, unread)
 			if done {
-				return fmt.Sprintf("chain up after %s", now.Sub(start).Round(time.Second)), nil
+				return nil, fmt.Sprintf("chain up after %s", now.Sub(start).Round(time.Second)), nil
 			}
 			key := member + "|" + unread
 			if states != nil {
@@ -83,58 +86,55 @@ func (r *run) waitForSecretChain() (string, error) {
 			if key != lastKey {
 				lastKey, lastChange = key, now
 			}
-			if stop := r.chainProblem(member, state, states == nil, unread, now.Sub(lastChange)); stop != nil {
-				if r.verdictOnly {
-					return "", stop
+			if stop := e.chainProblem(member, state, states == nil, unread, now.Sub(lastChange)); stop != nil {
+				if e.verdictOnly {
+					return nil, "", stop
 				}
-				r.warn(PhaseWaitForSecretChain, "secret chain not up before the switch (not an error in a deploy): "+stop.Error())
-				return "chain not up; continuing", nil
+				e.warn(ctx, PhaseWaitForSecretChain, "secret chain not up before the switch (not an error in a deploy): "+stop.Error())
+				return nil, "chain not up; continuing", nil
 			}
 		}
 		if !now.Before(deadline) {
-			err := fmt.Errorf("secret chain not up after chain_wait (%s)", r.o.Timings.ChainWait)
+			err := fmt.Errorf("secret chain not up after chain_wait (%s)", e.o.Timings.ChainWait)
 			if lastKey != "" {
 				member, _, _ := strings.Cut(lastKey, "|")
-				err = fmt.Errorf("secret chain member %s not up after chain_wait (%s)", member, r.o.Timings.ChainWait)
+				err = fmt.Errorf("secret chain member %s not up after chain_wait (%s)", member, e.o.Timings.ChainWait)
 			}
-			if r.verdictOnly {
-				return "", withHint(err, "check the member's journal and what it waits for; raise timings.chain_wait if the chain is slow")
+			if e.verdictOnly {
+				return nil, "", withHint(err, "check the member's journal and what it waits for; raise timings.chain_wait if the chain is slow")
 			}
-			r.warn(PhaseWaitForSecretChain, "not an error in a deploy: "+err.Error())
-			return "chain not up; continuing", nil
+			e.warn(ctx, PhaseWaitForSecretChain, "not an error in a deploy: "+err.Error())
+			return nil, "chain not up; continuing", nil
 		}
-		if err := r.sleepOrDone(r.o.Timings.SampleInterval); err != nil {
-			return "", err
+		if err := e.sleep(ctx, e.o.Timings.SampleInterval); err != nil {
+			return nil, "", err
 		}
 	}
-	return "", errors.New("secret chain wait exceeded its sample bound")
+	return nil, "", errors.New("secret chain wait exceeded its sample bound")
 }
 
 // sampleChain reads the chain members' states (or, with no chain, only whether the
 // node answers). states is nil when systemd did not answer (unread says why).
-func (r *run) sampleChain() (states map[string]UnitState, unread string, answered bool) {
-	if len(r.o.SecretChain) == 0 {
-		err := r.t.Reach(r.ctx)
+func (e *runEnv) sampleChain(ctx context.Context, toplevel string) (states map[string]UnitState, unread string, answered bool) {
+	if len(e.o.SecretChain) == 0 {
+		err := e.t.Reach(ctx)
 		return nil, "", err == nil || errors.Is(err, ErrSystemdUnanswered)
 	}
-	states, unread, err := r.showUnits(r.o.SecretChain)
+	states, unread, err := e.showUnits(ctx, toplevel, e.o.SecretChain)
 	if err != nil {
-		r.log(LevelDebug, PhaseWaitForSecretChain, "chain sample unanswered", map[string]any{"error": err.Error()})
+		e.log(ctx, LevelDebug, PhaseWaitForSecretChain, "chain sample unanswered", map[string]any{"error": err.Error()})
 		return nil, "", false
-	}
-	if unread == "" {
-		r.nodeSilent = false
 	}
 	return states, unread, true
 }
 
 // chainPosition returns the first member that is not up. In deploy mode members that
 // are not loaded or were never started are passed over.
-func (r *run) chainPosition(states map[string]UnitState, unread string) (member string, state UnitState, done bool) {
+func (e *runEnv) chainPosition(states map[string]UnitState, unread string) (member string, state UnitState, done bool) {
 	if states == nil {
-		return r.o.SecretChain[0], UnitState{}, false
+		return e.o.SecretChain[0], UnitState{}, false
 	}
-	for _, u := range r.o.SecretChain {
+	for _, u := range e.o.SecretChain {
 		s, ok := states[u]
 		if !ok {
 			s = UnitState{ID: u, LoadState: "not-found"}
@@ -142,7 +142,7 @@ func (r *run) chainPosition(states map[string]UnitState, unread string) (member 
 		if chainMemberUp(s) {
 			continue
 		}
-		if !r.verdictOnly && (s.LoadState != "loaded" || (s.ActiveState == "inactive" && !chainMemberInProgress(s))) {
+		if !e.verdictOnly && (s.LoadState != "loaded" || (s.ActiveState == "inactive" && !chainMemberInProgress(s))) {
 			continue
 		}
 		return u, s, false
@@ -151,28 +151,28 @@ func (r *run) chainPosition(states map[string]UnitState, unread string) (member 
 }
 
 // chainProblem says why the wait stops early at member, or nil to keep waiting.
-func (r *run) chainProblem(member string, s UnitState, statesUnread bool, unread string, unchangedFor time.Duration) error {
+func (e *runEnv) chainProblem(member string, s UnitState, statesUnread bool, unread string, unchangedFor time.Duration) error {
 	hint := fmt.Sprintf("read `journalctl -u %s` on the node; the members after it were not waited for", member)
 	switch {
 	case !statesUnread && s.ActiveState == "failed":
 		return withHint(fmt.Errorf("secret chain member %s failed (%s)", member, describeState(s)), hint)
 	case !statesUnread && s.LoadState != "" && s.LoadState != "loaded":
 		return withHint(fmt.Errorf("secret chain member %s is not loaded (LoadState=%s)", member, s.LoadState), "check that the closure defines "+member)
-	case unchangedFor >= r.o.Timings.NoProgress:
+	case unchangedFor >= e.o.Timings.NoProgress:
 		what := describeState(s)
 		if statesUnread {
 			what = "unit states unread: " + unread
 		}
-		return withHint(fmt.Errorf("secret chain member %s made no progress for %s (%s)", member, r.o.Timings.NoProgress, what), hint+"; raise timings.no_progress if it is slow but alive")
+		return withHint(fmt.Errorf("secret chain member %s made no progress for %s (%s)", member, e.o.Timings.NoProgress, what), hint+"; raise timings.no_progress if it is slow but alive")
 	}
 	return nil
 }
 
-func (r *run) chainUnreachable(samples int) (string, error) {
-	v := &Verdict{Strict: r.o.Strict, VerdictOnly: r.verdictOnly, Unreachable: true, SystemState: "unreachable", Samples: samples}
+// chainUnreachable is the unreachable verdict of a node that answered none of the
+// chain wait's samples, and the phase's error.
+func (e *runEnv) chainUnreachable(samples int) (*Verdict, string, error) {
+	v := &Verdict{Strict: e.o.Strict, VerdictOnly: e.verdictOnly, Unreachable: true, SystemState: "unreachable", Samples: samples}
 	v.Reasons, _ = decide(v)
-	r.res.Verdict = v
-	r.res.Report = renderReport(r.o.Node, v)
-	return "", withHint(fmt.Errorf("node answered none of %d samples in the secret chain wait: unreachable", samples),
+	return v, "", withHint(fmt.Errorf("node answered none of %d samples in the secret chain wait: unreachable", samples),
 		"check that the node is running and reachable with the transport's settings, then apply again")
 }

@@ -130,26 +130,35 @@ func localUnitDigests(lt localTree, toplevel string) (map[string]string, error) 
 	return out, nil
 }
 
-// computeChanges fills r.res.Changes after a deploy's switch, its lists bounded.
-func (r *run) computeChanges() *Changes {
-	c := r.diffSystems()
+// changesIn is what the summary of changes is made of.
+type changesIn struct {
+	previous, toplevel string
+	copied             CopyStats
+	// previousUnits are the previous system's unit files (name → sha256); nil when
+	// unread.
+	previousUnits map[string]string
+}
+
+// computeChanges is what a deploy changed, its lists bounded.
+func (e *runEnv) computeChanges(ctx context.Context, in changesIn) *Changes {
+	c := e.diffSystems(ctx, in)
 	c.bound()
 	return c
 }
 
 // diffSystems is what the deploy changed, every list whole.
-func (r *run) diffSystems() *Changes {
-	c := &Changes{PreviousSystem: r.res.PreviousSystem, PathsCopied: r.res.Copy.PathsMissing, BytesCopied: r.res.Copy.BytesSent}
-	newClosure := r.res.Copy.Closure
+func (e *runEnv) diffSystems(ctx context.Context, in changesIn) *Changes {
+	c := &Changes{PreviousSystem: in.previous, PathsCopied: in.copied.PathsMissing, BytesCopied: in.copied.BytesSent}
+	newClosure := in.copied.Closure
 	var oldClosure []string
 	switch {
 	case c.PreviousSystem == "":
 		c.Notes = append(c.Notes, "the node ran no NixOS system before: everything is new")
 		oldClosure, c.PreviousClosureKnown = []string{}, true
-	case c.PreviousSystem == r.toplevel:
+	case c.PreviousSystem == in.toplevel:
 		oldClosure, c.PreviousClosureKnown = newClosure, true
-	case r.o.LocalStore != nil && r.o.LocalStore.Has(c.PreviousSystem):
-		old, err := r.o.LocalStore.Closure(r.ctx, c.PreviousSystem)
+	case e.o.LocalStore != nil && e.o.LocalStore.Has(c.PreviousSystem):
+		old, err := e.o.LocalStore.Closure(ctx, c.PreviousSystem)
 		if err != nil {
 			c.Notes = append(c.Notes, "the previous system's closure could not be read on the deployer: "+err.Error())
 		} else {
@@ -165,21 +174,21 @@ func (r *run) diffSystems() *Changes {
 		c.PathsAdded, c.PathsRemoved = setDiff(newClosure, oldClosure), setDiff(oldClosure, newClosure)
 		c.PackagesAdded, c.PackagesRemoved, c.PackagesChanged = packageDiff(c.PathsAdded, c.PathsRemoved)
 	default:
-		c.PathsAdded = sortedCopy(r.res.Copy.Sent)
+		c.PathsAdded = sortedCopy(in.copied.Sent)
 		c.PackagesAdded, _, _ = packageDiff(c.PathsAdded, nil)
 	}
-	if r.prevUnitDigests == nil {
+	if in.previousUnits == nil {
 		c.Notes = append(c.Notes, "the previous system's unit files were unread: units unknown")
 		return c
 	}
-	now, err := localUnitDigests(r.tree, r.toplevel)
+	now, err := localUnitDigests(e.tree, in.toplevel)
 	if err != nil {
 		c.Notes = append(c.Notes, "the new toplevel's units are unreadable on the deployer: "+err.Error())
 		return c
 	}
 	c.UnitsAdded, c.UnitsRemoved, c.UnitsChanged = []string{}, []string{}, []string{}
 	for name, sum := range now {
-		old, ok := r.prevUnitDigests[name]
+		old, ok := in.previousUnits[name]
 		switch {
 		case !ok:
 			c.UnitsAdded = append(c.UnitsAdded, name)
@@ -187,7 +196,7 @@ func (r *run) diffSystems() *Changes {
 			c.UnitsChanged = append(c.UnitsChanged, name)
 		}
 	}
-	for name := range r.prevUnitDigests {
+	for name := range in.previousUnits {
 		if _, ok := now[name]; !ok {
 			c.UnitsRemoved = append(c.UnitsRemoved, name)
 		}

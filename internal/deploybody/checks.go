@@ -246,7 +246,7 @@ func boundedCheckArgv(it *pendingCheck) []string {
 }
 
 // recordNodeAnswers records the answers to the node checks of a batch.
-func (r *run) recordNodeAnswers(nodes []*pendingCheck, answers []RunResult, at time.Time) {
+func (c *checkRun) recordNodeAnswers(nodes []*pendingCheck, answers []RunResult, at time.Time) {
 	for i, it := range nodes {
 		res := answers[i]
 		out := strings.TrimSpace(string(res.Stdout) + "\n" + string(res.Stderr))
@@ -255,74 +255,20 @@ func (r *run) recordNodeAnswers(nodes []*pendingCheck, answers []RunResult, at t
 		} else if res.ExitCode != it.node.ExpectExit {
 			out = fmt.Sprintf("exit %d, want %d: %s", res.ExitCode, it.node.ExpectExit, out)
 		}
-		r.checks.record(it, at, res.ExitCode == it.node.ExpectExit, out)
+		c.record(it, at, res.ExitCode == it.node.ExpectExit, out)
 	}
 }
 
 // runProbes runs the due probes from the deployer.
-func (r *run) runProbes(probes []*pendingCheck, at time.Time) {
+func (c *checkRun) runProbes(ctx context.Context, probes []*pendingCheck, at time.Time) {
 	for _, it := range probes {
 		limit := min(it.interval, probeAttemptCap)
 		if limit < time.Second {
 			limit = time.Second
 		}
-		ok, out := probeOnce(r.ctx, it.probe, limit)
-		r.checks.record(it, at, ok, out)
+		ok, out := probeOnce(ctx, it.probe, limit)
+		c.record(it, at, ok, out)
 	}
-}
-
-// attemptDueChecks runs the checks that are due: node checks in one batch, then probes.
-func (r *run) attemptDueChecks() error {
-	now := r.o.Clock.Now()
-	cmds, nodes, probes := nodeCommands(r.checks.due(now))
-	if len(cmds) > 0 {
-		answers, err := r.remoteBatch(cmds...)
-		if err != nil {
-			return err
-		}
-		r.recordNodeAnswers(nodes, answers, now)
-	}
-	r.runProbes(probes, now)
-	return nil
-}
-
-// runChecks is the checks phase: what the watch did not settle is retried here until
-// each check passes or its timeout runs out.
-func (r *run) runChecks() (string, error) {
-	if len(r.checks.items) == 0 {
-		return "no checks", nil
-	}
-	r.checks.begin(r.o.Clock.Now())
-	for i := 0; i < maxSamples; i++ {
-		now := r.o.Clock.Now()
-		at, ok := r.checks.nextDue(now)
-		if !ok {
-			break
-		}
-		if wait := at.Sub(now); wait > 0 {
-			if err := r.sleepOrDone(wait); err != nil {
-				return "", err
-			}
-		}
-		if err := r.attemptDueChecks(); err != nil {
-			// A node that stops answering fails the node checks it owes; the verdict's
-			// samples say whether the node itself is unreachable.
-			for _, it := range r.checks.items {
-				if !it.done && it.node != nil {
-					r.checks.record(it, r.o.Clock.Now(), false, "the node did not answer: "+err.Error())
-					it.done = true
-				}
-			}
-		}
-	}
-	results := r.checks.results()
-	passed := 0
-	for _, c := range results {
-		if c.OK {
-			passed++
-		}
-	}
-	return fmt.Sprintf("%d of %d passed", passed, len(results)), nil
 }
 
 // probeOnce makes one attempt of a probe, bounded by limit.

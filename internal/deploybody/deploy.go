@@ -2,10 +2,7 @@ package deploybody
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
-	"time"
 )
 
 // Deploy builds (or takes) the node's toplevel, copies it, switches the node to it and
@@ -14,14 +11,14 @@ import (
 // so only after the boot entry is finalized, so a node with a failed unit keeps
 // its new boot entry.
 func Deploy(ctx context.Context, t Transport, o Options) (*Result, error) {
-	return newRun(ctx, t, o, false).execute()
+	return execute(ctx, newRunEnv(t, o, false))
 }
 
 // VerdictOnly judges a running node without building, copying or switching: it waits
 // for the secret chain, restarts failed units the closure wants, settles, watches and
 // gives the verdict (docs/design.md#verdict-only).
 func VerdictOnly(ctx context.Context, t Transport, o Options) (*Result, error) {
-	return newRun(ctx, t, o, true).execute()
+	return execute(ctx, newRunEnv(t, o, true))
 }
 
 // unreachableSampleLimit is how many unanswered samples in a row make a node
@@ -31,57 +28,35 @@ const unreachableSampleLimit = 3
 // maxSamples bounds every sampling loop in count, whatever the timings say.
 const maxSamples = 2000
 
-type run struct {
-	ctx         context.Context
-	t           Transport
-	o           Options
-	verdictOnly bool
-	tree        localTree
-	res         *Result
-
-	toplevel      string
-	nodeSilent    bool // verdict-only: the node did not answer in wait-for-node
-	lock          *nodeLock
-	switchResult  SwitchResult
-	switchStarted bool // the switch was sent to the node (it may have run, whatever came back)
-	closure       *closureUnits
-	failedBefore  map[string]bool
-	restarted     []string
-	jobs          jobTracker
-	watchSamples  []sample
-	budgetCache   map[string]int
-	verdictFailed error
-	// failedAfterSwitch is the failed-unit list read with the running system after the
-	// switch, for the restart phase (one round trip less).
-	failedAfterSwitch *RunResult
-	// seenFailed holds every unit a watch sample found failed: later samples show them.
-	seenFailed map[string]bool
-	// armed is the node-side revert this run armed and has not settled yet.
-	armed  *armedRevert
-	checks *checkRun
-	// prevUnitDigests are the previous system's unit files (name → sha256), read in
-	// the snapshot's round trip; nil when unread.
-	prevUnitDigests map[string]string
-}
-
-func newRun(ctx context.Context, t Transport, o Options, verdictOnly bool) *run {
+func newRunEnv(t Transport, o Options, verdictOnly bool) *runEnv {
 	o = o.withDefaults(t)
-	return &run{
-		ctx:         ctx,
-		t:           t,
-		o:           o,
-		verdictOnly: verdictOnly,
-		tree:        localTree{root: o.LocalRoot},
-		res:         &Result{Node: o.Node},
-		budgetCache: map[string]int{},
-		seenFailed:  map[string]bool{},
-		checks:      newCheckRun(o),
-	}
+	return &runEnv{t: t, o: o, verdictOnly: verdictOnly, tree: localTree{root: o.LocalRoot}}
 }
 
+// flow is what the phases hand on to each other, each field written by the step that
+// produces it and read by the steps after it. Only the step table writes it.
+type flow struct {
+	res *Result // the record the run returns: the steps copy the phases' outputs into it
+
+	toplevel   string       // build (verdict-only: the options, or the snapshot)
+	nodeSilent bool         // wait-for-node (verdict-only: the node did not answer)
+	lock       *nodeLock    // lock-node
+	before     snapshot     // snapshot-unit-states
+	switched   switched     // switch
+	armed      *armedRevert // switch, until the revert is settled
+	afterwards *RunResult   // detect-unconfirmed-switch: the failed units, for the restart
+	closure    *closureUnits
+	restarted  []string
+	checks     *checkRun
+	budgets    *loopBudgets
+	watched    watched // watch: the samples, and the jobs seen
+	failed     error   // verdict: the verdict's failure, returned by conclude
+}
+
+// step is one phase of the table: body runs it on what the earlier steps produced.
 type step struct {
 	name string
-	body func() (note string, err error)
+	body func(ctx context.Context) (note string, err error)
 }
 
 // skippedInVerdictOnly are the phases that build, copy or switch.
@@ -90,182 +65,210 @@ var skippedInVerdictOnly = map[string]bool{
 	PhaseDetectUnconfirmed: true, PhaseFinalizeBootEntry: true,
 }
 
-func (r *run) execute() (_ *Result, runErr error) {
-	steps := []step{
-		{PhaseBuild, r.build},
-		{PhaseWaitForNode, r.waitForNode},
-		{PhaseLockNode, r.lockNodeSettlingEarlierRuns},
-		{PhasePushClosure, r.pushClosure},
-		{PhaseWaitForSecretChain, r.waitForSecretChain},
-		{PhaseSnapshotUnitStates, r.snapshotUnitStates},
-		{PhaseSwitch, r.switchSystem},
-		{PhaseReadSwitchResult, r.readSwitchResult},
-		{PhaseDetectUnconfirmed, r.detectUnconfirmedSwitch},
-		{PhaseCollectOwnedUnits, r.collectOwnedUnits},
-		{PhaseRestartFailedUnits, r.restartFailedUnits},
-		{PhaseSettle, r.settle},
-		{PhaseWatch, r.watch},
-		{PhaseChecks, r.runChecks},
-		{PhaseClassify, r.classify},
-		{PhaseVerdict, r.verdict},
-		{PhaseReport, r.report},
-		{PhaseFinalizeBootEntry, r.finalizeBootEntry},
-		{PhaseConclude, r.conclude},
+// steps is the step table: the phases in order, and for each what it reads and what
+// it produces.
+func (e *runEnv) steps(f *flow) []step {
+	return []step{
+		{PhaseBuild, func(ctx context.Context) (note string, err error) {
+			var b built
+			b, note, err = e.build(ctx)
+			f.setToplevel(b.toplevel)
+			f.res.CacheHit = b.cacheHit
+			return note, err
+		}},
+		{PhaseWaitForNode, func(ctx context.Context) (note string, err error) {
+			f.nodeSilent, note, err = e.waitForNode(ctx)
+			return note, err
+		}},
+		{PhaseLockNode, func(ctx context.Context) (note string, err error) {
+			f.lock, note, err = e.lockNodeSettlingEarlierRuns(ctx, f.toplevel, f.nodeSilent)
+			return note, err
+		}},
+		{PhasePushClosure, func(ctx context.Context) (note string, err error) {
+			f.res.Copy, note, err = e.pushClosure(ctx, f.toplevel)
+			return note, err
+		}},
+		{PhaseWaitForSecretChain, func(ctx context.Context) (note string, err error) {
+			var unreachable *Verdict
+			unreachable, note, err = e.waitForSecretChain(ctx, f.toplevel, f.nodeSilent)
+			if unreachable != nil {
+				f.res.Verdict, f.res.Report = unreachable, renderReport(e.o.Node, unreachable)
+			}
+			return note, err
+		}},
+		{PhaseSnapshotUnitStates, func(ctx context.Context) (note string, err error) {
+			f.before, note, err = e.snapshotUnitStates(ctx, f.toplevel)
+			if e.verdictOnly {
+				f.res.RunningSystem = f.before.running
+			} else {
+				f.res.PreviousSystem = f.before.running
+			}
+			f.setToplevel(f.before.toplevel)
+			return note, err
+		}},
+		{PhaseSwitch, func(ctx context.Context) (note string, err error) {
+			f.switched, note, err = e.switchSystem(ctx, f.toplevel, f.res.PreviousSystem, f.lock)
+			f.armed = f.switched.armed
+			f.res.SwitchExitCode = f.switched.result.ExitCode
+			f.res.SwitchStderr = f.switched.result.Stderr
+			f.res.SwitchReconnects = f.switched.result.Reconnected
+			f.settled(f.switched.settled)
+			return note, err
+		}},
+		{PhaseReadSwitchResult, func(ctx context.Context) (string, error) {
+			return e.readSwitchResult(ctx, f.switched.result)
+		}},
+		{PhaseDetectUnconfirmed, func(ctx context.Context) (note string, err error) {
+			var c confirmation
+			c, note, err = e.detectUnconfirmedSwitch(ctx, f.toplevel, f.res.PreviousSystem, f.armed)
+			f.afterwards = c.failedUnits
+			if c.read {
+				f.res.RunningSystem = c.running
+			}
+			f.res.Confirmed = f.res.Confirmed || c.confirmed
+			f.res.BootReverted = f.res.BootReverted || c.bootReverted
+			f.settled(c.settled)
+			return note, err
+		}},
+		{PhaseCollectOwnedUnits, func(ctx context.Context) (note string, err error) {
+			f.closure, note, err = e.collectOwnedUnits(ctx, f.toplevel)
+			f.budgets = newLoopBudgets(e.o, e.tree, f.toplevel)
+			return note, err
+		}},
+		{PhaseRestartFailedUnits, func(ctx context.Context) (note string, err error) {
+			f.restarted, note, err = e.restartFailedUnits(ctx, f.toplevel, f.closure, f.afterwards)
+			f.afterwards = nil
+			return note, err
+		}},
+		{PhaseSettle, e.settle},
+		{PhaseWatch, func(ctx context.Context) (note string, err error) {
+			f.watched, note, err = e.watch(ctx, f.judging(), f.checks)
+			return note, err
+		}},
+		{PhaseChecks, func(ctx context.Context) (string, error) {
+			return e.runChecks(ctx, f.toplevel, f.checks)
+		}},
+		{PhaseClassify, func(ctx context.Context) (note string, err error) {
+			f.res.Verdict, note, err = e.classify(ctx, f.judging(), f.checks)
+			return note, err
+		}},
+		{PhaseVerdict, func(ctx context.Context) (note string, err error) {
+			note, f.failed = e.verdict(ctx, f.res.Verdict)
+			return note, nil
+		}},
+		{PhaseReport, func(ctx context.Context) (string, error) {
+			if !e.verdictOnly {
+				f.res.Changes = e.computeChanges(ctx, changesIn{
+					previous: f.res.PreviousSystem, toplevel: f.toplevel, copied: f.res.Copy, previousUnits: f.before.unitDigests,
+				})
+			}
+			var note string
+			f.res.Report, note = e.report(ctx, f.res.Verdict, f.res.Changes)
+			return note, nil
+		}},
+		{PhaseFinalizeBootEntry, func(ctx context.Context) (note string, err error) {
+			var generation int
+			generation, note, err = e.finalizeBootEntry(ctx, *f.res, f.toplevel, f.lock, f.failed)
+			if err == nil {
+				f.res.Generation = generation
+			}
+			return note, err
+		}},
+		{PhaseConclude, func(context.Context) (string, error) { return conclude(f.failed) }},
 	}
-	if r.verdictOnly && r.o.Toplevel != "" {
-		if !validStorePath(r.o.Toplevel) {
-			return r.res, r.asDeployError(PhaseBuild, withHint(fmt.Errorf("toplevel %q is not a clean absolute store path", r.o.Toplevel),
+}
+
+func (f *flow) setToplevel(toplevel string) {
+	if toplevel != "" {
+		f.toplevel, f.res.Toplevel = toplevel, toplevel
+	}
+}
+
+// settled records what became of this run's armed revert, once the node said.
+func (f *flow) settled(s revertSettled) {
+	if s.final {
+		f.armed = nil
+	}
+	if s.reverted {
+		f.res.RunningSystem, f.res.BootReverted, f.res.SelfReverted = s.running, true, true
+	}
+}
+
+// judging is what the watch and the classify phase judge the node on.
+func (f *flow) judging() judgeIn {
+	jobs := f.watched.jobs
+	if f.watched.samples == nil {
+		jobs = f.before.jobs // the watch has not run yet
+	}
+	return judgeIn{toplevel: f.toplevel, closure: f.closure, failedBefore: f.before.failedBefore, jobs: jobs,
+		restarted: f.restarted, budgets: f.budgets, samples: f.watched.samples}
+}
+
+func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
+	f := &flow{res: &Result{Node: e.o.Node}, checks: newCheckRun(e.o)}
+	e.warnings = &f.res.Warnings
+	if e.verdictOnly && e.o.Toplevel != "" {
+		if !validStorePath(e.o.Toplevel) {
+			return f.res, e.asDeployError(PhaseBuild, withHint(fmt.Errorf("toplevel %q is not a clean absolute store path", e.o.Toplevel),
 				"set toplevel to the store path of the system to judge (/nix/store/<hash>-<name>)"))
 		}
-		r.setToplevel(r.o.Toplevel)
+		f.setToplevel(e.o.Toplevel)
 	}
-	for _, s := range steps {
-		if r.verdictOnly && skippedInVerdictOnly[s.name] {
-			r.res.Phases = append(r.res.Phases, PhaseTiming{Name: s.name, Note: skippedInVerdictOnlyNote})
+	for _, s := range e.steps(f) {
+		if e.verdictOnly && skippedInVerdictOnly[s.name] {
+			f.res.Phases = append(f.res.Phases, PhaseTiming{Name: s.name, Note: skippedInVerdictOnlyNote})
 			continue
 		}
-		err := r.phase(s)
+		err := e.phase(ctx, f, s)
 		if err == nil {
 			// Before each next phase: a run whose lock another run took stops here,
 			// before it switches, restarts or writes the boot entry.
-			if lost := r.lockLost(); lost != nil {
-				err = r.asDeployError(s.name, lost)
+			if lost := f.lock.lostError(e.o.Node); lost != nil {
+				err = e.asDeployError(s.name, lost)
 			}
 		}
 		if s.name == PhaseLockNode && err == nil {
 			defer func() {
-				r.restoreIfUnreachable(runErr)
-				r.unlockNode()
-				if lost := r.lockLost(); lost != nil && runErr == nil {
-					runErr = r.asDeployError(PhaseConclude, lost)
+				e.restoreIfUnreachable(ctx, f.lock, f.switched.started, f.res, runErr)
+				e.unlockNode(ctx, f.lock)
+				if lost := f.lock.lostError(e.o.Node); lost != nil && runErr == nil {
+					runErr = e.asDeployError(PhaseConclude, lost)
 				}
 			}()
 		}
 		if err != nil {
-			return r.res, err
+			return f.res, err
 		}
 	}
-	return r.res, nil
+	return f.res, nil
 }
 
 // phase times, logs and records one phase, and turns its error into a DeployError.
-func (r *run) phase(s step) error {
-	start := r.o.Clock.Now()
-	r.log(LevelInfo, s.name, "phase started", nil)
-	note, err := s.body()
+func (e *runEnv) phase(ctx context.Context, f *flow, s step) error {
+	start := e.o.Clock.Now()
+	e.log(ctx, LevelInfo, s.name, "phase started", nil)
+	note, err := s.body(ctx)
 	if err == nil {
-		err = r.ctx.Err()
-		if err != nil && r.armed != nil {
+		err = ctx.Err()
+		if err != nil && f.armed != nil {
 			// Interrupted between the switch and the confirming login: the revert
 			// is settled all the same, on a context of its own.
-			err = r.settleAfterFailure(fmt.Errorf("interrupted after the switch: %w", err), "apply again: the next plan deploys the configuration again")
+			var s revertSettled
+			s, err = e.settleAfterFailure(ctx, f.armed, fmt.Errorf("interrupted after the switch: %w", err), "apply again: the next plan deploys the configuration again")
+			f.settled(s)
 		}
 	}
-	elapsed := r.o.Clock.Now().Sub(start)
+	elapsed := e.o.Clock.Now().Sub(start)
 	if err != nil {
-		deployErr := r.asDeployError(s.name, err)
+		deployErr := e.asDeployError(s.name, err)
 		if note == "" {
 			note = "failed: " + deployErr.Err.Error()
 		}
-		r.res.Phases = append(r.res.Phases, PhaseTiming{Name: s.name, Duration: elapsed, Note: note})
-		r.log(LevelWarn, s.name, "phase failed", map[string]any{"duration": elapsed.String(), "error": deployErr.Error()})
+		f.res.Phases = append(f.res.Phases, PhaseTiming{Name: s.name, Duration: elapsed, Note: note})
+		e.log(ctx, LevelWarn, s.name, "phase failed", map[string]any{"duration": elapsed.String(), "error": deployErr.Error()})
 		return deployErr
 	}
-	r.res.Phases = append(r.res.Phases, PhaseTiming{Name: s.name, Duration: elapsed, Note: note})
-	r.log(LevelInfo, s.name, "phase finished", map[string]any{"duration": elapsed.String(), "note": note})
+	f.res.Phases = append(f.res.Phases, PhaseTiming{Name: s.name, Duration: elapsed, Note: note})
+	e.log(ctx, LevelInfo, s.name, "phase finished", map[string]any{"duration": elapsed.String(), "note": note})
 	return nil
 }
-
-// hintedError carries what the operator can do about an error.
-type hintedError struct {
-	err  error
-	hint string
-}
-
-func (h *hintedError) Error() string { return h.err.Error() }
-func (h *hintedError) Unwrap() error { return h.err }
-
-func withHint(err error, hint string) error { return &hintedError{err: err, hint: hint} }
-
-func (r *run) asDeployError(phase string, err error) *DeployError {
-	var deployErr *DeployError
-	if errors.As(err, &deployErr) {
-		return deployErr
-	}
-	hint := ""
-	var hinted *hintedError
-	if errors.As(err, &hinted) {
-		hint = hinted.hint
-		err = hinted.err
-	}
-	if hint == "" && errors.Is(err, ErrUnreachable) {
-		hint = "check that the node is running and reachable with the transport's settings, then apply again"
-	}
-	if hint == "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		hint = "the operation's time limit ran out; raise the resource's timeouts or the matching timing"
-	}
-	return &DeployError{Node: r.o.Node, Phase: phase, Err: err, Hint: hint}
-}
-
-func (r *run) log(level Level, phase, message string, fields map[string]any) {
-	if fields == nil {
-		fields = map[string]any{}
-	}
-	fields["node"] = r.o.Node
-	r.o.Logger.Log(r.ctx, level, phase, message, fields)
-}
-
-func (r *run) warn(phase, message string) {
-	r.res.Warnings = append(r.res.Warnings, message)
-	r.log(LevelWarn, phase, message, nil)
-}
-
-// searchPath is put before the node's PATH for every remote command, so a node whose
-// own PATH resolves nothing still finds the closure's tools.
-func (r *run) searchPath() []string {
-	var p []string
-	if r.toplevel != "" {
-		p = append(p, r.toplevel+"/sw/bin")
-	}
-	return append(p, "/run/current-system/sw/bin", "/usr/bin", "/bin")
-}
-
-func (r *run) remote(argv ...string) (RunResult, error) {
-	return r.t.Run(r.ctx, argv, RunOptions{Path: r.searchPath()})
-}
-
-// remoteBatch runs cmds in one round trip when the transport is a BatchRunner, else one
-// by one. The results are in the order of cmds; err is only for transport faults.
-func (r *run) remoteBatch(cmds ...[]string) ([]RunResult, error) {
-	if b, ok := r.t.(BatchRunner); ok && len(cmds) > 1 {
-		res, err := b.RunBatch(r.ctx, cmds, RunOptions{Path: r.searchPath()})
-		if err == nil && len(res) != len(cmds) {
-			err = fmt.Errorf("the transport answered %d of a batch of %d commands", len(res), len(cmds))
-		}
-		return res, err
-	}
-	out := make([]RunResult, 0, len(cmds))
-	for _, c := range cmds {
-		res, err := r.remote(c...)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, res)
-	}
-	return out, nil
-}
-
-// The reads the body sends to a node.
-var (
-	cmdReadRunning = []string{"readlink", "-f", "/run/current-system"}
-	cmdListFailed  = []string{"systemctl", "list-units", "--state=failed", "--no-legend", "--plain", "--full"}
-	cmdListJobs    = []string{"systemctl", "list-jobs", "--no-legend", "--no-pager"}
-	cmdSystemState = []string{"systemctl", "is-system-running"}
-)
-
-func cmdShow(units []string) []string {
-	return append([]string{"systemctl", "show", "-p", strings.Join(showProperties, ","), "--"}, units...)
-}
-
-// sleepOrDone is a helper for loops that sleep between samples.
-func (r *run) sleepOrDone(d time.Duration) error { return r.o.Clock.Sleep(r.ctx, d) }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 )
 
 func failedNamesOf(v *Verdict) []string { return failedNames(v.Failed) }
@@ -447,7 +449,7 @@ func TestDeployMACGate(t *testing.T) {
 
 // A node evaluated once is reused, and the cache edge cases.
 func TestDeployEvaluationCache(t *testing.T) {
-	key := MakeCacheKey("sha256:plan-fedi-n1", map[string]string{"source": "rev-1"})
+	key := nixeval.MakeCacheKey("sha256:plan-fedi-n1", map[string]string{"source": "rev-1"})
 	t.Run("seed pass result is reused", func(t *testing.T) {
 		builds := 0
 		dir := t.TempDir()
@@ -455,7 +457,7 @@ func TestDeployEvaluationCache(t *testing.T) {
 			s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
 			s.opts.Toplevel = ""
 			s.opts.Build = func(context.Context) (string, error) { builds++; return testToplevel + "\n", nil }
-			s.opts.Cache = &EvalCache{Dir: dir, StoreHas: func(p string) bool { return p == testToplevel }}
+			s.opts.Cache = &nixeval.EvalCache{Dir: dir, StoreHas: func(p string) bool { return p == testToplevel }}
 			s.opts.CacheKey = key
 			res, err := s.deploy()
 			if err != nil {
@@ -471,7 +473,7 @@ func TestDeployEvaluationCache(t *testing.T) {
 	})
 	t.Run("entry the store does not hold is ignored", func(t *testing.T) {
 		dir := t.TempDir()
-		cache := &EvalCache{Dir: dir, StoreHas: func(string) bool { return false }}
+		cache := &nixeval.EvalCache{Dir: dir, StoreHas: func(string) bool { return false }}
 		must(t, cache.Store(key, "/nix/store/0000000000000000000000000000000z-gone", time.Now()))
 		s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
 		built := false
@@ -492,7 +494,7 @@ func TestDeployEvaluationCache(t *testing.T) {
 		s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
 		s.opts.Toplevel = ""
 		s.opts.Build = func(context.Context) (string, error) { return testToplevel, nil }
-		s.opts.Cache = &EvalCache{Dir: filepath.Join(blocker, "cache")} // a directory under a file
+		s.opts.Cache = &nixeval.EvalCache{Dir: filepath.Join(blocker, "cache")} // a directory under a file
 		s.opts.CacheKey = key
 		res, err := s.deploy()
 		if err != nil {

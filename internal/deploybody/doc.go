@@ -41,6 +41,18 @@
 //   - Spawn statuses 200–245 not listed as host faults (below) count as closure
 //     faults, including unknown ones.
 //
+// # Data flow
+//
+// A run is a runEnv (env.go: the transport, the options, the mode, the deployer's view
+// of the closure; read-only, with a warnings sink) and a flow (deploy.go: what the
+// phases hand on to each other). Each phase is a method of runEnv that takes the
+// context and what it reads as arguments and returns what it produces (built, snapshot,
+// switched, confirmation, watched, …); the step table (runEnv.steps) is the only writer
+// of the flow and of the Result. Phase files call only the shared files below them
+// (env.go, reads.go, lock.go, selfrevert.go, judging.go, verdict.go, …), never another
+// phase's file. `go run ./tools/pkggraph internal/deploybody` prints the calls between
+// the files; its test fails on a back-arrow or a struct that holds a context.
+//
 // # Defaults (docs/design.md#timings)
 //
 //	node_wait        2m   node must answer within this, else the deploy fails

@@ -1,6 +1,7 @@
 package deploybody
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -16,34 +17,35 @@ import (
 // once), and warns about each, naming what the node runs afterwards.
 
 // lockNodeSettlingEarlierRuns is the lock-node phase: take the lock, then settle what
-// earlier runs left armed or running on the node.
-func (r *run) lockNodeSettlingEarlierRuns() (string, error) {
-	note, err := r.lockNode()
-	if err != nil || r.lock == nil {
-		return note, err
+// earlier runs left armed or running on the node. The lock is returned also when the
+// settling fails.
+func (e *runEnv) lockNodeSettlingEarlierRuns(ctx context.Context, toplevel string, nodeSilent bool) (*nodeLock, string, error) {
+	lock, note, err := e.lockNode(ctx, toplevel, nodeSilent)
+	if err != nil || lock == nil {
+		return lock, note, err
 	}
-	settled, err := r.settleEarlierReverts()
+	settled, err := e.settleEarlierReverts(ctx)
 	if err != nil {
-		return "", err
+		return lock, "", err
 	}
 	if settled != "" {
 		note += "; " + settled
 	}
-	return note, nil
+	return lock, note, nil
 }
 
 // settleEarlierReverts asks the node for the reverts and switches of earlier runs until
 // none is still running, bounded by timings.switch_timeout (each of them is bounded by
 // its own switch limit on the node).
-func (r *run) settleEarlierReverts() (string, error) {
-	start := r.o.Clock.Now()
-	limit := start.Add(r.o.Timings.SwitchTimeout)
+func (e *runEnv) settleEarlierReverts(ctx context.Context) (string, error) {
+	start := e.o.Clock.Now()
+	limit := start.Add(e.o.Timings.SwitchTimeout)
 	final := map[string]earlierRevert{}
 	var busy []string
 	var running string
 	waited := false
 	for attempt := 1; attempt <= maxSamples; attempt++ {
-		out, err := r.revertGuard(r.ctx, nil, "pending")
+		out, err := e.revertGuard(ctx, nil, "pending")
 		if err != nil {
 			return "", withHint(fmt.Errorf("looking for reverts armed by earlier runs: %w", err),
 				"the node needs sh, flock, readlink and systemctl in its PATH; check the transport, then apply again")
@@ -54,12 +56,12 @@ func (r *run) settleEarlierReverts() (string, error) {
 		if p.busy {
 			busy = append(busy, "the node lock's guard")
 		}
-		for _, e := range p.reverts {
-			if e.answer.state == revertBegun {
-				busy = append(busy, fmt.Sprintf("the revert %s (back to %s)", e.unit, e.previous))
+		for _, rv := range p.reverts {
+			if rv.answer.state == revertBegun {
+				busy = append(busy, fmt.Sprintf("the revert %s (back to %s)", rv.unit, rv.previous))
 				continue
 			}
-			final[e.unit] = e
+			final[rv.unit] = rv
 		}
 		for _, u := range p.switching {
 			busy = append(busy, "the switch "+u)
@@ -69,13 +71,13 @@ func (r *run) settleEarlierReverts() (string, error) {
 		}
 		if !waited {
 			waited = true
-			r.log(LevelInfo, PhaseLockNode, "an earlier run's switch or revert still runs on the node; waiting for it", map[string]any{"running": strings.Join(busy, ", ")})
+			e.log(ctx, LevelInfo, PhaseLockNode, "an earlier run's switch or revert still runs on the node; waiting for it", map[string]any{"running": strings.Join(busy, ", ")})
 		}
-		if !r.o.Clock.Now().Before(limit) {
-			return "", withHint(fmt.Errorf("%s of an earlier run still runs on node %s after timings.switch_timeout (%s); this run does not switch beside it", strings.Join(busy, " and "), r.o.Node, r.o.Timings.SwitchTimeout),
+		if !e.o.Clock.Now().Before(limit) {
+			return "", withHint(fmt.Errorf("%s of an earlier run still runs on node %s after timings.switch_timeout (%s); this run does not switch beside it", strings.Join(busy, " and "), e.o.Node, e.o.Timings.SwitchTimeout),
 				"read the node's journal for that unit (journalctl -u <unit>), wait for it to end, then apply again")
 		}
-		if err := r.sleepOrDone(r.o.Timings.SampleInterval); err != nil {
+		if err := e.sleep(ctx, e.o.Timings.SampleInterval); err != nil {
 			return "", err
 		}
 	}
@@ -85,14 +87,14 @@ func (r *run) settleEarlierReverts() (string, error) {
 	}
 	sort.Strings(units)
 	for _, u := range units {
-		r.warn(PhaseLockNode, describeEarlierRevert(final[u], running))
+		e.warn(ctx, PhaseLockNode, describeEarlierRevert(final[u], running))
 	}
 	var notes []string
 	if len(units) > 0 {
 		notes = append(notes, fmt.Sprintf("settled %d revert(s) of earlier runs", len(units)))
 	}
 	if waited {
-		notes = append(notes, fmt.Sprintf("waited %s for an earlier run's switch or revert", r.o.Clock.Now().Sub(start).Round(time.Second)))
+		notes = append(notes, fmt.Sprintf("waited %s for an earlier run's switch or revert", e.o.Clock.Now().Sub(start).Round(time.Second)))
 	}
 	return strings.Join(notes, "; "), nil
 }

@@ -1,35 +1,40 @@
 package deploybody
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
 
 // The last phases: finalize the boot entry (also when the verdict fails) and conclude.
 
-func (r *run) finalizeBootEntry() (string, error) {
-	if err := r.confirmLock(); err != nil {
-		return "", err
+// finalizeBootEntry writes the node's verdict record of the run (res, as far as the
+// verdict) and points the boot entry at toplevel, under lock. verdictFailed is the
+// verdict's failure, named beside a failure to write the boot entry. It returns the
+// system profile's generation.
+func (e *runEnv) finalizeBootEntry(ctx context.Context, res Result, toplevel string, lock *nodeLock, verdictFailed error) (int, string, error) {
+	if err := e.confirmLock(ctx, lock); err != nil {
+		return 0, "", err
 	}
 	// The record first: a run cut off between the two leaves a node whose boot entry
 	// does not point at what it runs yet (an unfinished deploy, planned again), never
 	// one that boots the new system with no verdict of it on record.
-	r.recordVerdict()
-	generation, err := r.t.FinalizeBoot(r.ctx, r.toplevel)
+	e.recordVerdict(ctx, res, toplevel, lock)
+	generation, err := e.t.FinalizeBoot(ctx, toplevel)
 	if err != nil {
-		err = fmt.Errorf("setting the system profile and boot entry to %s: %w", r.toplevel, err)
-		if r.verdictFailed != nil {
-			err = fmt.Errorf("%w (the verdict also fails the node: %s)", err, strings.Join(r.res.Verdict.Reasons, "; "))
+		err = fmt.Errorf("setting the system profile and boot entry to %s: %w", toplevel, err)
+		if verdictFailed != nil {
+			err = fmt.Errorf("%w (the verdict also fails the node: %s)", err, strings.Join(res.Verdict.Reasons, "; "))
 		}
-		return "", withHint(err, "the node runs the new system but may boot the previous one: apply again, or run switch-to-configuration boot on the node")
+		return 0, "", withHint(err, "the node runs the new system but may boot the previous one: apply again, or run switch-to-configuration boot on the node")
 	}
-	r.res.Generation = generation
-	return fmt.Sprintf("generation %d", generation), nil
+	return generation, fmt.Sprintf("generation %d", generation), nil
 }
 
-func (r *run) conclude() (string, error) {
-	if r.verdictFailed != nil {
-		return "failed by the verdict", r.verdictFailed
+// conclude returns the verdict's failure, if any: only now, after the boot entry.
+func conclude(verdictFailed error) (string, error) {
+	if verdictFailed != nil {
+		return "failed by the verdict", verdictFailed
 	}
 	return "ok", nil
 }

@@ -282,15 +282,13 @@ func holderGone(h LockHolder, self LockHolder) bool {
 	return processStart(h.PID) != h.Start
 }
 
-// nodeLock is this run's hold on the node's lock.
+// nodeLock is this run's hold on the node's lock. Its heartbeat runs on a context of
+// its own (it outlives the run's: a snapshot restore at the end of a cancelled run
+// still runs under the lock) that unlockNode cancels.
 type nodeLock struct {
-	t      Transport
 	holder LockHolder
 	stop   chan struct{}
 	done   chan struct{}
-	// ctx is the heartbeat's: it outlives the run's own context (a snapshot restore at
-	// the end of a cancelled run still runs under the lock) and ends at unlockNode.
-	ctx    context.Context
 	cancel context.CancelFunc
 
 	mu   sync.Mutex
@@ -306,11 +304,12 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
-func (r *run) lockOp(ctx context.Context, args ...string) ([]string, error) {
+// lockOp runs one operation of lockScript on the node.
+func lockOp(ctx context.Context, t Transport, args ...string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, lockCallLimit)
 	defer cancel()
 	argv := append([]string{"sh", "-c", lockScript, "sh"}, args...)
-	res, err := r.t.Run(ctx, argv, RunOptions{Path: lockPath, Privileged: true}) // /run/fediversity is root's
+	res, err := t.Run(ctx, argv, RunOptions{Path: lockPath, Privileged: true}) // /run/fediversity is root's
 	if err != nil {
 		return nil, err
 	}
@@ -321,73 +320,80 @@ func (r *run) lockOp(ctx context.Context, args ...string) ([]string, error) {
 	return out, nil
 }
 
-// lockNode takes the node's lock, waiting up to timings.lock_wait for another holder.
-func (r *run) lockNode() (string, error) {
-	if r.nodeSilent {
-		r.warn(PhaseLockNode, "the node did not answer, so this pass holds no lock on it")
-		return "not locked: node silent", nil
+// lockNode takes the node's lock for a run of toplevel, waiting up to
+// timings.lock_wait for another holder. It holds no lock (nil) on a silent node.
+func (e *runEnv) lockNode(ctx context.Context, toplevel string, nodeSilent bool) (*nodeLock, string, error) {
+	if nodeSilent {
+		e.warn(ctx, PhaseLockNode, "the node did not answer, so this pass holds no lock on it")
+		return nil, "not locked: node silent", nil
 	}
-	self := r.o.Holder
+	self := e.o.Holder
 	self.Token = newToken()
-	self.Since = r.o.Clock.Now()
+	self.Since = e.o.Clock.Now()
 	self.What = "deploy"
-	if r.verdictOnly {
+	if e.verdictOnly {
 		self.What = "verdict"
 	}
-	self.Toplevel = r.toplevel
+	self.Toplevel = toplevel
 	if self.Toplevel == "" {
-		self.Toplevel = r.o.Toplevel
+		self.Toplevel = e.o.Toplevel
 	}
 	stale := strconv.Itoa(int(lockStale / time.Second))
-	deadline := r.o.Clock.Now().Add(r.o.Timings.LockWait)
+	deadline := e.o.Clock.Now().Add(e.o.Timings.LockWait)
 	takeover := ""
 	var holder LockHolder
 	for attempt := 1; attempt <= maxSamples; attempt++ {
-		out, err := r.lockOp(r.ctx, "acquire", self.Token, self.lines(), stale, takeover)
+		out, err := lockOp(ctx, e.t, "acquire", self.Token, self.lines(), stale, takeover)
 		if err != nil {
-			return "", withHint(fmt.Errorf("taking the node lock %s: %w", LockFile, err),
+			return nil, "", withHint(fmt.Errorf("taking the node lock %s: %w", LockFile, err),
 				"the node needs sh, flock, stat and date in its PATH; check the transport, then apply again")
 		}
 		switch {
 		case out[0] == "acquired":
-			hctx, hcancel := context.WithCancel(context.WithoutCancel(r.ctx))
-			r.lock = &nodeLock{t: r.t, holder: self, stop: make(chan struct{}), done: make(chan struct{}), ctx: hctx, cancel: hcancel}
-			go r.heartbeat(r.lock)
-			note := "locked"
-			if len(out) > 1 && strings.HasPrefix(out[1], "took-over ") {
-				age, _ := strconv.Atoi(strings.TrimPrefix(out[1], "took-over "))
-				prev := parseLockHolder(out[2:], time.Duration(age)*time.Second)
-				why := fmt.Sprintf("its heartbeat was %s old", prev.Age)
-				if takeover != "" && prev.Token == takeover {
-					why = "its process is gone from this machine"
-				}
-				note = "locked, taking over the lock of " + prev.String()
-				r.warn(PhaseLockNode, fmt.Sprintf("took over the node lock of %s: %s", prev, why))
-			}
-			if attempt > 1 {
-				note += fmt.Sprintf(" after waiting %s", r.o.Clock.Now().Sub(self.Since).Round(time.Second))
-			}
-			return note, nil
+			hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+			lock := &nodeLock{holder: self, stop: make(chan struct{}), done: make(chan struct{}), cancel: hcancel}
+			go e.heartbeat(hctx, lock)
+			return lock, e.acquiredNote(ctx, out, self, takeover, attempt), nil
 		case strings.HasPrefix(out[0], "held "):
 			age, _ := strconv.Atoi(strings.TrimPrefix(out[0], "held "))
 			holder = parseLockHolder(out[1:], time.Duration(age)*time.Second)
-			if holderGone(holder, r.o.Holder) {
+			if holderGone(holder, e.o.Holder) {
 				takeover = holder.Token
 				continue
 			}
 			if attempt == 1 {
-				r.log(LevelInfo, PhaseLockNode, "node locked by another run; waiting", map[string]any{"holder": holder.String(), "lock_wait": r.o.Timings.LockWait.String()})
+				e.log(ctx, LevelInfo, PhaseLockNode, "node locked by another run; waiting", map[string]any{"holder": holder.String(), "lock_wait": e.o.Timings.LockWait.String()})
 			}
 		}
-		if !r.o.Clock.Now().Before(deadline) {
+		if !e.o.Clock.Now().Before(deadline) {
 			break
 		}
-		if err := r.sleepOrDone(minDuration(r.o.Timings.SampleInterval, time.Second)); err != nil {
-			return "", err
+		if err := e.sleep(ctx, minDuration(e.o.Timings.SampleInterval, time.Second)); err != nil {
+			return nil, "", err
 		}
 	}
-	return "", withHint(fmt.Errorf("node %s is locked by %s; waited timings.lock_wait (%s)", r.o.Node, holder, r.o.Timings.LockWait),
+	return nil, "", withHint(fmt.Errorf("node %s is locked by %s; waited timings.lock_wait (%s)", e.o.Node, holder, e.o.Timings.LockWait),
 		fmt.Sprintf("let that run finish and apply again, or raise timings.lock_wait; a lock whose holder stopped is taken over once its heartbeat is %s old, or at once when its process is gone from this very machine (or remove %s on the node)", lockStale, LockFile))
+}
+
+// acquiredNote is the lock-node phase's note once the lock is taken (out is the
+// acquire's answer), warning when it took over another run's lock.
+func (e *runEnv) acquiredNote(ctx context.Context, out []string, self LockHolder, takeover string, attempt int) string {
+	note := "locked"
+	if len(out) > 1 && strings.HasPrefix(out[1], "took-over ") {
+		age, _ := strconv.Atoi(strings.TrimPrefix(out[1], "took-over "))
+		prev := parseLockHolder(out[2:], time.Duration(age)*time.Second)
+		why := fmt.Sprintf("its heartbeat was %s old", prev.Age)
+		if takeover != "" && prev.Token == takeover {
+			why = "its process is gone from this machine"
+		}
+		note = "locked, taking over the lock of " + prev.String()
+		e.warn(ctx, PhaseLockNode, fmt.Sprintf("took over the node lock of %s: %s", prev, why))
+	}
+	if attempt > 1 {
+		note += fmt.Sprintf(" after waiting %s", e.o.Clock.Now().Sub(self.Since).Round(time.Second))
+	}
+	return note
 }
 
 func minDuration(a, b time.Duration) time.Duration {
@@ -397,9 +403,10 @@ func minDuration(a, b time.Duration) time.Duration {
 	return b
 }
 
-// heartbeat touches the lock until the run ends; a heartbeat that finds another
-// holder records it. A failed heartbeat (a cut connection) is tried again next tick.
-func (r *run) heartbeat(l *nodeLock) {
+// heartbeat touches the lock until the run ends (ctx is the heartbeat's own); a
+// heartbeat that finds another holder records it. A failed heartbeat (a cut
+// connection) is tried again next tick.
+func (e *runEnv) heartbeat(ctx context.Context, l *nodeLock) {
 	defer close(l.done)
 	tick := time.NewTicker(lockHeartbeat)
 	defer tick.Stop()
@@ -409,87 +416,91 @@ func (r *run) heartbeat(l *nodeLock) {
 			return
 		case <-tick.C:
 		}
-		out, err := r.lockOp(l.ctx, "heartbeat", l.holder.Token)
+		out, err := lockOp(ctx, e.t, "heartbeat", l.holder.Token)
 		if err != nil {
-			r.log(LevelDebug, PhaseLockNode, "lock heartbeat failed; trying again", map[string]any{"error": err.Error()})
+			e.log(ctx, LevelDebug, PhaseLockNode, "lock heartbeat failed; trying again", map[string]any{"error": err.Error()})
 			continue
 		}
 		if out[0] == "gone" {
 			// Nobody holds it (the node's /run was emptied): take it back.
-			r.log(LevelWarn, PhaseLockNode, "the node lock was gone (the node's /run was emptied); taking it again", nil)
+			e.log(ctx, LevelWarn, PhaseLockNode, "the node lock was gone (the node's /run was emptied); taking it again", nil)
 			stale := strconv.Itoa(int(lockStale / time.Second))
-			if _, err := r.lockOp(l.ctx, "acquire", l.holder.Token, l.holder.lines(), stale, ""); err != nil {
-				r.log(LevelDebug, PhaseLockNode, "taking the lock again failed; trying next tick", map[string]any{"error": err.Error()})
+			if _, err := lockOp(ctx, e.t, "acquire", l.holder.Token, l.holder.lines(), stale, ""); err != nil {
+				e.log(ctx, LevelDebug, PhaseLockNode, "taking the lock again failed; trying next tick", map[string]any{"error": err.Error()})
 			}
 			continue
 		}
 		if out[0] == "lost" {
-			h := parseLockHolder(out[1:], 0)
-			l.mu.Lock()
-			l.lost = &h
-			l.mu.Unlock()
+			l.recordLost(parseLockHolder(out[1:], 0), true)
 			return
 		}
 	}
 }
 
-// lockLost is the error of a run whose lock another run took, nil while it holds it.
-func (r *run) lockLost() error {
-	if r.lock == nil {
+// recordLost notes who took the lock; replace false keeps an earlier finding.
+func (l *nodeLock) recordLost(h LockHolder, replace bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if replace || l.lost == nil {
+		l.lost = &h
+	}
+}
+
+// lostError is the error of a run whose lock another run took, nil while it holds it
+// (and nil for no lock at all).
+func (l *nodeLock) lostError(node string) error {
+	if l == nil {
 		return nil
 	}
-	r.lock.mu.Lock()
-	defer r.lock.mu.Unlock()
-	if r.lock.lost == nil {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost == nil {
 		return nil
 	}
-	return withHint(fmt.Errorf("%w: while this run was cut off from node %s, %s took the node's lock", ErrLockLost, r.o.Node, r.lock.lost),
+	return withHint(fmt.Errorf("%w: while this run was cut off from node %s, %s took the node's lock", ErrLockLost, node, l.lost),
 		"another deploy took the node: this run stopped; the node runs what that run deploys. Apply again once it is done")
+}
+
+// token is the lock's token, "" for no lock.
+func (l *nodeLock) token() string {
+	if l == nil {
+		return ""
+	}
+	return l.holder.Token
 }
 
 // unlockNode stops the heartbeat and releases the lock. It runs also when the run's
 // context is done (the operator or the CLI went away), on a context of its own.
-func (r *run) unlockNode() {
-	if r.lock == nil {
+func (e *runEnv) unlockNode(ctx context.Context, l *nodeLock) {
+	if l == nil {
 		return
 	}
-	close(r.lock.stop)
-	r.lock.cancel()
-	<-r.lock.done
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), lockCallLimit)
+	close(l.stop)
+	l.cancel()
+	<-l.done
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lockCallLimit)
 	defer cancel()
-	out, err := r.lockOp(ctx, "release", r.lock.holder.Token)
+	out, err := lockOp(ctx, e.t, "release", l.holder.Token)
 	switch {
 	case err != nil:
-		r.warn(PhaseConclude, fmt.Sprintf("the node lock %s was not released (%v); the next run takes it over once its heartbeat is %s old", LockFile, err, lockStale))
+		e.warn(ctx, PhaseConclude, fmt.Sprintf("the node lock %s was not released (%v); the next run takes it over once its heartbeat is %s old", LockFile, err, lockStale))
 	case out[0] == "lost":
-		h := parseLockHolder(out[1:], 0)
-		r.lock.mu.Lock()
-		if r.lock.lost == nil {
-			r.lock.lost = &h
-		}
-		r.lock.mu.Unlock()
+		l.recordLost(parseLockHolder(out[1:], 0), false)
 	}
 }
 
 // confirmLock asks the node, now, whether this run still holds its lock: the
 // heartbeat's answer may be seconds old, and a switch or a boot entry must not be
 // written by a run another run took the node from. A node that does not answer is no
-// answer: the phase that follows meets the same fault.
-func (r *run) confirmLock() error { return r.confirmLockWith(r.ctx) }
-
-// confirmLockWith is confirmLock on a context of the caller's (the end of a run whose
-// own context may be done).
-func (r *run) confirmLockWith(ctx context.Context) error {
-	if r.lock == nil {
+// answer: the phase that follows meets the same fault. ctx may be one of the caller's
+// own (the end of a run whose own context is done).
+func (e *runEnv) confirmLock(ctx context.Context, l *nodeLock) error {
+	if l == nil {
 		return nil
 	}
-	out, err := r.lockOp(ctx, "heartbeat", r.lock.holder.Token)
+	out, err := lockOp(ctx, e.t, "heartbeat", l.holder.Token)
 	if err == nil && out[0] == "lost" {
-		h := parseLockHolder(out[1:], 0)
-		r.lock.mu.Lock()
-		r.lock.lost = &h
-		r.lock.mu.Unlock()
+		l.recordLost(parseLockHolder(out[1:], 0), true)
 	}
-	return r.lockLost()
+	return l.lostError(e.o.Node)
 }

@@ -103,6 +103,15 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// ToplevelCache maps a node's evaluation key to the toplevel its build produced
+// (nixeval.EvalCache is one). It is never a source of truth: Lookup ignores an entry
+// whose toplevel the store does not hold (why says so), and a failed Store is a
+// warning of the build phase only.
+type ToplevelCache interface {
+	Lookup(key string) (toplevel string, ok bool, why string)
+	Store(key, toplevel string, now time.Time) error
+}
+
 // Options configure one run of the body.
 type Options struct {
 	// Node names the node in messages; empty means Transport.Node().
@@ -116,8 +125,8 @@ type Options struct {
 	Build func(ctx context.Context) (toplevel string, err error)
 	// Cache, if set, maps CacheKey to a toplevel so a node evaluated once (seed pass)
 	// is not evaluated again (deploy pass). Never a source of truth.
-	Cache *EvalCache
-	// CacheKey is the key of this node's evaluation: see MakeCacheKey.
+	Cache ToplevelCache
+	// CacheKey is the key of this node's evaluation (nixeval.MakeCacheKey).
 	CacheKey string
 
 	// Strict makes a failed unit (and a never-spawned unit the closure caused) fail the

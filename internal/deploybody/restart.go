@@ -1,61 +1,64 @@
 package deploybody
 
 import (
+	"context"
 	"fmt"
 	"strings"
 )
 
 // The phases that collect the units the closure owns and restart the failed ones it wants.
 
-func (r *run) collectOwnedUnits() (string, error) {
-	c, err := readClosureUnits(r.tree, r.toplevel)
+// collectOwnedUnits reads which units toplevel owns and wants, on the deployer.
+func (e *runEnv) collectOwnedUnits(ctx context.Context, toplevel string) (*closureUnits, string, error) {
+	c, err := readClosureUnits(e.tree, toplevel)
 	if err != nil {
-		return "", withHint(err, "the toplevel's files must be readable on the deployer (see local_root)")
+		return nil, "", withHint(err, "the toplevel's files must be readable on the deployer (see local_root)")
 	}
-	r.closure = c
 	for _, name := range c.rejected {
-		r.warn(PhaseCollectOwnedUnits, fmt.Sprintf("closure entry %q is not a valid unit name; ignored", name))
+		e.warn(ctx, PhaseCollectOwnedUnits, fmt.Sprintf("closure entry %q is not a valid unit name; ignored", name))
 	}
-	return fmt.Sprintf("%d owned, %d wanted", len(c.owned), len(c.wanted)), nil
+	return c, fmt.Sprintf("%d owned, %d wanted", len(c.owned), len(c.wanted)), nil
 }
 
 // ---- restart ----
 
-func (r *run) restartFailedUnits() (string, error) {
+// restartFailedUnits restarts the failed units the closure owns (verdict-only: wants)
+// and returns them. failedAfterSwitch is the failed-unit list read just before, with
+// the running system, or nil to read it now.
+func (e *runEnv) restartFailedUnits(ctx context.Context, toplevel string, closure *closureUnits, failedAfterSwitch *RunResult) ([]string, string, error) {
 	var (
 		failed []string
 		reason string
 		err    error
 	)
-	if r.failedAfterSwitch != nil { // read with the running system, just before
-		failed, reason = r.parseFailed(*r.failedAfterSwitch)
-		r.failedAfterSwitch = nil
+	if failedAfterSwitch != nil {
+		failed, reason = e.parseFailed(ctx, *failedAfterSwitch)
 	} else {
-		failed, reason, err = r.readFailedUnits()
+		failed, reason, err = e.readFailedUnits(ctx, toplevel)
 	}
 	if err != nil {
-		return "", withHint(fmt.Errorf("reading failed units: %w", err), "")
+		return nil, "", withHint(fmt.Errorf("reading failed units: %w", err), "")
 	}
 	if reason != "" {
-		r.warn(PhaseRestartFailedUnits, "failed units unread ("+reason+"); restarted nothing")
-		return "unread: " + reason, nil
+		e.warn(ctx, PhaseRestartFailedUnits, "failed units unread ("+reason+"); restarted nothing")
+		return nil, "unread: " + reason, nil
 	}
 	var candidates []string
 	for _, u := range failed {
-		if (r.verdictOnly && r.closure.wants(u)) || (!r.verdictOnly && r.closure.owns(u)) {
+		if (e.verdictOnly && closure.wants(u)) || (!e.verdictOnly && closure.owns(u)) {
 			candidates = append(candidates, u)
 		}
 	}
 	if len(candidates) == 0 {
-		return "no failed unit to restart", nil
+		return nil, "no failed unit to restart", nil
 	}
-	states, reason, err := r.showUnits(candidates)
+	states, reason, err := e.showUnits(ctx, toplevel, candidates)
 	if err != nil {
-		return "", withHint(fmt.Errorf("reading failed units: %w", err), "")
+		return nil, "", withHint(fmt.Errorf("reading failed units: %w", err), "")
 	}
 	if reason != "" {
-		r.warn(PhaseRestartFailedUnits, "failed units' states unread ("+reason+"); restarted nothing")
-		return "unread: " + reason, nil
+		e.warn(ctx, PhaseRestartFailedUnits, "failed units' states unread ("+reason+"); restarted nothing")
+		return nil, "unread: " + reason, nil
 	}
 	var restart []string
 	for _, u := range candidates {
@@ -65,15 +68,14 @@ func (r *run) restartFailedUnits() (string, error) {
 		restart = append(restart, u)
 	}
 	if len(restart) == 0 {
-		return "no failed unit to restart", nil
+		return nil, "no failed unit to restart", nil
 	}
-	res, err := r.t.Run(r.ctx, append([]string{"systemctl", "restart", "--no-block", "--"}, restart...), RunOptions{Path: r.searchPath(), Privileged: true})
+	res, err := e.t.Run(ctx, append([]string{"systemctl", "restart", "--no-block", "--"}, restart...), RunOptions{Path: searchPath(toplevel), Privileged: true})
 	if err != nil {
-		return "", withHint(fmt.Errorf("restarting %s: %w", strings.Join(restart, ", "), err), "")
+		return nil, "", withHint(fmt.Errorf("restarting %s: %w", strings.Join(restart, ", "), err), "")
 	}
 	if res.ExitCode != 0 {
-		r.warn(PhaseRestartFailedUnits, fmt.Sprintf("systemctl restart %s exited %d: %s", strings.Join(restart, " "), res.ExitCode, firstLine(string(res.Stderr), "")))
+		e.warn(ctx, PhaseRestartFailedUnits, fmt.Sprintf("systemctl restart %s exited %d: %s", strings.Join(restart, " "), res.ExitCode, firstLine(string(res.Stderr), "")))
 	}
-	r.restarted = restart
-	return "restarted " + strings.Join(restart, ", "), nil
+	return restart, "restarted " + strings.Join(restart, ", "), nil
 }

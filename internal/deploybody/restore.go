@@ -22,44 +22,42 @@ type Restorer interface {
 }
 
 // restoreIfUnreachable runs at the end of a deploy that took the node lock, before the
-// lock is released. It uses a context of its own: the run's may be done (a time limit,
+// lock is released; res and runErr are the run's outcome, switchStarted whether it
+// started a switch. It uses a context of its own: the run's may be done (a time limit,
 // the operator) and the node still needs its rollback.
-func (r *run) restoreIfUnreachable(runErr error) {
-	g, ok := r.t.(Restorer)
-	if !ok || r.verdictOnly {
+func (e *runEnv) restoreIfUnreachable(ctx context.Context, lock *nodeLock, switchStarted bool, res *Result, runErr error) {
+	g, ok := e.t.(Restorer)
+	if !ok || e.verdictOnly {
 		return
 	}
-	ctx := context.WithoutCancel(r.ctx)
-	if r.lockLost() != nil {
-		r.noRestoreLockLost()
+	ctx = context.WithoutCancel(ctx)
+	if lock.lostError(e.o.Node) != nil {
+		e.noRestoreLockLost(ctx, switchStarted)
 		return
 	}
-	if !g.NeedsRestore(ctx, r.res, runErr, r.o.Timings.NodeWait, r.o.Timings.SampleInterval) {
+	if !g.NeedsRestore(ctx, res, runErr, e.o.Timings.NodeWait, e.o.Timings.SampleInterval) {
 		return
 	}
 	// The heartbeat's answer may be old: ask the node once more. An unreachable node
 	// does not answer (that is why it is restored); only a "lost" answer stops it.
 	lctx, cancel := context.WithTimeout(ctx, lockCallLimit)
 	defer cancel()
-	if r.confirmLockWith(lctx) != nil {
-		r.noRestoreLockLost()
+	if e.confirmLock(lctx, lock) != nil {
+		e.noRestoreLockLost(ctx, switchStarted)
 		return
 	}
-	r.log(LevelWarn, PhaseConclude, "the node is unreachable after the switch: restoring its rollback point under the node lock", nil)
+	e.log(ctx, LevelWarn, PhaseConclude, "the node is unreachable after the switch: restoring its rollback point under the node lock", nil)
 	if err := g.Restore(ctx); err != nil {
-		r.log(LevelWarn, PhaseConclude, "restoring the rollback point failed", map[string]any{"error": err.Error()})
+		e.log(ctx, LevelWarn, PhaseConclude, "restoring the rollback point failed", map[string]any{"error": err.Error()})
 	}
 }
 
 // noRestoreLockLost says why a run that switched and then lost its lock leaves the
 // node alone: another run took the node while this one was cut off, it owns the node
 // now, and a rollback would undo (or cut into) what that run deploys.
-func (r *run) noRestoreLockLost() {
-	if !r.switchRan() {
+func (e *runEnv) noRestoreLockLost(ctx context.Context, switchStarted bool) {
+	if !switchStarted {
 		return
 	}
-	r.warn(PhaseConclude, "this run lost the node's lock, so it does not restore the node's rollback point, whatever the node's state: the run that took the lock owns the node now")
+	e.warn(ctx, PhaseConclude, "this run lost the node's lock, so it does not restore the node's rollback point, whatever the node's state: the run that took the lock owns the node now")
 }
-
-// switchRan tells whether this run started a switch.
-func (r *run) switchRan() bool { return r.switchStarted }

@@ -217,7 +217,7 @@ func parsePendingAnswer(out string) pendingAnswer {
 // connection of sr when sr is set (the arming run's confirming login), else over the
 // run's own. ctx is not the run's: the node must be told also when the run was
 // interrupted. One call is bounded like a lock operation.
-func (r *run) revertGuard(ctx context.Context, sr SelfReverter, args ...string) (string, error) {
+func (e *runEnv) revertGuard(ctx context.Context, sr SelfReverter, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, lockCallLimit)
 	defer cancel()
 	argv := append([]string{"sh", "-c", RevertGuardScript, "sh"}, args...)
@@ -227,7 +227,7 @@ func (r *run) revertGuard(ctx context.Context, sr SelfReverter, args ...string) 
 	if sr != nil {
 		res, err = sr.RunFresh(ctx, argv, opts)
 	} else {
-		res, err = r.t.Run(ctx, argv, opts)
+		res, err = e.t.Run(ctx, argv, opts)
 	}
 	if err != nil {
 		return "", err

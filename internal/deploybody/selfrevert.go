@@ -53,20 +53,26 @@ type armedRevert struct {
 	arm RevertArm
 }
 
+// revertSettled is what became of this run's armed revert, as far as the node said.
+type revertSettled struct {
+	// final is true when nothing changes its fate any more: it is no longer armed.
+	final bool
+	// reverted is true when the node switched back (or began to); running is then
+	// what it runs.
+	reverted bool
+	running  string
+}
+
 // armRevert arms the revert before the switch when the transport can, the run asks for
-// it and there is a previous system to go back to.
-func (r *run) armRevert() {
-	sr, ok := r.t.(SelfReverter)
-	prev := r.res.PreviousSystem
-	if !r.o.SelfRevert || !ok || !sr.CanSelfRevert() || prev == "" || prev == r.toplevel {
-		return
+// it and there is a previous system to go back to. It returns nil when it armed none.
+func (e *runEnv) armRevert(toplevel, previous string, lock *nodeLock) *armedRevert {
+	sr, ok := e.t.(SelfReverter)
+	if !e.o.SelfRevert || !ok || !sr.CanSelfRevert() || previous == "" || previous == toplevel {
+		return nil
 	}
-	arm := RevertArm{Unit: RevertUnitPrefix + newToken()[:12], Previous: prev, Guarded: r.toplevel, Confirm: r.o.Timings.ConfirmTimeout}
-	if r.lock != nil {
-		arm.Token = r.lock.holder.Token
-	}
+	arm := RevertArm{Unit: RevertUnitPrefix + newToken()[:12], Previous: previous, Guarded: toplevel, Confirm: e.o.Timings.ConfirmTimeout, Token: lock.token()}
 	sr.ArmRevert(arm)
-	r.armed = &armedRevert{sr: sr, arm: arm}
+	return &armedRevert{sr: sr, arm: arm}
 }
 
 // settleOwnRevert asks the node, over new logins and on a context of its own (the
@@ -74,11 +80,11 @@ func (r *run) armRevert() {
 // of it. "switching" (the switch still runs) and "begun" are waited out. It tries for
 // confirm_timeout plus node_wait on the body's clock; the window itself is the node's.
 // answered is false when no login got an answer at all; last is the last login error.
-func (r *run) settleOwnRevert() (ans revertAnswer, answered bool, attempts int, last error) {
-	ctx := context.WithoutCancel(r.ctx)
-	limit := r.o.Clock.Now().Add(r.o.Timings.ConfirmTimeout + r.o.Timings.NodeWait)
+func (e *runEnv) settleOwnRevert(ctx context.Context, armed *armedRevert) (ans revertAnswer, answered bool, attempts int, last error) {
+	ctx = context.WithoutCancel(ctx)
+	limit := e.o.Clock.Now().Add(e.o.Timings.ConfirmTimeout + e.o.Timings.NodeWait)
 	for attempts = 1; attempts <= maxSamples; attempts++ {
-		out, err := r.revertGuard(ctx, r.armed.sr, "disarm", r.armed.arm.Unit)
+		out, err := e.revertGuard(ctx, armed.sr, "disarm", armed.arm.Unit)
 		if err == nil {
 			ans, answered = parseRevertAnswer(out), true
 			if ans.final() {
@@ -86,17 +92,14 @@ func (r *run) settleOwnRevert() (ans revertAnswer, answered bool, attempts int, 
 			}
 		} else {
 			last = err
-			r.log(LevelWarn, PhaseDetectUnconfirmed, "no new login yet", map[string]any{"attempt": attempts, "error": err.Error()})
+			e.log(ctx, LevelWarn, PhaseDetectUnconfirmed, "no new login yet", map[string]any{"attempt": attempts, "error": err.Error()})
 		}
-		if !r.o.Clock.Now().Before(limit) {
+		if !e.o.Clock.Now().Before(limit) {
 			break
 		}
-		if err := r.o.Clock.Sleep(ctx, r.o.Timings.SampleInterval); err != nil {
+		if err := e.sleep(ctx, e.o.Timings.SampleInterval); err != nil {
 			break
 		}
-	}
-	if ans.final() {
-		r.armed = nil
 	}
 	return ans, answered, attempts, last
 }
@@ -105,56 +108,57 @@ func (r *run) settleOwnRevert() (ans revertAnswer, answered bool, attempts int, 
 // for the phase, or the error that says what the node did. A run interrupted here
 // (Ctrl-C, its time limit) still settles the revert on a context of its own, and
 // then fails saying it was interrupted and what the node runs and will run.
-func (r *run) confirmNewLogin() (string, error) {
-	if r.armed == nil {
-		return "", nil
+func (e *runEnv) confirmNewLogin(ctx context.Context, armed *armedRevert) (string, revertSettled, error) {
+	if armed == nil {
+		return "", revertSettled{}, nil
 	}
-	start := r.o.Clock.Now()
-	prev := r.armed.arm.Previous
-	ans, answered, attempts, last := r.settleOwnRevert()
-	took := r.o.Clock.Now().Sub(start).Round(time.Millisecond)
-	interrupted := r.ctx.Err()
+	start := e.o.Clock.Now()
+	prev := armed.arm.Previous
+	ans, answered, attempts, last := e.settleOwnRevert(ctx, armed)
+	settled := revertSettled{final: ans.final()}
+	took := e.o.Clock.Now().Sub(start).Round(time.Millisecond)
+	interrupted := ctx.Err()
 	switch ans.state {
 	case revertDisarmed:
 		const disarmed = "a new login disarmed the revert before it began"
 		if interrupted != nil {
-			return "", withHint(fmt.Errorf("interrupted (%w) while confirming the switch; %s, so the node keeps running %s, which no verdict judged", interrupted, disarmed, describeSystem(ans.running)),
+			return "", settled, withHint(fmt.Errorf("interrupted (%w) while confirming the switch; %s, so the node keeps running %s, which no verdict judged", interrupted, disarmed, describeSystem(ans.running)),
 				"apply again: the next plan deploys it again and judges it")
 		}
-		return fmt.Sprintf("%s (%s, attempt %d)", disarmed, took, attempts), nil
+		return fmt.Sprintf("%s (%s, attempt %d)", disarmed, took, attempts), settled, nil
 	case revertReverted, revertBegun:
-		return "", r.revertedError(ans, answered && last == nil, interrupted, last)
+		done := reverted(ans, prev, &settled)
+		return "", settled, e.revertedError(done, answered && last == nil, interrupted, last)
 	case revertStoodDown, revertGone:
 		// The revert will not fire: the node does not run the system it guarded, or a
 		// later run took the node (the lock check after this phase says so).
 		note := fmt.Sprintf("the revert stood down: %s", orNamed(strings.TrimSpace(ans.state+" "+ans.detail)))
 		if interrupted != nil {
-			return "", fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.running))
+			return "", settled, fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.running))
 		}
-		return note, nil
+		return note, settled, nil
 	}
 	// No final answer within the bound.
-	pending := fmt.Sprintf("unless a later run takes the node's lock first, the node switches back to %s by itself %s after the switch ended", prev, r.o.Timings.ConfirmTimeout)
+	pending := fmt.Sprintf("unless a later run takes the node's lock first, the node switches back to %s by itself %s after the switch ended", prev, e.o.Timings.ConfirmTimeout)
 	if interrupted != nil {
-		return "", withHint(fmt.Errorf("interrupted (%w) while confirming the switch, and no new login was answered (last attempt: %v): %s", interrupted, last, pending),
+		return "", settled, withHint(fmt.Errorf("interrupted (%w) while confirming the switch, and no new login was answered (last attempt: %v): %s", interrupted, last, pending),
 			"apply again: the next run deals with the armed revert and deploys the configuration again")
 	}
 	if answered {
-		return "", withHint(fmt.Errorf("the node did not settle the armed revert (it says %q): %s", ans.state, pending), "check the node on its console, then apply again")
+		return "", settled, withHint(fmt.Errorf("the node did not settle the armed revert (it says %q): %s", ans.state, pending), "check the node on its console, then apply again")
 	}
-	return "", withHint(fmt.Errorf("%w: no new login was accepted within %s (last attempt: %v), and none afterwards either",
-		ErrLockedOut, r.o.Timings.ConfirmTimeout+r.o.Timings.NodeWait, last),
+	return "", settled, withHint(fmt.Errorf("%w: no new login was accepted within %s (last attempt: %v), and none afterwards either",
+		ErrLockedOut, e.o.Timings.ConfirmTimeout+e.o.Timings.NodeWait, last),
 		fmt.Sprintf("the node should have switched back to %s by itself: check it on its console", prev))
 }
 
-// reverted records that the node reverted (or began to) and says how: its confirm
-// window ended before a new login reached it.
-func (r *run) reverted(ans revertAnswer) string {
-	r.res.RunningSystem = ans.running
-	r.res.BootReverted = true
-	r.res.SelfReverted = true
+// reverted records in settled that the node reverted (or began to) and says how: its
+// confirm window ended before a new login reached it. previous is the system it
+// reverts to.
+func reverted(ans revertAnswer, previous string, settled *revertSettled) string {
+	settled.reverted, settled.running = true, ans.running
 	if ans.state == revertBegun {
-		return fmt.Sprintf("it began to switch back to %s and was still at it when this run stopped waiting", r.res.PreviousSystem)
+		return fmt.Sprintf("it began to switch back to %s and was still at it when this run stopped waiting", previous)
 	}
 	done := fmt.Sprintf("it put itself back on %s (generation %d)", describeSystem(ans.running), ans.generation())
 	if ans.detail != "" && ans.detail != "0" {
@@ -163,11 +167,10 @@ func (r *run) reverted(ans revertAnswer) string {
 	return done
 }
 
-// revertedError is the error of a run whose node reverted. loginLate says a login
-// worked but came too late (not a lock-out).
-func (r *run) revertedError(ans revertAnswer, loginLate bool, interrupted, last error) error {
-	done := r.reverted(ans)
-	window := r.o.Timings.ConfirmTimeout
+// revertedError is the error of a run whose node reverted (done says how). loginLate
+// says a login worked but came too late (not a lock-out).
+func (e *runEnv) revertedError(done string, loginLate bool, interrupted, last error) error {
+	window := e.o.Timings.ConfirmTimeout
 	switch {
 	case interrupted != nil:
 		return withHint(fmt.Errorf("interrupted (%w) while confirming the switch; the node's confirm window (%s) ended first and %s: %w", interrupted, window, done, ErrSelfReverted),
@@ -183,23 +186,25 @@ func (r *run) revertedError(ans revertAnswer, loginLate bool, interrupted, last 
 // settleAfterFailure settles the revert of a run that failed or was interrupted in or
 // right after its switch: the switch may go on on the node, so the guard waits for its
 // end before a new login disarms. It returns switchErr with what became of the revert.
-func (r *run) settleAfterFailure(switchErr error, hint string) error {
-	if r.armed == nil {
-		return withHint(switchErr, hint)
+func (e *runEnv) settleAfterFailure(ctx context.Context, armed *armedRevert, switchErr error, hint string) (revertSettled, error) {
+	if armed == nil {
+		return revertSettled{}, withHint(switchErr, hint)
 	}
-	prev := r.armed.arm.Previous
-	ans, _, _, _ := r.settleOwnRevert()
+	prev := armed.arm.Previous
+	ans, _, _, _ := e.settleOwnRevert(ctx, armed)
+	settled := revertSettled{final: ans.final()}
 	switch ans.state {
 	case revertDisarmed:
 		// RunningSystem stays unset: the run never read it itself, and the provider
 		// takes a set one for a judged system.
-		return withHint(fmt.Errorf("%w; after the switch ended a new login disarmed the revert before it began: the node runs %s", switchErr, describeSystem(ans.running)), hint)
+		return settled, withHint(fmt.Errorf("%w; after the switch ended a new login disarmed the revert before it began: the node runs %s", switchErr, describeSystem(ans.running)), hint)
 	case revertReverted, revertBegun:
-		return withHint(fmt.Errorf("%w; the node's confirm window (%s) ended before a new login reached it, and %s: %w", switchErr, r.o.Timings.ConfirmTimeout, r.reverted(ans), ErrSelfReverted),
+		done := reverted(ans, prev, &settled)
+		return settled, withHint(fmt.Errorf("%w; the node's confirm window (%s) ended before a new login reached it, and %s: %w", switchErr, e.o.Timings.ConfirmTimeout, done, ErrSelfReverted),
 			"the node runs and boots its previous system; apply again")
 	case revertStoodDown, revertGone:
-		return withHint(fmt.Errorf("%w; the revert stood down (%s); the node runs %s", switchErr, strings.TrimSpace(ans.state+" "+ans.detail), describeSystem(ans.running)), hint)
+		return settled, withHint(fmt.Errorf("%w; the revert stood down (%s); the node runs %s", switchErr, strings.TrimSpace(ans.state+" "+ans.detail), describeSystem(ans.running)), hint)
 	}
-	return withHint(switchErr, fmt.Sprintf("%s; a revert is still armed on the node: unless a later run takes the node's lock first, it switches back to %s by itself %s after the switch ends (the next apply deals with it)",
-		hint, prev, r.o.Timings.ConfirmTimeout))
+	return settled, withHint(switchErr, fmt.Sprintf("%s; a revert is still armed on the node: unless a later run takes the node's lock first, it switches back to %s by itself %s after the switch ends (the next apply deals with it)",
+		hint, prev, e.o.Timings.ConfirmTimeout))
 }

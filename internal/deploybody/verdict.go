@@ -24,21 +24,6 @@ type sample struct {
 	SystemStateUnread string
 }
 
-// jobTracker remembers when this run first saw each job, because systemd publishes no
-// job creation time: a job's age is how long the run has seen it.
-type jobTracker struct{ firstSeen map[int]time.Time }
-
-func (j *jobTracker) observe(jobs []Job, at time.Time) {
-	if j.firstSeen == nil {
-		j.firstSeen = map[int]time.Time{}
-	}
-	for _, job := range jobs {
-		if _, ok := j.firstSeen[job.ID]; !ok {
-			j.firstSeen[job.ID] = at
-		}
-	}
-}
-
 // classifyInput is everything classification needs; classify is pure so tables can
 // test it.
 type classifyInput struct {
@@ -69,15 +54,10 @@ type classifyInput struct {
 const FailedOriginUnknown FailureOrigin = "unknown (snapshot unread)"
 
 // classify sorts the observed units into the verdict classes (docs/design.md#verdict-classes). It does not decide
-// whether the run fails: decide does.
+// whether the run fails: decide does. Each class has its own piece below.
 func classify(in classifyInput) *Verdict {
 	v := &Verdict{Strict: in.Strict, VerdictOnly: in.VerdictOnly, Samples: len(in.Samples), Restarted: in.Restarted}
-	var answered []sample
-	for _, s := range in.Samples {
-		if s.Answered {
-			answered = append(answered, s)
-		}
-	}
+	answered := answeredSamples(in.Samples)
 	v.Answered = len(answered)
 	if len(answered) == 0 {
 		v.Unreachable = true
@@ -89,56 +69,9 @@ func classify(in classifyInput) *Verdict {
 		v.SystemState = "unread"
 		v.Unread = append(v.Unread, "system state: "+in.SystemStateError)
 	}
-
-	observations := map[string][]UnitState{}
-	unitsRead, failedRead, jobsRead := false, false, false
-	var lastFailed []string
-	var lastJobs []Job
-	unitsUnread, failedUnread, jobsUnread := "", "", ""
-	for _, s := range answered {
-		if s.Units != nil {
-			unitsRead = true
-			for name, st := range s.Units {
-				observations[name] = append(observations[name], st)
-			}
-		} else {
-			unitsUnread = s.UnitsUnread
-		}
-		if s.Failed != nil {
-			failedRead = true
-			lastFailed = s.Failed
-		} else {
-			failedUnread = s.FailedUnread
-		}
-		if s.Jobs != nil {
-			jobsRead = true
-			lastJobs = s.Jobs
-		} else {
-			jobsUnread = s.JobsUnread
-		}
-	}
-	if !unitsRead {
-		v.Unread = append(v.Unread, "unit states: "+orUnknown(unitsUnread))
-	}
-	if !failedRead {
-		v.Unread = append(v.Unread, "failed units: "+orUnknown(failedUnread))
-	}
-	if !jobsRead {
-		v.Unread = append(v.Unread, "jobs: "+orUnknown(jobsUnread))
-	}
-
-	origin := func(unit string) FailureOrigin {
-		switch {
-		case in.FailedBefore == nil:
-			return FailedOriginUnknown
-		case in.FailedBefore[unit]:
-			return FailedBeforeSwitch
-		default:
-			return FailedNew
-		}
-	}
-
-	if unitsRead {
+	obs := observe(answered)
+	v.Unread = append(v.Unread, obs.unread()...)
+	if obs.unitsRead {
 		v.Failed = []FailedUnit{}
 		v.RestartLoops = []LoopingUnit{}
 		v.Cycling = []string{}
@@ -146,82 +79,198 @@ func classify(in classifyInput) *Verdict {
 		v.NeverSpawnedHost = []SpawnFault{}
 		v.SkippedOnCondition = []string{}
 	}
+	recent := recentStates(answered, in.Window)
+	setAside := map[string]bool{}
+	for _, name := range sortedObservationNames(obs.states) {
+		states := obs.states[name]
+		classifyRestarts(v, name, states, recent[name], in.Budget)
+		last := states[len(states)-1]
+		owned := in.Owns(name)
+		if classifyNeverSpawned(v, last, owned) {
+			continue
+		}
+		classifyLastState(v, in, name, last, owned, setAside)
+	}
+	classifyUnshownFailed(v, in, obs, setAside)
+	if obs.failedRead || len(setAside) > 0 {
+		v.SetAside = sortedKeys(setAside)
+	}
+	if obs.jobsRead {
+		v.StaleJobs = staleStartJobs(obs.lastJobs, in.JobFirstSeen, in.Now, in.StaleJob)
+	}
+	return v
+}
+
+func answeredSamples(samples []sample) []sample {
+	var answered []sample
+	for _, s := range samples {
+		if s.Answered {
+			answered = append(answered, s)
+		}
+	}
+	return answered
+}
+
+// observations is what the answered samples read, source by source.
+type observations struct {
+	// states are each unit's states, in sample order.
+	states                          map[string][]UnitState
+	unitsRead, failedRead, jobsRead bool
+	// lastFailed and lastJobs are the last read failed list and job list.
+	lastFailed []string
+	lastJobs   []Job
+	// why the last sample that did not read a source did not.
+	unitsUnread, failedUnread, jobsUnread string
+}
+
+func observe(answered []sample) observations {
+	o := observations{states: map[string][]UnitState{}}
+	for _, s := range answered {
+		if s.Units != nil {
+			o.unitsRead = true
+			for name, st := range s.Units {
+				o.states[name] = append(o.states[name], st)
+			}
+		} else {
+			o.unitsUnread = s.UnitsUnread
+		}
+		if s.Failed != nil {
+			o.failedRead, o.lastFailed = true, s.Failed
+		} else {
+			o.failedUnread = s.FailedUnread
+		}
+		if s.Jobs != nil {
+			o.jobsRead, o.lastJobs = true, s.Jobs
+		} else {
+			o.jobsUnread = s.JobsUnread
+		}
+	}
+	return o
+}
+
+// unread names the sources no sample read, each with its reason.
+func (o observations) unread() []string {
+	var out []string
+	if !o.unitsRead {
+		out = append(out, "unit states: "+orUnknown(o.unitsUnread))
+	}
+	if !o.failedRead {
+		out = append(out, "failed units: "+orUnknown(o.failedUnread))
+	}
+	if !o.jobsRead {
+		out = append(out, "jobs: "+orUnknown(o.jobsUnread))
+	}
+	return out
+}
+
+// recentStates are each unit's states in the last window samples (all when window is 0).
+func recentStates(answered []sample, window int) map[string][]UnitState {
 	recent := map[string][]UnitState{}
 	for i, s := range answered {
-		if in.Window > 0 && i < len(answered)-in.Window {
+		if window > 0 && i < len(answered)-window {
 			continue
 		}
 		for name, st := range s.Units {
 			recent[name] = append(recent[name], st)
 		}
 	}
-	setAside := map[string]bool{}
-	for _, name := range sortedObservationNames(observations) {
-		obs := observations[name]
-		last := obs[len(obs)-1]
-		owned := in.Owns(name)
+	return recent
+}
 
-		if looped(obs) {
-			budget := in.Budget(name)
-			v.RestartLoops = append(v.RestartLoops, LoopingUnit{
-				Unit: name, NRestarts: last.NRestarts, Budget: budget,
-				PastBudget: last.NRestarts > budget, StillLooping: looped(recent[name]),
-			})
-		} else if activatedAgain(obs) {
-			v.Cycling = append(v.Cycling, name)
-		}
-
-		broken := last.ActiveState == "failed" || last.SubState == "auto-restart"
-		if broken && owned {
-			if fault, host, ok := spawnFault(last); ok {
-				if host {
-					v.NeverSpawnedHost = append(v.NeverSpawnedHost, fault)
-				} else {
-					v.NeverSpawnedClosure = append(v.NeverSpawnedClosure, fault)
-				}
-				continue
-			}
-		}
-		switch {
-		case last.ActiveState == "failed" && owned:
-			v.Failed = append(v.Failed, FailedUnit{Unit: name, Result: last.Result, Origin: origin(name)})
-		case last.ActiveState == "failed":
-			setAside[name] = true
-		case skippedOnCondition(last, in.SkippedInJournal[name]):
-			v.SkippedOnCondition = append(v.SkippedOnCondition, name)
-		}
+// classifyRestarts names a unit in a restart loop (with its budget, and whether it
+// still loops in the recent window), or else one that cycled.
+func classifyRestarts(v *Verdict, name string, states, recent []UnitState, budget func(string) int) {
+	last := states[len(states)-1]
+	switch {
+	case looped(states):
+		b := budget(name)
+		v.RestartLoops = append(v.RestartLoops, LoopingUnit{
+			Unit: name, NRestarts: last.NRestarts, Budget: b,
+			PastBudget: last.NRestarts > b, StillLooping: looped(recent),
+		})
+	case activatedAgain(states):
+		v.Cycling = append(v.Cycling, name)
 	}
-	// A unit in the failed list that was not shown is judged by ownership alone.
-	for _, name := range lastFailed {
-		if _, shown := observations[name]; shown {
+}
+
+// classifyNeverSpawned names an owned, broken unit whose process never ran its
+// program, as the closure's fault or the host's. It reports whether it did.
+func classifyNeverSpawned(v *Verdict, last UnitState, owned bool) bool {
+	broken := last.ActiveState == "failed" || last.SubState == "auto-restart"
+	if !broken || !owned {
+		return false
+	}
+	fault, host, ok := spawnFault(last)
+	switch {
+	case !ok:
+		return false
+	case host:
+		v.NeverSpawnedHost = append(v.NeverSpawnedHost, fault)
+	default:
+		v.NeverSpawnedClosure = append(v.NeverSpawnedClosure, fault)
+	}
+	return true
+}
+
+// classifyLastState names a unit by its last state: failed (owned), set aside (failed,
+// not owned) or skipped on a condition.
+func classifyLastState(v *Verdict, in classifyInput, name string, last UnitState, owned bool, setAside map[string]bool) {
+	switch {
+	case last.ActiveState == "failed" && owned:
+		v.Failed = append(v.Failed, FailedUnit{Unit: name, Result: last.Result, Origin: failureOrigin(in.FailedBefore, name)})
+	case last.ActiveState == "failed":
+		setAside[name] = true
+	case skippedOnCondition(last, in.SkippedInJournal[name]):
+		v.SkippedOnCondition = append(v.SkippedOnCondition, name)
+	}
+}
+
+// classifyUnshownFailed judges a unit in the failed list that no sample showed by
+// ownership alone.
+func classifyUnshownFailed(v *Verdict, in classifyInput, obs observations, setAside map[string]bool) {
+	for _, name := range obs.lastFailed {
+		if _, shown := obs.states[name]; shown {
 			continue
 		}
-		if in.Owns(name) && unitsRead {
-			v.Failed = append(v.Failed, FailedUnit{Unit: name, Origin: origin(name)})
-		} else if !in.Owns(name) {
+		owned := in.Owns(name)
+		if owned && obs.unitsRead {
+			v.Failed = append(v.Failed, FailedUnit{Unit: name, Origin: failureOrigin(in.FailedBefore, name)})
+		} else if !owned {
 			setAside[name] = true
 		}
 	}
-	if failedRead || len(setAside) > 0 {
-		v.SetAside = sortedKeys(setAside)
+}
+
+// failureOrigin says whether unit was failed already at the snapshot (failedBefore;
+// nil when unread).
+func failureOrigin(failedBefore map[string]bool, unit string) FailureOrigin {
+	switch {
+	case failedBefore == nil:
+		return FailedOriginUnknown
+	case failedBefore[unit]:
+		return FailedBeforeSwitch
+	default:
+		return FailedNew
 	}
-	if jobsRead {
-		v.StaleJobs = []StaleJob{}
-		for _, job := range lastJobs {
-			if job.Type != "start" {
-				continue
-			}
-			seen, ok := in.JobFirstSeen[job.ID]
-			if !ok {
-				continue
-			}
-			if age := in.Now.Sub(seen); age >= in.StaleJob {
-				v.StaleJobs = append(v.StaleJobs, StaleJob{Unit: job.Unit, JobID: job.ID, Age: age})
-			}
+}
+
+// staleStartJobs are the start jobs the run has seen for at least threshold, by unit.
+func staleStartJobs(jobs []Job, firstSeen map[int]time.Time, now time.Time, threshold time.Duration) []StaleJob {
+	stale := []StaleJob{}
+	for _, job := range jobs {
+		if job.Type != "start" {
+			continue
 		}
-		sort.Slice(v.StaleJobs, func(i, j int) bool { return v.StaleJobs[i].Unit < v.StaleJobs[j].Unit })
+		seen, ok := firstSeen[job.ID]
+		if !ok {
+			continue
+		}
+		if age := now.Sub(seen); age >= threshold {
+			stale = append(stale, StaleJob{Unit: job.Unit, JobID: job.ID, Age: age})
+		}
 	}
-	return v
+	sort.Slice(stale, func(i, j int) bool { return stale[i].Unit < stale[j].Unit })
+	return stale
 }
 
 func orUnknown(reason string) string {

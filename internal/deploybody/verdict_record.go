@@ -52,11 +52,10 @@ const readRecordScript = `[ -e "$1" ] || exit 3; cat "$1"`
 
 // recordVerdict writes the node's verdict record of this run. A failure is a warning:
 // without a record, a later Read deploys the system again instead of adopting it.
-func (r *run) recordVerdict() {
-	if r.res.Verdict == nil {
+func (e *runEnv) recordVerdict(ctx context.Context, res Result, toplevel string, lock *nodeLock) {
+	if res.Verdict == nil {
 		return
 	}
-	res := *r.res
 	res.Changes = nil
 	v := *res.Verdict
 	v.Checks = append([]CheckResult(nil), v.Checks...)
@@ -65,19 +64,19 @@ func (r *run) recordVerdict() {
 	}
 	res.Verdict = &v
 	holder := ""
-	if r.lock != nil {
-		holder = r.lock.holder.String()
+	if lock != nil {
+		holder = lock.holder.String()
 	}
-	b, err := json.Marshal(VerdictRecord{Version: verdictRecordVersion, Toplevel: r.toplevel, At: r.o.Clock.Now().UTC(), Holder: holder, Result: &res})
+	b, err := json.Marshal(VerdictRecord{Version: verdictRecordVersion, Toplevel: toplevel, At: e.o.Clock.Now().UTC(), Holder: holder, Result: &res})
 	if err == nil {
 		var out RunResult
-		out, err = r.t.Run(r.ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile}, RunOptions{Path: lockPath, Stdin: b, Privileged: true})
+		out, err = e.t.Run(ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile}, RunOptions{Path: lockPath, Stdin: b, Privileged: true})
 		if err == nil && out.ExitCode != 0 {
 			err = fmt.Errorf("exit %d: %s", out.ExitCode, firstLine(string(out.Stderr), "no output"))
 		}
 	}
 	if err != nil {
-		r.warn(PhaseFinalizeBootEntry, fmt.Sprintf("the verdict record %s was not written (%v): should this run be cut off before its state is written, the next plan deploys %s again", VerdictRecordFile, err, r.toplevel))
+		e.warn(ctx, PhaseFinalizeBootEntry, fmt.Sprintf("the verdict record %s was not written (%v): should this run be cut off before its state is written, the next plan deploys %s again", VerdictRecordFile, err, toplevel))
 	}
 }
 

@@ -1,114 +1,115 @@
 package deploybody
 
 import (
+	"context"
 	"fmt"
-	"strings"
+	"maps"
 	"time"
 )
 
-// The phases that let units settle and then watch them for loops and cycling.
+// The phases that let units settle, watch them for loops and cycling, and run the
+// operator's checks.
 
-func (r *run) settle() (string, error) {
-	return r.o.Timings.Settle.String(), r.o.Clock.Sleep(r.ctx, r.o.Timings.Settle)
+func (e *runEnv) settle(ctx context.Context) (string, error) {
+	return e.o.Timings.Settle.String(), e.sleep(ctx, e.o.Timings.Settle)
 }
 
 // ---- watch ----
 
-func (r *run) watchSampleCount() int {
-	n := int(r.o.Timings.Watch/r.o.Timings.SampleInterval) + 1
-	if n < 2 {
-		n = 2
-	}
-	if n > maxSamples {
-		n = maxSamples
-	}
-	return n
+// watched is what the watch produces: its samples, and the jobs seen up to the last.
+type watched struct {
+	samples []sample
+	jobs    jobTracker
 }
 
-func (r *run) watch() (string, error) {
-	window := r.watchSampleCount()
+// watcher is one watch in progress: what its samples read, and what they saw so far.
+type watcher struct {
+	in     judgeIn
+	checks *checkRun
+	// seenFailed holds every unit a sample found failed: later samples show them.
+	seenFailed map[string]bool
+	out        watched
+}
+
+// watch samples the node for timings.watch (in verdict-only mode longer, while a
+// looping unit is within its budget). The node checks that fall due ride in its
+// samples.
+func (e *runEnv) watch(ctx context.Context, in judgeIn, checks *checkRun) (watched, string, error) {
+	w := &watcher{in: in, checks: checks, seenFailed: map[string]bool{},
+		out: watched{jobs: jobTracker{firstSeen: maps.Clone(in.jobs.firstSeen)}}}
+	window := e.watchSampleCount()
 	// Samples are taken on a fixed grid (start + i*sample_interval), so the time a
 	// sample takes does not stretch the window: the watch lasts its configured length
 	// plus one sample.
-	start := r.o.Clock.Now()
+	start := e.o.Clock.Now()
 	for i := 0; i < window; i++ {
 		if i > 0 {
-			wait := start.Add(time.Duration(i) * r.o.Timings.SampleInterval).Sub(r.o.Clock.Now())
+			wait := start.Add(time.Duration(i) * e.o.Timings.SampleInterval).Sub(e.o.Clock.Now())
 			if wait > 0 {
-				if err := r.o.Clock.Sleep(r.ctx, wait); err != nil {
-					return "", err
+				if err := e.sleep(ctx, wait); err != nil {
+					return w.out, "", err
 				}
-			} else if err := r.ctx.Err(); err != nil {
-				return "", err
+			} else if err := ctx.Err(); err != nil {
+				return w.out, "", err
 			}
 		}
-		r.watchSamples = append(r.watchSamples, r.takeSample())
+		w.out.samples = append(w.out.samples, e.takeSample(ctx, w))
 	}
 	note := fmt.Sprintf("%d samples", window)
-	if !r.verdictOnly {
-		return note, nil
+	if !e.verdictOnly {
+		return w.out, note, nil
 	}
 	// A loop budget delays the loop verdict of its unit (never removes it): keep
 	// watching while a looping unit is within its budget, for at most chain_wait.
-	extensionEnd := r.o.Clock.Now().Add(r.o.Timings.ChainWait)
+	extensionEnd := e.o.Clock.Now().Add(e.o.Timings.ChainWait)
 	extra := 0
 	for extra < maxSamples {
-		pending := loopersWithinBudget(r.classifySamples())
-		if len(pending) == 0 || !r.o.Clock.Now().Before(extensionEnd) {
+		in := w.in
+		in.samples, in.jobs = w.out.samples, w.out.jobs
+		pending := loopersWithinBudget(e.classifySamples(ctx, in))
+		if len(pending) == 0 || !e.o.Clock.Now().Before(extensionEnd) {
 			break
 		}
 		if extra == 0 {
-			r.log(LevelInfo, PhaseWatch, "units loop within their budget; watching longer", map[string]any{"units": pending})
+			e.log(ctx, LevelInfo, PhaseWatch, "units loop within their budget; watching longer", map[string]any{"units": pending})
 		}
-		if err := r.o.Clock.Sleep(r.ctx, r.o.Timings.SampleInterval); err != nil {
-			return "", err
+		if err := e.sleep(ctx, e.o.Timings.SampleInterval); err != nil {
+			return w.out, "", err
 		}
-		r.watchSamples = append(r.watchSamples, r.takeSample())
+		w.out.samples = append(w.out.samples, e.takeSample(ctx, w))
 		extra++
 	}
 	if extra > 0 {
 		note += fmt.Sprintf(", %d more while looping units were within their budget", extra)
 	}
-	return note, nil
+	return w.out, note, nil
 }
 
 // takeSample reads the failed units, the states of every unit the verdict looks at,
 // the job list and the system state, in one round trip where the transport allows. A
 // transport fault leaves the sample unanswered.
-func (r *run) takeSample() sample {
-	s := sample{At: r.o.Clock.Now()}
-	interest := map[string]bool{}
-	for _, u := range r.closure.concreteUnits() {
-		interest[u] = true
-	}
-	for _, u := range append(append(append([]string{}, r.restarted...), r.o.SecretChain...), sortedKeys(r.seenFailed)...) {
-		if ValidUnitName(u) {
-			interest[u] = true
-		}
-	}
-	shown := sortedKeys(interest)
-	cmds := [][]string{cmdListFailed, cmdListJobs, cmdSystemState}
-	for start := 0; start < len(shown); start += showUnitsBatch {
-		cmds = append(cmds, cmdShow(shown[start:min(start+showUnitsBatch, len(shown))]))
-	}
+func (e *runEnv) takeSample(ctx context.Context, w *watcher) sample {
+	s := sample{At: e.o.Clock.Now()}
+	interest := e.unitsOfInterest(w)
+	cmds := sampleCommands(sortedKeys(interest))
 	// The node checks that fall due ride in the same round trip (their answers last).
 	nShown := len(cmds)
-	r.checks.begin(s.At)
-	checkCmds, dueNodes, dueProbes := nodeCommands(r.checks.due(s.At))
+	w.checks.begin(s.At)
+	checkCmds, dueNodes, dueProbes := nodeCommands(w.checks.due(s.At))
 	cmds = append(cmds, checkCmds...)
-	answers, err := r.remoteBatch(cmds...)
-	r.runProbes(dueProbes, s.At)
+	answers, err := e.remoteBatch(ctx, w.in.toplevel, cmds...)
+	w.checks.runProbes(ctx, dueProbes, s.At)
 	if err != nil {
-		r.log(LevelDebug, PhaseWatch, "sample unanswered", map[string]any{"error": err.Error()})
+		e.log(ctx, LevelDebug, PhaseWatch, "sample unanswered", map[string]any{"error": err.Error()})
 		return s
 	}
-	r.recordNodeAnswers(dueNodes, answers[nShown:], s.At)
+	w.checks.recordNodeAnswers(dueNodes, answers[nShown:], s.At)
 	answers = answers[:nShown]
 	s.Answered = true
-	s.Failed, s.FailedUnread = r.parseFailed(answers[0])
+	s.Failed, s.FailedUnread = e.parseFailed(ctx, answers[0])
 	s.Units = map[string]UnitState{}
 	for _, res := range answers[3:] {
-		states, reason := r.parseShowAnswer(res)
+		states, reason := e.parseShowAnswer(ctx, res)
 		if reason != "" {
 			s.Units, s.UnitsUnread = nil, reason
 			break
@@ -117,27 +118,9 @@ func (r *run) takeSample() sample {
 			s.Units[name] = st
 		}
 	}
-	// A unit that failed since the last sample and that the sample did not show yet.
-	var newly []string
-	for _, u := range s.Failed {
-		if !interest[u] {
-			newly = append(newly, u)
-		}
-		r.seenFailed[u] = true
-	}
-	if len(newly) > 0 && s.UnitsUnread == "" {
-		states, reason, err := r.showUnits(newly)
-		switch {
-		case err != nil:
-			s.Answered = false
-			return s
-		case reason != "":
-			s.Units, s.UnitsUnread = nil, reason
-		default:
-			for name, st := range states {
-				s.Units[name] = st
-			}
-		}
+	if !e.showNewlyFailed(ctx, w, &s, interest) {
+		s.Answered = false
+		return s
 	}
 	s.SystemState, s.SystemStateUnread = systemState(answers[2])
 	jobs, reason := parseJobs(answers[1])
@@ -146,92 +129,115 @@ func (r *run) takeSample() sample {
 		return s
 	}
 	s.Jobs = append([]Job{}, jobs...)
-	r.jobs.observe(jobs, s.At)
+	w.out.jobs.observe(jobs, s.At)
 	return s
 }
 
-// parseFailed reads the answer to cmdListFailed: the failed units, or why they are unread.
-func (r *run) parseFailed(res RunResult) (units []string, unread string) {
-	if reason := unreadReason(res); reason != "" {
-		return nil, reason
+// unitsOfInterest are the units a sample shows: the closure's, the restarted ones, the
+// secret chain and every unit an earlier sample found failed.
+func (e *runEnv) unitsOfInterest(w *watcher) map[string]bool {
+	interest := map[string]bool{}
+	for _, u := range w.in.closure.concreteUnits() {
+		interest[u] = true
 	}
-	units, rejected := parseUnitList(string(res.Stdout))
-	for _, name := range rejected {
-		r.log(LevelWarn, PhaseWatch, "ignoring an invalid unit name read from the node", map[string]any{"name": name})
+	for _, u := range append(append(append([]string{}, w.in.restarted...), e.o.SecretChain...), sortedKeys(w.seenFailed)...) {
+		if ValidUnitName(u) {
+			interest[u] = true
+		}
 	}
-	return append([]string{}, units...), ""
+	return interest
 }
 
-// parseJobs reads the answer to cmdListJobs: the jobs, or why they are unread.
-func parseJobs(res RunResult) (jobs []Job, unread string) {
-	if reason := unreadReason(res); reason != "" {
-		return nil, reason
+// sampleCommands are a sample's reads: the failed units, the jobs, the system state
+// and the states of shown, in that order.
+func sampleCommands(shown []string) [][]string {
+	cmds := [][]string{cmdListFailed, cmdListJobs, cmdSystemState}
+	for start := 0; start < len(shown); start += showUnitsBatch {
+		cmds = append(cmds, cmdShow(shown[start:min(start+showUnitsBatch, len(shown))]))
 	}
-	jobs, _, err := parseListJobs(string(res.Stdout))
-	if err != nil {
-		return nil, err.Error()
-	}
-	return jobs, ""
+	return cmds
 }
 
-// systemState reads the answer to cmdSystemState: the state systemd reports about
-// itself, or why it is unread ("offline"/"unknown" with an error means systemd did
-// not answer).
-func systemState(res RunResult) (state, unread string) {
-	state = strings.TrimSpace(string(res.Stdout))
-	if state == "" || ((state == "offline" || state == "unknown") && strings.TrimSpace(string(res.Stderr)) != "") {
-		return "", firstLine(string(res.Stderr), "no answer")
+// showNewlyFailed adds to s the states of the units that failed since the last sample
+// and that s did not show yet (interest), and remembers every failed unit for the next
+// samples. It is false when the node did not answer.
+func (e *runEnv) showNewlyFailed(ctx context.Context, w *watcher, s *sample, interest map[string]bool) bool {
+	var newly []string
+	for _, u := range s.Failed {
+		if !interest[u] {
+			newly = append(newly, u)
+		}
+		w.seenFailed[u] = true
 	}
-	return state, ""
+	if len(newly) == 0 || s.UnitsUnread != "" {
+		return true
+	}
+	states, reason, err := e.showUnits(ctx, w.in.toplevel, newly)
+	switch {
+	case err != nil:
+		return false
+	case reason != "":
+		s.Units, s.UnitsUnread = nil, reason
+	default:
+		for name, st := range states {
+			s.Units[name] = st
+		}
+	}
+	return true
 }
 
-// parseShowAnswer reads the answer to cmdShow: the unit states, or why they are unread.
-func (r *run) parseShowAnswer(res RunResult) (states map[string]UnitState, unread string) {
-	if reason := unreadReason(res); reason != "" {
-		return nil, reason
-	}
-	parsed, rejected, err := parseShow(string(res.Stdout))
-	if err != nil {
-		return nil, err.Error()
-	}
-	for _, name := range rejected {
-		r.log(LevelWarn, PhaseWatch, "ignoring an invalid unit name read from the node", map[string]any{"name": name})
-	}
-	states = map[string]UnitState{}
-	for _, st := range parsed {
-		states[st.ID] = st
-	}
-	return states, ""
-}
+// ---- checks ----
 
-func (r *run) readFailedUnits() (units []string, unread string, err error) {
-	res, err := r.remote(cmdListFailed...)
-	if err != nil {
-		return nil, "", err
-	}
-	units, unread = r.parseFailed(res)
-	return units, unread, nil
-}
-
-// showUnitsBatch keeps each command line short.
-const showUnitsBatch = 200
-
-// showUnits reads `systemctl show` for units. unread is set when systemd did not
-// answer; err only for transport faults.
-func (r *run) showUnits(units []string) (states map[string]UnitState, unread string, err error) {
-	states = map[string]UnitState{}
-	for start := 0; start < len(units); start += showUnitsBatch {
-		res, err := r.remote(cmdShow(units[start:min(start+showUnitsBatch, len(units))])...)
+// attemptDueChecks runs the checks that are due: node checks in one batch, then probes.
+func (e *runEnv) attemptDueChecks(ctx context.Context, toplevel string, checks *checkRun) error {
+	now := e.o.Clock.Now()
+	cmds, nodes, probes := nodeCommands(checks.due(now))
+	if len(cmds) > 0 {
+		answers, err := e.remoteBatch(ctx, toplevel, cmds...)
 		if err != nil {
-			return nil, "", err
+			return err
 		}
-		part, reason := r.parseShowAnswer(res)
-		if reason != "" {
-			return nil, reason, nil
+		checks.recordNodeAnswers(nodes, answers, now)
+	}
+	checks.runProbes(ctx, probes, now)
+	return nil
+}
+
+// runChecks is the checks phase: what the watch did not settle is retried here until
+// each check passes or its timeout runs out.
+func (e *runEnv) runChecks(ctx context.Context, toplevel string, checks *checkRun) (string, error) {
+	if len(checks.items) == 0 {
+		return "no checks", nil
+	}
+	checks.begin(e.o.Clock.Now())
+	for i := 0; i < maxSamples; i++ {
+		now := e.o.Clock.Now()
+		at, ok := checks.nextDue(now)
+		if !ok {
+			break
 		}
-		for name, st := range part {
-			states[name] = st
+		if wait := at.Sub(now); wait > 0 {
+			if err := e.sleep(ctx, wait); err != nil {
+				return "", err
+			}
+		}
+		if err := e.attemptDueChecks(ctx, toplevel, checks); err != nil {
+			// A node that stops answering fails the node checks it owes; the verdict's
+			// samples say whether the node itself is unreachable.
+			for _, it := range checks.items {
+				if !it.done && it.node != nil {
+					checks.record(it, e.o.Clock.Now(), false, "the node did not answer: "+err.Error())
+					it.done = true
+				}
+			}
 		}
 	}
-	return states, "", nil
+	results := checks.results()
+	passed := 0
+	for _, c := range results {
+		if c.OK {
+			passed++
+		}
+	}
+	return fmt.Sprintf("%d of %d passed", passed, len(results)), nil
 }

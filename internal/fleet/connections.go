@@ -7,7 +7,7 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
-	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
+	"github.com/fediversity/terraform-provider-fediversity/internal/transport"
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
@@ -21,16 +21,20 @@ type connections struct {
 	incusErr  error
 }
 
-// open is the transport of node's target (validated by LoadRoster and Plan).
+// open is the transport of node's target (validated by LoadRoster and Plan), opened
+// where every front end opens its nodes (transport.Connections).
 func (c *connections) open(node string, t nodespec.Target, creds Credentials) (deploybody.Transport, error) {
-	if t.Kind == "incus" {
-		c.incusOnce.Do(func() { c.incus, c.incusErr = incusapi.NewFromEnv() })
-		if c.incusErr != nil {
-			return nil, fmt.Errorf("connect to the local Incus daemon (INCUS_SOCKET): %w", c.incusErr)
-		}
-		return incustransport.New(incustransport.Config{Client: c.incus, Instance: t.Instance, Project: t.Project, Node: node})
+	opener := transport.Connections{SSH: c.ssh, Credentials: creds, Incus: c.incusClient}
+	return opener.Open(node, t)
+}
+
+// incusClient is the local daemon's client, made on first use.
+func (c *connections) incusClient() (*incusapi.Client, error) {
+	c.incusOnce.Do(func() { c.incus, c.incusErr = incusapi.NewFromEnv() })
+	if c.incusErr != nil {
+		return nil, fmt.Errorf("connect to the local Incus daemon (INCUS_SOCKET): %w", c.incusErr)
 	}
-	return c.ssh.Transport(node, t.SSHConfig(creds), nil)
+	return c.incus, nil
 }
 
 func (c *connections) close() { _ = c.ssh.Close() }

@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
@@ -29,10 +28,10 @@ import (
 // between the nodes of one process. Make one per process (or provider configuration).
 type Evaluator struct {
 	// Cache is nil when no cache directory can be named (no $XDG_CACHE_HOME nor $HOME).
-	Cache *deploybody.EvalCache
+	Cache *EvalCache
 	// LastPlans holds, per node and working directory, the derivation the last plan not
 	// yet applied evaluated (see NotePlanned). Nil with Cache.
-	LastPlans *deploybody.EvalCache
+	LastPlans *EvalCache
 
 	evals  nixstore.Flight // one nix-instantiate per cache key at a time
 	builds nixstore.Flight // one build per derivation at a time
@@ -54,8 +53,8 @@ func New() *Evaluator {
 	if dir, err := CacheDir(); err == nil {
 		// The default store check (the .drv file exists) is what matters here: an
 		// entry naming a .drv a garbage collection removed is ignored.
-		e.Cache = &deploybody.EvalCache{Dir: filepath.Join(dir, "eval")}
-		e.LastPlans = &deploybody.EvalCache{Dir: filepath.Join(dir, "last-plan")}
+		e.Cache = &EvalCache{Dir: filepath.Join(dir, "eval")}
+		e.LastPlans = &EvalCache{Dir: filepath.Join(dir, "last-plan")}
 	}
 	return e
 }
@@ -92,7 +91,7 @@ func Key(spec nixstore.BuildSpec, nodePlan string) (key, why string) {
 		inputs["argstr "+k] = v
 	}
 	sum := sha256.Sum256([]byte(nodePlan))
-	return deploybody.MakeCacheKey("sha256:"+hex.EncodeToString(sum[:]), inputs), ""
+	return MakeCacheKey("sha256:"+hex.EncodeToString(sum[:]), inputs), ""
 }
 
 // Evaluation is the result of Evaluate.
@@ -185,7 +184,7 @@ func (e *Evaluator) Planned(ctx context.Context, node string, spec nixstore.Buil
 // node in another project is another record.
 func lastPlanKey(node string) string {
 	wd, _ := os.Getwd()
-	return deploybody.MakeCacheKey("last-plan", map[string]string{"node": node, "dir": wd})
+	return MakeCacheKey("last-plan", map[string]string{"node": node, "dir": wd})
 }
 
 // NotePlanned records that a plan evaluated node to drv, planned from the state's

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
@@ -36,7 +35,7 @@ func TestEvaluatorCache(t *testing.T) {
 	runs := labtest.CountNixInstantiate(t)
 	src := filepath.Join(t.TempDir(), "node.nix")
 	writeEvalSource(t, src, "one")
-	e := &Evaluator{Cache: &deploybody.EvalCache{Dir: filepath.Join(t.TempDir(), "eval")}}
+	e := &Evaluator{Cache: &EvalCache{Dir: filepath.Join(t.TempDir(), "eval")}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	seed := time.Now().Format(time.RFC3339Nano) // a derivation no earlier run left in the store
@@ -104,7 +103,7 @@ func TestEvaluatorWarnsOfStaleSavedPlan(t *testing.T) {
 		return p
 	}
 	held := map[string]bool{drv("b"): true, drv("c"): true}
-	e := &Evaluator{LastPlans: &deploybody.EvalCache{Dir: dir, StoreHas: func(p string) bool { return held[p] }}}
+	e := &Evaluator{LastPlans: &EvalCache{Dir: dir, StoreHas: func(p string) bool { return held[p] }}}
 	if w := e.NotePlanned("web01", drv("a"), drv("b")); w != "" {
 		t.Fatalf("a first plan warned: %s", w)
 	}
@@ -131,7 +130,7 @@ func TestPlannedRefusesAChangedSource(t *testing.T) {
 	labtest.CountNixInstantiate(t)
 	src := filepath.Join(t.TempDir(), "node.nix")
 	writeEvalSource(t, src, "one")
-	e := &Evaluator{Cache: &deploybody.EvalCache{Dir: filepath.Join(t.TempDir(), "eval")}}
+	e := &Evaluator{Cache: &EvalCache{Dir: filepath.Join(t.TempDir(), "eval")}}
 	spec := nixstore.BuildSpec{File: src, ArgStr: map[string]string{"seed": time.Now().Format(time.RFC3339Nano)}}
 	ev, err := e.Planned(context.Background(), "web01", spec, "", "")
 	if err != nil {

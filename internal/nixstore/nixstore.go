@@ -30,6 +30,21 @@ var (
 	NixBuildBin = "nix-build"
 )
 
+// CleanAbsolutePath accepts a clean absolute path without whitespace or control
+// characters: what a store path (of any store directory) must look like before it
+// reaches a command line or a cache entry.
+func CleanAbsolutePath(p string) bool {
+	if p == "" || !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
+		return false
+	}
+	for _, r := range p {
+		if r <= ' ' || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // ValidStorePath reports whether p names a top-level store object
 // (/nix/store/<32 chars>-<name>), the only shape this package passes to nix.
 func ValidStorePath(p string) bool {

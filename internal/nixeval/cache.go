@@ -1,4 +1,4 @@
-package deploybody
+package nixeval
 
 import (
 	"crypto/sha256"
@@ -9,13 +9,16 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
 // EvalCache remembers which store path a node's evaluation produced (a toplevel, or
 // the .drv of a plan-time evaluation), keyed on the node plan digest and the build
 // inputs alone, in a directory of small JSON files.
-// It is never a source of truth: Lookup ignores an entry whose toplevel the store does
-// not hold (StoreHas), and a failed Store is reported by the body as a warning only.
+// It is never a source of truth: Lookup ignores an entry whose path the store does
+// not hold (StoreHas), and a failed Store is reported as a warning only (by the
+// Evaluator, and by the deploy body, whose Options.Cache it can be).
 type EvalCache struct {
 	// Dir holds one <key>.json file per entry. It is created on first Store.
 	Dir string
@@ -66,7 +69,7 @@ func (c *EvalCache) Lookup(key string) (toplevel string, ok bool, why string) {
 		return "", false, fmt.Sprintf("cache entry %s unreadable: %v", file, err)
 	}
 	var entry cacheEntry
-	if err := json.Unmarshal(data, &entry); err != nil || entry.Key != key || !validStorePath(entry.Toplevel) {
+	if err := json.Unmarshal(data, &entry); err != nil || entry.Key != key || !nixstore.CleanAbsolutePath(entry.Toplevel) {
 		return "", false, fmt.Sprintf("cache entry %s is malformed; ignored", file)
 	}
 	if !c.storeHas(entry.Toplevel) {
@@ -127,18 +130,4 @@ func (c *EvalCache) storeHas(p string) bool {
 	}
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-// validStorePath accepts a clean absolute path without whitespace or control
-// characters: what a toplevel must look like before it reaches a command line.
-func validStorePath(p string) bool {
-	if p == "" || !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
-		return false
-	}
-	for _, r := range p {
-		if r <= ' ' || r == 0x7f {
-			return false
-		}
-	}
-	return true
 }

@@ -1,0 +1,3 @@
+package cyclic
+
+func (r *run) first() error { return r.helper() }
