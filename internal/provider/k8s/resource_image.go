@@ -83,11 +83,11 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
 			"node": schema.StringAttribute{
-				Required: true, Validators: kit.DnsLabelValidators,
+				Required: true, Validators: kit.DNSLabelValidators,
 				MarkdownDescription: "Node name: the last path component of the repository. Changing it pushes to the new repository (no replace).",
 			},
 			"namespace": schema.StringAttribute{
-				Required: true, Validators: kit.DnsLabelValidators,
+				Required: true, Validators: kit.DNSLabelValidators,
 				MarkdownDescription: "Namespace of the target, usually `fediversity_k8s_namespace.<x>.name`: the middle path component of the repository. Changing it pushes to the new repository (no replace).",
 			},
 			"tag": schema.StringAttribute{

@@ -78,7 +78,7 @@ func (r *k8sNamespaceResource) Schema(ctx context.Context, _ resource.SchemaRequ
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
 			"app": schema.StringAttribute{
-				Optional: true, Validators: []validator.String{stringvalidator.RegexMatches(kit.DnsLabelRE, "must be a DNS label")},
+				Optional: true, Validators: []validator.String{stringvalidator.RegexMatches(kit.DNSLabelRE, "must be a DNS label")},
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 				MarkdownDescription: "For a per-app target: the application name, appended as `-<app>` to the base namespace, so two targets never hold the same Deployment. Unset for the `all` target. Changing it replaces the namespace (and deletes the old one with all in it).",
 			},
@@ -326,7 +326,7 @@ func (r *k8sNamespaceResource) Delete(ctx context.Context, req resource.DeleteRe
 // importing says that this very namespace is the operator's. The RuntimeClass is taken
 // to be the default; set runtime_class in the configuration when it differs.
 func (r *k8sNamespaceResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	if !kit.DnsLabelRE.MatchString(req.ID) {
+	if !kit.DNSLabelRE.MatchString(req.ID) {
 		resp.Diagnostics.AddError("Invalid import ID", fmt.Sprintf("Want a namespace name, e.g. fediversity; got %q.", req.ID))
 		return
 	}

@@ -109,12 +109,12 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
 			},
 			"namespace": schema.StringAttribute{
-				Required: true, Validators: kit.DnsLabelValidators,
+				Required: true, Validators: kit.DNSLabelValidators,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 				MarkdownDescription: "Namespace of the target, usually `fediversity_k8s_namespace.<x>.name`. Changing it replaces the node (a new claim: its state is lost).",
 			},
 			"node": schema.StringAttribute{
-				Required: true, Validators: kit.DnsLabelValidators,
+				Required: true, Validators: kit.DNSLabelValidators,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 				MarkdownDescription: "Node name: names the Deployment, the claim `<node>-state` and the service account `node-<node>`. Changing it replaces the node (a new claim: its state is lost).",
 			},
@@ -442,7 +442,7 @@ func (r *k8sRolloutResource) Delete(ctx context.Context, req resource.DeleteRequ
 // container_uuid included, so the machine ID stays the one the node has.
 func (r *k8sRolloutResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	ns, node, ok := strings.Cut(req.ID, "/")
-	if !ok || !kit.DnsLabelRE.MatchString(ns) || !kit.DnsLabelRE.MatchString(node) {
+	if !ok || !kit.DNSLabelRE.MatchString(ns) || !kit.DNSLabelRE.MatchString(node) {
 		resp.Diagnostics.AddError("Invalid import ID", fmt.Sprintf("Want <namespace>/<node>, e.g. fediversity/web01; got %q.", req.ID))
 		return
 	}

@@ -19,8 +19,8 @@ import (
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
-// providerClients are the shared clients of one provider configuration.
-type providerClients struct {
+// Clients are the shared clients of one provider configuration.
+type Clients struct {
 	// incus is the Incus API client, built in Configure; incusErr says why it could not
 	// be (no socket, unreadable certificates). The error is reported only when a node is
 	// reached over Incus, so a configuration that uses no Incus node does not fail.
@@ -40,8 +40,8 @@ type providerClients struct {
 }
 
 // NewClients builds the clients of cfg.
-func NewClients(cfg *Config) *providerClients {
-	c := &providerClients{ssh: &sshtransport.Pool{}, Nix: nixeval.New()}
+func NewClients(cfg *Config) *Clients {
+	c := &Clients{ssh: &sshtransport.Pool{}, Nix: nixeval.New()}
 	if cfg.IncusAddress != "" {
 		c.incus, c.incusErr = incusapi.NewHTTPS(incusapi.HTTPSConfig{
 			URL: cfg.IncusAddress, ClientCertFile: cfg.IncusClientCert, ClientKeyFile: cfg.IncusClientKey, ServerCertFile: cfg.IncusServerCert,

@@ -29,7 +29,7 @@ type Config struct {
 	Timings Timings
 
 	// Clients are built once in Configure and shared by every resource (clients.go).
-	Clients *providerClients
+	Clients *Clients
 }
 
 // Timings are the tunable waits and thresholds, one per row of the engine's timing
@@ -46,7 +46,7 @@ func ConfigureObject(dst **Config, data any, object string, diags *diag.Diagnost
 	cfg, ok := data.(*Config)
 	if !ok {
 		diags.AddError("Unexpected provider data",
-			fmt.Sprintf("%s wants *provider.Config, got %T. This is a bug in the provider; please report it.", object, data))
+			fmt.Sprintf("%s wants *kit.Config, got %T. This is a bug in the provider; please report it.", object, data))
 		return
 	}
 	*dst = cfg

@@ -14,8 +14,8 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
-// SshBlockModel is the `ssh` block.
-type SshBlockModel struct {
+// SSHBlockModel is the `ssh` block.
+type SSHBlockModel struct {
 	Host                  types.String   `tfsdk:"host"`
 	Port                  types.Int64    `tfsdk:"port"`
 	User                  types.String   `tfsdk:"user"`
@@ -51,7 +51,7 @@ const (
 	LocalRemote      = nodespec.LocalRemote
 )
 
-func SshBlockSchema(changeEffect string) schema.SingleNestedBlock {
+func SSHBlockSchema(changeEffect string) schema.SingleNestedBlock {
 	return schema.SingleNestedBlock{
 		MarkdownDescription: "Reach the node over SSH (`golang.org/x/crypto/ssh`). Exactly one of `ssh` and `incus`. " +
 			"The host key is pinned: give `host_key` or `known_hosts_file`; an unknown or changed key is refused. " +
@@ -145,9 +145,9 @@ func IncusBlockSchema(changeEffect string) schema.SingleNestedBlock {
 	}
 }
 
-// SshBlockFromTarget / incusBlockFromTarget fill the blocks on import.
-func SshBlockFromTarget(t TransportTarget) *SshBlockModel {
-	return &SshBlockModel{
+// SSHBlockFromTarget / incusBlockFromTarget fill the blocks on import.
+func SSHBlockFromTarget(t TransportTarget) *SSHBlockModel {
+	return &SSHBlockModel{
 		Host:                  types.StringValue(t.Host),
 		Port:                  types.Int64Value(int64(t.Port)),
 		User:                  types.StringValue(t.User),
@@ -173,7 +173,7 @@ func IncusBlockFromTarget(t TransportTarget) *IncusBlockModel {
 }
 
 // Spec decodes the `ssh` block into the engine's node spec (nil for no block).
-func (b *SshBlockModel) Spec() *nodespec.SSH {
+func (b *SSHBlockModel) Spec() *nodespec.SSH {
 	if b == nil {
 		return nil
 	}

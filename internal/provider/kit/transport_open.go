@@ -28,7 +28,7 @@ var HostPort = nodespec.HostPort
 
 // ResolveTarget validates the transport blocks of a resource and fills in defaults.
 // Exactly one of ssh and incus must be set.
-func ResolveTarget(sshB *SshBlockModel, incusB *IncusBlockModel, cfg *Config) (TransportTarget, diag.Diagnostics) {
+func ResolveTarget(sshB *SSHBlockModel, incusB *IncusBlockModel, cfg *Config) (TransportTarget, diag.Diagnostics) {
 	diags := OneTransport(sshB, incusB)
 	if diags.HasError() {
 		return TransportTarget{}, diags
@@ -41,7 +41,7 @@ func ResolveTarget(sshB *SshBlockModel, incusB *IncusBlockModel, cfg *Config) (T
 }
 
 // OneTransport refuses a run with neither or both transport blocks.
-func OneTransport(sshB *SshBlockModel, incusB *IncusBlockModel) diag.Diagnostics {
+func OneTransport(sshB *SSHBlockModel, incusB *IncusBlockModel) diag.Diagnostics {
 	var diags diag.Diagnostics
 	if (sshB == nil) == (incusB == nil) {
 		diags.AddError("Exactly one transport block is required",

@@ -9,7 +9,7 @@ import (
 
 func TestResolveTarget(t *testing.T) {
 	cfg := &Config{IncusSocket: "/var/lib/incus/unix.socket", IncusProject: "tenants"}
-	sshB := &SshBlockModel{Host: types.StringValue("127.0.0.1"), HostKey: types.StringValue("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD")}
+	sshB := &SSHBlockModel{Host: types.StringValue("127.0.0.1"), HostKey: types.StringValue("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD")}
 
 	got, diags := ResolveTarget(sshB, nil, cfg)
 	if diags.HasError() {
@@ -26,15 +26,15 @@ func TestResolveTarget(t *testing.T) {
 
 	bad := []struct {
 		name  string
-		ssh   *SshBlockModel
+		ssh   *SSHBlockModel
 		incus *IncusBlockModel
 		want  string
 	}{
 		{"neither", nil, nil, "Exactly one transport block"},
 		{"both", sshB, &IncusBlockModel{Instance: types.StringValue("c1")}, "Exactly one transport block"},
-		{"unpinned", &SshBlockModel{Host: types.StringValue("h")}, nil, "No pinned host key"},
-		{"no host", &SshBlockModel{HostKey: types.StringValue("k")}, nil, "Missing SSH host"},
-		{"bad keepalive", &SshBlockModel{Host: types.StringValue("h"), HostKey: types.StringValue("k"), Keepalive: types.StringValue("soon")}, nil, "Invalid duration"},
+		{"unpinned", &SSHBlockModel{Host: types.StringValue("h")}, nil, "No pinned host key"},
+		{"no host", &SSHBlockModel{HostKey: types.StringValue("k")}, nil, "Missing SSH host"},
+		{"bad keepalive", &SSHBlockModel{Host: types.StringValue("h"), HostKey: types.StringValue("k"), Keepalive: types.StringValue("soon")}, nil, "Invalid duration"},
 		{"no instance", nil, &IncusBlockModel{}, "Missing Incus instance"},
 		{"foreign remote", nil, &IncusBlockModel{Instance: types.StringValue("c1"), Remote: types.StringValue("https://10.1.1.1:8443")}, "does not match"},
 	}
@@ -46,11 +46,11 @@ func TestResolveTarget(t *testing.T) {
 	}
 
 	// The insecure switch is explicit and accepted.
-	if _, diags := ResolveTarget(&SshBlockModel{Host: types.StringValue("h"), InsecureIgnoreHostKey: types.BoolValue(true)}, nil, cfg); diags.HasError() {
+	if _, diags := ResolveTarget(&SSHBlockModel{Host: types.StringValue("h"), InsecureIgnoreHostKey: types.BoolValue(true)}, nil, cfg); diags.HasError() {
 		t.Fatalf("insecure_ignore_host_key: %v", diags)
 	}
 	// A jump host inherits user and known_hosts.
-	j, diags := ResolveTarget(&SshBlockModel{Host: types.StringValue("h"), User: types.StringValue("ops"), KnownHostsFile: types.StringValue("/kh"),
+	j, diags := ResolveTarget(&SSHBlockModel{Host: types.StringValue("h"), User: types.StringValue("ops"), KnownHostsFile: types.StringValue("/kh"),
 		Jump: &JumpHostModel{Host: types.StringValue("bastion")}}, nil, cfg)
 	if diags.HasError() || j.Jump == nil || j.Jump.User != "ops" || j.Jump.KnownHostsFile != "/kh" || j.Jump.Port != 22 {
 		t.Fatalf("jump: %+v %v", j.Jump, diags)

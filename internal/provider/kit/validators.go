@@ -16,16 +16,16 @@ import (
 )
 
 var (
-	DnsLabelRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	DNSLabelRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	TagRE       = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 	DigestRefRE = regexp.MustCompile(`^[^@\s]+@sha256:[0-9a-f]{64}$`)
 )
 
 // dnsLabel is what Kubernetes accepts as a namespace or Deployment name, and what a
 // registry accepts as a path component.
-var DnsLabelValidators = []validator.String{
+var DNSLabelValidators = []validator.String{
 	stringvalidator.LengthBetween(1, 63),
-	stringvalidator.RegexMatches(DnsLabelRE, "must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit"),
+	stringvalidator.RegexMatches(DNSLabelRE, "must be a DNS label: lower-case letters, digits and '-', starting and ending with a letter or digit"),
 }
 
 // AbsPathRE accepts absolute paths on a node without spaces or quotes.

@@ -19,7 +19,7 @@ import (
 // nodeArgs are a node resource's arguments that make its node spec.
 type nodeArgs struct {
 	node     string
-	ssh      *kit.SshBlockModel
+	ssh      *kit.SSHBlockModel
 	incus    *kit.IncusBlockModel
 	snapshot *snapshotModel
 	strict   types.Bool

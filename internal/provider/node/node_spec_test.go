@@ -23,7 +23,7 @@ const specTestKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS
 // both decode into the node spec and report its one validation.
 func TestProviderAndRosterRefuseAlike(t *testing.T) {
 	str := types.StringValue
-	okSSH := func() *kit.SshBlockModel { return &kit.SshBlockModel{Host: str("h"), HostKey: str(specTestKey)} }
+	okSSH := func() *kit.SSHBlockModel { return &kit.SSHBlockModel{Host: str("h"), HostKey: str(specTestKey)} }
 	cases := []struct {
 		name   string
 		args   func(a *nodeArgs)

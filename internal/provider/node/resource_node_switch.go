@@ -73,7 +73,7 @@ type nodeSwitchModel struct {
 	Build            *buildModel          `tfsdk:"build"`
 	SubmissionDigest types.String         `tfsdk:"submission_digest"`
 	SubmissionFile   types.String         `tfsdk:"submission_file"`
-	SSH              *kit.SshBlockModel   `tfsdk:"ssh"`
+	SSH              *kit.SSHBlockModel   `tfsdk:"ssh"`
 	Incus            *kit.IncusBlockModel `tfsdk:"incus"`
 	Snapshot         *snapshotModel       `tfsdk:"snapshot"`
 	Strict           types.Bool           `tfsdk:"strict"`
@@ -173,7 +173,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 						MarkdownDescription: "Further `--argstr name value` pairs. Must not hold per-run values: paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc or $TMPDIR (also inside a longer value, as in `--identity=/tmp/k`), or the provider's credential locations, are refused at plan."},
 				},
 			},
-			"ssh":      kit.SshBlockSchema(redeploys),
+			"ssh":      kit.SSHBlockSchema(redeploys),
 			"incus":    kit.IncusBlockSchema(redeploys),
 			"snapshot": snapshotBlockSchema(),
 			"timings":  kit.TimingsResourceBlock(kit.TimingsNodeSwitch),
@@ -570,7 +570,7 @@ func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.Impor
 		Changes:          types.ObjectNull(changesAttrTypes),
 	}
 	if addr.Target.Kind == "ssh" {
-		m.SSH = kit.SshBlockFromTarget(addr.Target)
+		m.SSH = kit.SSHBlockFromTarget(addr.Target)
 	} else {
 		m.Incus = kit.IncusBlockFromTarget(addr.Target)
 	}

@@ -43,7 +43,7 @@ type verdictModel struct {
 	ID               types.String         `tfsdk:"id"`
 	Node             types.String         `tfsdk:"node"`
 	Toplevel         types.String         `tfsdk:"toplevel"`
-	SSH              *kit.SshBlockModel   `tfsdk:"ssh"`
+	SSH              *kit.SSHBlockModel   `tfsdk:"ssh"`
 	Incus            *kit.IncusBlockModel `tfsdk:"incus"`
 	Strict           types.Bool           `tfsdk:"strict"`
 	SecretChain      types.List           `tfsdk:"secret_chain"`
@@ -117,7 +117,7 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			"verdict": verdictSchemaAttribute("the pass"),
 		},
 		Blocks: withBlocks(checkBlocks(checksChangeVerdict), map[string]schema.Block{
-			"ssh":      kit.SshBlockSchema(reruns),
+			"ssh":      kit.SSHBlockSchema(reruns),
 			"incus":    kit.IncusBlockSchema(reruns),
 			"timings":  kit.TimingsResourceBlock(kit.TimingsVerdict),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
@@ -233,7 +233,7 @@ func (r *verdictResource) ImportState(ctx context.Context, req resource.ImportSt
 		Judged:  types.StringNull(),
 	}
 	if addr.Target.Kind == "ssh" {
-		m.SSH = kit.SshBlockFromTarget(addr.Target)
+		m.SSH = kit.SSHBlockFromTarget(addr.Target)
 	} else {
 		m.Incus = kit.IncusBlockFromTarget(addr.Target)
 	}

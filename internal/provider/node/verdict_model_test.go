@@ -177,7 +177,7 @@ func TestNeedsDeploy(t *testing.T) {
 	top := "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nixos-system-a"
 	verdict, _ := verdictValue(&deploybody.Result{Verdict: &deploybody.Verdict{OK: true}})
 	state := nodeSwitchModel{Toplevel: types.StringValue(top), Strict: types.BoolValue(true), Verdict: verdict,
-		SSH: &kit.SshBlockModel{Host: types.StringValue("h")}, SecretChain: types.ListNull(types.StringType), LoopBudgets: types.MapNull(types.Int64Type)}
+		SSH: &kit.SSHBlockModel{Host: types.StringValue("h")}, SecretChain: types.ListNull(types.StringType), LoopBudgets: types.MapNull(types.Int64Type)}
 	same := state
 	same.Timings = &kit.TimingsModel{Settle: types.StringValue("1s")}
 	if needsDeploy(same, state, top) {
@@ -197,7 +197,7 @@ func TestNeedsDeploy(t *testing.T) {
 		t.Error("strict changes the verdict: redeploy")
 	}
 	moved := state
-	moved.SSH = &kit.SshBlockModel{Host: types.StringValue("h2")}
+	moved.SSH = &kit.SSHBlockModel{Host: types.StringValue("h2")}
 	if !needsDeploy(moved, state, top) {
 		t.Error("another transport target must redeploy")
 	}

@@ -83,13 +83,13 @@ func (r *spireHandoffResource) Schema(ctx context.Context, _ resource.SchemaRequ
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "The namespace.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}},
-			"namespace": schema.StringAttribute{Required: true, Validators: kit.DnsLabelValidators,
+			"namespace": schema.StringAttribute{Required: true, Validators: kit.DNSLabelValidators,
 				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
 				MarkdownDescription: "Namespace of the target; also the name of its k8s_psat cluster on the spire node (two clusters with the same namespace cannot share one spire node). Changing it replaces the hand-off."},
 			"group": schema.StringAttribute{Optional: true,
 				MarkdownDescription: "Name of the group, for messages (e.g. the roster check). Default: the namespace."},
 			"nodes": schema.SetAttribute{Required: true, ElementType: types.StringType,
-				Validators:          []validator.Set{setvalidator.ValueStringsAre(kit.DnsLabelValidators...)},
+				Validators:          []validator.Set{setvalidator.ValueStringsAre(kit.DNSLabelValidators...)},
 				MarkdownDescription: "The nodes of the group: each gets a drop-file, an alias and a host entry. Removing a node deletes its drop-file and entries."},
 			"roster": schema.MapAttribute{Optional: true, ElementType: types.ListType{ElemType: types.StringType},
 				MarkdownDescription: "What each node of the group's roster provides (node → names, e.g. `[\"spiffe\"]`). A roster with a `spiffe` " +

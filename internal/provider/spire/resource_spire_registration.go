@@ -45,7 +45,7 @@ type spireRegistrationModel struct {
 	AliasID        types.String         `tfsdk:"alias_id"`
 	SpireMachineID types.String         `tfsdk:"spire_machine_id"`
 	SpireNode      *spireNodeModel      `tfsdk:"spire_node"`
-	SSH            *kit.SshBlockModel   `tfsdk:"ssh"`
+	SSH            *kit.SSHBlockModel   `tfsdk:"ssh"`
 	Incus          *kit.IncusBlockModel `tfsdk:"incus"`
 	Timeouts       timeouts.Value       `tfsdk:"timeouts"`
 }
@@ -78,9 +78,9 @@ func (r *spireRegistrationResource) Schema(ctx context.Context, _ resource.Schem
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "`<group>/<node>`.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()}},
-			"group": schema.StringAttribute{Required: true, Validators: kit.DnsLabelValidators, PlanModifiers: replace,
+			"group": schema.StringAttribute{Required: true, Validators: kit.DNSLabelValidators, PlanModifiers: replace,
 				MarkdownDescription: "The group of the node. Changing it replaces the registration."},
-			"node": schema.StringAttribute{Required: true, Validators: kit.DnsLabelValidators, PlanModifiers: replace,
+			"node": schema.StringAttribute{Required: true, Validators: kit.DNSLabelValidators, PlanModifiers: replace,
 				MarkdownDescription: "The node's name. Changing it replaces the registration."},
 			"trust_bundle": schema.StringAttribute{Required: true, Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
 				MarkdownDescription: "The server's trust bundle (PEM), from `data.fediversity_spire_trust_bundle.<x>.pem`; written to the node. A change rewrites the file."},
@@ -95,7 +95,7 @@ func (r *spireRegistrationResource) Schema(ctx context.Context, _ resource.Schem
 		},
 		Blocks: map[string]schema.Block{
 			spireNodeBlock: spireNodeBlockSchema(),
-			"ssh":          kit.SshBlockSchema("How the token and the bundle reach the node. Changing it changes nothing on the node until the next replacement."),
+			"ssh":          kit.SSHBlockSchema("How the token and the bundle reach the node. Changing it changes nothing on the node until the next replacement."),
 			"incus":        kit.IncusBlockSchema("How the token and the bundle reach the node. Changing it changes nothing on the node until the next replacement."),
 			"timeouts":     timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		},

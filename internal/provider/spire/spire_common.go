@@ -41,7 +41,7 @@ type spireNodeModel struct {
 }
 
 func spireNodeBlockSchema() schema.SingleNestedBlock {
-	b := kit.SshBlockSchema("")
+	b := kit.SSHBlockSchema("")
 	// Deploy-only settings of a node's ssh block mean nothing for the spire node.
 	delete(b.Attributes, "revert_on_lockout")
 	delete(b.Attributes, "sudo")
@@ -75,7 +75,7 @@ func resolveSpireNode(b *spireNodeModel, cfg *kit.Config) (spireNodeConfig, diag
 				"spire_node.host_key or spire_node.known_hosts_file. The spire node is the machine of the central group that runs spire-server.")
 		return spireNodeConfig{}, diags
 	}
-	sshB := &kit.SshBlockModel{Host: b.Host, Port: b.Port, User: b.User, HostKey: b.HostKey, KnownHostsFile: b.KnownHostsFile,
+	sshB := &kit.SSHBlockModel{Host: b.Host, Port: b.Port, User: b.User, HostKey: b.HostKey, KnownHostsFile: b.KnownHostsFile,
 		InsecureIgnoreHostKey: b.InsecureIgnoreHostKey, Keepalive: b.Keepalive, Jump: b.Jump}
 	t, d := kit.ResolveTarget(sshB, nil, cfg)
 	diags.Append(underBlock(d, spireNodeBlock)...)
