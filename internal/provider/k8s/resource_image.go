@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -298,23 +299,34 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	got, err := image.Head(ctx, r.stateTarget(state), image.Options{AuthFile: r.cfg.RegistryAuthFile})
-	switch {
-	case errors.Is(err, image.ErrNotFound):
+	gone, rdiags := r.refresh(ctx, &state)
+	resp.Diagnostics.Append(rdiags...)
+	if gone != nil {
 		resp.Diagnostics.AddWarning("Node image is gone from the registry",
 			fmt.Sprintf("Node %s: %s:%s is no longer in the registry; the next apply pushes it again.", state.Node.ValueString(), state.Repository.ValueString(), state.Tag.ValueString()))
 		resp.State.RemoveResource(ctx)
 		return
-	case err != nil:
-		resp.Diagnostics.AddWarning("Unable to check the node image",
-			fmt.Sprintf("Node %s, phase read: %v. The state is kept as it was.", state.Node.ValueString(), err))
-		return
-	case got.Digest != state.Digest.ValueString():
-		resp.Diagnostics.AddWarning("Registry tag moved",
-			fmt.Sprintf("Node %s: %s:%s now names %s, but this resource pushed %s. The Deployment keeps naming the pushed digest; change `tag` to push a new image.",
-				state.Node.ValueString(), state.Repository.ValueString(), state.Tag.ValueString(), got.Digest, state.Digest.ValueString()))
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// refresh checks the registry for the tag of m (the provider's one refresh convention,
+// see internal/provider/kit). gone is the registry's not-found; an unreachable registry
+// or a moved tag leaves m as it was, with a warning.
+func (r *imageResource) refresh(ctx context.Context, m *imageModel) (gone error, diags diag.Diagnostics) {
+	got, err := image.Head(ctx, r.stateTarget(*m), image.Options{AuthFile: r.cfg.RegistryAuthFile})
+	switch {
+	case errors.Is(err, image.ErrNotFound):
+		return err, diags
+	case err != nil:
+		diags.AddWarning("Unable to check the node image",
+			fmt.Sprintf("Node %s, phase read: %v. The state is kept as it was.", m.Node.ValueString(), err))
+	case got.Digest != m.Digest.ValueString():
+		diags.AddWarning("Registry tag moved",
+			fmt.Sprintf("Node %s: %s:%s now names %s, but this resource pushed %s. The Deployment keeps naming the pushed digest; change `tag` to push a new image.",
+				m.Node.ValueString(), m.Repository.ValueString(), m.Tag.ValueString(), got.Digest, m.Digest.ValueString()))
+	}
+	return nil, diags
 }
 
 // stateTarget is where the state's image was pushed. The registry is the configured one

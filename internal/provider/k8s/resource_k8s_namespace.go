@@ -271,34 +271,46 @@ func (r *k8sNamespaceResource) Read(ctx context.Context, req resource.ReadReques
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	c, diags := kit.K8sClient(r.cfg, "")
-	if diags.HasError() {
-		resp.Diagnostics.AddWarning("Unable to read the target namespace", diags[0].Detail()+" The state is kept as it was.")
-		return
-	}
-	st, err := c.GetNamespace(ctx, state.Name.ValueString())
-	if err != nil {
-		resp.Diagnostics.AddWarning("Unable to read the target namespace", fmt.Sprintf("Namespace %s, phase read: %v. The state is kept as it was.", state.Name.ValueString(), err))
-		return
-	}
-	if !st.Exists || st.Terminating {
+	gone, rdiags := r.refresh(ctx, &state)
+	resp.Diagnostics.Append(rdiags...)
+	if gone != nil {
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	if !st.NetworkPolicy {
-		state.NetworkPolicy = types.StringValue("")
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// refresh reads the namespace of m from the cluster (the provider's one refresh
+// convention, see internal/provider/kit). gone: it no longer exists or is terminating.
+// An unreachable cluster leaves m as it was, with a warning.
+func (r *k8sNamespaceResource) refresh(ctx context.Context, m *k8sNamespaceModel) (gone error, diags diag.Diagnostics) {
+	c, cdiags := kit.K8sClient(r.cfg, "")
+	if cdiags.HasError() {
+		diags.AddWarning("Unable to read the target namespace", cdiags[0].Detail()+" The state is kept as it was.")
+		return nil, diags
 	}
-	switch uid := state.UID.ValueString(); {
+	st, err := c.GetNamespace(ctx, m.Name.ValueString())
+	if err != nil {
+		diags.AddWarning("Unable to read the target namespace", fmt.Sprintf("Namespace %s, phase read: %v. The state is kept as it was.", m.Name.ValueString(), err))
+		return nil, diags
+	}
+	if !st.Exists || st.Terminating {
+		return fmt.Errorf("namespace %s is gone", m.Name.ValueString()), diags
+	}
+	if !st.NetworkPolicy {
+		m.NetworkPolicy = types.StringValue("")
+	}
+	switch uid := m.UID.ValueString(); {
 	case uid == "" && st.Labeled:
 		// A state written before the UID was kept: the provider's label says it is ours.
-		state.UID = types.StringValue(st.UID)
+		m.UID = types.StringValue(st.UID)
 	case uid != "" && uid != st.UID:
 		// Not ours: kept in state with our UID, so that no apply or destroy touches it
 		// and the operator decides (state rm, or a new import).
-		resp.Diagnostics.AddWarning(fmt.Sprintf("Namespace %s was re-created by someone else", state.Name.ValueString()),
-			(&k8s.ReplacedNamespaceError{Name: state.Name.ValueString(), StateUID: uid, UID: st.UID}).Error()+". Apply and destroy refuse to touch it.")
+		diags.AddWarning(fmt.Sprintf("Namespace %s was re-created by someone else", m.Name.ValueString()),
+			(&k8s.ReplacedNamespaceError{Name: m.Name.ValueString(), StateUID: uid, UID: st.UID}).Error()+". Apply and destroy refuse to touch it.")
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+	return nil, diags
 }
 
 func (r *k8sNamespaceResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

@@ -376,45 +376,58 @@ func (r *k8sRolloutResource) Read(ctx context.Context, req resource.ReadRequest,
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	node := state.Node.ValueString()
-	c, diags := kit.K8sClient(r.cfg, node)
-	if diags.HasError() {
-		resp.Diagnostics.AddWarning("Unable to read node "+node, diags[0].Detail()+" The state is kept as it was.")
-		return
-	}
-	st, err := c.GetNode(ctx, state.Namespace.ValueString(), node)
-	if err != nil {
-		resp.Diagnostics.AddWarning("Unable to read node "+node, fmt.Sprintf("Node %s, phase read: %v. The state is kept as it was.", node, err))
-		return
-	}
-	if !st.Exists {
+	gone, rdiags := r.refresh(ctx, &state)
+	resp.Diagnostics.Append(rdiags...)
+	if gone != nil {
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	state.ImageRef = types.StringValue(st.Image)
-	state.RunningImageRef = types.StringValue(st.Image)
-	if st.LastGoodImage != "" {
-		state.LastGoodImageRef = types.StringValue(st.LastGoodImage)
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// refresh reads what the cluster runs for the node of m (the provider's one refresh
+// convention, see internal/provider/kit): the image the Deployment names goes into
+// image_ref. gone: the Deployment no longer exists. An unreachable cluster leaves m as
+// it was, with a warning.
+func (r *k8sRolloutResource) refresh(ctx context.Context, m *k8sRolloutModel) (gone error, diags diag.Diagnostics) {
+	node := m.Node.ValueString()
+	c, cdiags := kit.K8sClient(r.cfg, node)
+	if cdiags.HasError() {
+		diags.AddWarning("Unable to read node "+node, cdiags[0].Detail()+" The state is kept as it was.")
+		return nil, diags
 	}
-	if state.ContainerUUID.ValueString() == "" { // imported: take what the cluster has
-		state.ID = types.StringValue(state.Namespace.ValueString() + "/" + node)
-		state.ContainerUUID = types.StringValue(st.ContainerUUID)
-		state.MachineID = types.StringValue(k8s.MachineID(st.ContainerUUID))
-		state.RuntimeClass = types.StringValue(st.RuntimeClass)
-		state.StorageSize = types.StringValue(st.StorageSize)
+	st, err := c.GetNode(ctx, m.Namespace.ValueString(), node)
+	if err != nil {
+		diags.AddWarning("Unable to read node "+node, fmt.Sprintf("Node %s, phase read: %v. The state is kept as it was.", node, err))
+		return nil, diags
+	}
+	if !st.Exists {
+		return fmt.Errorf("node %s is gone", node), diags
+	}
+	m.ImageRef = types.StringValue(st.Image)
+	m.RunningImageRef = types.StringValue(st.Image)
+	if st.LastGoodImage != "" {
+		m.LastGoodImageRef = types.StringValue(st.LastGoodImage)
+	}
+	if m.ContainerUUID.ValueString() == "" { // imported: take what the cluster has
+		m.ID = types.StringValue(m.Namespace.ValueString() + "/" + node)
+		m.ContainerUUID = types.StringValue(st.ContainerUUID)
+		m.MachineID = types.StringValue(k8s.MachineID(st.ContainerUUID))
+		m.RuntimeClass = types.StringValue(st.RuntimeClass)
+		m.StorageSize = types.StringValue(st.StorageSize)
 		if st.StorageClass != "" {
-			state.StorageClass = types.StringValue(st.StorageClass)
+			m.StorageClass = types.StringValue(st.StorageClass)
 		}
-		state.LastGoodImageRef = types.StringValue(st.LastGoodImage)
-		state.Status = types.StringValue(rolloutNotReady)
+		m.LastGoodImageRef = types.StringValue(st.LastGoodImage)
+		m.Status = types.StringValue(rolloutNotReady)
 	}
 	switch {
 	case st.Ready:
-		state.Status = types.StringValue(rolloutReady)
-	case state.Status.ValueString() == rolloutReady:
-		state.Status = types.StringValue(rolloutNotReady)
+		m.Status = types.StringValue(rolloutReady)
+	case m.Status.ValueString() == rolloutReady:
+		m.Status = types.StringValue(rolloutNotReady)
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+	return nil, diags
 }
 
 func (r *k8sRolloutResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

@@ -23,6 +23,7 @@ func FailureDetail(subject, phase string, cause error, whatToDo string) string {
 	return fmt.Sprintf("%s, phase %s: %v. %s", subject, phase, cause, whatToDo)
 }
 
+// StringOrNull is s as a string attribute, null when empty.
 func StringOrNull(s string) types.String {
 	if s == "" {
 		return types.StringNull()
@@ -30,6 +31,8 @@ func StringOrNull(s string) types.String {
 	return types.StringValue(s)
 }
 
+// SummarizeDiags is the errors of d on one line ("summary: detail" each), for a test or
+// a nested diagnostic.
 func SummarizeDiags(d diag.Diagnostics) string {
 	var parts []string
 	for _, e := range d.Errors() {

@@ -571,7 +571,9 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 	}
 	plan.Project = types.StringValue(project)
 	plan.ImageFingerprint = types.StringValue(img.Fingerprint)
-	if gone := r.refresh(ctx, c, &plan, &resp.Diagnostics); gone != nil {
+	gone, rdiags := r.refresh(ctx, &plan, c)
+	resp.Diagnostics.Append(rdiags...)
+	if gone != nil {
 		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "read", gone, "It vanished right after it was created; find out what deletes it, then apply again."))
 		return
 	}
@@ -581,17 +583,17 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 // refresh reads the container into m (the one shared read of Create, Read, Update and
 // import). When the container is gone it returns the daemon's not-found error and
 // leaves m alone. A missing project counts as gone: Incus deletes only empty projects.
-func (r *incusNodeResource) refresh(ctx context.Context, c *incusapi.Client, m *incusNodeModel, diags *diag.Diagnostics) (gone error) {
+func (r *incusNodeResource) refresh(ctx context.Context, m *incusNodeModel, c *incusapi.Client) (gone error, diags diag.Diagnostics) {
 	name := m.Name.ValueString()
 	inst, err := c.GetInstanceConfig(ctx, name)
 	if incusapi.IsNotFound(err) {
-		return err
+		return err, nil
 	}
 	if err != nil {
 		diags.AddError("Unable to read Incus container "+name, kit.FailureDetail(fmt.Sprintf("Container %s (project %s)", name, c.Project()), "read", err,
 			"Nothing was changed; check that the daemon answers (`incus info`), then run again."))
 		m.nullUnknowns()
-		return nil
+		return nil, diags
 	}
 	m.ID = types.StringValue(fmt.Sprintf("incus://%s/%s/%s", kit.LocalRemote, c.Project(), name))
 	m.Instance = types.StringValue(inst.Name)
@@ -621,7 +623,7 @@ func (r *incusNodeResource) refresh(ctx context.Context, c *incusapi.Client, m *
 	m.Config = types.MapValueMust(types.StringType, config)
 	m.Limits = types.MapValueMust(types.StringType, limits)
 	m.Devices = devicesToModel(m.Devices, inst.Devices)
-	return nil
+	return nil, diags
 }
 
 // devicesToModel lists the container's devices in the order the prior model had them,
@@ -669,7 +671,9 @@ func (r *incusNodeResource) Read(ctx context.Context, req resource.ReadRequest, 
 			kit.FailureDetail(fmt.Sprintf("Container %s (project %s)", name, project), "connect", err, "Nothing was changed."))
 		return
 	}
-	if gone := r.refresh(ctx, c, &state, &resp.Diagnostics); gone != nil {
+	gone, rdiags := r.refresh(ctx, &state, c)
+	resp.Diagnostics.Append(rdiags...)
+	if gone != nil {
 		resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s is gone", name),
 			fmt.Sprintf("Container %s (project %s) was deleted outside Terraform (%v). It is removed from state; the next apply creates it again.", name, project, gone))
 		resp.State.RemoveResource(ctx)
@@ -751,7 +755,9 @@ func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateReque
 		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "update", err, "The container keeps its previous configuration; fix the cause and apply again."))
 		return
 	}
-	if gone := r.refresh(ctx, c, &plan, &resp.Diagnostics); gone != nil {
+	gone, rdiags := r.refresh(ctx, &plan, c)
+	resp.Diagnostics.Append(rdiags...)
+	if gone != nil {
 		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "read", gone, "It vanished during the update; the next plan creates it again."))
 		return
 	}

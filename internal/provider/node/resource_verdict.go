@@ -204,7 +204,8 @@ func (r *verdictResource) Read(ctx context.Context, req resource.ReadRequest, re
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	refreshVerdictModel(&state, nil)
+	_, diags := r.refresh(ctx, &state, nil)
+	resp.Diagnostics.Append(diags...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
 
@@ -237,15 +238,16 @@ func (r *verdictResource) ImportState(ctx context.Context, req resource.ImportSt
 	} else {
 		m.Incus = kit.IncusBlockFromTarget(addr.Target)
 	}
-	refreshVerdictModel(&m, nil)
+	_, diags := r.refresh(ctx, &m, nil)
+	resp.Diagnostics.Append(diags...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
 }
 
-// refreshVerdictModel is the one place that fills the computed attributes (STYLE.md:
-// one refresh helper shared by Create, Read and Update). With a result it records the
-// pass; without one it only settles unknown values.
-func refreshVerdictModel(m *verdictModel, res *deploybody.Result) diag.Diagnostics {
-	var diags diag.Diagnostics
+// refresh is the one place that fills the computed attributes (the provider's one
+// refresh convention, see internal/provider/kit). With a result it records the pass;
+// without one it only settles unknown values: a verdict is the fact of one pass, so
+// nothing is read from the node and gone is always nil.
+func (r *verdictResource) refresh(_ context.Context, m *verdictModel, res *deploybody.Result) (gone error, diags diag.Diagnostics) {
 	m.ID = types.StringValue(m.Node.ValueString())
 	if res != nil {
 		v, d := verdictValue(res)
@@ -256,7 +258,7 @@ func refreshVerdictModel(m *verdictModel, res *deploybody.Result) diag.Diagnosti
 			judged = res.RunningSystem
 		}
 		m.Judged = kit.StringOrNull(judged)
-		return diags
+		return nil, diags
 	}
 	if m.Verdict.IsUnknown() {
 		m.Verdict = types.ObjectNull(verdictAttrTypes)
@@ -264,7 +266,7 @@ func refreshVerdictModel(m *verdictModel, res *deploybody.Result) diag.Diagnosti
 	if m.Judged.IsUnknown() {
 		m.Judged = types.StringNull()
 	}
-	return diags
+	return nil, diags
 }
 
 // pass runs the verdict-only body. judged is true when a verdict was reached (m is then
@@ -293,7 +295,8 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 		return false, diags, err
 	}
 	if res.Verdict != nil {
-		diags.Append(refreshVerdictModel(m, res)...)
+		_, vdiags := r.refresh(ctx, m, res)
+		diags.Append(vdiags...)
 	}
 	diags.Append(runDiagnostics(verbJudge, node, res, err)...)
 	return res.Verdict != nil, diags, runError(res, err)

@@ -389,10 +389,26 @@ func (r *spireHandoffResource) Read(ctx context.Context, req resource.ReadReques
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	ns := state.Namespace.ValueString()
-	sn, diags := resolveSpireNode(state.SpireNode, r.cfg)
-	if resp.Diagnostics.Append(diags...); diags.HasError() {
+	gone, rdiags := r.refresh(ctx, &state)
+	resp.Diagnostics.Append(rdiags...)
+	if gone != nil {
+		resp.State.RemoveResource(ctx)
 		return
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// refresh reads what the spire node and the cluster hold for the hand-off of m (the
+// provider's one refresh convention, see internal/provider/kit). gone: nothing of it is
+// left anywhere.
+func (r *spireHandoffResource) refresh(ctx context.Context, m *spireHandoffModel) (gone error, diags diag.Diagnostics) {
+	ns := m.Namespace.ValueString()
+	sn, odiags := resolveSpireNode(m.SpireNode, r.cfg)
+	if diags.Append(odiags...); odiags.HasError() {
+		return nil, diags
 	}
 	srv, _, err := openSpireServer(ctx, sn, r.cfg)
 	var st spire.HandOffState
@@ -400,37 +416,36 @@ func (r *spireHandoffResource) Read(ctx context.Context, req resource.ReadReques
 		st, err = srv.ReadHandOff(ctx, ns)
 	}
 	if err != nil {
-		spireUnreachable(&resp.Diagnostics, "The hand-off of namespace "+ns, sn, err)
-		return
+		spireUnreachable(&diags, "The hand-off of namespace "+ns, sn, err)
+		return nil, diags
 	}
-	c, diags := kit.K8sClient(r.cfg, "")
-	if resp.Diagnostics.Append(diags...); diags.HasError() {
-		return
+	c, odiags := kit.K8sClient(r.cfg, "")
+	if diags.Append(odiags...); odiags.HasError() {
+		return nil, diags
 	}
 	access, err := c.SpireServerAccessPresent(ctx, ns)
 	if err != nil {
-		resp.Diagnostics.AddError("Unable to read the hand-off of namespace "+ns, err.Error())
-		return
+		diags.AddError("Unable to read the hand-off of namespace "+ns, err.Error())
+		return nil, diags
 	}
 	bundle, found, err := c.SpireBundle(ctx, ns)
 	if err != nil {
-		resp.Diagnostics.AddError("Unable to read the hand-off of namespace "+ns, err.Error())
-		return
+		diags.AddError("Unable to read the hand-off of namespace "+ns, err.Error())
+		return nil, diags
 	}
 	if !st.KubeConfig && len(st.Nodes) == 0 && len(st.Entries) == 0 && !access && !found {
-		resp.State.RemoveResource(ctx)
-		return
+		return fmt.Errorf("the hand-off of namespace %s is gone", ns), diags
 	}
 	registered := st.RegisteredNodes(ns)
 	if !st.KubeConfig || !access {
 		registered = nil
 	}
 	nodes, d := types.SetValueFrom(ctx, types.StringType, registeredOrEmpty(registered))
-	resp.Diagnostics.Append(d...)
-	state.Nodes = nodes
-	state.TrustBundle = types.StringValue(bundle)
-	state.setIDs(registered)
-	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+	diags.Append(d...)
+	m.Nodes = nodes
+	m.TrustBundle = types.StringValue(bundle)
+	m.setIDs(registered)
+	return nil, diags
 }
 
 func registeredOrEmpty(s []string) []string {

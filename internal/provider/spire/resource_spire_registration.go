@@ -291,10 +291,26 @@ func (r *spireRegistrationResource) Read(ctx context.Context, req resource.ReadR
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	group, node := m.Group.ValueString(), m.Node.ValueString()
-	sn, diags := resolveSpireNode(m.SpireNode, r.cfg)
-	if resp.Diagnostics.Append(diags...); diags.HasError() {
+	gone, rdiags := r.refresh(ctx, &m)
+	resp.Diagnostics.Append(rdiags...)
+	if gone != nil {
+		resp.State.RemoveResource(ctx)
 		return
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
+}
+
+// refresh reads the entries of m on the server and the bundle file on the node (the
+// provider's one refresh convention, see internal/provider/kit). gone: an entry is
+// missing. A node that does not answer leaves m as it was, with a warning.
+func (r *spireRegistrationResource) refresh(ctx context.Context, m *spireRegistrationModel) (gone error, diags diag.Diagnostics) {
+	group, node := m.Group.ValueString(), m.Node.ValueString()
+	sn, odiags := resolveSpireNode(m.SpireNode, r.cfg)
+	if diags.Append(odiags...); odiags.HasError() {
+		return nil, diags
 	}
 	srv, _, err := openSpireServer(ctx, sn, r.cfg)
 	var reg spire.IncusRegistration
@@ -302,31 +318,30 @@ func (r *spireRegistrationResource) Read(ctx context.Context, req resource.ReadR
 		reg, err = srv.ReadIncusNode(ctx, group, node)
 	}
 	if err != nil {
-		spireUnreachable(&resp.Diagnostics, "The SPIRE registration of node "+node, sn, err)
-		return
+		spireUnreachable(&diags, "The SPIRE registration of node "+node, sn, err)
+		return nil, diags
 	}
 	if !reg.AliasPresent || !reg.HostPresent {
-		resp.State.RemoveResource(ctx)
-		return
+		return fmt.Errorf("the SPIRE entries of node %s are gone", node), diags
 	}
-	tr, diags := r.openNode(ctx, m)
-	if diags.HasError() {
-		resp.Diagnostics.AddWarning("Unable to read node "+node, diags[0].Detail()+" The state is kept as it was.")
-		return
+	tr, odiags := r.openNode(ctx, *m)
+	if odiags.HasError() {
+		diags.AddWarning("Unable to read node "+node, odiags[0].Detail()+" The state is kept as it was.")
+		return nil, diags
 	}
 	defer tr.Close()
 	dir := strings.TrimRight(m.AgentDir.ValueString(), "/")
 	res, err := tr.Run(ctx, []string{"cat", dir + "/" + agentBundleFile}, deploybody.RunOptions{})
 	switch {
 	case err != nil:
-		resp.Diagnostics.AddWarning("Unable to read node "+node, fmt.Sprintf("Node %s: %v. The state is kept as it was.", node, err))
-		return
+		diags.AddWarning("Unable to read node "+node, fmt.Sprintf("Node %s: %v. The state is kept as it was.", node, err))
+		return nil, diags
 	case res.ExitCode != 0:
 		m.TrustBundle = types.StringValue("")
 	default:
 		m.TrustBundle = types.StringValue(string(res.Stdout))
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
+	return nil, diags
 }
 
 func (r *spireRegistrationResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
