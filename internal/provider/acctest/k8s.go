@@ -253,7 +253,7 @@ func (a *K8s) CheckRunsStateImage(node string) resource.TestCheckFunc {
 			return err
 		}
 		if img != ref {
-			return fmt.Errorf("Deployment names %s, want %s", img, ref)
+			return fmt.Errorf("the Deployment names %s, want %s", img, ref)
 		}
 		if _, err := a.ReadyPod(); err != nil {
 			return err

@@ -299,7 +299,7 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	gone, rdiags := r.refresh(ctx, &state)
+	rdiags, gone := r.refresh(ctx, &state)
 	resp.Diagnostics.Append(rdiags...)
 	if gone != nil {
 		resp.Diagnostics.AddWarning("Node image is gone from the registry",
@@ -313,11 +313,11 @@ func (r *imageResource) Read(ctx context.Context, req resource.ReadRequest, resp
 // refresh checks the registry for the tag of m (the provider's one refresh convention,
 // see internal/provider/kit). gone is the registry's not-found; an unreachable registry
 // or a moved tag leaves m as it was, with a warning.
-func (r *imageResource) refresh(ctx context.Context, m *imageModel) (gone error, diags diag.Diagnostics) {
+func (r *imageResource) refresh(ctx context.Context, m *imageModel) (diags diag.Diagnostics, gone error) {
 	got, err := image.Head(ctx, r.stateTarget(*m), image.Options{AuthFile: r.cfg.RegistryAuthFile})
 	switch {
 	case errors.Is(err, image.ErrNotFound):
-		return err, diags
+		return diags, err
 	case err != nil:
 		diags.AddWarning("Unable to check the node image",
 			fmt.Sprintf("Node %s, phase read: %v. The state is kept as it was.", m.Node.ValueString(), err))
@@ -326,7 +326,7 @@ func (r *imageResource) refresh(ctx context.Context, m *imageModel) (gone error,
 			fmt.Sprintf("Node %s: %s:%s now names %s, but this resource pushed %s. The Deployment keeps naming the pushed digest; change `tag` to push a new image.",
 				m.Node.ValueString(), m.Repository.ValueString(), m.Tag.ValueString(), got.Digest, m.Digest.ValueString()))
 	}
-	return nil, diags
+	return diags, nil
 }
 
 // stateTarget is where the state's image was pushed. The registry is the configured one

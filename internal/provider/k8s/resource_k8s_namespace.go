@@ -271,7 +271,7 @@ func (r *k8sNamespaceResource) Read(ctx context.Context, req resource.ReadReques
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	gone, rdiags := r.refresh(ctx, &state)
+	rdiags, gone := r.refresh(ctx, &state)
 	resp.Diagnostics.Append(rdiags...)
 	if gone != nil {
 		resp.State.RemoveResource(ctx)
@@ -283,19 +283,19 @@ func (r *k8sNamespaceResource) Read(ctx context.Context, req resource.ReadReques
 // refresh reads the namespace of m from the cluster (the provider's one refresh
 // convention, see internal/provider/kit). gone: it no longer exists or is terminating.
 // An unreachable cluster leaves m as it was, with a warning.
-func (r *k8sNamespaceResource) refresh(ctx context.Context, m *k8sNamespaceModel) (gone error, diags diag.Diagnostics) {
+func (r *k8sNamespaceResource) refresh(ctx context.Context, m *k8sNamespaceModel) (diags diag.Diagnostics, gone error) {
 	c, cdiags := kit.K8sClient(r.cfg, "")
 	if cdiags.HasError() {
 		diags.AddWarning("Unable to read the target namespace", cdiags[0].Detail()+" The state is kept as it was.")
-		return nil, diags
+		return diags, nil
 	}
 	st, err := c.GetNamespace(ctx, m.Name.ValueString())
 	if err != nil {
 		diags.AddWarning("Unable to read the target namespace", fmt.Sprintf("Namespace %s, phase read: %v. The state is kept as it was.", m.Name.ValueString(), err))
-		return nil, diags
+		return diags, nil
 	}
 	if !st.Exists || st.Terminating {
-		return fmt.Errorf("namespace %s is gone", m.Name.ValueString()), diags
+		return diags, fmt.Errorf("namespace %s is gone", m.Name.ValueString())
 	}
 	if !st.NetworkPolicy {
 		m.NetworkPolicy = types.StringValue("")
@@ -310,7 +310,7 @@ func (r *k8sNamespaceResource) refresh(ctx context.Context, m *k8sNamespaceModel
 		diags.AddWarning(fmt.Sprintf("Namespace %s was re-created by someone else", m.Name.ValueString()),
 			(&k8s.ReplacedNamespaceError{Name: m.Name.ValueString(), StateUID: uid, UID: st.UID}).Error()+". Apply and destroy refuse to touch it.")
 	}
-	return nil, diags
+	return diags, nil
 }
 
 func (r *k8sNamespaceResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

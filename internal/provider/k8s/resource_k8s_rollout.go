@@ -376,7 +376,7 @@ func (r *k8sRolloutResource) Read(ctx context.Context, req resource.ReadRequest,
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	gone, rdiags := r.refresh(ctx, &state)
+	rdiags, gone := r.refresh(ctx, &state)
 	resp.Diagnostics.Append(rdiags...)
 	if gone != nil {
 		resp.State.RemoveResource(ctx)
@@ -389,20 +389,20 @@ func (r *k8sRolloutResource) Read(ctx context.Context, req resource.ReadRequest,
 // convention, see internal/provider/kit): the image the Deployment names goes into
 // image_ref. gone: the Deployment no longer exists. An unreachable cluster leaves m as
 // it was, with a warning.
-func (r *k8sRolloutResource) refresh(ctx context.Context, m *k8sRolloutModel) (gone error, diags diag.Diagnostics) {
+func (r *k8sRolloutResource) refresh(ctx context.Context, m *k8sRolloutModel) (diags diag.Diagnostics, gone error) {
 	node := m.Node.ValueString()
 	c, cdiags := kit.K8sClient(r.cfg, node)
 	if cdiags.HasError() {
 		diags.AddWarning("Unable to read node "+node, cdiags[0].Detail()+" The state is kept as it was.")
-		return nil, diags
+		return diags, nil
 	}
 	st, err := c.GetNode(ctx, m.Namespace.ValueString(), node)
 	if err != nil {
 		diags.AddWarning("Unable to read node "+node, fmt.Sprintf("Node %s, phase read: %v. The state is kept as it was.", node, err))
-		return nil, diags
+		return diags, nil
 	}
 	if !st.Exists {
-		return fmt.Errorf("node %s is gone", node), diags
+		return diags, fmt.Errorf("node %s is gone", node)
 	}
 	m.ImageRef = types.StringValue(st.Image)
 	m.RunningImageRef = types.StringValue(st.Image)
@@ -427,7 +427,7 @@ func (r *k8sRolloutResource) refresh(ctx context.Context, m *k8sRolloutModel) (g
 	case m.Status.ValueString() == rolloutReady:
 		m.Status = types.StringValue(rolloutNotReady)
 	}
-	return nil, diags
+	return diags, nil
 }
 
 func (r *k8sRolloutResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

@@ -31,6 +31,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/image"
 	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
 )
 
@@ -57,7 +58,7 @@ func buildProvider(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, goBin, "build", "-o", filepath.Join(dir, "terraform-provider-fediversity"), ".")
-		cmd.Dir = filepath.Join("..", "..")
+		cmd.Dir = labtest.RepoRoot(t)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			providerBinary.err = fmt.Errorf("go build of the provider: %v\n%s", err, out)
 			return

@@ -7,7 +7,7 @@
 //
 // The one refresh convention. Every resource reads what it manages in one method,
 //
-//	func (r *xResource) refresh(ctx context.Context, m *xModel, …) (gone error, diags diag.Diagnostics)
+//	func (r *xResource) refresh(ctx context.Context, m *xModel, …) (diags diag.Diagnostics, gone error)
 //
 // which fills m from what the object is now (or, given a run's result, from that
 // result). gone is non-nil when the object no longer exists; m is then left alone and

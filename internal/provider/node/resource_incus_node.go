@@ -571,7 +571,7 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 	}
 	plan.Project = types.StringValue(project)
 	plan.ImageFingerprint = types.StringValue(img.Fingerprint)
-	gone, rdiags := r.refresh(ctx, &plan, c)
+	rdiags, gone := r.refresh(ctx, &plan, c)
 	resp.Diagnostics.Append(rdiags...)
 	if gone != nil {
 		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "read", gone, "It vanished right after it was created; find out what deletes it, then apply again."))
@@ -583,17 +583,17 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 // refresh reads the container into m (the one shared read of Create, Read, Update and
 // import). When the container is gone it returns the daemon's not-found error and
 // leaves m alone. A missing project counts as gone: Incus deletes only empty projects.
-func (r *incusNodeResource) refresh(ctx context.Context, m *incusNodeModel, c *incusapi.Client) (gone error, diags diag.Diagnostics) {
+func (r *incusNodeResource) refresh(ctx context.Context, m *incusNodeModel, c *incusapi.Client) (diags diag.Diagnostics, gone error) {
 	name := m.Name.ValueString()
 	inst, err := c.GetInstanceConfig(ctx, name)
 	if incusapi.IsNotFound(err) {
-		return err, nil
+		return nil, err
 	}
 	if err != nil {
 		diags.AddError("Unable to read Incus container "+name, kit.FailureDetail(fmt.Sprintf("Container %s (project %s)", name, c.Project()), "read", err,
 			"Nothing was changed; check that the daemon answers (`incus info`), then run again."))
 		m.nullUnknowns()
-		return nil, diags
+		return diags, nil
 	}
 	m.ID = types.StringValue(fmt.Sprintf("incus://%s/%s/%s", kit.LocalRemote, c.Project(), name))
 	m.Instance = types.StringValue(inst.Name)
@@ -623,7 +623,7 @@ func (r *incusNodeResource) refresh(ctx context.Context, m *incusNodeModel, c *i
 	m.Config = types.MapValueMust(types.StringType, config)
 	m.Limits = types.MapValueMust(types.StringType, limits)
 	m.Devices = devicesToModel(m.Devices, inst.Devices)
-	return nil, diags
+	return diags, nil
 }
 
 // devicesToModel lists the container's devices in the order the prior model had them,
@@ -671,7 +671,7 @@ func (r *incusNodeResource) Read(ctx context.Context, req resource.ReadRequest, 
 			kit.FailureDetail(fmt.Sprintf("Container %s (project %s)", name, project), "connect", err, "Nothing was changed."))
 		return
 	}
-	gone, rdiags := r.refresh(ctx, &state, c)
+	rdiags, gone := r.refresh(ctx, &state, c)
 	resp.Diagnostics.Append(rdiags...)
 	if gone != nil {
 		resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s is gone", name),
@@ -755,7 +755,7 @@ func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateReque
 		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "update", err, "The container keeps its previous configuration; fix the cause and apply again."))
 		return
 	}
-	gone, rdiags := r.refresh(ctx, &plan, c)
+	rdiags, gone := r.refresh(ctx, &plan, c)
 	resp.Diagnostics.Append(rdiags...)
 	if gone != nil {
 		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "read", gone, "It vanished during the update; the next plan creates it again."))

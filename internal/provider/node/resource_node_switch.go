@@ -407,7 +407,7 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 	failed := privateString(ctx, req.Private, privateFailed)
 	imported := privateString(ctx, req.Private, privateDeployed) == "" && state.Verdict.IsNull()
 	var interrupted *interruptedDeploy
-	_, rdiags := r.refresh(ctx, &state, failed, nil, &interrupted)
+	rdiags, _ := r.refresh(ctx, &state, failed, nil, &interrupted)
 	resp.Diagnostics.Append(rdiags...)
 	switch {
 	case interrupted != nil && interrupted.failed:
@@ -433,7 +433,7 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 // change. The toplevel of a deploy that failed on update (failedToplevel) is not
 // recorded: the state must keep saying the node is not where the configuration wants it
 // (docs/design.md#failed-deploy). An unreachable node keeps its state and gives a warning, naming the node.
-func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string, res *deploybody.Result, interrupted **interruptedDeploy) (gone error, diags diag.Diagnostics) {
+func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string, res *deploybody.Result, interrupted **interruptedDeploy) (diags diag.Diagnostics, gone error) {
 	node := m.Node.ValueString()
 	m.ID = types.StringValue(node)
 	if m.Strict.IsNull() || m.Strict.IsUnknown() {
@@ -457,7 +457,7 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		diags.Append(vdiags...)
 		m.Verdict = v
 		m.Changes = changesValue(res.Changes)
-		return nil, diags
+		return diags, nil
 	}
 	if m.Verdict.IsUnknown() {
 		m.Verdict = types.ObjectNull(verdictAttrTypes)
@@ -473,7 +473,7 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		diags.AddWarning(fmt.Sprintf("Cannot read node %s", node),
 			"The transport blocks in state are incomplete, so the running system was not read; the state is kept. "+
 				kit.SummarizeDiags(tdiags))
-		return nil, diags
+		return diags, nil
 	}
 	imported := m.Toplevel.IsNull() || m.Toplevel.ValueString() == ""
 	// The verdict record is read only when Read would adopt the running system.
@@ -485,17 +485,17 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
 			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
 				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
-		return nil, diags
+		return diags, nil
 	}
 	running, profile := ns.running, ns.profile
 	if running == m.Toplevel.ValueString() {
-		return nil, diags
+		return diags, nil
 	}
 	if running == failedToplevel {
 		diags.AddWarning(fmt.Sprintf("Node %s runs a system whose deploy failed", node),
 			fmt.Sprintf("The node runs %s, which the last apply switched to but judged failed. The state keeps %s, so the next apply deploys and judges it again.",
 				running, m.Toplevel.ValueString()))
-		return nil, diags
+		return diags, nil
 	}
 	if profile != running {
 		// The node runs a system its boot entry does not point at: a deploy that was cut
@@ -506,7 +506,7 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 				node, running, describeProfile(profile), running)}
 		}
 		tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": node, "running": running, "profile": profile})
-		return nil, diags
+		return diags, nil
 	}
 	if !imported {
 		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": node, "state": m.Toplevel.ValueString(), "running": running})
@@ -521,7 +521,7 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	if interrupted != nil && failed != "" {
 		*interrupted = &interruptedDeploy{toplevel: failed, failed: true}
 	}
-	return nil, diags
+	return diags, nil
 }
 
 // interruptedDeploy is a deploy Read found cut off: the node runs toplevel, its boot
@@ -623,7 +623,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		return nil, res, diags, runErr
 	}
 	m := plan
-	_, rdiags = r.refresh(ctx, &m, "", res, nil)
+	rdiags, _ = r.refresh(ctx, &m, "", res, nil)
 	diags.Append(rdiags...)
 	diags.Append(runDiagnostics(verbDeploy, node, res, runErr)...)
 	if runErr != nil && res.Verdict == nil {

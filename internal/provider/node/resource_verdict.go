@@ -204,7 +204,7 @@ func (r *verdictResource) Read(ctx context.Context, req resource.ReadRequest, re
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	_, diags := r.refresh(ctx, &state, nil)
+	diags, _ := r.refresh(ctx, &state, nil)
 	resp.Diagnostics.Append(diags...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 }
@@ -238,7 +238,7 @@ func (r *verdictResource) ImportState(ctx context.Context, req resource.ImportSt
 	} else {
 		m.Incus = kit.IncusBlockFromTarget(addr.Target)
 	}
-	_, diags := r.refresh(ctx, &m, nil)
+	diags, _ := r.refresh(ctx, &m, nil)
 	resp.Diagnostics.Append(diags...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
 }
@@ -247,7 +247,7 @@ func (r *verdictResource) ImportState(ctx context.Context, req resource.ImportSt
 // refresh convention, see internal/provider/kit). With a result it records the pass;
 // without one it only settles unknown values: a verdict is the fact of one pass, so
 // nothing is read from the node and gone is always nil.
-func (r *verdictResource) refresh(_ context.Context, m *verdictModel, res *deploybody.Result) (gone error, diags diag.Diagnostics) {
+func (r *verdictResource) refresh(_ context.Context, m *verdictModel, res *deploybody.Result) (diags diag.Diagnostics, gone error) {
 	m.ID = types.StringValue(m.Node.ValueString())
 	if res != nil {
 		v, d := verdictValue(res)
@@ -258,7 +258,7 @@ func (r *verdictResource) refresh(_ context.Context, m *verdictModel, res *deplo
 			judged = res.RunningSystem
 		}
 		m.Judged = kit.StringOrNull(judged)
-		return nil, diags
+		return diags, nil
 	}
 	if m.Verdict.IsUnknown() {
 		m.Verdict = types.ObjectNull(verdictAttrTypes)
@@ -266,7 +266,7 @@ func (r *verdictResource) refresh(_ context.Context, m *verdictModel, res *deplo
 	if m.Judged.IsUnknown() {
 		m.Judged = types.StringNull()
 	}
-	return nil, diags
+	return diags, nil
 }
 
 // pass runs the verdict-only body. judged is true when a verdict was reached (m is then
@@ -295,7 +295,7 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 		return false, diags, err
 	}
 	if res.Verdict != nil {
-		_, vdiags := r.refresh(ctx, m, res)
+		vdiags, _ := r.refresh(ctx, m, res)
 		diags.Append(vdiags...)
 	}
 	diags.Append(runDiagnostics(verbJudge, node, res, err)...)

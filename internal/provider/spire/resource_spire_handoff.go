@@ -389,7 +389,7 @@ func (r *spireHandoffResource) Read(ctx context.Context, req resource.ReadReques
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	gone, rdiags := r.refresh(ctx, &state)
+	rdiags, gone := r.refresh(ctx, &state)
 	resp.Diagnostics.Append(rdiags...)
 	if gone != nil {
 		resp.State.RemoveResource(ctx)
@@ -404,11 +404,11 @@ func (r *spireHandoffResource) Read(ctx context.Context, req resource.ReadReques
 // refresh reads what the spire node and the cluster hold for the hand-off of m (the
 // provider's one refresh convention, see internal/provider/kit). gone: nothing of it is
 // left anywhere.
-func (r *spireHandoffResource) refresh(ctx context.Context, m *spireHandoffModel) (gone error, diags diag.Diagnostics) {
+func (r *spireHandoffResource) refresh(ctx context.Context, m *spireHandoffModel) (diags diag.Diagnostics, gone error) {
 	ns := m.Namespace.ValueString()
 	sn, odiags := resolveSpireNode(m.SpireNode, r.cfg)
 	if diags.Append(odiags...); odiags.HasError() {
-		return nil, diags
+		return diags, nil
 	}
 	srv, _, err := openSpireServer(ctx, sn, r.cfg)
 	var st spire.HandOffState
@@ -417,24 +417,24 @@ func (r *spireHandoffResource) refresh(ctx context.Context, m *spireHandoffModel
 	}
 	if err != nil {
 		spireUnreachable(&diags, "The hand-off of namespace "+ns, sn, err)
-		return nil, diags
+		return diags, nil
 	}
 	c, odiags := kit.K8sClient(r.cfg, "")
 	if diags.Append(odiags...); odiags.HasError() {
-		return nil, diags
+		return diags, nil
 	}
 	access, err := c.SpireServerAccessPresent(ctx, ns)
 	if err != nil {
 		diags.AddError("Unable to read the hand-off of namespace "+ns, err.Error())
-		return nil, diags
+		return diags, nil
 	}
 	bundle, found, err := c.SpireBundle(ctx, ns)
 	if err != nil {
 		diags.AddError("Unable to read the hand-off of namespace "+ns, err.Error())
-		return nil, diags
+		return diags, nil
 	}
 	if !st.KubeConfig && len(st.Nodes) == 0 && len(st.Entries) == 0 && !access && !found {
-		return fmt.Errorf("the hand-off of namespace %s is gone", ns), diags
+		return diags, fmt.Errorf("the hand-off of namespace %s is gone", ns)
 	}
 	registered := st.RegisteredNodes(ns)
 	if !st.KubeConfig || !access {
@@ -445,7 +445,7 @@ func (r *spireHandoffResource) refresh(ctx context.Context, m *spireHandoffModel
 	m.Nodes = nodes
 	m.TrustBundle = types.StringValue(bundle)
 	m.setIDs(registered)
-	return nil, diags
+	return diags, nil
 }
 
 func registeredOrEmpty(s []string) []string {

@@ -291,7 +291,7 @@ func (r *spireRegistrationResource) Read(ctx context.Context, req resource.ReadR
 	resp.Diagnostics.Append(diags...)
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	gone, rdiags := r.refresh(ctx, &m)
+	rdiags, gone := r.refresh(ctx, &m)
 	resp.Diagnostics.Append(rdiags...)
 	if gone != nil {
 		resp.State.RemoveResource(ctx)
@@ -306,11 +306,11 @@ func (r *spireRegistrationResource) Read(ctx context.Context, req resource.ReadR
 // refresh reads the entries of m on the server and the bundle file on the node (the
 // provider's one refresh convention, see internal/provider/kit). gone: an entry is
 // missing. A node that does not answer leaves m as it was, with a warning.
-func (r *spireRegistrationResource) refresh(ctx context.Context, m *spireRegistrationModel) (gone error, diags diag.Diagnostics) {
+func (r *spireRegistrationResource) refresh(ctx context.Context, m *spireRegistrationModel) (diags diag.Diagnostics, gone error) {
 	group, node := m.Group.ValueString(), m.Node.ValueString()
 	sn, odiags := resolveSpireNode(m.SpireNode, r.cfg)
 	if diags.Append(odiags...); odiags.HasError() {
-		return nil, diags
+		return diags, nil
 	}
 	srv, _, err := openSpireServer(ctx, sn, r.cfg)
 	var reg spire.IncusRegistration
@@ -319,15 +319,15 @@ func (r *spireRegistrationResource) refresh(ctx context.Context, m *spireRegistr
 	}
 	if err != nil {
 		spireUnreachable(&diags, "The SPIRE registration of node "+node, sn, err)
-		return nil, diags
+		return diags, nil
 	}
 	if !reg.AliasPresent || !reg.HostPresent {
-		return fmt.Errorf("the SPIRE entries of node %s are gone", node), diags
+		return diags, fmt.Errorf("the SPIRE entries of node %s are gone", node)
 	}
 	tr, odiags := r.openNode(ctx, *m)
 	if odiags.HasError() {
 		diags.AddWarning("Unable to read node "+node, odiags[0].Detail()+" The state is kept as it was.")
-		return nil, diags
+		return diags, nil
 	}
 	defer tr.Close()
 	dir := strings.TrimRight(m.AgentDir.ValueString(), "/")
@@ -335,13 +335,13 @@ func (r *spireRegistrationResource) refresh(ctx context.Context, m *spireRegistr
 	switch {
 	case err != nil:
 		diags.AddWarning("Unable to read node "+node, fmt.Sprintf("Node %s: %v. The state is kept as it was.", node, err))
-		return nil, diags
+		return diags, nil
 	case res.ExitCode != 0:
 		m.TrustBundle = types.StringValue("")
 	default:
 		m.TrustBundle = types.StringValue(string(res.Stdout))
 	}
-	return nil, diags
+	return diags, nil
 }
 
 func (r *spireRegistrationResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
