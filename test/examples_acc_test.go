@@ -226,7 +226,7 @@ func TestAccExamplesValidate(t *testing.T) {
 			t.Run(name, func(t *testing.T) {
 				c := acctest.NewCLIDir(t)
 				c.Dir = stageExample(t, root, example, withProvider)
-				// Only PATH and the CLI settings of newCLIDir: no credential or setting of
+				// Only PATH and the CLI settings of acctest.NewCLIDir: no credential or setting of
 				// the caller's environment reaches validate.
 				env := []string{"HOME=" + c.Dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=" + gitConfig}
 				for _, kv := range c.Env {

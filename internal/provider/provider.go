@@ -2,7 +2,9 @@
 // engine packages (internal/submission, internal/deploybody, the transports,
 // internal/k8s, internal/image). It holds schemas, models and diagnostics only: all
 // deploy, merge, rollout and push logic lives in the engines, which never import the
-// plugin framework.
+// plugin framework. This root package holds the provider, its configuration and the
+// registry; the objects live per family in node, k8s, spire and submission, over the
+// shared kit, which holds the Config handed to every object.
 //
 // Per-run values (SSH key location, agent socket, kubeconfig, registry, registry auth,
 // Incus client certificates) are configured here or read from their environment

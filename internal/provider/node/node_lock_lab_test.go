@@ -22,7 +22,7 @@ import (
 // sharedHostName is the host name both deployers take: NixOS' default.
 const sharedHostName = "nixos"
 
-// inUTSNamespace runs the binary with args in c in a UTS namespace whose host name is
+// inUTSNamespace runs the binary with args in c's directory, in a UTS namespace whose host name is
 // sharedHostName; clone also gives it a PID namespace with its own /proc, as on a
 // cloned machine or container: there the first deployer's PID names no process.
 func inUTSNamespace(c *acctest.CLIDir, out *bytes.Buffer, clone bool, args ...string) *exec.Cmd {

@@ -82,7 +82,7 @@ func resolveSpireNode(b *spireNodeModel, cfg *kit.Config) (spireNodeConfig, diag
 	return spireNodeConfig{target: t, command: b.ServerCommand.ValueString(), socket: b.SocketPath.ValueString(), service: b.Service.ValueString()}, diags
 }
 
-// underBlock renames the `ssh` of resolveTarget's diagnostics to the block they belong to.
+// underBlock renames the `ssh` of kit.ResolveTarget's diagnostics to the block they belong to.
 func underBlock(diags diag.Diagnostics, block string) diag.Diagnostics {
 	var out diag.Diagnostics
 	for _, d := range diags {
