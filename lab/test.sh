@@ -14,10 +14,13 @@
 #   acceptance: Terraform/OpenTofu, alone   the lab, and no other    fedtn1/fedon1
 #                                           suite running ($ALONE_TESTS: incusd restarts)
 #
-# The acceptance tests are one package (internal/provider), built once, split in groups:
-# those that need the cluster or SPIRE ($K8S_TESTS), and all the others (the nodes
-# tests), dealt by name into $NODES_SHARDS shards per binary (N, one per core beyond the
-# first). The nodes tests mostly wait on their nodes (settle and watch windows), so on a
+# The acceptance tests live in several packages (the provider's root and families under
+# internal/provider, and test/ for the modules and examples), each built once into a test
+# binary of its own, listed, and split in groups: those that need the cluster or SPIRE
+# ($K8S_TESTS), and all the others (the nodes tests), dealt by name into $NODES_SHARDS
+# shards per Terraform/OpenTofu binary (N, one per core beyond the first). A suite runs
+# its tests of each package with that package's binary, from its directory (the tests
+# read testdata/ by relative path), one after the other, as one output. The nodes tests mostly wait on their nodes (settle and watch windows), so on a
 # machine with cores to spare shards side by side cut the wall time. Each acceptance suite has a lab of its own
 # (its nodes, throwaway instances, ports and spire node), so suites that run at the same
 # time never touch each other's nodes; the Kubernetes control plane and the real node
@@ -51,7 +54,9 @@ ALONE_TESTS='^TestAccNodeSwitchIncusdRestart$'
 # core) and the CPU-starved nodes then broke the timing of the interrupt tests.
 cores=$(nproc)
 NODES_SHARDS=${NODES_SHARDS:-$((cores > 2 ? cores - 1 : 1))}
-PROVIDER_PKG=github.com/fediversity/terraform-provider-fediversity/internal/provider
+# The packages that hold acceptance tests (TestAcc*); a package with none is left out
+# once listed.
+ACC_PKGS=(./internal/provider/... ./test/)
 TERRAFORM=${TERRAFORM:-/usr/local/bin/terraform}
 export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
 
@@ -100,7 +105,11 @@ background_early build-k8s bash lab/k8s/build.sh
 background_early build-node bash lab/k8s/node-build.sh
 background_early build-spire bash lab/spire/build.sh
 if [ "$mode" != setup ]; then
-  background_early build-provider-tests go test -c -o "$logs/provider.test" ./internal/provider/
+  # One binary per package, named after its last element (go test -c -o DIR/); beside
+  # them, each package's import path and directory, for test2json and the working dir.
+  mkdir -p "$logs/acc"
+  background_early build-provider-tests sh -c 'go list -f "{{.ImportPath}} {{.Dir}}" "$@" >"$0/packages" &&
+    go test -c -o "$0/" "$@"' "$logs/acc" "${ACC_PKGS[@]}"
 fi
 if [ "$mode" = all ]; then
   # Nothing waits on the linters but the end of the run: they stay niced.
@@ -154,39 +163,58 @@ blocked() { # blocked NAME PART: record NAME as failed because PART could not be
 }
 # lab_env PREFIX PORT_BASE: point this (sub)shell at a lab of its own (nodes, state, ports).
 lab_env() { export LAB_PREFIX=$1 LAB_PORT_BASE=$2 LAB_STATE=/var/lib/fediversity-lab-$1; }
-# acceptance NAME BINARY TEST-FLAGS…: acceptance tests with Terraform or OpenTofu, from
-# the test binary built once (go test -json's output, through test2json).
+# acc_run ACC_DIR SELECTION FLAGS…: run the selected acceptance tests, each package's
+# with its binary from its directory, one package after the other, as one go test -json
+# output (test2json); the exit status is 1 when any of them failed. SELECTION is what
+# acc_select prints: "<binary>=<-test.run pattern>" words.
+acc_run() {
+  local dir=$1 selection=$2 rc=0 word bin pattern pkg pkgdir; shift 2
+  for word in $selection; do
+    bin=${word%%=*} pattern=${word#*=}
+    read -r pkg pkgdir < <(awk -v b="$bin" '{ n = split($1, p, "/"); if (p[n] ".test" == b) print }' "$dir/packages")
+    (cd "$pkgdir" && go tool test2json -t -p "$pkg" "$dir/$bin" \
+      -test.v=test2json -test.count=1 -test.timeout=70m -test.run "$pattern" "$@") || rc=1
+  done
+  return $rc
+}
+export -f acc_run
+# acc_select INCLUDE EXCLUDE SHARDS: the acceptance tests of every binary whose names
+# match INCLUDE and not EXCLUDE (extended regexps; EXCLUDE may be empty), dealt by name
+# round-robin into SHARDS selections, one per line, each "<binary>=^(A|B)$ …" for the
+# binaries that got a test (the same deal as one binary's, across the packages).
+acc_select() {
+  local bin
+  for bin in "$logs/acc"/*.test; do
+    (cd "$(awk -v b="$(basename "$bin")" '{ n = split($1, p, "/"); if (p[n] ".test" == b) print $2 }' "$logs/acc/packages")" &&
+      "$bin" -test.list '^TestAcc') | grep '^TestAcc' | sed "s|^|$(basename "$bin") |"
+  done | awk -v inc="$1" -v exc="$2" -v n="$3" '
+    $2 ~ inc && (exc == "" || $2 !~ exc) { i = k++ % n; t[i, $1] = t[i, $1] (t[i, $1] == "" ? "" : "|") $2; if (!((i, $1) in seen)) { seen[i, $1]; b[i] = b[i] " " $1 } }
+    END { for (i = 0; i < n && i < k; i++) { line = ""; m = split(substr(b[i], 2), bs, " ")
+      for (j = 1; j <= m; j++) line = line (j > 1 ? " " : "") bs[j] "=^(" t[i, bs[j]] ")$"; print line } }'
+}
+# acceptance NAME BINARY SELECTION: acceptance tests with Terraform or OpenTofu (BINARY)
+# from the test binaries built once.
 acceptance() {
-  local name=$1 bin=$2; shift 2
-  wait_for build-provider-tests || { blocked "$name" "the acceptance test binary"; return 1; }
+  local name=$1 bin=$2 selection=$3
+  wait_for build-provider-tests || { blocked "$name" "the acceptance test binaries"; return 1; }
   export TF_ACC=1 TF_ACC_TERRAFORM_PATH=$bin
   if [ "$bin" != "$TERRAFORM" ]; then
     export TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org
   fi
-  (cd internal/provider &&
-    suite "$name" go tool test2json -t -p "$PROVIDER_PKG" "$logs/provider.test" \
-      -test.v=test2json -test.count=1 -test.timeout=70m "$@")
+  suite "$name" bash -c 'acc_run "$@"' _ "$logs/acc" "$selection"
 }
-# nodes_shards: the nodes tests' names dealt round-robin into $NODES_SHARDS -test.run
-# patterns, one per line.
-nodes_shards() {
-  (cd internal/provider && "$logs/provider.test" -test.list '^TestAcc') |
-    grep '^TestAcc' | grep -v -E "$K8S_TESTS|$ALONE_TESTS" |
-    awk -v n="$NODES_SHARDS" '{ i = (NR - 1) % n; s[i] = s[i] (s[i] == "" ? "" : "|") $0 }
-      END { for (i = 0; i < n; i++) print "^(" s[i] ")$" }'
-}
-# nodes_suite NAME BINARY PREFIX PORT_BASE PATTERN: nodes tests on a lab of their own.
+# nodes_suite NAME BINARY PREFIX PORT_BASE SELECTION: nodes tests on a lab of their own.
 nodes_suite() {
   lab_env "$3" "$4"
   bash lab/lab.sh up >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
-  acceptance "$1" "$2" -test.run "$5"
+  acceptance "$1" "$2" "$5"
 }
 # k8s_suite NAME BINARY PREFIX PORT_BASE: the acceptance tests that need Kubernetes and SPIRE.
 k8s_suite() {
   wait_for k8s-parts || { blocked "$1" "Kubernetes or SPIRE"; return 1; }
   lab_env "$3" "$4"
   { bash lab/lab.sh up && bash lab/spire/up.sh; } >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
-  acceptance "$1" "$2" -test.run "$K8S_TESTS"
+  acceptance "$1" "$2" "$(acc_select "$K8S_TESTS" "" 1)"
 }
 tofu_path() { wait_for build-tofu && tail -1 "$logs/build-tofu.log"; }
 
@@ -200,10 +228,11 @@ if [ "$mode" = all ]; then
 fi
 failed=0
 if wait_for build-provider-tests; then
-  mapfile -t shards < <(nodes_shards)
+  mapfile -t shards < <(acc_select '^TestAcc' "$K8S_TESTS|$ALONE_TESTS" "$NODES_SHARDS")
+  alone=$(acc_select "$ALONE_TESTS" "" 1)
 else
-  shards=()
-  blocked "acceptance: nodes" "the acceptance test binary"
+  shards=() alone=""
+  blocked "acceptance: nodes" "the acceptance test binaries"
   failed=1
 fi
 for i in "${!shards[@]}"; do
@@ -223,9 +252,9 @@ pids+=($!)
 for p in "${pids[@]}"; do wait "$p" || failed=1; done
 # The tests that must have the machine to themselves, with each binary in turn, on the
 # labs of the first nodes shards.
-( lab_env fedtn1 4100; acceptance "acceptance: Terraform, alone" "$TERRAFORM" -test.run "$ALONE_TESTS" ) || failed=1
+( lab_env fedtn1 4100; acceptance "acceptance: Terraform, alone" "$TERRAFORM" "$alone" ) || failed=1
 ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, alone" OpenTofu; exit 1; }
-  lab_env fedon1 4600; acceptance "acceptance: OpenTofu, alone" "$tofu" -test.run "$ALONE_TESTS" ) || failed=1
+  lab_env fedon1 4600; acceptance "acceptance: OpenTofu, alone" "$tofu" "$alone" ) || failed=1
 if [ "$mode" = all ]; then
   wait_for lint && mark "make lint passed" || { mark "make lint failed"; cat "$logs/lint.log"; failed=1; }
 fi

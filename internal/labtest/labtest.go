@@ -105,6 +105,9 @@ func Prefix() string {
 	return "fedi"
 }
 
+// Image is the lab image every lab container starts from (IMAGE_ALIAS of lab/lab.sh).
+const Image = "lab/debian"
+
 // NewInstance launches a throwaway lab container named <prefix>-t-<name> from the lab image,
 // with the lab key authorised, fresh host keys and an SSH proxy on a free loopback port.
 // It is deleted when the test ends. Use it for tests that damage a node (stop it, sever
@@ -116,7 +119,7 @@ func NewInstance(t testing.TB, name string) Node {
 	defer instanceMu.Unlock()
 	inst := Prefix() + "-t-" + name
 	_, _ = IncusErr("delete", "--force", inst)
-	Incus(t, "launch", "lab/debian", inst)
+	Incus(t, "launch", Image, inst)
 	t.Cleanup(func() { _, _ = IncusErr("delete", "--force", inst) })
 	port := freePort(t)
 	Incus(t, "config", "device", "add", inst, "ssh", "proxy",

@@ -2,7 +2,9 @@
 // engine packages (internal/submission, internal/deploybody, the transports,
 // internal/k8s, internal/image). It holds schemas, models and diagnostics only: all
 // deploy, merge, rollout and push logic lives in the engines, which never import the
-// plugin framework.
+// plugin framework. This root package holds the provider, its configuration and the
+// registry; the objects live per family in node, k8s, spire and submission, over the
+// shared kit, which holds the Config handed to every object.
 //
 // Per-run values (SSH key location, agent socket, kubeconfig, registry, registry auth,
 // Incus client certificates) are configured here or read from their environment
@@ -12,18 +14,16 @@ package provider
 
 import (
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
-	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
 var _ provider.Provider = &fediversityProvider{}
@@ -42,15 +42,15 @@ type fediversityProvider struct {
 // providerModel is the provider block. Every attribute is optional; unset ones fall back
 // to their environment variable, then to a documented default.
 type providerModel struct {
-	SSHPrivateKeyFile types.String  `tfsdk:"ssh_private_key_file"`
-	SSHAuthSock       types.String  `tfsdk:"ssh_auth_sock"`
-	KubeConfigPath    types.String  `tfsdk:"kube_config_path"`
-	K8sRegistry       types.String  `tfsdk:"k8s_registry"`
-	K8sNamespace      types.String  `tfsdk:"k8s_namespace"`
-	RegistryAuthFile  types.String  `tfsdk:"registry_auth_file"`
-	RegistryInsecure  types.Bool    `tfsdk:"registry_insecure"`
-	Incus             *incusRemote  `tfsdk:"incus"`
-	Timings           *timingsModel `tfsdk:"timings"`
+	SSHPrivateKeyFile types.String      `tfsdk:"ssh_private_key_file"`
+	SSHAuthSock       types.String      `tfsdk:"ssh_auth_sock"`
+	KubeConfigPath    types.String      `tfsdk:"kube_config_path"`
+	K8sRegistry       types.String      `tfsdk:"k8s_registry"`
+	K8sNamespace      types.String      `tfsdk:"k8s_namespace"`
+	RegistryAuthFile  types.String      `tfsdk:"registry_auth_file"`
+	RegistryInsecure  types.Bool        `tfsdk:"registry_insecure"`
+	Incus             *incusRemote      `tfsdk:"incus"`
+	Timings           *kit.TimingsModel `tfsdk:"timings"`
 }
 
 // incusRemote says how to reach the Incus API: the local unix socket by default, or an
@@ -63,34 +63,6 @@ type incusRemote struct {
 	ServerCertFile types.String `tfsdk:"server_cert_file"`
 	Project        types.String `tfsdk:"project"`
 }
-
-// Config is what every resource and data source receives in Configure. It holds the
-// resolved per-run values. None of its fields may be copied into state.
-type Config struct {
-	Version           string
-	SSHPrivateKeyFile string
-	SSHAuthSock       string
-	KubeConfigPath    string
-	K8sRegistry       string
-	K8sNamespace      string
-	RegistryAuthFile  string
-	RegistryInsecure  bool
-	IncusSocket       string
-	IncusAddress      string
-	IncusClientCert   string
-	IncusClientKey    string
-	IncusServerCert   string
-	IncusProject      string
-	// Timings holds the provider-level defaults; a zero field means "engine default".
-	Timings Timings
-
-	// clients are built once in Configure and shared by every resource (clients.go).
-	clients *providerClients
-}
-
-// Timings are the tunable waits and thresholds, one per row of the engine's timing
-// table. A zero value means "not set here".
-type Timings = deploybody.Timings
 
 func (p *fediversityProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
 	resp.TypeName = "fediversity"
@@ -147,7 +119,7 @@ func (p *fediversityProvider) Schema(_ context.Context, _ provider.SchemaRequest
 					"project":          schema.StringAttribute{Optional: true, MarkdownDescription: "Default Incus project. Default: `default`."},
 				},
 			},
-			"timings": timingsProviderBlock(),
+			"timings": kit.TimingsProviderBlock(),
 		},
 	}
 }
@@ -158,7 +130,7 @@ func (p *fediversityProvider) Configure(ctx context.Context, req provider.Config
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	cfg := &Config{
+	cfg := &kit.Config{
 		Version:           p.version,
 		SSHPrivateKeyFile: stringOrEnv(m.SSHPrivateKeyFile, "SSH_PRIVATE_KEY_FILE", ""),
 		SSHAuthSock:       stringOrEnv(m.SSHAuthSock, "SSH_AUTH_SOCK", ""),
@@ -186,13 +158,13 @@ func (p *fediversityProvider) Configure(ctx context.Context, req provider.Config
 					"the HTTPS remote authenticates this provider by its client certificate.")
 		}
 	}
-	t, diags := m.Timings.toTimings(path.Root("timings"))
+	t, diags := m.Timings.ToTimings(path.Root("timings"))
 	resp.Diagnostics.Append(diags...)
 	cfg.Timings = t
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	cfg.clients = newProviderClients(cfg)
+	cfg.Clients = kit.NewClients(cfg)
 	resp.DataSourceData = cfg
 	resp.ResourceData = cfg
 }
@@ -224,20 +196,4 @@ func envOr(env, def string) string {
 		return e
 	}
 	return def
-}
-
-// configureObject is the one place that takes the provider's Config from what the
-// framework hands a resource or data source in Configure. The framework also calls
-// Configure before the provider is configured (data is then nil): dst stays as it is.
-func configureObject(dst **Config, data any, object string, diags *diag.Diagnostics) {
-	if data == nil {
-		return
-	}
-	cfg, ok := data.(*Config)
-	if !ok {
-		diags.AddError("Unexpected provider data",
-			fmt.Sprintf("%s wants *provider.Config, got %T. This is a bug in the provider; please report it.", object, data))
-		return
-	}
-	*dst = cfg
 }

@@ -3,20 +3,25 @@ package provider
 import (
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/k8s"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/node"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/spire"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/submission"
 )
 
 // The objects this provider serves. Each object lives in its own file
 // (resource_<name>.go, data_source_<name>.go) with its tests beside it.
 func init() {
 	dataSources = []func() datasource.DataSource{
-		NewSubmissionDataSource,
-		NewSpireTrustBundleDataSource,
+		submission.NewSubmissionDataSource,
+		spire.NewSpireTrustBundleDataSource,
 	}
 	resources = []func() resource.Resource{
-		NewNodeSwitchResource,
-		NewVerdictResource,
-		NewImageResource, NewK8sNamespaceResource, NewK8sRolloutResource,
-		NewIncusNodeResource,
-		NewSpireHandoffResource, NewSpireRegistrationResource,
+		node.NewNodeSwitchResource,
+		node.NewVerdictResource,
+		k8s.NewImageResource, k8s.NewK8sNamespaceResource, k8s.NewK8sRolloutResource,
+		node.NewIncusNodeResource,
+		spire.NewSpireHandoffResource, spire.NewSpireRegistrationResource,
 	}
 }

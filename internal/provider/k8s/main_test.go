@@ -1,0 +1,9 @@
+package k8s_test
+
+import (
+	"testing"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
+)
+
+func TestMain(m *testing.M) { acctest.TestMain(m) }

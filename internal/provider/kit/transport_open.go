@@ -1,0 +1,141 @@
+package kit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
+	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
+	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
+)
+
+// This file resolves the `ssh {}` / `incus {}` blocks of a resource into a target, and
+// opens the target's transport with the provider's per-run Config (key file, agent
+// socket, Incus client certificates). Nothing per-run is ever read from, or written to,
+// the blocks.
+
+// TransportTarget is a validated, resolved transport description (no secrets): the
+// engine's node spec target.
+type TransportTarget = nodespec.Target
+
+var HostPort = nodespec.HostPort
+
+// ResolveTarget validates the transport blocks of a resource and fills in defaults.
+// Exactly one of ssh and incus must be set.
+func ResolveTarget(sshB *SSHBlockModel, incusB *IncusBlockModel, cfg *Config) (TransportTarget, diag.Diagnostics) {
+	diags := OneTransport(sshB, incusB)
+	if diags.HasError() {
+		return TransportTarget{}, diags
+	}
+	spec := nodespec.Spec{SSH: sshB.Spec(), Incus: incusB.Spec()}
+	diags.Append(SpecDiagnostics(spec.Validate())...)
+	t, tdiags := ProviderTarget(spec, cfg)
+	diags.Append(tdiags...)
+	return t, diags
+}
+
+// OneTransport refuses a run with neither or both transport blocks.
+func OneTransport(sshB *SSHBlockModel, incusB *IncusBlockModel) diag.Diagnostics {
+	var diags diag.Diagnostics
+	if (sshB == nil) == (incusB == nil) {
+		diags.AddError("Exactly one transport block is required",
+			"Give the node either an `ssh { host = … }` block or an `incus { instance = … }` block, not both and not neither.")
+	}
+	return diags
+}
+
+// ProviderTarget is the spec's target with what only the provider knows: the Incus
+// project default of its connection, and the guard that a remote names that connection.
+func ProviderTarget(spec nodespec.Spec, cfg *Config) (TransportTarget, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	t := spec.Target()
+	if t.Kind != "incus" {
+		return t, diags
+	}
+	if t.Project == "" {
+		t.Project = "default"
+		if cfg != nil && cfg.IncusProject != "" {
+			t.Project = cfg.IncusProject
+		}
+	}
+	if t.Remote != LocalRemote && cfg != nil && !RemoteMatches(t.Remote, cfg.IncusAddress) {
+		diags.AddAttributeError(path.Root("incus").AtName("remote"), "Incus remote does not match the provider",
+			fmt.Sprintf("incus.remote is %q but the provider connects to %q. Set the provider's incus.address to that remote, or set remote = \"local\".",
+				t.Remote, DescribeIncus(cfg)))
+	}
+	return t, diags
+}
+
+func RemoteMatches(remote, address string) bool {
+	if address == "" {
+		return false
+	}
+	norm := func(s string) string {
+		s = strings.TrimSuffix(strings.TrimPrefix(s, "https://"), "/")
+		return s
+	}
+	return norm(remote) == norm(address)
+}
+
+func DescribeIncus(cfg *Config) string {
+	if cfg.IncusAddress != "" {
+		return cfg.IncusAddress
+	}
+	return "the local socket " + cfg.IncusSocket
+}
+
+// OpenTransport builds the transport for node from a resolved target and the provider
+// Config. The returned transport must be closed by the caller.
+func OpenTransport(ctx context.Context, node string, t TransportTarget, cfg *Config) (deploybody.Transport, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("node %s: the provider is not configured (no provider block was read); this is a bug", node)
+	}
+	switch t.Kind {
+	case "incus":
+		return openIncusTransport(ctx, node, t, cfg)
+	case "ssh":
+		return openSSHTransport(ctx, node, t, cfg)
+	}
+	return nil, fmt.Errorf("node %s: unknown transport %q", node, t.Kind)
+}
+
+// openIncusTransport addresses the target's instance through the provider's Incus client
+// (unix socket, or HTTPS with the provider's client certificate), built once in Configure.
+func openIncusTransport(_ context.Context, node string, t TransportTarget, cfg *Config) (deploybody.Transport, error) {
+	client, err := cfg.IncusClient()
+	if err != nil {
+		return nil, fmt.Errorf("node %s: connect to the Incus API (%s): %w; check the provider's incus block or INCUS_SOCKET", node, DescribeIncus(cfg), err)
+	}
+	return incustransport.New(incustransport.Config{Client: client, Instance: t.Instance, Project: t.Project, Node: node})
+}
+
+// sshConfig builds the SSH transport's config from a target plus the provider's per-run
+// credentials (key file, agent socket), which never come from the resource.
+func sshConfig(t TransportTarget, cfg *Config) sshtransport.Config {
+	return t.SSHConfig(nodespec.Credentials{PrivateKeyFile: cfg.SSHPrivateKeyFile, AgentSocket: cfg.SSHAuthSock})
+}
+
+func openSSHTransport(ctx context.Context, node string, t TransportTarget, cfg *Config) (deploybody.Transport, error) {
+	c := sshConfig(t, cfg)
+	if c.PrivateKeyFile == "" && c.AgentSocket == "" {
+		return nil, fmt.Errorf("node %s: no SSH credentials: set the provider's ssh_private_key_file (or SSH_PRIVATE_KEY_FILE), or ssh_auth_sock (SSH_AUTH_SOCK) for an agent", node)
+	}
+	log := func(format string, args ...any) {
+		tflog.Debug(ctx, fmt.Sprintf(format, args...), map[string]any{"node": node, "transport": "ssh"})
+	}
+	pool, err := cfg.sshPool()
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	tr, err := pool.Transport(node, c, log)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", node, err)
+	}
+	return tr, nil
+}

@@ -1,0 +1,72 @@
+package node
+
+// The `snapshot` block of fediversity_node_switch (Incus only) and the diagnostics of a
+// restore. Taking, rotating and restoring snapshots is the Incus transport's
+// (incustransport.SnapshotGuard).
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
+	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
+)
+
+// snapshotRestoreDiagnostic says that the guard restored the snapshot it took before the
+// switch (restoreErr == nil), or that restoring it failed.
+func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, restoreErr error) diag.Diagnostics {
+	var diags diag.Diagnostics
+	taken := g.Taken()
+	aside := ""
+	switch bricked, err := g.Bricked(); {
+	case bricked != "":
+		aside = fmt.Sprintf(" The state that stopped answering is kept as snapshot %s for inspection (`incus copy %s/%s <new-name>`); "+
+			"it is never rotated: remove it with `incus snapshot delete %s %s`.", bricked, g.Instance(), bricked, g.Instance(), bricked)
+	case err != nil:
+		aside = fmt.Sprintf(" Keeping the state that stopped answering as a snapshot failed: %v.", err)
+	}
+	if restoreErr != nil {
+		diags.AddError(fmt.Sprintf("Node %s is unreachable after the switch and its snapshot could not be restored", node),
+			fmt.Sprintf("Node %s, phase restore-snapshot: the node did not answer after the switch; restoring snapshot %s failed: %v. "+
+				"Restore it by hand (`incus snapshot restore %s %s`) and start the instance.%s", node, taken, restoreErr, g.Instance(), taken, aside))
+		return diags
+	}
+	diags.AddError(fmt.Sprintf("Node %s was unreachable after the switch: snapshot %s restored", node, taken),
+		fmt.Sprintf("Node %s, phase wait-for-node: the node did not answer after the switch, so the snapshot %s taken before it was restored "+
+			"and the instance started again; it runs its previous system.%s Find out why the new closure bricks the node before applying it again.", node, taken, aside))
+	return diags
+}
+
+// snapshotModel is the `snapshot` block (Incus only).
+type snapshotModel struct {
+	Enabled types.Bool  `tfsdk:"enabled"`
+	Keep    types.Int64 `tfsdk:"keep"`
+}
+
+// spec decodes the block into the engine's node spec (nil for no block).
+func (m *snapshotModel) spec() *nodespec.Snapshot {
+	if m == nil {
+		return nil
+	}
+	return &nodespec.Snapshot{Enabled: m.Enabled.ValueBoolPointer(), Keep: int(m.Keep.ValueInt64())}
+}
+
+func snapshotBlockSchema() schema.SingleNestedBlock {
+	return schema.SingleNestedBlock{
+		MarkdownDescription: "Incus only: take a native snapshot (`fediversity-gen-<N>`, N = the generation the node ran) before each switch, " +
+			"and keep the newest `keep`. When the node does not answer after the switch, the snapshot is restored, the instance started, " +
+			"and the apply fails saying so. Before the restore, the state that stopped answering is kept aside as its own snapshot " +
+			"(`fediversity-bricked-<time>`) for inspection; rotation never deletes those: remove them with `incus snapshot delete <instance> <snapshot>`. " +
+			"A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
+		Attributes: map[string]schema.Attribute{
+			"enabled": schema.BoolAttribute{Optional: true, MarkdownDescription: "Take the snapshot. Default `true` when the block is present."},
+			"keep": schema.Int64Attribute{Optional: true, MarkdownDescription: "How many rollback points (`fediversity-gen-*`) to keep, newest first. Default `3`.",
+				Validators: []validator.Int64{int64validator.AtLeast(1)}},
+		},
+	}
+}

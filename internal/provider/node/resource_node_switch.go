@@ -1,0 +1,647 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
+)
+
+var (
+	_ resource.Resource                     = &nodeSwitchResource{}
+	_ resource.ResourceWithConfigure        = &nodeSwitchResource{}
+	_ resource.ResourceWithImportState      = &nodeSwitchResource{}
+	_ resource.ResourceWithModifyPlan       = &nodeSwitchResource{}
+	_ resource.ResourceWithConfigValidators = &nodeSwitchResource{}
+)
+
+// NewNodeSwitchResource is the constructor of fediversity_node_switch.
+func NewNodeSwitchResource() resource.Resource { return &nodeSwitchResource{} }
+
+type nodeSwitchResource struct {
+	cfg *kit.Config
+}
+
+// Default operation limits of the `timeouts` block.
+const (
+	defaultDeployTimeout = 30 * time.Minute
+	defaultReadTimeout   = 2 * time.Minute
+)
+
+// Private state keys. Values are JSON strings.
+const (
+	// privateDeployed is the toplevel the last successful deploy switched the node to.
+	// Read compares the node's running system with it to show drift.
+	privateDeployed = "deployed_toplevel"
+	// privateFailed is the toplevel of the last deploy that failed on update
+	// (docs/design.md#failed-deploy):
+	// the node runs it, but the state must not claim it, so the next plan still
+	// deploys and fails again until the node converges.
+	privateFailed = "failed_toplevel"
+	// privateUnfinished is the toplevel of a deploy that was cut off after its switch
+	// started (killed CLI or plugin, timeouts.update, a lost connection): the node may
+	// run it, but no verdict was taken and the boot entry may not point at it. The
+	// next plan deploys it again; privateUnfinishedWhy says what was interrupted.
+	privateUnfinished    = "unfinished_toplevel"
+	privateUnfinishedWhy = "unfinished_why"
+)
+
+type nodeSwitchModel struct {
+	ID               types.String         `tfsdk:"id"`
+	Node             types.String         `tfsdk:"node"`
+	NodePlan         types.String         `tfsdk:"node_plan"`
+	Toplevel         types.String         `tfsdk:"toplevel"`
+	Build            *buildModel          `tfsdk:"build"`
+	SubmissionDigest types.String         `tfsdk:"submission_digest"`
+	SubmissionFile   types.String         `tfsdk:"submission_file"`
+	SSH              *kit.SSHBlockModel   `tfsdk:"ssh"`
+	Incus            *kit.IncusBlockModel `tfsdk:"incus"`
+	Snapshot         *snapshotModel       `tfsdk:"snapshot"`
+	Strict           types.Bool           `tfsdk:"strict"`
+	SecretChain      types.List           `tfsdk:"secret_chain"`
+	LoopBudgets      types.Map            `tfsdk:"loop_budgets"`
+	Timings          *kit.TimingsModel    `tfsdk:"timings"`
+	Timeouts         timeouts.Value       `tfsdk:"timeouts"`
+	Generation       types.Int64          `tfsdk:"generation"`
+	Verdict          types.Object         `tfsdk:"verdict"`
+	Derivation       types.String         `tfsdk:"derivation"`
+	Changes          types.Object         `tfsdk:"changes"`
+	Checks           []checkBlockModel    `tfsdk:"check"`
+	Probes           []probeBlockModel    `tfsdk:"probe"`
+}
+
+func (r *nodeSwitchResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_node_switch"
+}
+
+const redeploys = "Changing it redeploys the node (an unchanged closure copies nothing)."
+
+func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Deploys one NixOS node through the shared deploy body: build (or take a prebuilt toplevel), copy only the " +
+			"store paths the node lacks, switch detached from the session, watch the units and give a structured verdict. " +
+			"A failed unit fails this apply and the next one (strict mode); `strict = false` turns it into a warning. " +
+			"Read asks the node what it runs, so an out-of-band switch shows as a planned change of `toplevel`. " +
+			"Destroying the resource leaves the node running what it runs.\n\n" +
+			"Import with `ssh://[user@]host[:port]/node[?known_hosts_file=…]` or `incus://remote/project/instance`.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "The node name.",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"node": schema.StringAttribute{
+				Required:            true,
+				MarkdownDescription: "Name of the node (as in the submission's node plans). Changing it replaces the resource.",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+				Validators:          []validator.String{stringvalidator.LengthAtLeast(1)},
+			},
+			"node_plan": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "The node plan as JSON, usually `data.fediversity_submission.x.node_plans[\"<node>\"]`. " +
+					"It is written to a file named by its content (in `$XDG_CACHE_HOME/fediversity/plans`), whose absolute path is handed to the build as `--argstr planFile <path>`, so the build reads the plan and never evaluates it again; the same plan gives the same path every run. " + redeploys,
+			},
+			"toplevel": schema.StringAttribute{
+				Optional: true,
+				Computed: true,
+				MarkdownDescription: "A prebuilt system toplevel (`/nix/store/…`) to deploy; conflicts with `build`. " +
+					"After apply: the toplevel the node runs. When the node runs another system (an out-of-band switch), " +
+					"the next plan shows this attribute changing back. " + redeploys,
+				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("build")), kit.StorePathValidator{}},
+			},
+			"strict": schema.BoolAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(true),
+				MarkdownDescription: "Strict mode (default `true`): a failed unit, or a unit the closure never spawned, fails the apply, and the next one. " +
+					"`false` (lenient): the apply succeeds with a warning that names every such unit; the verdict keeps them all. " + redeploys,
+			},
+			"secret_chain": schema.ListAttribute{
+				Optional:    true,
+				ElementType: types.StringType,
+				MarkdownDescription: "Units that bring the node's secrets up, in order. The deploy waits for them (bounded by `timings.chain_wait`) " +
+					"before it snapshots unit states. " + redeploys,
+			},
+			"loop_budgets": schema.MapAttribute{
+				Optional:    true,
+				ElementType: types.Int64Type,
+				MarkdownDescription: "Per-unit loop budgets (restarts a unit may take before its loop counts), overriding `X-LoopBudget=` in the unit file. " +
+					"A budget delays the loop verdict, it never removes it. " + redeploys,
+			},
+			"generation": schema.Int64Attribute{
+				Computed:            true,
+				MarkdownDescription: "The system profile generation the deploy created or reused.",
+			},
+			"verdict": verdictSchemaAttribute("the last deploy"),
+			"derivation": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "With a `build` block: the derivation (`.drv`) the plan evaluated the block to, through the evaluation cache. " +
+					"When the Nix source changes (the same file and arguments, new content) the plan shows this attribute changing and redeploys the node; " +
+					"an edit nix does not see (a comment) changes nothing. The apply builds exactly this derivation, and refuses when the source " +
+					"changed since the plan, naming both derivations.",
+			},
+			"changes": changesSchemaAttribute(),
+		},
+		Blocks: withBlocks(checkBlocks(checksChangeNodeSwitch), map[string]schema.Block{
+			"build": schema.SingleNestedBlock{
+				MarkdownDescription: "Build the toplevel on the deployer with `nix-build` (conflicts with `toplevel`). Exactly one of `installable`, `file` and `expression`. " + redeploys,
+				Attributes: map[string]schema.Attribute{
+					"installable": schema.StringAttribute{Optional: true, MarkdownDescription: "`<file>#<attribute>`, e.g. `./nodes#web01`: shorthand for `file` and `attribute`."},
+					"file":        schema.StringAttribute{Optional: true, MarkdownDescription: "Nix file (or directory with `default.nix`) to build."},
+					"attribute":   schema.StringAttribute{Optional: true, MarkdownDescription: "Attribute of the file or expression to build (`-A`)."},
+					"expression":  schema.StringAttribute{Optional: true, MarkdownDescription: "A Nix expression to build (`nix-build -E`)."},
+					"args": schema.MapAttribute{Optional: true, ElementType: types.StringType, Validators: []validator.Map{kit.PerRunMapValidator{}},
+						MarkdownDescription: "Further `--argstr name value` pairs. Must not hold per-run values: paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc or $TMPDIR (also inside a longer value, as in `--identity=/tmp/k`), or the provider's credential locations, are refused at plan."},
+				},
+			},
+			"ssh":      kit.SSHBlockSchema(redeploys),
+			"incus":    kit.IncusBlockSchema(redeploys),
+			"snapshot": snapshotBlockSchema(),
+			"timings":  kit.TimingsResourceBlock(kit.TimingsNodeSwitch),
+			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
+		}),
+	}
+	for name, a := range kit.SubmissionCheckAttributes(redeploys) {
+		resp.Schema.Attributes[name] = a
+	}
+}
+
+func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.ConfigValidator {
+	return []resource.ConfigValidator{
+		// "Neither" is refused at plan time (requireTransport): see there why.
+		atMostOneTransport,
+		snapshotNeedsIncus,
+		checksConfigValidator{},
+	}
+}
+
+func (r *nodeSwitchResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	kit.ConfigureObject(&r.cfg, req.ProviderData, "fediversity_node_switch", &resp.Diagnostics)
+}
+
+// ModifyPlan plans a redeploy when Read found the node running another system than the
+// one this resource deployed (build mode: `toplevel` is not in the configuration, so
+// the framework alone would keep the drifted value).
+//
+// With a `build` block it also evaluates the block (planDerivation), so a changed Nix
+// source plans a redeploy.
+func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	defer kit.KeepSubmissionOfUnchangedNode(req, resp)()
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	if requireTransport(ctx, req.Config, &resp.Diagnostics); resp.Diagnostics.HasError() {
+		return
+	}
+	var args types.Map
+	if d := req.Plan.GetAttribute(ctx, path.Root("build").AtName("args"), &args); !d.HasError() {
+		if resp.Diagnostics.Append(kit.CheckPerRunMap(ctx, args, path.Root("build").AtName("args"), r.cfg)...); resp.Diagnostics.HasError() {
+			return
+		}
+	}
+	if r.planDerivation(ctx, req, resp); resp.Diagnostics.HasError() || req.State.Raw.IsNull() {
+		return
+	}
+	var cfgTop types.String
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("toplevel"), &cfgTop)...)
+	var stateTop types.String
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("toplevel"), &stateTop)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	node := ""
+	_ = req.State.GetAttribute(ctx, path.Root("node"), &node)
+	redeploy := false
+	if unfinished := privateString(ctx, req.Private, privateUnfinished); unfinished != "" {
+		// An unfinished deploy is never taken for done: plan it again, also when the
+		// configuration names the toplevel the node now runs.
+		resp.Diagnostics.AddWarning(fmt.Sprintf("The last deploy to %s did not finish", node),
+			fmt.Sprintf("%s\nNo verdict was taken for %s and its boot entry may not be set, so this plan deploys it again (the copy sends nothing the node has).",
+				privateString(ctx, req.Private, privateUnfinishedWhy), unfinished))
+		redeploy = true
+	}
+	deployed := privateString(ctx, req.Private, privateDeployed)
+	if cfgTop.IsNull() && deployed != "" && stateTop.ValueString() != deployed {
+		redeploy = true
+	}
+	if !redeploy {
+		return
+	}
+	if cfgTop.IsNull() {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("changes"), types.ObjectUnknown(changesAttrTypes))...)
+}
+
+func (r *nodeSwitchResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var plan nodeSwitchModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Create(ctx, defaultDeployTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	out, res, diags, runErr := r.deploy(ctx, plan)
+	resp.Diagnostics.Append(diags...)
+	if out == nil {
+		return // nothing reached the node: no state (the resource is not created)
+	}
+	// A failed deploy fails the next apply too (docs/design.md#failed-deploy): the
+	// state is written even when the verdict fails the run. The framework
+	// then records the resource as tainted, so the next apply replaces it (deploys
+	// again) instead of claiming success.
+	resp.Diagnostics.Append(resp.State.Set(ctx, out)...)
+	if runErr == nil && res != nil {
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, res.Toplevel)...)
+	}
+}
+
+func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state nodeSwitchModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := plan.Timeouts.Update(ctx, defaultDeployTimeout)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	deployed := privateString(ctx, req.Private, privateDeployed)
+	unfinished := privateString(ctx, req.Private, privateUnfinished)
+	if unfinished == "" && !needsDeploy(plan, state, deployed) {
+		// Only settings that change no node (timings, timeouts, snapshot keep) changed.
+		plan.ID = state.ID
+		plan.Toplevel = state.Toplevel
+		plan.Generation = state.Generation
+		plan.Verdict = state.Verdict
+		plan.Changes = state.Changes
+		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+		return
+	}
+
+	out, res, diags, runErr := r.deploy(ctx, plan)
+	resp.Diagnostics.Append(diags...)
+	if runErr != nil || out == nil {
+		// The same on update (docs/design.md#failed-deploy): the prior state stays (the framework starts from it), so
+		// the next plan deploys again. Remember what the node now runs so Read does not
+		// mistake it for an out-of-band change that matches the configuration.
+		if errors.Is(runErr, errRestored) {
+			// The node is back on its rollback point: what it ran after the switch and
+			// the cut-off switch are gone with the restore. Read says what it runs now.
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, "")...)
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, "")...)
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, "")...)
+			return
+		}
+		if res != nil && res.RunningSystem != "" && res.RunningSystem != state.Toplevel.ValueString() {
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, res.RunningSystem)...)
+		}
+		if res != nil && switchStarted(res) && res.Verdict == nil {
+			// Cut off after the switch started and before a verdict: the state keeps
+			// the prior system and records this one as not finished.
+			why := fmt.Sprintf("The apply that deployed %s stopped in phase %s after the switch started: %v.", res.Toplevel, lastPhase(res), runErr)
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, res.Toplevel)...)
+			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, why)...)
+		}
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, out)...)
+	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, res.Toplevel)...)
+	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, "")...)
+	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, "")...)
+	resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, "")...)
+}
+
+// switchStarted tells whether a run got as far as starting the switch.
+func switchStarted(res *deploybody.Result) bool {
+	for _, p := range res.Phases {
+		if p.Name == deploybody.PhaseSwitch && p.Note != "" && !strings.HasPrefix(p.Note, "skipped") {
+			return true
+		}
+	}
+	return false
+}
+
+func lastPhase(res *deploybody.Result) string {
+	if len(res.Phases) == 0 {
+		return "(none)"
+	}
+	return res.Phases[len(res.Phases)-1].Name
+}
+
+// needsDeploy tells whether an update changes what the node should run (or must be
+// retried), as opposed to settings that change no node (timings, timeouts, checks).
+func needsDeploy(plan, state nodeSwitchModel, deployed string) bool {
+	if plan.Toplevel.IsUnknown() && plan.Build == nil {
+		return true
+	}
+	if !plan.Toplevel.IsUnknown() && !plan.Toplevel.Equal(state.Toplevel) {
+		return true
+	}
+	if deployed != "" && state.Toplevel.ValueString() != deployed {
+		return true // drift: the node runs something else
+	}
+	if state.Verdict.IsNull() {
+		return true // imported, or never judged
+	}
+	if !plan.NodePlan.Equal(state.NodePlan) || !plan.Derivation.Equal(state.Derivation) || !plan.SubmissionDigest.Equal(state.SubmissionDigest) ||
+		!plan.SubmissionFile.Equal(state.SubmissionFile) || !plan.Strict.Equal(state.Strict) ||
+		!plan.SecretChain.Equal(state.SecretChain) || !plan.LoopBudgets.Equal(state.LoopBudgets) {
+		return true
+	}
+	if !sameBlock(plan.Build, state.Build) || !sameBlock(plan.SSH, state.SSH) || !sameBlock(plan.Incus, state.Incus) {
+		return true
+	}
+	return false
+}
+
+// sameBlock compares two block models by their printed values (framework values
+// print their content; a nil block prints <nil>).
+func sameBlock(a, b any) bool {
+	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
+}
+
+func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state nodeSwitchModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	limit, diags := state.Timeouts.Read(ctx, defaultReadTimeout)
+	resp.Diagnostics.Append(diags...)
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	failed := privateString(ctx, req.Private, privateFailed)
+	imported := privateString(ctx, req.Private, privateDeployed) == "" && state.Verdict.IsNull()
+	var interrupted *interruptedDeploy
+	rdiags, _ := r.refresh(ctx, &state, failed, nil, &interrupted)
+	resp.Diagnostics.Append(rdiags...)
+	switch {
+	case interrupted != nil && interrupted.failed:
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, interrupted.toplevel)...)
+	case interrupted != nil:
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, interrupted.toplevel)...)
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, interrupted.why)...)
+	}
+	if imported && !state.Toplevel.IsNull() {
+		// An imported node: what it runs now is what this resource "deployed".
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, state.Toplevel.ValueString())...)
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
+}
+
+// refresh is the one place that fills a model with what the node runs (the provider's
+// one refresh convention, see internal/provider/kit). A node never goes away from this
+// resource's view (an unreachable one keeps its state), so gone is always nil.
+//
+// After a deploy (res set) it records the result: the toplevel the node runs, the
+// generation and the verdict. Without a result (Read) it asks the node which system it
+// runs and records it in Toplevel, so a system switched out of band shows as a planned
+// change. The toplevel of a deploy that failed on update (failedToplevel) is not
+// recorded: the state must keep saying the node is not where the configuration wants it
+// (docs/design.md#failed-deploy). An unreachable node keeps its state and gives a warning, naming the node.
+func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string, res *deploybody.Result, interrupted **interruptedDeploy) (diags diag.Diagnostics, gone error) {
+	node := m.Node.ValueString()
+	m.ID = types.StringValue(node)
+	if m.Strict.IsNull() || m.Strict.IsUnknown() {
+		m.Strict = types.BoolValue(true)
+	}
+	if res != nil {
+		if res.Toplevel != "" {
+			m.Toplevel = types.StringValue(res.Toplevel)
+		}
+		if res.RunningSystem != "" && res.Confirmed {
+			m.Toplevel = types.StringValue(res.RunningSystem)
+		}
+		if m.Toplevel.IsUnknown() {
+			m.Toplevel = types.StringNull()
+		}
+		m.Generation = types.Int64Null()
+		if res.Generation > 0 {
+			m.Generation = types.Int64Value(int64(res.Generation))
+		}
+		v, vdiags := verdictValue(res)
+		diags.Append(vdiags...)
+		m.Verdict = v
+		m.Changes = changesValue(res.Changes)
+		return diags, nil
+	}
+	if m.Verdict.IsUnknown() {
+		m.Verdict = types.ObjectNull(verdictAttrTypes)
+	}
+	if m.Changes.IsUnknown() || m.Changes.IsNull() {
+		m.Changes = types.ObjectNull(changesAttrTypes)
+	}
+	if m.Generation.IsUnknown() {
+		m.Generation = types.Int64Null()
+	}
+	target, tdiags := kit.ResolveTarget(m.SSH, m.Incus, r.cfg)
+	if tdiags.HasError() {
+		diags.AddWarning(fmt.Sprintf("Cannot read node %s", node),
+			"The transport blocks in state are incomplete, so the running system was not read; the state is kept. "+
+				kit.SummarizeDiags(tdiags))
+		return diags, nil
+	}
+	imported := m.Toplevel.IsNull() || m.Toplevel.ValueString() == ""
+	// The verdict record is read only when Read would adopt the running system.
+	wantRecord := func(ns nodeSystem) bool {
+		return ns.running == ns.profile && ns.running != m.Toplevel.ValueString() && ns.running != failedToplevel
+	}
+	ns, err := readNodeSystem(ctx, node, target, r.cfg, wantRecord)
+	if err != nil {
+		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
+			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
+				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
+		return diags, nil
+	}
+	running, profile := ns.running, ns.profile
+	if running == m.Toplevel.ValueString() {
+		return diags, nil
+	}
+	if running == failedToplevel {
+		diags.AddWarning(fmt.Sprintf("Node %s runs a system whose deploy failed", node),
+			fmt.Sprintf("The node runs %s, which the last apply switched to but judged failed. The state keeps %s, so the next apply deploys and judges it again.",
+				running, m.Toplevel.ValueString()))
+		return diags, nil
+	}
+	if profile != running {
+		// The node runs a system its boot entry does not point at: a deploy that was cut
+		// off after its switch started, never a finished change. It is not adopted.
+		if interrupted != nil {
+			*interrupted = &interruptedDeploy{toplevel: running, why: fmt.Sprintf(
+				"Node %s runs %s, but its system profile (what it boots) points at %s: the switch to %s was not finished. Either a deploy was interrupted after its switch started (the CLI or the provider was stopped, a time limit ran out, the connection was lost), or someone switched it by hand without setting the profile (nixos-rebuild test).",
+				node, running, describeProfile(profile), running)}
+		}
+		tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": node, "running": running, "profile": profile})
+		return diags, nil
+	}
+	if !imported {
+		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": node, "state": m.Toplevel.ValueString(), "running": running})
+	}
+	// The node runs and boots it: adopted with the verdict its deploy recorded on the
+	// node, or without one (and planned again), never with the verdict of another system.
+	unjudged, failed, adiags := adoptRunningSystem(node, m, ns, imported)
+	diags.Append(adiags...)
+	if interrupted != nil && unjudged != nil {
+		*interrupted = unjudged
+	}
+	if interrupted != nil && failed != "" {
+		*interrupted = &interruptedDeploy{toplevel: failed, failed: true}
+	}
+	return diags, nil
+}
+
+// interruptedDeploy is a deploy Read found cut off: the node runs toplevel, its boot
+// entry points elsewhere.
+type interruptedDeploy struct {
+	toplevel, why string
+	// failed: the node runs and boots toplevel, whose deploy's verdict failed it; the
+	// next plan deploys again (privateFailed), as after a failed update.
+	failed bool
+}
+
+func describeProfile(p string) string {
+	if p == "" {
+		return "no system"
+	}
+	return p
+}
+
+func (r *nodeSwitchResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	// Forgetting a node does not change it: it keeps running what it runs. There is
+	// nothing sane to switch it to.
+	var state nodeSwitchModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	tflog.Info(ctx, "fediversity_node_switch removed from state; the node keeps its system", map[string]any{"node": state.Node.ValueString()})
+}
+
+func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	addr, err := parseImportAddress(req.ID)
+	if err != nil {
+		resp.Diagnostics.AddError("Unable to import fediversity_node_switch", err.Error())
+		return
+	}
+	m := nodeSwitchModel{
+		ID:               types.StringValue(addr.Node),
+		Node:             types.StringValue(addr.Node),
+		NodePlan:         types.StringNull(),
+		Toplevel:         types.StringNull(),
+		SubmissionDigest: types.StringNull(),
+		SubmissionFile:   types.StringNull(),
+		Strict:           types.BoolValue(true),
+		SecretChain:      types.ListNull(types.StringType),
+		LoopBudgets:      types.MapNull(types.Int64Type),
+		Timeouts:         timeouts.Value{Object: types.ObjectNull(timeoutsAttrTypes)},
+		Generation:       types.Int64Null(),
+		Verdict:          types.ObjectNull(verdictAttrTypes),
+		Derivation:       types.StringNull(),
+		Changes:          types.ObjectNull(changesAttrTypes),
+	}
+	if addr.Target.Kind == "ssh" {
+		m.SSH = kit.SSHBlockFromTarget(addr.Target)
+	} else {
+		m.Incus = kit.IncusBlockFromTarget(addr.Target)
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
+}
+
+// deploy runs the deploy body for the planned model. out is the model to store (nil
+// when the run did not reach the node's state at all, e.g. a refused submission); res
+// is the body's result; runErr is the run's error (diags already say it).
+func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (out *nodeSwitchModel, res *deploybody.Result, diags diag.Diagnostics, runErr error) {
+	node := plan.Node.ValueString()
+
+	// The submission must be the one the plan was made from.
+	if sdiags, err := kit.CheckSubmission(plan.SubmissionDigest, plan.SubmissionFile, verbDeploy, node); err != nil {
+		return nil, nil, sdiags, err
+	}
+	target, opts, odiags := r.nodeOptions(ctx, plan)
+	diags.Append(odiags...)
+	if diags.HasError() {
+		return nil, nil, diags, errors.New("invalid configuration")
+	}
+	if plan.Build != nil {
+		spec, cleanup, bdiags := buildSpec(plan)
+		diags.Append(bdiags...)
+		if diags.HasError() {
+			return nil, nil, diags, errors.New("invalid build")
+		}
+		defer cleanup()
+		build, bdiags := plannedBuild(ctx, evaluatorFor(r.cfg), node, spec, plan.NodePlan.ValueString(), plan.Derivation.ValueString())
+		diags.Append(bdiags...)
+		if diags.HasError() {
+			return nil, nil, diags, errors.New("refused build")
+		}
+		opts.Build = build
+	} else if plan.Toplevel.IsNull() || plan.Toplevel.IsUnknown() || plan.Toplevel.ValueString() == "" {
+		diags.AddError(fmt.Sprintf("Nothing to deploy to %s", node),
+			"Set `toplevel` to a prebuilt system closure, or give a `build` block that builds one.")
+		return nil, nil, diags, errors.New("nothing to deploy")
+	} else {
+		opts.Toplevel = plan.Toplevel.ValueString()
+	}
+
+	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy}
+	run.snapshotKeep = (nodespec.Spec{Snapshot: plan.Snapshot.spec()}).SnapshotKeep()
+	outcome, rdiags := run.run(ctx, r.cfg)
+	diags.Append(rdiags...)
+	res, runErr = outcome.res, outcome.err
+	if res == nil || outcome.restored {
+		return nil, res, diags, runErr
+	}
+	m := plan
+	rdiags, _ = r.refresh(ctx, &m, "", res, nil)
+	diags.Append(rdiags...)
+	diags.Append(runDiagnostics(verbDeploy, node, res, runErr)...)
+	if runErr != nil && res.Verdict == nil {
+		// The run stopped before any verdict (build, copy or switch failed): on create
+		// there is nothing worth storing.
+		return nil, res, diags, runErr
+	}
+	return &m, res, diags, runErr
+}
+
+// nodeOptions resolves the model's target and deploy body options (without toplevel
+// and build), validated once as the engine's node spec.
+func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchModel) (kit.TransportTarget, deploybody.Options, diag.Diagnostics) {
+	if diags := kit.OneTransport(plan.SSH, plan.Incus); diags.HasError() {
+		return kit.TransportTarget{}, deploybody.Options{}, diags
+	}
+	target, o, diags := nodeOptions(ctx, r.cfg, nodeArgs{node: plan.Node.ValueString(), ssh: plan.SSH, incus: plan.Incus,
+		snapshot: plan.Snapshot, strict: plan.Strict, chain: plan.SecretChain, budgets: plan.LoopBudgets, timings: plan.Timings, checks: plan.Checks, probes: plan.Probes})
+	o.LocalStore = nixstore.DeployerStore{}
+	return target, o, diags
+}
