@@ -58,7 +58,10 @@ func logEvaluation(ctx context.Context, node string, ev nixeval.Evaluation, err 
 // and the file (nix names the line).
 func evaluationError(node string, spec nixstore.BuildSpec, err error) diag.Diagnostic {
 	source := "build.expression"
-	if spec.File != "" {
+	switch {
+	case spec.Flake != "":
+		source = "flake " + spec.Flake + "#" + spec.Attr
+	case spec.File != "":
 		source, _ = filepath.Abs(spec.File)
 	}
 	return diag.NewAttributeErrorDiagnostic(path.Root("build"), fmt.Sprintf("Unable to evaluate the system of node %s", node),
@@ -128,7 +131,7 @@ func (r *nodeSwitchResource) planDerivation(ctx context.Context, req resource.Mo
 // known yet.
 func buildUnknown(m nodeSwitchModel) bool {
 	b := m.Build
-	if m.NodePlan.IsUnknown() || b.Installable.IsUnknown() || b.File.IsUnknown() || b.Attribute.IsUnknown() ||
+	if m.NodePlan.IsUnknown() || b.Flake.IsUnknown() || b.Installable.IsUnknown() || b.File.IsUnknown() || b.Attribute.IsUnknown() ||
 		b.Expression.IsUnknown() || b.Args.IsUnknown() {
 		return true
 	}

@@ -161,17 +161,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"changes": changesSchemaAttribute(),
 		},
 		Blocks: withBlocks(checkBlocks(checksChangeNodeSwitch), map[string]schema.Block{
-			"build": schema.SingleNestedBlock{
-				MarkdownDescription: "Build the toplevel on the deployer with `nix-build` (conflicts with `toplevel`). Exactly one of `installable`, `file` and `expression`. " + redeploys,
-				Attributes: map[string]schema.Attribute{
-					"installable": schema.StringAttribute{Optional: true, MarkdownDescription: "`<file>#<attribute>`, e.g. `./nodes#web01`: shorthand for `file` and `attribute`."},
-					"file":        schema.StringAttribute{Optional: true, MarkdownDescription: "Nix file (or directory with `default.nix`) to build."},
-					"attribute":   schema.StringAttribute{Optional: true, MarkdownDescription: "Attribute of the file or expression to build (`-A`)."},
-					"expression":  schema.StringAttribute{Optional: true, MarkdownDescription: "A Nix expression to build (`nix-build -E`)."},
-					"args": schema.MapAttribute{Optional: true, ElementType: types.StringType, Validators: []validator.Map{perRunMapValidator{}},
-						MarkdownDescription: "Further `--argstr name value` pairs. Must not hold per-run values: paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc or $TMPDIR (also inside a longer value, as in `--identity=/tmp/k`), or the provider's credential locations, are refused at plan."},
-				},
-			},
+			"build":    buildBlockSchema(redeploys),
 			"ssh":      sshBlockSchema(redeploys),
 			"incus":    incusBlockSchema(redeploys),
 			"snapshot": snapshotBlockSchema(),
