@@ -47,6 +47,9 @@ type Evaluator struct {
 	builds nixstore.Flight // one build per derivation at a time
 	flakes nixstore.Flight // one nix flake metadata per flake at a time
 	warned sync.Once
+
+	mu    sync.Mutex
+	built map[string]string // derivation → output, built by this process
 }
 
 // CacheDir is the base of what this package keeps: $XDG_CACHE_HOME/fediversity,
@@ -268,9 +271,25 @@ func (e *Evaluator) Evaluate(ctx context.Context, node string, spec nixstore.Bui
 }
 
 // Build realises drv and returns its output (the toplevel), once per process however
-// many nodes ask for it at the same time. shared tells a caller it got another's build.
+// many nodes or images ask for it, at the same time or later (while the output is in
+// the store). shared tells a caller it got another's build.
 func (e *Evaluator) Build(ctx context.Context, drv string, log io.Writer) (toplevel string, shared bool, err error) {
-	return e.builds.Do(ctx, drv, func() (string, error) { return nixstore.Realise(ctx, drv, log) })
+	e.mu.Lock()
+	out, ok := e.built[drv]
+	e.mu.Unlock()
+	if _, err := os.Stat(out); ok && err == nil {
+		return out, true, nil // built earlier in this process, and still there
+	}
+	out, shared, err = e.builds.Do(ctx, drv, func() (string, error) { return nixstore.Realise(ctx, drv, log) })
+	if err == nil {
+		e.mu.Lock()
+		if e.built == nil {
+			e.built = map[string]string{}
+		}
+		e.built[drv] = out
+		e.mu.Unlock()
+	}
+	return out, shared, err
 }
 
 // ChangedError is a refusal to build: the source evaluates to another derivation than

@@ -71,13 +71,17 @@ func (b *buildModel) spec() *nodespec.Build {
 	return out
 }
 
-// buildSpec turns the build block into a build spec, writing the node plan with the
+// buildSpec turns the node switch's build block into a build spec (buildSpecFor).
+func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnostics) {
+	return buildSpecFor(plan.Node.ValueString(), plan.Build, plan.NodePlan.ValueString())
+}
+
+// buildSpecFor turns a build block into a build spec, writing the node plan with the
 // engine's one writer (nixeval.HandNodePlan: a file, or for a flake an input
 // directory, named by its content, or else a temporary one that cleanup removes); the
 // build reads it instead of evaluating the plan again.
-func buildSpec(plan nodeSwitchModel) (nixstore.BuildSpec, func(), diag.Diagnostics) {
-	node := plan.Node.ValueString()
-	spec := nodespec.Spec{Node: node, Build: plan.Build.spec(), NodePlan: plan.NodePlan.ValueString()}
+func buildSpecFor(node string, block *buildModel, nodePlan string) (nixstore.BuildSpec, func(), diag.Diagnostics) {
+	spec := nodespec.Spec{Node: node, Build: block.spec(), NodePlan: nodePlan}
 	diags := specDiagnostics(spec.Validate())
 	cleanup := func() {}
 	if diags.HasError() {

@@ -89,22 +89,9 @@ func (r *nodeSwitchResource) planDerivation(ctx context.Context, req resource.Mo
 		return
 	}
 	node := m.Node.ValueString()
-	spec, cleanup, diags := buildSpec(m)
-	defer cleanup()
+	drv, diags := evaluateBuild(ctx, evaluatorFor(r.cfg), node, m.Build, m.NodePlan.ValueString())
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, defaultDeployTimeout)
-	defer cancel()
-	ev, err := evaluatorFor(r.cfg).Evaluate(ctx, node, spec, m.NodePlan.ValueString())
-	logEvaluation(ctx, node, ev, err)
-	drv := ev.Derivation
-	for _, w := range ev.Warnings {
-		resp.Diagnostics.AddWarning(fmt.Sprintf("Evaluation cache of %s", node), w)
-	}
-	if err != nil {
-		resp.Diagnostics.Append(evaluationError(node, spec, err))
 		return
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, at, types.StringValue(drv))...)
@@ -127,11 +114,38 @@ func (r *nodeSwitchResource) planDerivation(ctx context.Context, req resource.Mo
 	}
 }
 
+// evaluateBuild is the plan's evaluation of a build block (through the cache) to its
+// derivation: what every resource with a `build` block records in `derivation`.
+func evaluateBuild(ctx context.Context, e *nixeval.Evaluator, node string, block *buildModel, nodePlan string) (string, diag.Diagnostics) {
+	spec, cleanup, diags := buildSpecFor(node, block, nodePlan)
+	defer cleanup()
+	if diags.HasError() {
+		return "", diags
+	}
+	ctx, cancel := context.WithTimeout(ctx, defaultDeployTimeout)
+	defer cancel()
+	ev, err := e.Evaluate(ctx, node, spec, nodePlan)
+	logEvaluation(ctx, node, ev, err)
+	for _, w := range ev.Warnings {
+		diags.AddWarning(fmt.Sprintf("Evaluation cache of %s", node), w)
+	}
+	if err != nil {
+		diags.Append(evaluationError(node, spec, err))
+		return "", diags
+	}
+	return ev.Derivation, diags
+}
+
 // buildUnknown tells whether what the evaluation reads from the configuration is not
 // known yet.
 func buildUnknown(m nodeSwitchModel) bool {
-	b := m.Build
-	if m.NodePlan.IsUnknown() || b.Flake.IsUnknown() || b.Installable.IsUnknown() || b.File.IsUnknown() || b.Attribute.IsUnknown() ||
+	return buildBlockUnknown(m.Build, m.NodePlan)
+}
+
+// buildBlockUnknown tells whether a build block, or the node plan it is handed, is not
+// known yet.
+func buildBlockUnknown(b *buildModel, nodePlan types.String) bool {
+	if nodePlan.IsUnknown() || b.Flake.IsUnknown() || b.Installable.IsUnknown() || b.File.IsUnknown() || b.Attribute.IsUnknown() ||
 		b.Expression.IsUnknown() || b.Args.IsUnknown() {
 		return true
 	}
