@@ -261,7 +261,7 @@ func (v *validation) build(b Build) {
 	case b.Installable != "" && strings.Contains(b.Installable, "#") && b.Attribute != "":
 		v.bad("build.attribute", "Conflicting build inputs", "build.installable already names the attribute after '#'; remove build.attribute")
 	case given != 1:
-		v.bad("build", "Incomplete build block", "give exactly one of flake (`<flake ref>#<attribute>`), file and expression (or installable, `<file>#<attribute>`)")
+		v.bad("build", "Incomplete build block", "give exactly one of file and expression (or installable, `<file>#<attribute>`; or flake, `<flake ref>#<attribute>`)")
 	}
 }
 

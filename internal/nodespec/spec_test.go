@@ -34,7 +34,7 @@ func TestValidateNamesFieldAndRemedy(t *testing.T) {
 		{"k8s timing on a node", Spec{Timings: map[string]string{"rollout_wait": "1m"}}, "timings.rollout_wait", "unknown timing; known: node_wait"},
 		{"unit name", Spec{SecretChain: []string{"$(x)"}}, "secret_chain[0]", "is not a systemd unit name"},
 		{"budget", Spec{LoopBudgets: map[string]int64{"a.service": -1}}, `loop_budgets["a.service"]`, "want a systemd unit name and a budget ≥ 0"},
-		{"build", Spec{Build: &Build{Attribute: "x"}}, "build", "give exactly one of flake (`<flake ref>#<attribute>`), file and expression"},
+		{"build", Spec{Build: &Build{Attribute: "x"}}, "build", "give exactly one of file and expression (or installable, `<file>#<attribute>`; or flake"},
 		{"flake without attribute", Spec{Node: "web01", Build: &Build{Flake: "./fleet"}}, "build.flake", `".#nixosConfigurations.web01.config.system.build.toplevel"`},
 		{"flake and file", Spec{Build: &Build{Flake: ".#a", File: "x.nix"}}, "build.flake", "remove build.installable, build.file"},
 		{"flake args", Spec{Build: &Build{Flake: ".#a", Args: map[string]string{"k": "v"}}}, "build.args", "a flake takes no arguments"},
