@@ -180,3 +180,21 @@ func TestCacheTrust(t *testing.T) {
 		t.Fatalf("a good entry: %v cache %s after %d runs, want a hit", err, got.Cache, runs()-before)
 	}
 }
+
+// A link into the store (nix-build's ./result) is hashed by the store path it reaches,
+// not walked: a tree holding a system's result link is still cached.
+func TestKeyHashesStoreLinksByName(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "node.nix"), importing(`"one"`))
+	k := newKeyFixture(t, nixstore.BuildSpec{File: filepath.Join(dir, "node.nix")})
+	drv := k.eval(1, "cold")
+	if err := os.Symlink(drv, filepath.Join(dir, "result")); err != nil {
+		t.Fatal(err)
+	}
+	key, why := Key(k.spec, "")
+	if key == "" {
+		t.Fatalf("a tree with a link into the store is not hashed: %s", why)
+	}
+	k.eval(2, "a new link is an edit of the tree")
+	k.eval(2, "unchanged")
+}

@@ -35,7 +35,7 @@ const NodePlanInput = "fediversity-node-plan"
 // directory.
 const NodePlanInputFile = "node-plan.json"
 
-// flakeFeatures are the arguments every flake command gets.
+// flakeArgs are cmd with the arguments every flake command gets.
 func flakeArgs(cmd ...string) []string {
 	args := append([]string{"--extra-experimental-features", "nix-command flakes"}, cmd...)
 	// Never write the operator's flake.lock from a plan: nix locks what the lock file

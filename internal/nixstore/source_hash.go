@@ -55,7 +55,8 @@ func SourceRoot(spec BuildSpec, dir string) (string, error) {
 
 // HashTree returns a SHA-256 over the names, kinds and contents of the files under
 // root, following symbolic links: a link is hashed by its target's name and by what
-// it reaches (a file's content, a directory's tree), because nix reads through it; a
+// it reaches (a file's content, a directory's tree), because nix reads through it (a
+// link into the store by the store path it reaches, whose name fixes its content); a
 // link that reaches nothing is hashed by its target's name alone, and a directory
 // reached a second time (a loop) by its name. It skips what is not Nix source but
 // changes on every run: entries whose name starts with "." (.terraform, .git) and
@@ -121,6 +122,13 @@ func (t *treeHash) dir(p, rel string) error {
 				return err
 			}
 			t.entry("l %q %q\n", childRel, target)
+			// A link into the store (nix-build's ./result) reaches content its name
+			// fixes: hashed by that name, not walked (a system's tree links its whole
+			// closure).
+			if real, err := filepath.EvalSymlinks(child); err == nil && strings.HasPrefix(real, StoreDir+"/") {
+				t.entry("store %q %q\n", childRel, real)
+				continue
+			}
 		}
 		fi, err := os.Stat(child) // through a link
 		switch {
