@@ -46,6 +46,7 @@ type Evaluator struct {
 	evals  nixstore.Flight // one nix-instantiate per cache key at a time
 	builds nixstore.Flight // one build per derivation at a time
 	flakes nixstore.Flight // one nix flake metadata per flake at a time
+	trees  nixstore.Flight // one hash of a source tree at a time
 	warned sync.Once
 
 	mu    sync.Mutex
@@ -125,6 +126,11 @@ func TrustedDir(d string) string {
 // file's directory outside one) through symbolic links (nixstore.SourceRoot,
 // HashTree), and each NIX_PATH entry by what it resolves to (HashNixPath).
 func Key(spec nixstore.BuildSpec, nodePlan string) (key, why string) {
+	return fileKey(spec, nodePlan, nixstore.HashTree)
+}
+
+// fileKey is Key with the tree hashed by hashTree.
+func fileKey(spec nixstore.BuildSpec, nodePlan string, hashTree func(root string) (string, error)) (key, why string) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return "", err.Error()
@@ -133,7 +139,7 @@ func Key(spec nixstore.BuildSpec, nodePlan string) (key, why string) {
 	if err != nil {
 		return "", err.Error() // nix-instantiate will say what is wrong with the file
 	}
-	tree, err := nixstore.HashTree(root)
+	tree, err := hashTree(root)
 	if err != nil {
 		return "", err.Error()
 	}
@@ -239,7 +245,11 @@ func (e *Evaluator) Evaluate(ctx context.Context, node string, spec nixstore.Bui
 		if key, err = e.flakeKey(ctx, spec, nodePlan); err != nil {
 			return ev, err
 		}
-	} else if key, why = Key(spec, nodePlan); key == "" {
+	} else if key, why = fileKey(spec, nodePlan, func(root string) (string, error) {
+		// The nodes of one repository planning together hash it once.
+		tree, _, err := e.trees.Do(ctx, root, func() (string, error) { return nixstore.HashTree(root) })
+		return tree, err
+	}); key == "" {
 		ev.Ignored = why
 	}
 	if key != "" && e.Cache != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Bounds of a source tree HashTree reads: a build that names a huge directory (a home
@@ -16,6 +17,9 @@ import (
 const (
 	maxTreeFiles = 20000
 	maxTreeBytes = 256 << 20
+	// maxHashedFile is the largest file hashed by content; a larger one is hashed by
+	// its modification time and inode (see treeHash.file).
+	maxHashedFile = 1 << 20
 )
 
 // SourceRoot is the operator tree a build reads its Nix source from: the repository
@@ -60,7 +64,8 @@ func SourceRoot(spec BuildSpec, dir string) (string, error) {
 // link that reaches nothing is hashed by its target's name alone, and a directory
 // reached a second time (a loop) by its name. It skips what is not Nix source but
 // changes on every run: entries whose name starts with "." (.terraform, .git) and
-// Terraform's state and plan files (*.tfstate, *.tfstate.backup, *.tfplan).
+// Terraform's state and plan files (*.tfstate, *.tfstate.backup, *.tfplan). A file over
+// 1 MiB is hashed by its modification time and inode, not its content.
 // An evaluation reads only part of the tree; hashing all of it means an edit anywhere
 // under root evaluates again (and finds the same derivation when the edit changed
 // nothing nix sees), never that an edit under root is missed.
@@ -152,11 +157,22 @@ func (t *treeHash) dir(p, rel string) error {
 }
 
 func (t *treeHash) file(p, rel string, fi os.FileInfo) error {
+	// The executable bit is part of what nix copies into the store.
+	t.entry("f %q %d %t\n", rel, fi.Size(), fi.Mode()&0o111 != 0)
+	if fi.Size() > maxHashedFile {
+		// A large file (a binary, an image) is rarely Nix source: its modification
+		// time and identity stand for its content, so a repository holding one is
+		// not read whole on every plan. Any write of it changes the time.
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		t.entry("large %d %d\n", fi.ModTime().UnixNano(), ino)
+		return nil
+	}
 	if t.size += fi.Size(); t.size > maxTreeBytes {
 		return fmt.Errorf("more than %d MiB under %s", maxTreeBytes>>20, t.root)
 	}
-	// The executable bit is part of what nix copies into the store.
-	t.entry("f %q %d %t\n", rel, fi.Size(), fi.Mode()&0o111 != 0)
 	f, err := os.Open(p)
 	if err != nil {
 		return err
