@@ -100,3 +100,32 @@ func TestLabCLIDeployFlake(t *testing.T) {
 		t.Errorf("a second run with nothing changed ran nix eval %d times, want 0", n)
 	}
 }
+
+// closuresCopy copies lab/closures out of the repository and returns its default.nix.
+// A build of a file in the repository is keyed on the whole repository's tree, which
+// CI's release check (dist/) writes beside the tests: a test that counts evaluations
+// evaluates a copy no other process writes.
+func closuresCopy(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join(labtest.RepoRoot(t), "lab", "closures")
+	dst := t.TempDir()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same content and mode: the same store paths as the repository's closures.
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, fi.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dst, "default.nix")
+}
