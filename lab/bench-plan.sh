@@ -9,7 +9,11 @@
 #          node's source tree is hashed and its cache entry checked
 #   cold   the same with the evaluation cache removed before each plan: nix-instantiate
 #          runs for every node
-# and prints warm/base (target <= 1.10), the evaluation cost per node ((cold - warm) /
+#   fwarm  the nodes given as `build { flake = ... }` blocks (one flake, a node per
+#          nixosConfigurations attribute, lab/closures as its path: input), cache warm:
+#          one nix flake metadata per plan, no nix eval
+#   fcold  the same with the evaluation cache removed: nix eval runs for every node
+# and prints warm/base (target <= 1.10), fwarm/warm (target <= 1.10), the evaluation cost per node ((cold - warm) /
 # nodes, i.e. with the plan's parallelism), and from the provider log the median time
 # one nix-instantiate and one cache hit took. Last, every node is given the same fresh
 # derivation and applied: the log shows how many builds ran (one per derivation in the
@@ -75,9 +79,24 @@ header='terraform {
   }
 }
 provider "fediversity" {}'
-mkdir -p "$work/base" "$work/eval"
+mkdir -p "$work/base" "$work/eval" "$work/flake" "$work/fleet/no-node-plan"
 echo "$header" >"$work/base/main.tf"
 echo "$header" >"$work/eval/main.tf"
+echo "$header" >"$work/flake/main.tf"
+# The flake's systems are the file form's (the same closure and seed, so the same
+# derivations): the variants deploy the same toplevels to the same nodes.
+echo null >"$work/fleet/no-node-plan/node-plan.json"
+{
+  echo '{'
+  echo '  inputs.fediversity-node-plan = { url = "path:./no-node-plan"; flake = false; };'
+  echo "  inputs.closures = { url = \"path:$root/lab/closures\"; flake = false; };"
+  echo '  outputs = { self, fediversity-node-plan, closures }:'
+  echo '    let node = seed: { config.system.build.toplevel = (import closures { inherit seed; system = "x86_64-linux"; }).good; };'
+  echo '    in { nixosConfigurations = {'
+  for i in $(seq "$NODES"); do echo "      n$i = node \"bench-plan-$stamp-$i\";"; done
+  echo '    }; };'
+  echo '}'
+} >"$work/fleet/flake.nix"
 for i in $(seq "$NODES"); do
   inst=${insts[$((i - 1))]}
   seed="bench-plan-$stamp-$i"
@@ -90,28 +109,23 @@ for i in $(seq "$NODES"); do
     watch           = \"2s\"
     sample_interval = \"1s\"
   }"
-  cat >>"$work/base/main.tf" <<TF
-resource "fediversity_node_switch" "n$i" {
-  node     = "$inst"
-  toplevel = "$top"
-$common
-}
-TF
-  cat >>"$work/eval/main.tf" <<TF
-resource "fediversity_node_switch" "n$i" {
-  node      = "$inst"
-  node_plan = jsonencode({ node = "$inst" })
-  build {
-    file      = "$root/lab/closures/default.nix"
-    attribute = "good"
-    args      = { seed = "$seed" }
+  add_node() { # variant, what builds the node
+    printf 'resource "fediversity_node_switch" "n%s" {\n  node = "%s"\n%s\n%s\n}\n' "$i" "$inst" "$2" "$common" >>"$work/$1/main.tf"
   }
-$common
-}
-TF
+  add_node base "  toplevel = \"$top\""
+  add_node eval "  node_plan = jsonencode({ node = \"$inst\" })
+  build {
+    file      = \"$root/lab/closures/default.nix\"
+    attribute = \"good\"
+    args      = { seed = \"$seed\" }
+  }"
+  add_node flake "  node_plan = jsonencode({ node = \"$inst\" })
+  build {
+    flake = \"path:$work/fleet#nixosConfigurations.n$i.config.system.build.toplevel\"
+  }"
 done
 
-for v in eval base; do
+for v in eval base flake; do
   (cd "$work/$v" && "$TF" init -input=false >/dev/null 2>&1 || true)
   (cd "$work/$v" && "$TF" apply -auto-approve -input=false >"$work/$v.apply" 2>&1) ||
     { echo "apply ($v) failed:"; tail -30 "$work/$v.apply"; exit 1; }
@@ -129,19 +143,24 @@ plan() { # variant log
 }
 
 printf '\n=== unchanged plan of %d nodes (%s, %d rounds)\n' "$NODES" "$("$TF" version | head -1)" "$ROUNDS"
-printf '  %-5s %8s %8s %8s\n' round base warm cold
+printf '  %-5s %8s %8s %8s %8s %8s\n' round base warm cold fwarm fcold
 : >"$work/rows"
 for round in $(seq "$ROUNDS"); do
   base=$(plan base "$work/base-$round.log")
   warm=$(plan eval "$work/warm-$round.log")
+  fwarm=$(plan flake "$work/fwarm-$round.log")
   rm -rf "$XDG_CACHE_HOME/fediversity/eval"
   cold=$(plan eval "$work/cold-$round.log")
-  echo "$base $warm $cold" >>"$work/rows"
-  printf '  %-5s %7.2fs %7.2fs %7.2fs\n' "$round" "$base" "$warm" "$cold"
+  rm -rf "$XDG_CACHE_HOME/fediversity/eval"
+  fcold=$(plan flake "$work/fcold-$round.log")
+  plan eval "$work/refill-$round.log" >/dev/null # the next round's warm plan finds the file form's entries
+  echo "$base $warm $cold $fwarm $fcold" >>"$work/rows"
+  printf '  %-5s %7.2fs %7.2fs %7.2fs %7.2fs %7.2fs\n' "$round" "$base" "$warm" "$cold" "$fwarm" "$fcold"
 done
 col() { awk -v c="$1" '{print $c}' "$work/rows" | median; }
-b=$(col 1) w=$(col 2) c=$(col 3)
-printf '  %-5s %7.2fs %7.2fs %7.2fs   (medians)\n' median "$b" "$w" "$c"
+b=$(col 1) w=$(col 2) c=$(col 3) fw=$(col 4) fc=$(col 5)
+printf '  %-5s %7.2fs %7.2fs %7.2fs %7.2fs %7.2fs   (medians)\n' median "$b" "$w" "$c" "$fw" "$fc"
+printf '  flake warm / file warm  %.2f   (target <= 1.10)\n' "$(echo "$fw / $w" | bc -l)"
 hits=$(cat "$work"/warm-*.log | grep -c '"cache":"hit"\|cache=hit' || true)
 misses=$(cat "$work"/cold-*.log | grep -c '"cache":"miss"\|cache=miss' || true)
 secs() { grep 'node evaluated' | grep -o '"seconds":[0-9.e-]*\|seconds=[0-9.e-]*' | grep -o '[0-9.e-]*$' | awk '{printf "%.6f\n", $1}' | median; }
@@ -152,6 +171,12 @@ printf '  evaluation per node     %.3fs  ((cold - warm) / %d nodes, plans run no
 printf '  one nix-instantiate     %.3fs  (median over the cold plans, from the provider log)\n' "${one:-0}"
 printf '  one cache hit           %.4fs  (tree hash + lookup, median over the warm plans, from the provider log)\n' "${hit:-0}"
 printf '  cache hits (warm plans) %d, misses (cold plans) %d\n' "$hits" "$misses"
+fone=$(cat "$work"/fcold-*.log | secs)
+fhit=$(cat "$work"/fwarm-*.log | secs)
+fhits=$(cat "$work"/fwarm-*.log | grep -c '"cache":"hit"\|cache=hit' || true)
+printf '  flake: one evaluation   %.3fs  (nix flake metadata + nix eval, median over the cold plans)\n' "${fone:-0}"
+printf '  flake: one cache hit    %.4fs  (nix flake metadata, shared by the nodes asking together, + lookup)\n' "${fhit:-0}"
+printf '  flake: cache hits (warm plans) %d\n' "$fhits"
 
 # One build per derivation: every node now builds the same fresh derivation in one apply.
 # Without sharing, each would run its own nix-store --realise and all but one would wait

@@ -34,7 +34,7 @@ func TestLabCLIDeployGroup(t *testing.T) {
 		labtest.NewInstance(t, "cli-a"), labtest.NewInstance(t, "cli-b"), labtest.NewInstance(t, "cli-c"),
 	}
 	dir := t.TempDir()
-	closures := filepath.Join(labtest.RepoRoot(t), "lab", "closures", "default.nix")
+	closures := closuresCopy(t) // evaluated through the cache: see closuresCopy
 	roster := map[string]any{
 		"build":   map[string]any{"file": closures, "attribute": labtest.ClosureGood},
 		"timings": map[string]string{"settle": "1s", "watch": "3s", "sample_interval": "1s"},

@@ -277,8 +277,8 @@ func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
 }
 
 // setBuild makes opts build the node as the provider does: its node plan goes to the
-// file the engine's one writer names (nixeval.WriteNodePlan), handed to the build as
-// planFile, and the build is evaluated through the evaluation cache the provider uses
+// file (for a flake, the input directory) the engine's one writer names
+// (nixeval.HandNodePlan), and the build is evaluated through the evaluation cache the provider uses
 // (a node unchanged since its last evaluation runs no nix-instantiate) and built once
 // per derivation however many nodes share it.
 func (g *Group) setBuild(opts *deploybody.Options, nix *nixeval.Evaluator, spec nodespec.Spec, warnings *[]string) (cleanup func(), err error) {
@@ -287,12 +287,11 @@ func (g *Group) setBuild(opts *deploybody.Options, nix *nixeval.Evaluator, spec 
 	build := spec.NixBuild(g.Roster.dir)
 	plan, ok := g.NodePlans[node]
 	if ok {
-		file, c, err := nixeval.WriteNodePlan(plan)
+		c, err := nixeval.HandNodePlan(&build, plan)
 		cleanup = c
 		if err != nil {
 			return cleanup, err
 		}
-		build.PlanFile = file
 	}
 	opts.Build = func(ctx context.Context) (string, error) {
 		// A cache that cannot be written costs the next run an evaluation: the

@@ -40,3 +40,33 @@ func CountNixInstantiate(t testing.TB) func() int {
 		return strings.Count(string(b), "run\n")
 	}
 }
+
+// CountNixEvals is CountNixInstantiate for the flake form: it points nixstore at a
+// wrapper around the real nix that counts its `eval` runs (an evaluation of a flake
+// build; `nix flake metadata`, which the cache key reads, is not one), also first in
+// PATH for the processes the test starts.
+func CountNixEvals(t testing.TB) func() int {
+	t.Helper()
+	real, err := exec.LookPath("nix")
+	if err != nil {
+		if os.Getenv("FEDIVERSITY_LAB") == "1" {
+			t.Fatalf("nix is not installed (lab/install-host.sh installs it): %v", err)
+		}
+		t.Skip("nix is not installed on this machine")
+	}
+	dir := t.TempDir()
+	count := filepath.Join(dir, "count")
+	wrapper := filepath.Join(dir, "nix")
+	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do [ \"$a\" = eval ] && echo run >>%q && break; done\nexec %q \"$@\"\n", count, real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	prev := nixstore.NixBin
+	nixstore.NixBin = wrapper
+	t.Cleanup(func() { nixstore.NixBin = prev })
+	return func() int {
+		b, _ := os.ReadFile(count)
+		return strings.Count(string(b), "run\n")
+	}
+}

@@ -13,8 +13,12 @@ var NixInstantiateBin = "nix-instantiate"
 
 // Instantiate evaluates spec to the one derivation (.drv store path) it denotes,
 // without building anything: what a plan needs to tell whether a node's system changed.
-// It takes the same spec as Build, so the derivation is the one Build would build.
+// It takes the same spec as Build, so the derivation is the one Build would build; a
+// flake (spec.Flake) is evaluated with nix eval.
 func Instantiate(ctx context.Context, spec BuildSpec) (string, error) {
+	if spec.Flake != "" {
+		return instantiateFlake(ctx, spec)
+	}
 	args, what, err := spec.nixArgs()
 	if err != nil {
 		return "", fmt.Errorf("evaluation: %w", err)

@@ -149,8 +149,15 @@ func Has(path string) bool {
 	return run(ctx, io.Discard, NixStoreBin, "--check-validity", path) == nil
 }
 
-// BuildSpec says what to build. Exactly one of File and Expr is set.
+// BuildSpec says what to build. Exactly one of File, Expr and Flake is set.
 type BuildSpec struct {
+	// Flake is a flake reference whose attribute Attr is the system's toplevel
+	// (`<Flake>#<Attr>`). Only Instantiate takes it (nix eval); PlanFile, ArgStr and
+	// Options do not apply, the node plan goes in PlanInput.
+	Flake string
+	// PlanInput, for a flake, is a directory holding only the node plan
+	// (NodePlanInputFile), handed to the flake as its NodePlanInput.
+	PlanInput string
 	// File is a Nix file (or a directory with default.nix) to build.
 	File string
 	// Expr is a Nix expression to build (nix-build -E).
@@ -190,6 +197,9 @@ func Build(ctx context.Context, spec BuildSpec) (string, error) {
 // nixArgs are the arguments nix-build and nix-instantiate share for spec, and a name
 // of what is built for messages.
 func (spec BuildSpec) nixArgs() (args []string, what string, err error) {
+	if spec.Flake != "" {
+		return nil, "", errors.New("a flake is evaluated with nix eval (Instantiate), not nix-build")
+	}
 	if (spec.File == "") == (spec.Expr == "") {
 		return nil, "", errors.New("set exactly one of File and Expr")
 	}
@@ -239,6 +249,26 @@ func (spec BuildSpec) nixArgs() (args []string, what string, err error) {
 // failure reads "(<exit status>); <command> said:\n<tail of stderr>", or the context's
 // error when that ended it. log, if set, also receives stderr as it is written.
 func runNix(ctx context.Context, name string, args []string, log io.Writer) ([]string, error) {
+	out, err := runNixLogged(ctx, name, args, log)
+	if err != nil {
+		return nil, err
+	}
+	var outs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			outs = append(outs, l)
+		}
+	}
+	return outs, nil
+}
+
+// runNixOutput runs a nix command and returns its standard output; failures read as
+// runNix's.
+func runNixOutput(ctx context.Context, name string, args []string) ([]byte, error) {
+	return runNixLogged(ctx, name, args, nil)
+}
+
+func runNixLogged(ctx context.Context, name string, args []string, log io.Writer) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	var stdout bytes.Buffer
 	var stderr tailBuffer
@@ -253,13 +283,7 @@ func runNix(ctx context.Context, name string, args []string, log io.Writer) ([]s
 		}
 		return nil, fmt.Errorf("(%v); %s said:\n%s", err, filepath.Base(name), strings.TrimSpace(stderr.String()))
 	}
-	var outs []string
-	for _, l := range strings.Split(stdout.String(), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			outs = append(outs, l)
-		}
-	}
-	return outs, nil
+	return stdout.Bytes(), nil
 }
 
 func needsNoBuildUsers() bool {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Bounds of a source tree HashTree reads: a build that names a huge directory (a home
@@ -16,94 +17,221 @@ import (
 const (
 	maxTreeFiles = 20000
 	maxTreeBytes = 256 << 20
+	// maxHashedFile is the largest file hashed by content; a larger one is hashed by
+	// its modification time and inode (see treeHash.file).
+	maxHashedFile = 1 << 20
 )
 
-// SourceRoot is the operator tree a build reads its Nix source from: the directory a
-// file build names (or the directory holding the named file), or dir for an
-// expression (whose relative paths nix resolves against the working directory).
+// SourceRoot is the operator tree a build reads its Nix source from: the repository
+// holding the file a build names (or, for an expression, dir), so an import of another
+// file of the operator's repository (../lib.nix) is hashed too. The repository is the
+// nearest enclosing directory with a .git entry; outside any repository it is the
+// directory the file build names (or that holds the named file), or dir for an
+// expression, and a file above it is not covered (docs/design.md says so).
 func SourceRoot(spec BuildSpec, dir string) (string, error) {
-	if spec.File == "" {
-		return filepath.Abs(dir)
-	}
-	abs, err := filepath.Abs(spec.File)
+	start, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
 	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return "", err
+	if spec.File != "" {
+		abs, err := filepath.Abs(spec.File)
+		if err != nil {
+			return "", err
+		}
+		fi, err := os.Stat(abs)
+		if err != nil {
+			return "", err
+		}
+		start = abs
+		if !fi.IsDir() {
+			start = filepath.Dir(abs)
+		}
 	}
-	if fi.IsDir() {
-		return abs, nil
+	for d := start; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return start, nil
+		}
 	}
-	return filepath.Dir(abs), nil
 }
 
 // HashTree returns a SHA-256 over the names, kinds and contents of the files under
-// root (symbolic links by their target, not followed). It skips what is not Nix
-// source but changes on every run: entries whose name starts with "." (.terraform,
-// .git) and Terraform's state and plan files (*.tfstate, *.tfstate.backup, *.tfplan).
+// root, following symbolic links: a link is hashed by its target's name and by what
+// it reaches (a file's content, a directory's tree), because nix reads through it (a
+// link into the store by the store path it reaches, whose name fixes its content); a
+// link that reaches nothing is hashed by its target's name alone, and a directory
+// reached a second time (a loop) by its name. It skips what is not Nix source but
+// changes on every run: entries whose name starts with "." (.terraform, .git) and
+// Terraform's state and plan files (*.tfstate, *.tfstate.backup, *.tfplan). A file over
+// 1 MiB is hashed by its modification time and inode, not its content.
 // An evaluation reads only part of the tree; hashing all of it means an edit anywhere
 // under root evaluates again (and finds the same derivation when the edit changed
-// nothing nix sees), never that an edit under root is missed. What lies outside root
-// (an import of ../lib.nix, <nixpkgs> through NIX_PATH) is not read here.
+// nothing nix sees), never that an edit under root is missed.
 func HashTree(root string) (string, error) {
 	h := sha256.New()
-	// Writing to a hash never fails.
-	entry := func(format string, a ...any) { _, _ = fmt.Fprintf(h, format, a...) }
-	files, size := 0, int64(0)
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		if rel != "." && skipInTree(d.Name()) {
-			if d.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		files++
-		if files > maxTreeFiles {
-			return fmt.Errorf("more than %d files under %s", maxTreeFiles, root)
-		}
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			entry("l %q %q\n", rel, target)
-		case d.IsDir():
-			entry("d %q\n", rel)
-		case d.Type().IsRegular():
-			fi, err := d.Info()
-			if err != nil {
-				return err
-			}
-			if size += fi.Size(); size > maxTreeBytes {
-				return fmt.Errorf("more than %d MiB under %s", maxTreeBytes>>20, root)
-			}
-			// The executable bit is part of what nix copies into the store.
-			entry("f %q %d %t\n", rel, fi.Size(), fi.Mode()&0o111 != 0)
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(h, f)
-			_ = f.Close() // read-only: a close error loses nothing
-			if err != nil {
-				return err
-			}
-		default:
-			entry("o %q %s\n", rel, d.Type())
-		}
-		return nil
-	})
-	if err != nil {
+	t := &treeHash{h: h, root: root, seen: map[string]bool{}}
+	if err := t.dir(root, "."); err != nil {
 		return "", fmt.Errorf("hashing the source tree %s: %w", root, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+type treeHash struct {
+	h     io.Writer
+	root  string
+	files int
+	size  int64
+	seen  map[string]bool // directories walked, by their real path
+}
+
+// entry writes one line; writing to a hash never fails.
+func (t *treeHash) entry(format string, a ...any) { _, _ = fmt.Fprintf(t.h, format, a...) }
+
+func (t *treeHash) count() error {
+	t.files++
+	if t.files > maxTreeFiles {
+		return fmt.Errorf("more than %d files under %s", maxTreeFiles, t.root)
+	}
+	return nil
+}
+
+// dir hashes the directory p (rel under the root), unless it was walked already.
+func (t *treeHash) dir(p, rel string) error {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return err
+	}
+	if t.seen[real] {
+		t.entry("loop %q\n", rel)
+		return nil
+	}
+	t.seen[real] = true
+	t.entry("d %q\n", rel)
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return err
+	}
+	for _, d := range entries {
+		if skipInTree(d.Name()) {
+			continue
+		}
+		if err := t.count(); err != nil {
+			return err
+		}
+		child, childRel := filepath.Join(p, d.Name()), filepath.Join(rel, d.Name())
+		if d.Type()&fs.ModeSymlink != 0 {
+			target, err := os.Readlink(child)
+			if err != nil {
+				return err
+			}
+			t.entry("l %q %q\n", childRel, target)
+			// A link into the store (nix-build's ./result) reaches content its name
+			// fixes: hashed by that name, not walked (a system's tree links its whole
+			// closure).
+			if real, err := filepath.EvalSymlinks(child); err == nil && strings.HasPrefix(real, StoreDir+"/") {
+				t.entry("store %q %q\n", childRel, real)
+				continue
+			}
+		}
+		fi, err := os.Stat(child) // through a link
+		switch {
+		case err != nil && d.Type()&fs.ModeSymlink != 0:
+			t.entry("dangling %q\n", childRel) // nix fails on it, or does not read it
+		case err != nil:
+			return err
+		case fi.IsDir():
+			if err := t.dir(child, childRel); err != nil {
+				return err
+			}
+		case fi.Mode().IsRegular():
+			if err := t.file(child, childRel, fi); err != nil {
+				return err
+			}
+		default:
+			t.entry("o %q %s\n", childRel, fi.Mode().Type())
+		}
+	}
+	return nil
+}
+
+func (t *treeHash) file(p, rel string, fi os.FileInfo) error {
+	// The executable bit is part of what nix copies into the store.
+	t.entry("f %q %d %t\n", rel, fi.Size(), fi.Mode()&0o111 != 0)
+	if fi.Size() > maxHashedFile {
+		// A large file (a binary, an image) is rarely Nix source: its modification
+		// time and identity stand for its content, so a repository holding one is
+		// not read whole on every plan. Any write of it changes the time.
+		var ino uint64
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		t.entry("large %d %d\n", fi.ModTime().UnixNano(), ino)
+		return nil
+	}
+	if t.size += fi.Size(); t.size > maxTreeBytes {
+		return fmt.Errorf("more than %d MiB under %s", maxTreeBytes>>20, t.root)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(t.h, f)
+	_ = f.Close() // read-only: a close error loses nothing
+	return err
+}
+
+// HashNixPath returns what the entries of a NIX_PATH value resolve to, one line per
+// entry: an entry resolving into the store by the store path (immutable: its name is
+// its content), any other directory or file by HashTree of its content, a missing one
+// as missing. So a channel update (the channel link now reaching another store path)
+// or an edit of a checkout named in NIX_PATH changes the result, though NIX_PATH does
+// not. An empty value stands for nix's default search path. A URL entry cannot be
+// hashed: an error (the caller then evaluates every time).
+func HashNixPath(nixPath string) (string, error) {
+	entries := strings.Split(nixPath, ":")
+	if nixPath == "" {
+		home, _ := os.UserHomeDir()
+		entries = []string{filepath.Join(home, ".nix-defexpr/channels"),
+			"nixpkgs=/nix/var/nix/profiles/per-user/root/channels/nixpkgs", "/nix/var/nix/profiles/per-user/root/channels"}
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		if e == "" {
+			continue
+		}
+		_, p, named := strings.Cut(e, "=")
+		if !named {
+			p = e
+		}
+		if strings.Contains(p, "://") || strings.HasPrefix(p, "channel:") || strings.HasPrefix(p, "flake:") {
+			return "", fmt.Errorf("NIX_PATH entry %s is fetched, not a path: its content cannot be hashed", e)
+		}
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			fmt.Fprintf(&b, "%s missing\n", e)
+			continue
+		}
+		if rest, ok := strings.CutPrefix(real, StoreDir+"/"); ok {
+			top, _, _ := strings.Cut(rest, "/")
+			fmt.Fprintf(&b, "%s %s/%s %s\n", e, StoreDir, top, real)
+			continue
+		}
+		fi, err := os.Stat(real)
+		if err != nil {
+			return "", err
+		}
+		if !fi.IsDir() {
+			real = filepath.Dir(real)
+		}
+		tree, err := HashTree(real)
+		if err != nil {
+			return "", fmt.Errorf("NIX_PATH entry %s: %w", e, err)
+		}
+		fmt.Fprintf(&b, "%s %s tree %s\n", e, real, tree)
+	}
+	return b.String(), nil
 }
 
 func skipInTree(name string) bool {

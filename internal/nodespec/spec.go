@@ -110,9 +110,11 @@ func (s Spec) SnapshotKeep() int {
 	return DefaultSnapshotKeep
 }
 
-// Build is how the node's system is built with nix-build: exactly one of Installable
-// (`<file>#<attribute>`), File and Expression.
+// Build is how the node's system is built: exactly one of Flake
+// (`<flake ref>#<attribute>`, evaluated with nix eval), Installable
+// (`<file>#<attribute>`), File and Expression (nix-build).
 type Build struct {
+	Flake       string            `json:"flake,omitempty"`
 	Installable string            `json:"installable,omitempty"`
 	File        string            `json:"file,omitempty"`
 	Attribute   string            `json:"attribute,omitempty"`
@@ -243,6 +245,10 @@ func (v *validation) port(field string, p int) {
 }
 
 func (v *validation) build(b Build) {
+	if b.Flake != "" {
+		v.flake(b)
+		return
+	}
 	given := 0
 	for _, s := range []string{b.Installable, b.File, b.Expression} {
 		if s != "" {
@@ -255,7 +261,24 @@ func (v *validation) build(b Build) {
 	case b.Installable != "" && strings.Contains(b.Installable, "#") && b.Attribute != "":
 		v.bad("build.attribute", "Conflicting build inputs", "build.installable already names the attribute after '#'; remove build.attribute")
 	case given != 1:
-		v.bad("build", "Incomplete build block", "give exactly one of file and expression (or installable, `<file>#<attribute>`)")
+		v.bad("build", "Incomplete build block", "give exactly one of file and expression (or installable, `<file>#<attribute>`; or flake, `<flake ref>#<attribute>`)")
+	}
+}
+
+// flake checks the flake form: the reference and attribute in one string, and none of
+// the nix-build fields beside it.
+func (v *validation) flake(b Build) {
+	if b.Installable != "" || b.File != "" || b.Expression != "" || b.Attribute != "" {
+		v.bad("build.flake", "Conflicting build inputs",
+			"build.flake names the flake and its attribute; remove build.installable, build.file, build.expression and build.attribute")
+	}
+	if len(b.Args) > 0 {
+		v.bad("build.args", "Arguments do not reach a flake",
+			"a flake takes no arguments (nix eval has no --argstr); put the values in the flake, or read them from the node plan (the flake input "+nixstore.NodePlanInput+")")
+	}
+	if _, _, ok := nixstore.SplitFlake(b.Flake); !ok {
+		v.bad("build.flake", "Invalid flake build", fmt.Sprintf(
+			"%q: want `<flake ref>#<attribute>`, the attribute being the system's toplevel, e.g. \".#nixosConfigurations.%s.config.system.build.toplevel\"", b.Flake, v.node))
 	}
 }
 
@@ -284,10 +307,15 @@ func NodeTimingNames() []string {
 	return names
 }
 
-// NixBuild is the build as nix-build takes it; a relative file is taken from dir
-// (the roster's directory; "" keeps it relative to the working directory).
+// NixBuild is the build as nix-build (or, for a flake, nix eval) takes it; a relative
+// file or path flake reference is taken from dir (the roster's directory; "" is the
+// working directory).
 func (s Spec) NixBuild(dir string) nixstore.BuildSpec {
 	b := s.Build
+	if b.Flake != "" {
+		ref, attr, _ := nixstore.SplitFlake(b.Flake)
+		return nixstore.BuildSpec{Flake: nixstore.FlakeRefIn(ref, dir), Attr: attr}
+	}
 	spec := nixstore.BuildSpec{File: b.File, Attr: b.Attribute, Expr: b.Expression, ArgStr: b.Args}
 	if b.Installable != "" {
 		file, attr, _ := strings.Cut(b.Installable, "#")

@@ -34,7 +34,10 @@ func TestValidateNamesFieldAndRemedy(t *testing.T) {
 		{"k8s timing on a node", Spec{Timings: map[string]string{"rollout_wait": "1m"}}, "timings.rollout_wait", "unknown timing; known: node_wait"},
 		{"unit name", Spec{SecretChain: []string{"$(x)"}}, "secret_chain[0]", "is not a systemd unit name"},
 		{"budget", Spec{LoopBudgets: map[string]int64{"a.service": -1}}, `loop_budgets["a.service"]`, "want a systemd unit name and a budget ≥ 0"},
-		{"build", Spec{Build: &Build{Attribute: "x"}}, "build", "give exactly one of file and expression"},
+		{"build", Spec{Build: &Build{Attribute: "x"}}, "build", "give exactly one of file and expression (or installable, `<file>#<attribute>`; or flake"},
+		{"flake without attribute", Spec{Node: "web01", Build: &Build{Flake: "./fleet"}}, "build.flake", `".#nixosConfigurations.web01.config.system.build.toplevel"`},
+		{"flake and file", Spec{Build: &Build{Flake: ".#a", File: "x.nix"}}, "build.flake", "remove build.installable, build.file"},
+		{"flake args", Spec{Build: &Build{Flake: ".#a", Args: map[string]string{"k": "v"}}}, "build.args", "a flake takes no arguments"},
 		{"toplevel", Spec{Toplevel: "/tmp/x"}, "toplevel", "is not a Nix store path"},
 		{"snapshot over ssh", Spec{SSH: &SSH{Host: "h", HostKey: testKey}, Snapshot: &Snapshot{}}, "snapshot", "an SSH node has no native snapshots"},
 		{"check", Spec{Checks: []Check{{Name: "c"}}}, "checks", `check "c": argv is empty`},
@@ -50,6 +53,28 @@ func TestValidateNamesFieldAndRemedy(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: want a problem at %s saying %q, got %v", c.name, c.field, c.want, problems)
+		}
+	}
+}
+
+// A flake build: the reference is taken from the roster's directory when it is a
+// relative path, and left alone otherwise; the attribute follows the '#'.
+func TestNixBuildFlake(t *testing.T) {
+	attr := "nixosConfigurations.web01.config.system.build.toplevel"
+	for ref, want := range map[string]string{
+		".":                  "/srv/fleet",
+		"./nodes":            "/srv/fleet/nodes",
+		"path:../shared":     "path:/srv/shared",
+		"/abs/flake":         "/abs/flake",
+		"git+file:///x/repo": "git+file:///x/repo",
+	} {
+		s := Spec{Node: "web01", Build: &Build{Flake: ref + "#" + attr}}
+		if p := s.Validate(); len(p) != 0 {
+			t.Fatalf("%s: %v", ref, p)
+		}
+		b := s.NixBuild("/srv/fleet")
+		if b.Flake != want || b.Attr != attr || b.File != "" {
+			t.Errorf("%s: got flake %q attribute %q, want %q %q", ref, b.Flake, b.Attr, want, attr)
 		}
 	}
 }

@@ -40,6 +40,19 @@ resource "fediversity_image" "node" {
   toplevel  = each.value.toplevel
   archive   = each.value.archive
   tag       = each.value.tag
+  node_plan = each.value.build != null ? data.fediversity_submission.this.node_plans[each.key] : null
+
+  dynamic "build" {
+    for_each = each.value.build != null ? [each.value.build] : []
+    content {
+      flake       = build.value.flake
+      installable = build.value.installable
+      file        = build.value.file
+      attribute   = build.value.attribute
+      expression  = build.value.expression
+      args        = build.value.args
+    }
+  }
 
   submission_digest = local.digest
   submission_file   = var.submission_file

@@ -49,11 +49,22 @@ variable "nodes" {
     `toplevel`, its NixOS toplevel built from the node's configuration and its node plan
     (the module's `node_plans` output), from which the image is built (one reproducible
     layer holding the closure; the tag is derived from the toplevel unless `tag` is set);
+    or a `build` (as fediversity_node_switch's: `flake`, `installable`, `file`, `expression`),
+    evaluated at plan and built at apply with the node's node plan handed to it, so one apply
+    builds every node's image from the submission;
     or a prebuilt `archive` (a docker-archive) with its `tag`. Optional: `storage_size`.
     A node the submission enables must be listed.
   EOT
   type = map(object({
-    toplevel     = optional(string)
+    toplevel = optional(string)
+    build = optional(object({
+      flake       = optional(string)
+      installable = optional(string)
+      file        = optional(string)
+      attribute   = optional(string)
+      expression  = optional(string)
+      args        = optional(map(string))
+    }))
     archive      = optional(string)
     tag          = optional(string)
     storage_size = optional(string)

@@ -94,6 +94,7 @@ variable "nodes" {
       timeout       = optional(string)
     })), [])
     build = optional(object({
+      flake       = optional(string)
       installable = optional(string)
       file        = optional(string)
       attribute   = optional(string)
@@ -104,8 +105,9 @@ variable "nodes" {
 }
 
 variable "build" {
-  description = "How a node's system is built when its roster entry has neither toplevel nor build: the node plan is handed to it as `--argstr planFile <file>`."
+  description = "How a node's system is built when its roster entry has neither toplevel nor build: `flake` (`<flake ref>#<attribute>`, the node plan handed as the flake input `fediversity-node-plan`), or `installable`, `file` or `expression` (nix-build, the node plan handed as `--argstr planFile <file>`)."
   type = object({
+    flake       = optional(string)
     installable = optional(string)
     file        = optional(string)
     attribute   = optional(string)

@@ -36,18 +36,21 @@ func NewImageResource() resource.Resource { return &imageResource{} }
 type imageResource struct{ cfg *kit.Config }
 
 type imageModel struct {
-	ID         types.String   `tfsdk:"id"`
-	Node       types.String   `tfsdk:"node"`
-	Namespace  types.String   `tfsdk:"namespace"`
-	Tag        types.String   `tfsdk:"tag"`
-	Archive    types.String   `tfsdk:"archive"`
-	Toplevel   types.String   `tfsdk:"toplevel"`
-	SubDigest  types.String   `tfsdk:"submission_digest"`
-	SubFile    types.String   `tfsdk:"submission_file"`
-	Repository types.String   `tfsdk:"repository"`
-	Digest     types.String   `tfsdk:"digest"`
-	ImageRef   types.String   `tfsdk:"image_ref"`
-	Timeouts   timeouts.Value `tfsdk:"timeouts"`
+	ID         types.String    `tfsdk:"id"`
+	Node       types.String    `tfsdk:"node"`
+	Namespace  types.String    `tfsdk:"namespace"`
+	Tag        types.String    `tfsdk:"tag"`
+	Archive    types.String    `tfsdk:"archive"`
+	Toplevel   types.String    `tfsdk:"toplevel"`
+	Build      *kit.BuildModel `tfsdk:"build"`
+	NodePlan   types.String    `tfsdk:"node_plan"`
+	Derivation types.String    `tfsdk:"derivation"`
+	SubDigest  types.String    `tfsdk:"submission_digest"`
+	SubFile    types.String    `tfsdk:"submission_file"`
+	Repository types.String    `tfsdk:"repository"`
+	Digest     types.String    `tfsdk:"digest"`
+	ImageRef   types.String    `tfsdk:"image_ref"`
+	Timeouts   timeouts.Value  `tfsdk:"timeouts"`
 }
 
 const (
@@ -100,12 +103,22 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			},
 			"archive": schema.StringAttribute{
 				Optional: true, Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
-				MarkdownDescription: "Path of a prebuilt docker-archive to push (one image); exactly one of `archive` and `toplevel` is set. It is read only when a push happens: changing only the path, with the same `tag`, pushes nothing, because the tag names the content.",
+				MarkdownDescription: "Path of a prebuilt docker-archive to push (one image); exactly one of `archive`, `toplevel` and `build` is set. It is read only when a push happens: changing only the path, with the same `tag`, pushes nothing, because the tag names the content.",
 			},
 			"toplevel": schema.StringAttribute{
 				Optional: true,
-				MarkdownDescription: "The node's system toplevel, a store path in the local Nix store (e.g. `fediversity_submission`'s build output); exactly one of `archive` and `toplevel` is set. " +
+				MarkdownDescription: "The node's system toplevel, a store path in the local Nix store (e.g. `fediversity_submission`'s build output); exactly one of `archive`, `toplevel` and `build` is set. " +
 					"The image is built from it (see above). Changing it replaces the push.",
+			},
+			"node_plan": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "With `build`: the node plan the build is handed, as for `fediversity_node_switch` (`data.fediversity_submission.<x>.node_plans[<node>]`).",
+			},
+			"derivation": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "With a `build` block: the derivation (`.drv`) the plan evaluated it to, through the evaluation cache shared with `fediversity_node_switch`. " +
+					"When it changes the image is built and pushed again (its default tag is the derivation's hash part); the apply builds exactly this derivation, " +
+					"once per provider process however many resources share it, and refuses when the source changed since the plan.",
 			},
 			"repository": schema.StringAttribute{
 				Computed: true, MarkdownDescription: "`<registry>/<namespace>/<node>`.",
@@ -122,6 +135,7 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"submission_file":   kit.SubmissionCheckAttributes("Changing them pushes nothing.")["submission_file"],
 		},
 		Blocks: map[string]schema.Block{
+			"build":    kit.BuildBlockSchema("The image is built from the toplevel it builds (see above), with `node_plan` handed to it. Changing what it evaluates to pushes a new image."),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true}),
 		},
 	}
@@ -133,7 +147,7 @@ func (r *imageResource) Configure(_ context.Context, req resource.ConfigureReque
 
 func (r *imageResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	return []resource.ConfigValidator{
-		resourcevalidator.ExactlyOneOf(path.MatchRoot("archive"), path.MatchRoot("toplevel")),
+		resourcevalidator.ExactlyOneOf(path.MatchRoot("archive"), path.MatchRoot("toplevel"), path.MatchRoot("build")),
 	}
 }
 
@@ -159,7 +173,24 @@ func (r *imageResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	var config imageModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
 	tag := config.Tag
+	derivation := types.StringNull()
 	switch {
+	case config.Build != nil && kit.BuildBlockUnknown(config.Build, config.NodePlan):
+		// Evaluated in the apply's own plan, once known.
+		derivation = types.StringUnknown()
+		if tag.IsNull() {
+			tag = types.StringUnknown()
+		}
+	case config.Build != nil:
+		drv, diags := kit.EvaluateBuild(ctx, kit.EvaluatorFor(r.cfg), plan.Node.ValueString(), config.Build, config.NodePlan.ValueString())
+		if resp.Diagnostics.Append(diags...); resp.Diagnostics.HasError() {
+			return
+		}
+		derivation = types.StringValue(drv)
+		if tag.IsNull() {
+			derived, _ := image.ToplevelTag(drv) // a store path: evaluateBuild checked it
+			tag = types.StringValue(derived)
+		}
 	case !config.Toplevel.IsNull() && !config.Toplevel.IsUnknown():
 		if tag.IsNull() {
 			derived, err := image.ToplevelTag(config.Toplevel.ValueString())
@@ -177,6 +208,7 @@ func (r *imageResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		return
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("tag"), tag)...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("derivation"), derivation)...)
 	if !tag.IsUnknown() {
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("id"), types.StringValue(repo+":"+tag.ValueString()))...)
 	}
@@ -192,15 +224,28 @@ func (r *imageResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if !config.Toplevel.Equal(state.Toplevel) {
 		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("toplevel"))
 	}
+	// Another derivation is another system, whatever the tag says.
+	if !derivation.Equal(state.Derivation) {
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("derivation"))
+	}
 	if state.Repository.ValueString() != repo {
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("digest"), types.StringUnknown())...)
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("image_ref"), types.StringUnknown())...)
 	}
 }
 
-func (r *imageResource) push(ctx context.Context, plan *imageModel) error {
+// push pushes the image of toplevel (the configured one, or what the build block
+// built), or of the archive.
+func (r *imageResource) push(ctx context.Context, plan *imageModel, toplevel string) error {
+	if plan.Build == nil {
+		toplevel = plan.Toplevel.ValueString()
+	}
 	if plan.Tag.IsUnknown() || plan.Tag.IsNull() {
-		tag, err := image.ToplevelTag(plan.Toplevel.ValueString())
+		from := toplevel
+		if plan.Build != nil {
+			from = plan.Derivation.ValueString()
+		}
+		tag, err := image.ToplevelTag(from)
 		if err != nil {
 			return err
 		}
@@ -212,8 +257,8 @@ func (r *imageResource) push(ctx context.Context, plan *imageModel) error {
 	o := image.Options{AuthFile: r.cfg.RegistryAuthFile}
 	var res image.Result
 	var err error
-	if !plan.Toplevel.IsNull() {
-		res, err = image.PushToplevel(ctx, plan.Toplevel.ValueString(), t, o)
+	if toplevel != "" {
+		res, err = image.PushToplevel(ctx, toplevel, t, o)
 	} else {
 		res, err = image.Push(ctx, plan.Archive.ValueString(), t, o)
 	}
@@ -227,9 +272,54 @@ func (r *imageResource) push(ctx context.Context, plan *imageModel) error {
 	return nil
 }
 
+// build builds the planned derivation of the build block (refusing a source changed
+// since the plan), once per provider process however many resources share it, and
+// records the derivation built. Nothing to do without a build block.
+func (r *imageResource) build(ctx context.Context, plan *imageModel) (string, diag.Diagnostics) {
+	if plan.Build == nil {
+		if plan.Derivation.IsUnknown() {
+			plan.Derivation = types.StringNull() // a plan that did not get to say so
+		}
+		return "", nil
+	}
+	node := plan.Node.ValueString()
+	spec, cleanup, diags := kit.BuildSpecFor(node, plan.Build, plan.NodePlan.ValueString())
+	defer cleanup()
+	if diags.HasError() {
+		return "", diags
+	}
+	e := kit.EvaluatorFor(r.cfg)
+	planned := ""
+	if !plan.Derivation.IsUnknown() {
+		planned = plan.Derivation.ValueString()
+	}
+	build, bdiags := kit.PlannedBuild(ctx, e, node, spec, plan.NodePlan.ValueString(), planned)
+	if diags.Append(bdiags...); diags.HasError() {
+		return "", diags
+	}
+	if planned == "" {
+		// Not known at plan: what plannedBuild evaluated, from the cache.
+		ev, err := e.Evaluate(ctx, node, spec, plan.NodePlan.ValueString())
+		if err != nil {
+			diags.Append(kit.EvaluationError(node, spec, err))
+			return "", diags
+		}
+		plan.Derivation = types.StringValue(ev.Derivation)
+	}
+	top, err := build(ctx)
+	if err != nil {
+		diags.AddError(fmt.Sprintf("Unable to build the system of node %s", node),
+			kit.FailureDetail("Node "+node, "build", err, "Nothing was pushed. Fix the build and apply again."))
+	}
+	return top, diags
+}
+
 func (r *imageResource) pushError(plan imageModel, err error) (string, string) {
 	from := "archive " + plan.Archive.ValueString()
-	if !plan.Toplevel.IsNull() {
+	switch {
+	case plan.Build != nil:
+		from = "derivation " + plan.Derivation.ValueString()
+	case !plan.Toplevel.IsNull():
 		from = "toplevel " + plan.Toplevel.ValueString()
 	}
 	return "Unable to push node image",
@@ -250,7 +340,11 @@ func (r *imageResource) Create(ctx context.Context, req resource.CreateRequest, 
 	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "push the image of", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
 		return
 	}
-	if err := r.push(ctx, &plan); err != nil {
+	toplevel, diags := r.build(ctx, &plan)
+	if resp.Diagnostics.Append(diags...); resp.Diagnostics.HasError() {
+		return
+	}
+	if err := r.push(ctx, &plan, toplevel); err != nil {
 		resp.Diagnostics.AddError(r.pushError(plan, err))
 		return
 	}
@@ -274,7 +368,12 @@ func (r *imageResource) Update(ctx context.Context, req resource.UpdateRequest, 
 	}
 	if plan.Digest.IsUnknown() || plan.ImageRef.IsUnknown() {
 		// The repository changed (node, namespace or registry): push there.
-		if err := r.push(ctx, &plan); err != nil {
+		toplevel, diags := r.build(ctx, &plan)
+		if resp.Diagnostics.Append(diags...); resp.Diagnostics.HasError() {
+			resp.Diagnostics.Append(resp.State.Set(ctx, state)...) // nothing changed
+			return
+		}
+		if err := r.push(ctx, &plan, toplevel); err != nil {
 			resp.Diagnostics.AddError(r.pushError(plan, err))
 			return
 		}

@@ -10,9 +10,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
-	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
-	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
+	"github.com/fediversity/terraform-provider-fediversity/internal/transport"
+	"github.com/fediversity/terraform-provider-fediversity/internal/transport/remote"
 )
 
 // This file resolves the `ssh {}` / `incus {}` blocks of a resource into a target, and
@@ -91,51 +92,43 @@ func DescribeIncus(cfg *Config) string {
 }
 
 // OpenTransport builds the transport for node from a resolved target and the provider
-// Config. The returned transport must be closed by the caller.
+// Config, through transport.Connections.Open (the one place both front ends open a
+// node). The returned transport must be closed by the caller.
 func OpenTransport(ctx context.Context, node string, t TransportTarget, cfg *Config) (deploybody.Transport, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("node %s: the provider is not configured (no provider block was read); this is a bug", node)
 	}
-	switch t.Kind {
-	case "incus":
-		return openIncusTransport(ctx, node, t, cfg)
-	case "ssh":
-		return openSSHTransport(ctx, node, t, cfg)
+	creds := nodespec.Credentials{PrivateKeyFile: cfg.SSHPrivateKeyFile, AgentSocket: cfg.SSHAuthSock}
+	conns := transport.Connections{
+		Credentials: creds,
+		Incus: func() (*incusapi.Client, error) {
+			client, err := cfg.IncusClient()
+			if err != nil {
+				return nil, fmt.Errorf("node %s: connect to the Incus API (%s): %w; check the provider's incus block or INCUS_SOCKET", node, DescribeIncus(cfg), err)
+			}
+			return client, nil
+		},
+		Log: func(node, kind string) remote.Logger {
+			return func(format string, args ...any) {
+				tflog.Debug(ctx, fmt.Sprintf(format, args...), map[string]any{"node": node, "transport": kind})
+			}
+		},
 	}
-	return nil, fmt.Errorf("node %s: unknown transport %q", node, t.Kind)
-}
-
-// openIncusTransport addresses the target's instance through the provider's Incus client
-// (unix socket, or HTTPS with the provider's client certificate), built once in Configure.
-func openIncusTransport(_ context.Context, node string, t TransportTarget, cfg *Config) (deploybody.Transport, error) {
-	client, err := cfg.IncusClient()
-	if err != nil {
-		return nil, fmt.Errorf("node %s: connect to the Incus API (%s): %w; check the provider's incus block or INCUS_SOCKET", node, DescribeIncus(cfg), err)
+	if t.Kind == transport.KindSSH {
+		// The credentials are checked before the pool is made, so that a provider with
+		// neither a key nor an agent says so instead of failing on a dial.
+		if creds.PrivateKeyFile == "" && creds.AgentSocket == "" {
+			return nil, fmt.Errorf("node %s: no SSH credentials: set the provider's ssh_private_key_file (or SSH_PRIVATE_KEY_FILE), or ssh_auth_sock (SSH_AUTH_SOCK) for an agent", node)
+		}
+		pool, err := cfg.sshPool()
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", node, err)
+		}
+		conns.SSH = pool
 	}
-	return incustransport.New(incustransport.Config{Client: client, Instance: t.Instance, Project: t.Project, Node: node})
-}
-
-// sshConfig builds the SSH transport's config from a target plus the provider's per-run
-// credentials (key file, agent socket), which never come from the resource.
-func sshConfig(t TransportTarget, cfg *Config) sshtransport.Config {
-	return t.SSHConfig(nodespec.Credentials{PrivateKeyFile: cfg.SSHPrivateKeyFile, AgentSocket: cfg.SSHAuthSock})
-}
-
-func openSSHTransport(ctx context.Context, node string, t TransportTarget, cfg *Config) (deploybody.Transport, error) {
-	c := sshConfig(t, cfg)
-	if c.PrivateKeyFile == "" && c.AgentSocket == "" {
-		return nil, fmt.Errorf("node %s: no SSH credentials: set the provider's ssh_private_key_file (or SSH_PRIVATE_KEY_FILE), or ssh_auth_sock (SSH_AUTH_SOCK) for an agent", node)
-	}
-	log := func(format string, args ...any) {
-		tflog.Debug(ctx, fmt.Sprintf(format, args...), map[string]any{"node": node, "transport": "ssh"})
-	}
-	pool, err := cfg.sshPool()
-	if err != nil {
+	tr, err := conns.Open(node, t)
+	if err != nil && t.Kind == transport.KindSSH {
 		return nil, fmt.Errorf("node %s: %w", node, err)
 	}
-	tr, err := pool.Transport(node, c, log)
-	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", node, err)
-	}
-	return tr, nil
+	return tr, err
 }

@@ -2,18 +2,13 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"path/filepath"
 
-	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
-	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
@@ -31,40 +26,6 @@ import (
 // inconsistent final plan", naming both derivations), after a warning of ours that
 // says why (nixeval NotePlanned); the check at apply refuses the same way should the source
 // change later still, before anything reaches the node.
-
-// fallbackEvaluator serves a resource used without Configure (unit tests).
-var fallbackEvaluator = nixeval.New()
-
-// evaluatorFor is the configuration's evaluator (providerClients): its cache, and one
-// evaluation per cache key and one build per derivation in this provider process.
-func evaluatorFor(cfg *kit.Config) *nixeval.Evaluator {
-	if cfg == nil || cfg.Clients == nil || cfg.Clients.Nix == nil {
-		return fallbackEvaluator
-	}
-	return cfg.Clients.Nix
-}
-
-// logEvaluation logs an evaluation's outcome: "node evaluated" with the derivation,
-// cache hit or miss and the seconds it took.
-func logEvaluation(ctx context.Context, node string, ev nixeval.Evaluation, err error) {
-	if ev.Ignored != "" {
-		tflog.Info(ctx, "evaluation cache entry not used", map[string]any{"node": node, "why": ev.Ignored})
-	}
-	if err == nil || ev.Derivation != "" {
-		tflog.Info(ctx, "node evaluated", map[string]any{"node": node, "derivation": ev.Derivation, "cache": ev.Cache, "shared": ev.Shared, "seconds": ev.Elapsed.Seconds()})
-	}
-}
-
-// evaluationError is the diagnostic of a failed evaluation: nix's message, the node,
-// and the file (nix names the line).
-func evaluationError(node string, spec nixstore.BuildSpec, err error) diag.Diagnostic {
-	source := "build.expression"
-	if spec.File != "" {
-		source, _ = filepath.Abs(spec.File)
-	}
-	return diag.NewAttributeErrorDiagnostic(path.Root("build"), fmt.Sprintf("Unable to evaluate the system of node %s", node),
-		kit.FailureDetail("Node "+node, "evaluate", fmt.Errorf("source %s: %w", source, err), "Fix the Nix source and plan again; nothing was deployed."))
-}
 
 // planDerivation is ModifyPlan's part for a `build` block: it evaluates the planned
 // block and sets `derivation`. A derivation other than the state's plans a redeploy of
@@ -87,22 +48,9 @@ func (r *nodeSwitchResource) planDerivation(ctx context.Context, req resource.Mo
 		return
 	}
 	node := m.Node.ValueString()
-	spec, cleanup, diags := buildSpec(m)
-	defer cleanup()
+	drv, diags := kit.EvaluateBuild(ctx, kit.EvaluatorFor(r.cfg), node, m.Build, m.NodePlan.ValueString())
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, defaultDeployTimeout)
-	defer cancel()
-	ev, err := evaluatorFor(r.cfg).Evaluate(ctx, node, spec, m.NodePlan.ValueString())
-	logEvaluation(ctx, node, ev, err)
-	drv := ev.Derivation
-	for _, w := range ev.Warnings {
-		resp.Diagnostics.AddWarning(fmt.Sprintf("Evaluation cache of %s", node), w)
-	}
-	if err != nil {
-		resp.Diagnostics.Append(evaluationError(node, spec, err))
 		return
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, at, types.StringValue(drv))...)
@@ -110,7 +58,7 @@ func (r *nodeSwitchResource) planDerivation(ctx context.Context, req resource.Mo
 	if !req.State.Raw.IsNull() {
 		resp.Diagnostics.Append(req.State.GetAttribute(ctx, at, &prior)...)
 	}
-	if w := evaluatorFor(r.cfg).NotePlanned(node, prior.ValueString(), drv); w != "" {
+	if w := kit.EvaluatorFor(r.cfg).NotePlanned(node, prior.ValueString(), drv); w != "" {
 		resp.Diagnostics.AddAttributeWarning(at, fmt.Sprintf("The Nix source of %s changed since its last plan", node), w)
 	}
 	if req.State.Raw.IsNull() {
@@ -128,45 +76,5 @@ func (r *nodeSwitchResource) planDerivation(ctx context.Context, req resource.Mo
 // buildUnknown tells whether what the evaluation reads from the configuration is not
 // known yet.
 func buildUnknown(m nodeSwitchModel) bool {
-	b := m.Build
-	if m.NodePlan.IsUnknown() || b.Installable.IsUnknown() || b.File.IsUnknown() || b.Attribute.IsUnknown() ||
-		b.Expression.IsUnknown() || b.Args.IsUnknown() {
-		return true
-	}
-	for _, v := range b.Args.Elements() {
-		if v.IsUnknown() {
-			return true
-		}
-	}
-	return false
-}
-
-// plannedBuild is the apply's build of a `build` block: it evaluates the block again
-// (a cache hit when the source is unchanged) and refuses when the result is not the
-// derivation the plan recorded, naming both. The build function it returns realises
-// that derivation, once per provider process however many nodes share it.
-func plannedBuild(ctx context.Context, e *nixeval.Evaluator, node string, spec nixstore.BuildSpec, nodePlan, planned string) (func(context.Context) (string, error), diag.Diagnostics) {
-	var diags diag.Diagnostics
-	ev, err := e.Planned(ctx, node, spec, nodePlan, planned)
-	logEvaluation(ctx, node, ev, err)
-	for _, w := range ev.Warnings {
-		diags.AddWarning(fmt.Sprintf("Evaluation cache of %s", node), w)
-	}
-	var changed *nixeval.ChangedError
-	if errors.As(err, &changed) {
-		diags.AddAttributeError(path.Root("derivation"), fmt.Sprintf("Refusing to deploy %s: its Nix source changed since the plan", node),
-			kit.FailureDetail("Node "+node, "evaluate", fmt.Errorf("the plan evaluated the build to %s, the source now evaluates to %s", changed.Planned, changed.Now),
-				"Nothing was deployed. Plan again to deploy the current source."))
-		return nil, diags
-	}
-	if err != nil {
-		diags.Append(evaluationError(node, spec, err))
-		return nil, diags
-	}
-	drv := ev.Derivation
-	return func(ctx context.Context) (string, error) {
-		top, shared, err := e.Build(ctx, drv, &tflogWriter{ctx: ctx, node: node})
-		tflog.Debug(ctx, "derivation built", map[string]any{"node": node, "derivation": drv, "toplevel": top, "shared": shared})
-		return top, err
-	}, diags
+	return kit.BuildBlockUnknown(m.Build, m.NodePlan)
 }

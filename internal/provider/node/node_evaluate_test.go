@@ -12,6 +12,7 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
 // An evaluation error carries nix's message and names the node and the file.
@@ -27,7 +28,7 @@ func TestEvaluationErrorNamesNodeAndFile(t *testing.T) {
 	if err == nil {
 		t.Fatal("a syntax error evaluated")
 	}
-	d := evaluationError("web01", spec, err)
+	d := kit.EvaluationError("web01", spec, err)
 	text := d.Summary() + " " + d.Detail()
 	for _, want := range []string{"web01", src, "syntax error"} {
 		if !strings.Contains(text, want) {
@@ -49,7 +50,7 @@ func TestNodePlanFileIsTheSameEveryRun(t *testing.T) {
 	}
 	m := nodeSwitchModel{
 		Node: types.StringValue("web01"), NodePlan: types.StringValue(`{"domain":"a.example"}`),
-		Build: &buildModel{File: types.StringValue(src), Args: types.MapNull(types.StringType)},
+		Build: &kit.BuildModel{File: types.StringValue(src), Args: types.MapNull(types.StringType)},
 	}
 	var drvs []string
 	for run := 0; run < 2; run++ {

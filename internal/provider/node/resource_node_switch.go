@@ -70,7 +70,7 @@ type nodeSwitchModel struct {
 	Node             types.String         `tfsdk:"node"`
 	NodePlan         types.String         `tfsdk:"node_plan"`
 	Toplevel         types.String         `tfsdk:"toplevel"`
-	Build            *buildModel          `tfsdk:"build"`
+	Build            *kit.BuildModel      `tfsdk:"build"`
 	SubmissionDigest types.String         `tfsdk:"submission_digest"`
 	SubmissionFile   types.String         `tfsdk:"submission_file"`
 	SSH              *kit.SSHBlockModel   `tfsdk:"ssh"`
@@ -162,17 +162,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"changes": changesSchemaAttribute(),
 		},
 		Blocks: withBlocks(checkBlocks(checksChangeNodeSwitch), map[string]schema.Block{
-			"build": schema.SingleNestedBlock{
-				MarkdownDescription: "Build the toplevel on the deployer with `nix-build` (conflicts with `toplevel`). Exactly one of `installable`, `file` and `expression`. " + redeploys,
-				Attributes: map[string]schema.Attribute{
-					"installable": schema.StringAttribute{Optional: true, MarkdownDescription: "`<file>#<attribute>`, e.g. `./nodes#web01`: shorthand for `file` and `attribute`."},
-					"file":        schema.StringAttribute{Optional: true, MarkdownDescription: "Nix file (or directory with `default.nix`) to build."},
-					"attribute":   schema.StringAttribute{Optional: true, MarkdownDescription: "Attribute of the file or expression to build (`-A`)."},
-					"expression":  schema.StringAttribute{Optional: true, MarkdownDescription: "A Nix expression to build (`nix-build -E`)."},
-					"args": schema.MapAttribute{Optional: true, ElementType: types.StringType, Validators: []validator.Map{kit.PerRunMapValidator{}},
-						MarkdownDescription: "Further `--argstr name value` pairs. Must not hold per-run values: paths under /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc or $TMPDIR (also inside a longer value, as in `--identity=/tmp/k`), or the provider's credential locations, are refused at plan."},
-				},
-			},
+			"build":    kit.BuildBlockSchema(redeploys),
 			"ssh":      kit.SSHBlockSchema(redeploys),
 			"incus":    kit.IncusBlockSchema(redeploys),
 			"snapshot": snapshotBlockSchema(),
@@ -600,7 +590,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 			return nil, nil, diags, errors.New("invalid build")
 		}
 		defer cleanup()
-		build, bdiags := plannedBuild(ctx, evaluatorFor(r.cfg), node, spec, plan.NodePlan.ValueString(), plan.Derivation.ValueString())
+		build, bdiags := kit.PlannedBuild(ctx, kit.EvaluatorFor(r.cfg), node, spec, plan.NodePlan.ValueString(), plan.Derivation.ValueString())
 		diags.Append(bdiags...)
 		if diags.HasError() {
 			return nil, nil, diags, errors.New("refused build")

@@ -49,6 +49,7 @@ resource "fediversity_node_switch" "node" {
   dynamic "build" {
     for_each = each.value.toplevel == null ? [each.value.build != null ? each.value.build : var.defaults.build] : []
     content {
+      flake       = build.value.flake
       installable = build.value.installable
       file        = build.value.file
       attribute   = build.value.attribute
