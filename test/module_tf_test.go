@@ -53,7 +53,7 @@ output "summary" {
 }
 `, modulePath(t, "tf"), g.file, hcl(g.baked()), hcl(roster), closures, labtest.ClosureGood, extra))
 	}
-	const sw = "module.group.fediversity_node_switch.node"
+	const sw = "module.group.module.wave_1.fediversity_node_switch.node"
 
 	// Every enabled node runs the good closure.
 	runs := func(nodes ...string) labCheck {

@@ -242,15 +242,30 @@ func (r *Rollout) Plan(nodes, all []string) (RolloutPlan, []string) {
 			rest = rest[n:]
 		}
 	}
-	if !r.FailureBudget.IsZero() {
-		switch a := r.FailureBudget; {
-		case a.N < 0 || (a.Percent && a.N > 100):
-			bad("rollout.failure_budget: %s: want a count of 0 or more, or a percentage from 0%% to 100%%", a)
-		case a.Percent:
-			plan.Budget = a.N * len(nodes) / 100 // rounded down: the budget is never more than asked
-		default:
-			plan.Budget = a.N
-		}
+	budget, err := r.FailureBudget.Budget(len(nodes))
+	if err != nil {
+		bad("rollout.failure_budget: %v", err)
 	}
+	plan.Budget = budget
 	return plan, problems
 }
+
+// Budget is the failure budget a amounts to on a group of nodes: a count as given, a
+// percentage of the group rounded down (the budget is never more than asked); NoBudget
+// when a is not given. The command's rollout and the provider's rollout gate both use
+// it, so a budget means the same in a roster and in HCL.
+func (a Amount) Budget(nodes int) (int, error) {
+	switch {
+	case a.IsZero():
+		return NoBudget, nil
+	case a.N < 0 || (a.Percent && a.N > 100):
+		return NoBudget, fmt.Errorf("%s: want a count of 0 or more, or a percentage from 0%% to 100%%", a)
+	case a.Percent:
+		return a.N * nodes / 100, nil
+	}
+	return a.N, nil
+}
+
+// PastBudget reports whether failed nodes are more than budget allows: the rollout
+// halts. NoBudget never halts.
+func PastBudget(failed, budget int) bool { return budget != NoBudget && failed > budget }

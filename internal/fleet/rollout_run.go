@@ -50,8 +50,15 @@ func (r *RolloutResult) HaltReason() string {
 	for _, w := range r.Waves {
 		failed = append(failed, w.Failed...)
 	}
+	return HaltMessage(r.HaltedInWave, len(r.Waves), failed, r.Attempted, r.Budget)
+}
+
+// HaltMessage is why a rollout halted, as the command and the provider's rollout gate
+// both say it: "the rollout halted after wave 2 of 3: 2 of the 4 nodes deployed failed
+// (web02, web03), past the failure budget of 1".
+func HaltMessage(wave, waves int, failed []string, attempted, budget int) string {
 	return fmt.Sprintf("the rollout halted after wave %d of %d: %d of the %d nodes deployed failed (%s), past the failure budget of %d",
-		r.HaltedInWave, len(r.Waves), r.Failed, r.Attempted, strings.Join(failed, ", "), r.Budget)
+		wave, waves, len(failed), attempted, strings.Join(failed, ", "), budget)
 }
 
 // nodeDeployer deploys (or judges) one node and returns its outcome. It is the group's
@@ -71,7 +78,7 @@ func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy node
 		mu       sync.Mutex
 		outcomes = map[string]*Outcome{}
 	)
-	past := func() bool { return plan.Budget != NoBudget && res.Failed > plan.Budget }
+	past := func() bool { return PastBudget(res.Failed, plan.Budget) }
 	slots := make(chan struct{}, max(parallel, 1))
 	for i, nodes := range plan.Waves {
 		wave := WaveResult{Number: i + 1, Canary: plan.Canary && i == 0, Nodes: nodes}

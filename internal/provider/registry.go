@@ -19,7 +19,7 @@ func init() {
 	}
 	resources = []func() resource.Resource{
 		node.NewNodeSwitchResource,
-		node.NewVerdictResource,
+		node.NewVerdictResource, node.NewRolloutGateResource,
 		k8s.NewImageResource, k8s.NewK8sNamespaceResource, k8s.NewK8sRolloutResource,
 		node.NewIncusNodeResource,
 		spire.NewSpireHandoffResource, spire.NewSpireRegistrationResource,

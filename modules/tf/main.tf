@@ -26,110 +26,135 @@ data "fediversity_submission" "this" {
   }
 }
 
-resource "fediversity_node_switch" "node" {
-  for_each = local.nodes
+# The rollout (docs/design.md#staged-rollouts): the enabled nodes laid out in waves, by
+# name, with the rules of the fediversity command's rollout: a canary of the first
+# var.canary nodes, then waves of var.wave_size (a count, or a percentage of the group
+# rounded up), or the explicit var.waves. Unstaged (the default): one wave of every node.
+locals {
+  names      = sort(keys(local.nodes))
+  group_size = length(local.names)
+  canary     = min(var.canary, local.group_size)
+  rest       = slice(local.names, local.canary, local.group_size)
+  wave_size = max(1, var.wave_size == null ? length(local.rest) : (
+    endswith(var.wave_size, "%")
+    ? ceil(tonumber(trimsuffix(var.wave_size, "%")) * local.group_size / 100)
+    : tonumber(var.wave_size)
+  ))
+  waves = length(var.waves) > 0 ? [for w in var.waves : [for n in w : n if contains(local.names, n)]] : concat(
+    local.canary > 0 ? [slice(local.names, 0, local.canary)] : [],
+    [for i in range(0, length(local.rest), local.wave_size) : slice(local.rest, i, min(i + local.wave_size, length(local.rest)))],
+  )
+  staged     = var.canary > 0 || var.wave_size != null || length(var.waves) > 0 || var.failure_budget != null
+  wave_nodes = [for i in range(4) : { for n in try(local.waves[i], []) : n => local.nodes[n] }]
+  defaults = {
+    build        = var.build
+    strict       = var.strict
+    secret_chain = var.secret_chain
+    loop_budgets = var.loop_budgets
+    timings      = var.timings
+  }
+  # Every node's fediversity_node_switch, whichever wave it is in.
+  switches = merge(module.wave_1.switches, module.wave_2.switches, module.wave_3.switches, module.wave_4.switches)
+}
 
-  node              = each.key
-  node_plan         = data.fediversity_submission.this.node_plans[each.key]
-  submission_digest = local.digest
+# What a gate reads of a wave's verdicts; one local per wave, since a local that named
+# a later wave would make the gate before it wait for that wave (a cycle).
+locals {
+  verdicts_1 = { for n, s in module.wave_1.switches : n => { ok = length(s.verdict.reasons) == 0, reasons = s.verdict.reasons } }
+  verdicts_2 = { for n, s in module.wave_2.switches : n => { ok = length(s.verdict.reasons) == 0, reasons = s.verdict.reasons } }
+  verdicts_3 = { for n, s in module.wave_3.switches : n => { ok = length(s.verdict.reasons) == 0, reasons = s.verdict.reasons } }
+}
+
+# Today's single block of nodes is the first wave: a state from before rollouts keeps
+# every node, and an unstaged group (every node in wave 1) plans no change.
+moved {
+  from = fediversity_node_switch.node
+  to   = module.wave_1.fediversity_node_switch.node
+}
+
+module "wave_1" {
+  source            = "./wave"
+  nodes             = local.wave_nodes[0]
+  node_plans        = data.fediversity_submission.this.node_plans
   submission_file   = var.submission_file
-  toplevel          = each.value.toplevel
-  strict            = coalesce(each.value.strict, var.strict)
-  secret_chain      = each.value.secret_chain != null ? each.value.secret_chain : var.secret_chain
-  loop_budgets      = each.value.loop_budgets != null ? each.value.loop_budgets : var.loop_budgets
+  submission_digest = local.digest
+  defaults          = local.defaults
+}
 
-  dynamic "build" {
-    for_each = each.value.toplevel == null ? [each.value.build != null ? each.value.build : var.build] : []
-    content {
-      flake       = build.value.flake
-      installable = build.value.installable
-      file        = build.value.file
-      attribute   = build.value.attribute
-      expression  = build.value.expression
-      args        = build.value.args
+# A gate between two waves: past the failure budget its apply fails, naming each failed
+# node and why, and Terraform applies none of the waves behind it (their nodes are not
+# touched). It judges the verdicts of every wave before it.
+# The first gate stands whenever the rollout is staged, even after a single wave (it
+# then fails the apply past the budget, as the command's rollout does), and checks the
+# layout before any node is touched.
+resource "fediversity_rollout_gate" "after_wave_1" {
+  count          = local.staged ? 1 : 0
+  wave           = 1
+  waves          = max(1, length(local.waves))
+  group_size     = local.group_size
+  failure_budget = var.failure_budget
+  verdicts       = local.verdicts_1
+
+  lifecycle {
+    precondition {
+      condition     = length(local.waves) <= 4
+      error_message = "The rollout has ${length(local.waves)} waves; modules/tf runs at most 4 (a canary and 3 waves). Raise wave_size or give fewer var.waves."
+    }
+    precondition {
+      condition     = length(setsubtract(flatten(var.waves), keys(var.nodes))) == 0
+      error_message = "waves: ${join(", ", setsubtract(flatten(var.waves), keys(var.nodes)))}: no such node in var.nodes. Use the node names of var.nodes."
+    }
+    precondition {
+      condition     = length(flatten(local.waves)) == length(distinct(flatten(local.waves))) && length(setsubtract(local.names, flatten(local.waves))) == 0
+      error_message = "waves: every enabled node must be in exactly one wave (in no wave: ${join(", ", setsubtract(local.names, flatten(local.waves)))}; in more than one: ${join(", ", distinct([for n in flatten(local.waves) : n if length([for m in flatten(local.waves) : m if m == n]) > 1]))})."
     }
   }
+}
 
-  # The transport: SSH unless the roster entry names an Incus instance.
-  dynamic "ssh" {
-    for_each = each.value.incus == null ? [each.value] : []
-    content {
-      host                     = ssh.value.host
-      port                     = ssh.value.port
-      user                     = ssh.value.user
-      sudo                     = ssh.value.sudo
-      host_key                 = ssh.value.host_key
-      known_hosts_file         = ssh.value.known_hosts_file
-      insecure_ignore_host_key = ssh.value.insecure_ignore_host_key
-      keepalive                = ssh.value.keepalive
-      revert_on_lockout        = ssh.value.revert_on_lockout
+module "wave_2" {
+  source            = "./wave"
+  depends_on        = [fediversity_rollout_gate.after_wave_1]
+  nodes             = local.wave_nodes[1]
+  node_plans        = data.fediversity_submission.this.node_plans
+  submission_file   = var.submission_file
+  submission_digest = local.digest
+  defaults          = local.defaults
+}
 
-      dynamic "jump" {
-        for_each = ssh.value.jump == null ? [] : [ssh.value.jump]
-        content {
-          host             = jump.value.host
-          port             = jump.value.port
-          user             = jump.value.user
-          host_key         = jump.value.host_key
-          known_hosts_file = jump.value.known_hosts_file
-        }
-      }
-    }
-  }
+resource "fediversity_rollout_gate" "after_wave_2" {
+  count          = length(local.waves) > 2 ? 1 : 0
+  wave           = 2
+  waves          = length(local.waves)
+  group_size     = local.group_size
+  failure_budget = var.failure_budget
+  verdicts       = merge(local.verdicts_1, local.verdicts_2)
+}
 
-  dynamic "incus" {
-    for_each = each.value.incus == null ? [] : [each.value.incus]
-    content {
-      instance = incus.value.instance
-      project  = incus.value.project
-      remote   = incus.value.remote
-    }
-  }
+module "wave_3" {
+  source            = "./wave"
+  depends_on        = [fediversity_rollout_gate.after_wave_2]
+  nodes             = local.wave_nodes[2]
+  node_plans        = data.fediversity_submission.this.node_plans
+  submission_file   = var.submission_file
+  submission_digest = local.digest
+  defaults          = local.defaults
+}
 
-  dynamic "snapshot" {
-    for_each = each.value.snapshot == null ? [] : [each.value.snapshot]
-    content {
-      enabled = snapshot.value.enabled
-      keep    = snapshot.value.keep
-    }
-  }
+resource "fediversity_rollout_gate" "after_wave_3" {
+  count          = length(local.waves) > 3 ? 1 : 0
+  wave           = 3
+  waves          = length(local.waves)
+  group_size     = local.group_size
+  failure_budget = var.failure_budget
+  verdicts       = merge(local.verdicts_1, local.verdicts_2, local.verdicts_3)
+}
 
-  dynamic "check" {
-    for_each = each.value.checks
-    content {
-      name        = check.value.name
-      argv        = check.value.argv
-      expect_exit = check.value.expect_exit
-      interval    = check.value.interval
-      timeout     = check.value.timeout
-    }
-  }
-
-  dynamic "probe" {
-    for_each = each.value.probes
-    content {
-      name          = probe.value.name
-      url           = probe.value.url
-      tcp           = probe.value.tcp
-      expect_status = probe.value.expect_status
-      body_regexp   = probe.value.body_regexp
-      insecure      = probe.value.insecure
-      interval      = probe.value.interval
-      timeout       = probe.value.timeout
-    }
-  }
-
-  # The node's own timings (the roster's per-node `timings`) over var.timings.
-  timings {
-    node_wait       = try(each.value.timings["node_wait"], var.timings.node_wait)
-    switch_timeout  = try(each.value.timings["switch_timeout"], var.timings.switch_timeout)
-    settle          = try(each.value.timings["settle"], var.timings.settle)
-    watch           = try(each.value.timings["watch"], var.timings.watch)
-    sample_interval = try(each.value.timings["sample_interval"], var.timings.sample_interval)
-    stale_job       = try(each.value.timings["stale_job"], var.timings.stale_job)
-    chain_wait      = try(each.value.timings["chain_wait"], var.timings.chain_wait)
-    no_progress     = try(each.value.timings["no_progress"], var.timings.no_progress)
-    confirm_timeout = try(each.value.timings["confirm_timeout"], var.timings.confirm_timeout)
-    lock_wait       = try(each.value.timings["lock_wait"], var.timings.lock_wait)
-  }
+module "wave_4" {
+  source            = "./wave"
+  depends_on        = [fediversity_rollout_gate.after_wave_3]
+  nodes             = local.wave_nodes[3]
+  node_plans        = data.fediversity_submission.this.node_plans
+  submission_file   = var.submission_file
+  submission_digest = local.digest
+  defaults          = local.defaults
 }

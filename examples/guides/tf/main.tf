@@ -25,6 +25,12 @@ module "group" {
 
   strict  = true
   timings = { settle = "5s", watch = "10s", node_wait = "2m" }
+
+  # A staged rollout: one canary node, then waves of half the group. A failed node
+  # halts the rollout after its wave; the nodes of later waves are not touched.
+  canary         = 1
+  wave_size      = "50%"
+  failure_budget = "0"
 }
 
 output "summary" {
