@@ -35,6 +35,7 @@ resource "fediversity_node_switch" "node" {
   submission_file   = var.submission_file
   toplevel          = each.value.toplevel
   strict            = coalesce(each.value.strict, var.strict)
+  activation        = coalesce(each.value.activation, var.activation)
   secret_chain      = each.value.secret_chain != null ? each.value.secret_chain : var.secret_chain
   loop_budgets      = each.value.loop_budgets != null ? each.value.loop_budgets : var.loop_budgets
 
