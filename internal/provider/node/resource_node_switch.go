@@ -508,6 +508,11 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	if running == m.Toplevel.ValueString() {
 		return diags, nil
 	}
+	if m.Activation.ValueString() == string(deploybody.ActivationBoot) && profile == m.Toplevel.ValueString() {
+		// activation = "boot": the node runs its previous system until its next boot,
+		// into the recorded one its boot entry names. Not drift, not an unfinished deploy.
+		return diags, nil
+	}
 	if running == failedToplevel {
 		diags.AddWarning(fmt.Sprintf("Node %s runs a system whose deploy failed", node),
 			fmt.Sprintf("The node runs %s, which the last apply switched to but judged failed. The state keeps %s, so the next apply deploys and judges it again.",
