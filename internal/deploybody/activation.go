@@ -81,10 +81,12 @@ func refusedByPreSwitchCheck(sr SwitchResult) string {
 // rebootNeedScript prints why the node must reboot to run $1 ("" when a switch
 // will do): NixOS' own rule (switch-to-configuration compares the booted system's
 // kernel, initrd and kernel modules with the new system's), and a changed systemd.
+// Each is compared by what its link resolves to (readlink -e: "" when absent, so a
+// system without one compares equal to another without one).
 const rebootNeedScript = `b=/run/booted-system; n=$1
 [ -e "$b" ] || { echo "no-booted-system"; exit 0; }
 for x in kernel initrd kernel-modules systemd; do
-  if [ "$(readlink -f "$b/$x" 2>/dev/null)" != "$(readlink -f "$n/$x" 2>/dev/null)" ]; then echo "$x"; fi
+  if [ "$(readlink -e "$b/$x" 2>/dev/null)" != "$(readlink -e "$n/$x" 2>/dev/null)" ]; then echo "$x"; fi
 done; true`
 
 // rebootNeeded asks the node whether toplevel needs a reboot; why is "" when not.
