@@ -116,9 +116,12 @@ const rebootMarker = "/run/fediversity/reboot-pending"
 // rebootScript leaves the marker and asks systemd to reboot without waiting for it.
 const rebootScript = `mkdir -p /run/fediversity && echo "$1" >` + rebootMarker + ` && systemctl reboot --no-block`
 
-// bootAnswerScript prints "booted <booted-system>" once the node booted again, or
-// "pending" while the marker of this reboot is still there.
-const bootAnswerScript = `if [ "$(cat ` + rebootMarker + ` 2>/dev/null)" = "$1" ]; then echo pending; else echo "booted $(readlink -f /run/booted-system)"; fi`
+// bootAnswerScript prints "pending" while the marker of this reboot is still there,
+// "booting <state>" while systemd still starts the boot's units (the verdict judges a
+// booted system, not its start jobs), then "booted <booted-system>".
+const bootAnswerScript = `if [ "$(cat ` + rebootMarker + ` 2>/dev/null)" = "$1" ]; then echo pending; exit 0; fi
+s=$(systemctl is-system-running 2>/dev/null)
+case "$s" in initializing|starting) echo "booting $s" ;; *) echo "booted $(readlink -e /run/booted-system)" ;; esac`
 
 // setBootEntry makes the node boot toplevel at its next boot: switch-to-configuration
 // boot through the transport's switch (which takes the Incus snapshot guard's rollback
@@ -200,7 +203,11 @@ func (e *runEnv) bootAnswer(ctx context.Context, token string) (booted, seen str
 	if err != nil {
 		return "", err.Error()
 	}
-	if f := strings.Fields(string(res.Stdout)); len(f) > 0 && f[0] == "booted" {
+	f := strings.Fields(string(res.Stdout))
+	if len(f) > 1 && f[0] == "booting" {
+		return "", "the node is booting (systemd is " + f[1] + ")"
+	}
+	if len(f) > 0 && f[0] == "booted" {
 		if len(f) == 1 {
 			return "", "the node booted, without a /run/booted-system"
 		}
