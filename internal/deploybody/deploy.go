@@ -129,6 +129,9 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseReadSwitchResult, func(ctx context.Context) (string, error) {
+			if f.switched.reboot != nil {
+				return "rebooted instead of a switch: the verdict judges the booted system", nil
+			}
 			return e.readSwitchResult(ctx, f.switched.result)
 		}},
 		{PhaseDetectUnconfirmed, func(ctx context.Context) (note string, err error) {
