@@ -1,6 +1,8 @@
-package deploybody_test
+package ssh
 
-// Lab tests of the activations (activation.go) on real Incus containers with real
+// Lab tests of the deploy body's activations (internal/deploybody/activation.go; here,
+// beside the SSH transport they run over, because the body's package may not import a
+// transport) on real Incus containers with real
 // systemd, sshd and Nix, through the SSH transport: `systemctl reboot` inside a lab
 // container restarts its init, /run is emptied, and the stand-in systems' boot entry
 // is booted by the stand-in stage 2 (lab/closures/switch-to-configuration.sh). Each
@@ -15,14 +17,13 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
-	"github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
 // rebootLabNode is a throwaway lab node and an SSH transport to it (pinned host key).
 func rebootLabNode(t *testing.T, name string) (labtest.Node, deploybody.Transport) {
 	t.Helper()
 	n := labtest.NewInstance(t, name)
-	tr, err := ssh.New(n.Name, ssh.Config{Host: n.SSHHost, Port: n.SSHPort, HostKey: n.HostKey, PrivateKeyFile: labtest.KeyFile()}, t.Logf)
+	tr, err := New(n.Name, Config{Host: n.SSHHost, Port: n.SSHPort, HostKey: n.HostKey, PrivateKeyFile: labtest.KeyFile()}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
