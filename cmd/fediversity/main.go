@@ -33,6 +33,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
 	"github.com/fediversity/terraform-provider-fediversity/internal/submission"
 )
@@ -95,7 +96,7 @@ type groupFlags struct {
 	roster, submissionFile, bakedFile, method, identityKeys, operatorRoot string
 	parallel                                                              int
 	strict, lenient, json                                                 bool
-	output, to                                                            string
+	output, to, activation                                                string
 	rollout                                                               rolloutFlags
 }
 
@@ -116,6 +117,9 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	fs.StringVar(&f.output, "output", "table", "table, or json: the per-node verdicts and the rollout's waves and budget, for CI and monitoring")
 	if cmd != "verdict" {
 		f.rollout.register(fs)
+	}
+	if cmd != "verdict" {
+		fs.StringVar(&f.activation, "activation", "", "how every node comes to run its new system, over its roster entry: switch, boot, reboot-if-needed or reboot (roster: activation; default switch)")
 	}
 	if cmd == "rollback" {
 		fs.StringVar(&f.to, "to", "last-good", "what to switch each node back to: last-good, the system of its last clean verdict (pinned on the node)")
@@ -191,6 +195,9 @@ func (f groupFlags) group(cmd string) (*fleet.Group, error) {
 	if f.strict && f.lenient {
 		return nil, fmt.Errorf("--strict and --lenient: give at most one")
 	}
+	if !deploybody.ValidActivation(f.activation) {
+		return nil, fmt.Errorf("--activation: %q: want switch, boot, reboot-if-needed or reboot", f.activation)
+	}
 	if f.parallel < 1 {
 		return nil, fmt.Errorf("--parallel: %d: want 1 or more", f.parallel)
 	}
@@ -203,6 +210,7 @@ func (f groupFlags) group(cmd string) (*fleet.Group, error) {
 		VerdictOnly: verdictOnly,
 		ToLastGood:  cmd == "rollback",
 		Strict:      !f.lenient,
+		Activation:  f.activation,
 		Parallel:    f.parallel,
 		Credentials: fleet.CredentialsFromEnv(),
 	}

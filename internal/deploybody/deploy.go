@@ -65,6 +65,15 @@ var skippedInVerdictOnly = map[string]bool{
 	PhaseDetectUnconfirmed: true, PhaseFinalizeBootEntry: true,
 }
 
+// skippedWhenBootOnly are the phases that judge the running new system, which a
+// boot-only activation does not have until the node's next boot.
+var skippedWhenBootOnly = map[string]bool{
+	PhaseReadSwitchResult: true, PhaseDetectUnconfirmed: true, PhaseCollectOwnedUnits: true, PhaseRestartFailedUnits: true,
+	PhaseSettle: true, PhaseWatch: true, PhaseChecks: true, PhaseClassify: true, PhaseVerdict: true,
+}
+
+const skippedWhenBootOnlyNote = "skipped: activation boot (the node runs the new system at its next boot)"
+
 // steps is the step table: the phases in order, and for each what it reads and what
 // it produces.
 func (e *runEnv) steps(f *flow) []step {
@@ -107,7 +116,11 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseSwitch, func(ctx context.Context) (note string, err error) {
-			f.switched, note, err = e.switchSystem(ctx, f.toplevel, f.res.PreviousSystem, f.lock)
+			f.switched, note, err = e.activate(ctx, f.toplevel, f.res.PreviousSystem, f.lock)
+			f.res.Reboot = f.switched.reboot
+			if f.switched.bootOnly && err == nil {
+				f.res.Verdict = bootOnlyVerdict(e.o.Strict)
+			}
 			f.armed = f.switched.armed
 			f.res.SwitchExitCode = f.switched.result.ExitCode
 			f.res.SwitchStderr = f.switched.result.Stderr
@@ -116,6 +129,9 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseReadSwitchResult, func(ctx context.Context) (string, error) {
+			if f.switched.reboot != nil {
+				return "rebooted instead of a switch: the verdict judges the booted system", nil
+			}
 			return e.readSwitchResult(ctx, f.switched.result)
 		}},
 		{PhaseDetectUnconfirmed, func(ctx context.Context) (note string, err error) {
@@ -150,6 +166,9 @@ func (e *runEnv) steps(f *flow) []step {
 		}},
 		{PhaseClassify, func(ctx context.Context) (note string, err error) {
 			f.res.Verdict, note, err = e.classify(ctx, f.judging(), f.checks)
+			if f.res.Verdict != nil && !e.verdictOnly {
+				f.res.Verdict.Activation = activationNote(e.o.Activation, f.res.Reboot)
+			}
 			return note, err
 		}},
 		{PhaseVerdict, func(ctx context.Context) (note string, err error) {
@@ -217,6 +236,10 @@ func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
 	for _, s := range e.steps(f) {
 		if e.verdictOnly && skippedInVerdictOnly[s.name] {
 			f.res.Phases = append(f.res.Phases, PhaseTiming{Name: s.name, Note: skippedInVerdictOnlyNote})
+			continue
+		}
+		if f.switched.bootOnly && skippedWhenBootOnly[s.name] {
+			f.res.Phases = append(f.res.Phases, PhaseTiming{Name: s.name, Note: skippedWhenBootOnlyNote})
 			continue
 		}
 		err := e.phase(ctx, f, s)

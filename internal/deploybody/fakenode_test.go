@@ -152,6 +152,9 @@ type fakeNode struct {
 	// writing it fail.
 	verdictRecord []byte
 	recordFails   bool
+
+	// boots is the boot loader and the reboots (fakereboot_test.go).
+	boots fakeBoot
 }
 
 func newFakeNode(clock *fakeClock) *fakeNode {
@@ -249,6 +252,7 @@ func (n *fakeNode) record(c call) {
 	defer n.mu.Unlock()
 	c.at = n.clock.now
 	n.calls = append(n.calls, c)
+	n.bootIfDue()
 	n.advance()
 }
 
@@ -280,7 +284,7 @@ var errFakeUnreachable = fmt.Errorf("fedi-n1: dial tcp 127.0.0.1:2201: connectio
 func (n *fakeNode) Node() string { return n.name }
 
 func (n *fakeNode) isUnreachable() bool {
-	return n.unreachable || (!n.goneAt.IsZero() && !n.clock.now.Before(n.goneAt))
+	return n.unreachable || (!n.goneAt.IsZero() && !n.clock.now.Before(n.goneAt)) || n.rebooting()
 }
 
 func (n *fakeNode) Reach(ctx context.Context) error {
@@ -330,6 +334,13 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 	}
 	if !n.store[toplevel] {
 		return SwitchResult{ExitCode: 1, Stderr: toplevel + ": No such file or directory"}, nil
+	}
+	if action == "boot" {
+		return n.bootSwitch(toplevel), nil
+	}
+	if msg := n.boots.refuse[toplevel]; msg != "" {
+		n.armAtSwitch(n.clock.now)
+		return SwitchResult{ExitCode: 1, Stderr: msg}, nil
 	}
 	if n.lockTakenAtSwitch != "" {
 		n.mu.Lock()
@@ -418,6 +429,9 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	}
 	if len(argv) == 0 {
 		return RunResult{ExitCode: 127}, nil
+	}
+	if res, ok := n.rebootCall(argv); ok {
+		return res, nil
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
 		return n.lockCall(argv[4:]), nil

@@ -139,6 +139,10 @@ type Options struct {
 	// switch puts itself back on its previous system (selfrevert.go).
 	SelfRevert bool
 
+	// Activation is how the node comes to run the new system: switch (""), boot (the
+	// boot entry only), reboot-if-needed or reboot (activation.go).
+	Activation Activation
+
 	// SecretChain lists, in order, the units that bring the node's secrets up.
 	SecretChain []string
 

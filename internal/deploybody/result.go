@@ -72,6 +72,10 @@ type Result struct {
 	// put itself back on PreviousSystem (the node-side revert).
 	SelfReverted bool
 
+	// Reboot is set when the deploy rebooted the node into the new system: why, and
+	// how long the boot took.
+	Reboot *Reboot
+
 	Verdict *Verdict
 	// Changes is what the deploy changed (nil in verdict-only mode, or when the run
 	// stopped before the report).
@@ -160,6 +164,11 @@ type Verdict struct {
 	Restarted []string
 	// Checks are the operator's checks and probes, in the order configured.
 	Checks []CheckResult
+
+	// Activation says how the node came to run the judged system: "switched",
+	// "rebooted (<why>); boot took <d>", or that only the boot entry was set and
+	// nothing that needs the new system running was judged.
+	Activation string
 
 	// Reasons are why this verdict fails the run (Strict) or the warnings it gives
 	// (lenient). Empty when the node converged.

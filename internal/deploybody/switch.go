@@ -17,14 +17,77 @@ type switched struct {
 	// it when the switch failed.
 	armed   *armedRevert
 	settled revertSettled
+	// reboot is set when the node was rebooted into the new system; bootOnly when the
+	// activation only set the boot entry (nothing runs the new system to judge).
+	reboot   *Reboot
+	bootOnly bool
+}
+
+// activate makes the node run (or boot) toplevel the way Options.Activation says,
+// under lock: switch, set the boot entry only, or reboot (docs/design.md#activation).
+func (e *runEnv) activate(ctx context.Context, toplevel, previous string, lock *nodeLock) (switched, string, error) {
+	var out switched
+	if err := e.confirmLock(ctx, lock); err != nil {
+		return out, "", err
+	}
+	why := ""
+	switch e.o.Activation {
+	case ActivationBoot:
+		out.started, out.bootOnly = true, true
+		sr, err := e.setBootEntry(ctx, toplevel)
+		out.result = sr
+		if err != nil {
+			return out, "", err
+		}
+		return out, "boot entry set; the node runs the new system at its next boot", nil
+	case ActivationReboot:
+		why = "asked to"
+	case ActivationRebootIfNeeded:
+		var err error
+		if why, err = e.rebootNeeded(ctx, toplevel); err != nil {
+			return out, "", withHint(err, "nothing was switched; check the transport, then apply again")
+		}
+	}
+	if why == "" {
+		out, note, err := e.switchSystem(ctx, toplevel, previous, lock)
+		refused := refusedByPreSwitchCheck(out.result)
+		if err != nil || refused == "" {
+			return out, note, err
+		}
+		if e.o.Activation != ActivationRebootIfNeeded {
+			// Not a closure fault: the new system wants a boot. The revert armed with the
+			// refused switch is settled all the same.
+			out.settled, err = e.settleAfterFailure(ctx, out.armed,
+				fmt.Errorf("needs a reboot: %s; switch-to-configuration refused the switch (%s), so the node keeps running its previous system", refused, firstLine(out.result.Stderr, "no output")),
+				`set activation = "reboot-if-needed" to reboot the node into the new system (or "boot" to take it at the next boot)`)
+			return out, note, err
+		}
+		// The refused switch changed nothing; the revert armed with it is disarmed by a
+		// new login before the reboot (whose boot would drop its timer anyway). A revert
+		// that fired, or that no login could settle, stops the run before the reboot.
+		loginNote, settled, err := e.confirmNewLogin(ctx, out.armed)
+		out.settled = settled
+		if err != nil {
+			return out, note, err
+		}
+		out.armed = nil
+		if loginNote != "" {
+			e.log(ctx, LevelInfo, PhaseSwitch, "the refused switch's revert: "+loginNote, nil)
+		}
+		why = refused
+	}
+	out.started = true
+	sr, rb, err := e.rebootInto(ctx, toplevel, why, lock)
+	out.result, out.reboot = sr, &rb
+	if err != nil {
+		return out, "", err
+	}
+	return out, activationNote(e.o.Activation, &rb), nil
 }
 
 // switchSystem switches the node from previous to toplevel, under lock.
 func (e *runEnv) switchSystem(ctx context.Context, toplevel, previous string, lock *nodeLock) (switched, string, error) {
 	var out switched
-	if err := e.confirmLock(ctx, lock); err != nil {
-		return out, "", err
-	}
 	out.armed = e.armRevert(toplevel, previous, lock)
 	out.started = true
 	sr, err := e.t.Switch(ctx, toplevel, "switch", e.o.Timings.SwitchTimeout)

@@ -419,6 +419,9 @@ func renderReport(node string, v *Verdict) string {
 		b.WriteString("FAILED")
 	}
 	fmt.Fprintf(&b, "; system state %s; %d/%d samples answered\n", v.SystemState, v.Answered, v.Samples)
+	if v.Activation != "" && v.Activation != activationNote(ActivationSwitch, nil) {
+		fmt.Fprintf(&b, "  %-22s %s\n", "activation:", v.Activation)
+	}
 	line := func(label string, read bool, items []string) {
 		switch {
 		case !read:

@@ -32,6 +32,9 @@ type Group struct {
 	// build: `fediversity rollback`. A node without one fails, untouched.
 	ToLastGood bool
 	Strict     bool
+	// Activation, when set (the command's --activation), is every node's activation,
+	// over its roster entry's.
+	Activation string
 	// Parallel bounds how many nodes run at once (DefaultParallel when 0).
 	Parallel int
 	// Rollout stages the run: a canary, waves and a failure budget. Nil (or zero):
@@ -205,6 +208,9 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 	spec := g.Roster.Spec(node) // validated by LoadRoster
 	if spec.Strict == nil {
 		spec.Strict = &g.Strict
+	}
+	if g.Activation != "" {
+		spec.Activation = g.Activation
 	}
 	t, err := conns.open(node, spec.Target(), g.Credentials)
 	if err != nil {

@@ -75,6 +75,7 @@ type RosterNode struct {
 	Checks      []nodespec.Check  `json:"checks,omitempty"`
 	Probes      []nodespec.Probe  `json:"probes,omitempty"`
 	Strict      *bool             `json:"strict,omitempty"`
+	Activation  string            `json:"activation,omitempty"`
 	SecretChain []string          `json:"secret_chain,omitempty"`
 	LoopBudgets map[string]int64  `json:"loop_budgets,omitempty"`
 	Timings     map[string]string `json:"timings,omitempty"`
@@ -211,6 +212,7 @@ func (r *Roster) Spec(node string) nodespec.Spec {
 	s.Node = node
 	s.Toplevel = n.Toplevel
 	s.Strict = n.Strict
+	s.Activation = n.Activation
 	s.Snapshot = n.Snapshot
 	if n.Incus != nil {
 		s.Incus = n.Incus

@@ -41,7 +41,7 @@ func TestRosterSetsEveryNodeField(t *testing.T) {
       "host_key": "`+rosterKey+`", "keepalive": "30s", "revert_on_lockout": false,
       "jump": {"host": "bastion", "host_key": "`+rosterKey+`"},
       "toplevel": "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-nixos-system-web01",
-      "strict": false, "loop_budgets": {"app.service": 2},
+      "strict": false, "activation": "reboot-if-needed", "loop_budgets": {"app.service": 2},
       "timings": {"lock_wait": "7m", "confirm_timeout": "45s"},
       "checks": [{"name": "up", "argv": ["true"], "interval": "1s"}],
       "probes": [{"name": "web", "url": "http://10.0.0.5/", "body_regexp": "ok", "timeout": "5s"}]
@@ -60,6 +60,9 @@ func TestRosterSetsEveryNodeField(t *testing.T) {
 	o := spec.Options(deploybody.Timings{})
 	if o.Timings.LockWait != 7*time.Minute || o.Timings.ConfirmTimeout != 45*time.Second || o.Timings.Settle != 2*time.Second {
 		t.Errorf("timings (the node's over the roster's): %+v", o.Timings)
+	}
+	if o.Activation != deploybody.ActivationRebootIfNeeded {
+		t.Errorf("activation: %q, want reboot-if-needed", o.Activation)
 	}
 	if o.SelfRevert || o.Strict || o.LoopBudgets["app.service"] != 2 || strings.Join(o.SecretChain, ",") != "secrets-fetch.service" {
 		t.Errorf("revert_on_lockout, strict, loop_budgets, secret_chain: %+v", o)

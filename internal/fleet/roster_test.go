@@ -29,6 +29,7 @@ func TestLoadRosterRefusesBadInput(t *testing.T) {
 		{"bad timing", `{"timings": {"watch": "0s", "wait": "1s"}, "nodes": {"a": {"host": "h", "host_key": "` + key + `"}}}`, []string{`timings.watch: "0s" is not a positive duration`, "timings.wait: unknown timing"}},
 		{"check without argv", `{"checks": [{"name": "web"}], "nodes": {"a": {"host": "h", "host_key": "` + key + `"}}}`, []string{`node "a": checks:`}},
 		{"probe bad pattern", `{"nodes": {"a": {"host": "h", "host_key": "` + key + `", "probes": [{"name": "p", "url": "http://127.0.0.1:1/", "body_pattern": "("}]}}}`, []string{`node "a": checks: probe "p": body_pattern`}},
+		{"bad activation", `{"nodes": {"a": {"host": "h", "host_key": "` + key + `", "activation": "restart"}}}`, []string{`node "a": activation: "restart" is not an activation`}},
 		{"wrong type", `{"nodes": {"a": {"host": "h", "port": "22"}}}`, []string{`node "a": field "port": want int`}},
 	}
 	for _, c := range cases {

@@ -42,6 +42,7 @@ func (s Spec) Options(def deploybody.Timings) deploybody.Options {
 		Node:        s.Node,
 		Toplevel:    s.Toplevel,
 		Strict:      s.Strict == nil || *s.Strict,
+		Activation:  deploybody.Activation(s.Activation),
 		SecretChain: s.SecretChain,
 		Checks:      checks,
 		Probes:      probes,

@@ -45,6 +45,9 @@ type Spec struct {
 
 	// Strict: a failed unit fails the run (the default); false warns instead.
 	Strict *bool `json:"strict,omitempty"`
+	// Activation is how the node comes to run its new system: "switch" ("" too),
+	// "boot", "reboot-if-needed" or "reboot" (deploybody.Activation).
+	Activation string `json:"activation,omitempty"`
 	// SecretChain are the units that bring the node's secrets up, in order.
 	SecretChain []string `json:"secret_chain,omitempty"`
 	// LoopBudgets are per-unit restart budgets.
@@ -172,6 +175,9 @@ func (s Spec) Validate() []Problem {
 	}
 	if s.NodePlan != "" && !json.Valid([]byte(s.NodePlan)) {
 		v.bad("node_plan", "Invalid node plan", "not JSON; pass data.fediversity_submission.<name>.node_plans[\"<node>\"]")
+	}
+	if !deploybody.ValidActivation(s.Activation) {
+		v.bad("activation", "Unknown activation", fmt.Sprintf("%q is not an activation; want one of %s (leave it out for switch)", s.Activation, activationNames()))
 	}
 	for i, u := range s.SecretChain {
 		if !deploybody.ValidUnitName(u) {
@@ -328,4 +334,13 @@ func (s Spec) NixBuild(dir string) nixstore.BuildSpec {
 		spec.File = filepath.Join(dir, spec.File)
 	}
 	return spec
+}
+
+// activationNames lists the activations for messages: "switch", "boot", ….
+func activationNames() string {
+	var names []string
+	for _, a := range deploybody.Activations {
+		names = append(names, fmt.Sprintf("%q", a))
+	}
+	return strings.Join(names, ", ")
 }

@@ -14,7 +14,7 @@ const testKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXc
 func TestValidateNamesFieldAndRemedy(t *testing.T) {
 	yes := true
 	good := Spec{Node: "web01", SSH: &SSH{Host: "h", HostKey: testKey, Keepalive: "0s", RevertOnLockout: &yes},
-		Timings: map[string]string{"lock_wait": "5m"}, SecretChain: []string{"a.service"}, LoopBudgets: map[string]int64{"a.service": 2}}
+		Timings: map[string]string{"lock_wait": "5m"}, Activation: "reboot-if-needed", SecretChain: []string{"a.service"}, LoopBudgets: map[string]int64{"a.service": 2}}
 	if p := good.Validate(); len(p) != 0 {
 		t.Fatalf("a good spec: %v", p)
 	}
@@ -40,6 +40,7 @@ func TestValidateNamesFieldAndRemedy(t *testing.T) {
 		{"flake args", Spec{Build: &Build{Flake: ".#a", Args: map[string]string{"k": "v"}}}, "build.args", "a flake takes no arguments"},
 		{"toplevel", Spec{Toplevel: "/tmp/x"}, "toplevel", "is not a Nix store path"},
 		{"snapshot over ssh", Spec{SSH: &SSH{Host: "h", HostKey: testKey}, Snapshot: &Snapshot{}}, "snapshot", "an SSH node has no native snapshots"},
+		{"activation", Spec{Activation: "kexec"}, "activation", `"kexec" is not an activation; want one of "switch", "boot", "reboot-if-needed", "reboot"`},
 		{"check", Spec{Checks: []Check{{Name: "c"}}}, "checks", `check "c": argv is empty`},
 		{"probe pattern", Spec{Probes: []Probe{{Name: "p", TCP: "h:1", BodyRegexp: "("}}}, "checks", `probe "p": body_regexp = "("`},
 	}

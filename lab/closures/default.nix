@@ -61,8 +61,18 @@ let
     yes "fediversity payload $seed" | head -c $((payloadKiB * 1024)) > $out/blob
   '' { inherit payloadKiB; };
 
-  # toplevel name version units wants activate
-  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ] }:
+  # A stand-in kernel: $out/bzImage, $out/initrd and $out/lib/modules name its version.
+  # A toplevel's kernel, initrd and kernel-modules link into it, as a NixOS system's
+  # do, so two toplevels with one kernel compare equal (activation reboot-if-needed).
+  linux = version: drv "fedi-linux-${version}" ''
+    mkdir -p $out/lib/modules/${version}
+    echo "stand-in kernel ${version}" > $out/bzImage
+    echo "stand-in initrd ${version}" > $out/initrd
+  '' { };
+
+  # toplevel name version units wants activate; kernel: a `linux` (null: none);
+  # inhibitors: lines `name=value` of $out/etc/switch-inhibitors (null: none).
+  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null, inhibitors ? null }:
     let
       writeUnit = name: text: ''
         cat > $out/etc/systemd/system/${name} <<'FEDI_UNIT_EOF'
@@ -83,6 +93,12 @@ let
       ${links}
       printf '%s\n' ${builtins.concatStringsSep " " chain} > $out/etc/fediversity/secret-chain
       ${if chain == [ ] then "rm $out/etc/fediversity/secret-chain" else ""}
+      ${if kernel == null then "" else ''
+        ln -s ${kernel}/bzImage $out/kernel
+        ln -s ${kernel}/initrd $out/initrd
+        ln -s ${kernel}/lib $out/kernel-modules
+      ''}
+      ${if inhibitors == null then "" else "printf '%s\\n' ${builtins.concatStringsSep " " inhibitors} > $out/etc/switch-inhibitors"}
       ${if activate == null then "" else ''
         cat > $out/activate <<'FEDI_ACTIVATE_EOF'
         #!/bin/sh
@@ -183,6 +199,29 @@ in
   http = httpScenario "http" { };
   # The same service, active, but it answers 500 once warm: its probe fails.
   http-broken = httpScenario "http-broken" { broken = true; };
+
+  # Reboots (activation): the healthy units on kernel 6.12 (kernel-a, kernel-a-v2: the
+  # same kernel, another toplevel) and on kernel 6.18 (kernel-b); with a switch
+  # inhibitor (inhibitor-a, inhibitor-b: its value changes, so a switch between them is
+  # refused); and a unit that fails only once its system is booted (boot-fails, kernel
+  # 6.18: fedi-boot-only.service fails when /run/booted-system is this toplevel).
+  kernel-a = toplevel { scenario = "kernel-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; };
+  kernel-a-v2 = toplevel { scenario = "kernel-a"; version = "2"; units = base "2"; wants = baseWants; kernel = linux "6.12"; };
+  kernel-b = toplevel { scenario = "kernel-b"; units = base "2"; wants = baseWants; kernel = linux "6.18"; };
+  inhibitor-a = toplevel { scenario = "inhibitor-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; inhibitors = [ "fedi-driver=570" ]; };
+  inhibitor-b = toplevel { scenario = "inhibitor-b"; units = base "2"; wants = baseWants; kernel = linux "6.12"; inhibitors = [ "fedi-driver=575" ]; };
+  boot-fails = toplevel {
+    scenario = "boot-fails";
+    units = base "2" // {
+      "fedi-boot-only.service" = service {
+        type = "oneshot";
+        exec = "/bin/sh -c 'if [ \"$(readlink -f /run/booted-system)\" = @out@ ]; then echo \"fails at boot\" >&2; exit 1; fi'";
+        extraService = "RemainAfterExit=yes";
+      };
+    };
+    wants = baseWants ++ [ "fedi-boot-only.service" ];
+    kernel = linux "6.18";
+  };
 
   # Two healthy units: exit 0.
   good = toplevel { scenario = "good"; units = base "1"; wants = baseWants; };

@@ -7,8 +7,17 @@
 #                 had and this one has not), daemon-reload, start the units the closure
 #                 wants (restart the ones whose unit file changed), and report failures:
 #                 "warning: the following units failed: a.service b.service" and exit 4.
-#   boot          records $out as the boot entry (/nix/var/nix/fediversity-boot-entry).
+#   boot          records $out as the boot entry (/nix/var/nix/fediversity-boot-entry), and
+#                 installs fediversity-stage2.service, which boots that entry at the node's
+#                 next boot (what NixOS' boot loader and stage 2 do): /run/booted-system
+#                 and /run/current-system point at it, its units start.
+#   stage2        (that service) /run/booted-system := $out, then as switch.
 #   dry-activate  prints what it would start.
+# A switch whose $out/etc/switch-inhibitors differs from the running system's is refused
+# as nixpkgs' pre-switch check refuses it ("Pre-switch check 'switchInhibitors' failed",
+# exit 1), naming each changed inhibitor. A node that never booted a stand-in takes the
+# first one it switches to as its booted system (/run/booted-system), so a later one's
+# kernel can be compared with it.
 set -u
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export PATH
@@ -18,7 +27,7 @@ units=$out/etc/systemd/system
 state=/run/fediversity-standin
 
 case "$action" in
-switch | test | boot | dry-activate) ;;
+switch | test | boot | dry-activate | stage2) ;;
 *)
 	echo "Usage: $0 [switch|boot|test|dry-activate]" >&2
 	exit 1
@@ -40,9 +49,41 @@ if [ "$action" = boot ]; then
 	mkdir -p /nix/var/nix
 	echo "$out" >/nix/var/nix/fediversity-boot-entry.tmp &&
 		mv /nix/var/nix/fediversity-boot-entry.tmp /nix/var/nix/fediversity-boot-entry
+	cat >/etc/systemd/system/fediversity-stage2.service.tmp <<'UNIT'
+[Unit]
+Description=fediversity lab stand-in of NixOS stage 2: run the boot entry's system
+After=local-fs.target
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'e=$(cat /nix/var/nix/fediversity-boot-entry) && exec "$e/bin/switch-to-configuration" stage2'
+[Install]
+WantedBy=multi-user.target
+UNIT
+	mv /etc/systemd/system/fediversity-stage2.service.tmp /etc/systemd/system/fediversity-stage2.service
+	mkdir -p /etc/systemd/system/multi-user.target.wants
+	ln -sfn ../fediversity-stage2.service /etc/systemd/system/multi-user.target.wants/fediversity-stage2.service
 	echo "boot entry set to $out" >&2
 	exit 0
 fi
+if [ "$action" = stage2 ]; then
+	ln -sfn "$out" /run/booted-system.tmp && mv -T /run/booted-system.tmp /run/booted-system
+	action=switch
+fi
+if [ "$action" = switch ] && [ -e /run/current-system ]; then
+	changed_inhibitors=$(
+		cat "$out/etc/switch-inhibitors" 2>/dev/null | sort >/tmp/fedi-inh-new.$$
+		cat /run/current-system/etc/switch-inhibitors 2>/dev/null | sort >/tmp/fedi-inh-old.$$
+		comm -3 /tmp/fedi-inh-old.$$ /tmp/fedi-inh-new.$$ | sed 's/^[[:space:]]*//; s/=.*//' | sort -u
+		rm -f /tmp/fedi-inh-new.$$ /tmp/fedi-inh-old.$$
+	)
+	if [ -n "$changed_inhibitors" ]; then
+		for i in $changed_inhibitors; do echo "switch inhibitor $i changed" >&2; done
+		echo "Pre-switch check 'switchInhibitors' failed" >&2
+		exit 1
+	fi
+fi
+[ "$action" = dry-activate ] || [ -e /run/booted-system ] || ln -sfn "$out" /run/booted-system
 if [ "$action" = dry-activate ]; then
 	echo "would start the following units: $(wanted_units | tr '\n' ' ')" >&2
 	exit 0

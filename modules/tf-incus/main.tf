@@ -67,6 +67,7 @@ resource "fediversity_node_switch" "node" {
   submission_file   = var.submission_file
   toplevel          = each.value.toplevel
   strict            = var.strict
+  activation        = var.activation
   secret_chain      = var.secret_chain
   loop_budgets      = var.loop_budgets
 

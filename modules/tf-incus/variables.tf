@@ -135,3 +135,9 @@ variable "timings" {
   })
   default = {}
 }
+
+variable "activation" {
+  description = "How the nodes come to run their new systems: switch (default), boot, reboot-if-needed or reboot (see fediversity_node_switch). A reboot restarts the Incus container; its snapshot guard restores a node that does not come back."
+  type        = string
+  default     = "switch"
+}

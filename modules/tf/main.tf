@@ -49,6 +49,7 @@ locals {
   defaults = {
     build        = var.build
     strict       = var.strict
+    activation   = var.activation
     secret_chain = var.secret_chain
     loop_budgets = var.loop_budgets
     timings      = var.timings

@@ -41,7 +41,7 @@ variable "nodes" {
     { instance, project } to reach it through the provider's Incus connection instead; and
     `toplevel` (a prebuilt system) or `build` (defaults to var.build). As in the roster, a node
     may also set `sudo` (with a non-root `user`), `keepalive`, `revert_on_lockout`,
-    `insecure_ignore_host_key`, `snapshot` (Incus), `strict`, `secret_chain`, `loop_budgets`, `timings` (over
+    `insecure_ignore_host_key`, `snapshot` (Incus), `strict`, `activation`, `secret_chain`, `loop_budgets`, `timings` (over
     var.timings), `checks` and `probes` (see fediversity_node_switch). A node the submission
     enables must be listed; a listed node it does not enable is left alone.
   EOT
@@ -73,6 +73,7 @@ variable "nodes" {
     }))
     toplevel     = optional(string)
     strict       = optional(bool)
+    activation   = optional(string)
     secret_chain = optional(list(string))
     loop_budgets = optional(map(number))
     timings      = optional(map(string), {})
@@ -121,6 +122,12 @@ variable "strict" {
   description = "Strict (default): a failed unit fails the apply. false: the apply succeeds with a warning and the node shows as failing in the summary."
   type        = bool
   default     = true
+}
+
+variable "activation" {
+  description = "How every node comes to run its new system unless its entry says otherwise: switch (default), boot (the boot entry only), reboot-if-needed (reboot when the kernel, initrd, kernel modules or systemd change, or a switch inhibitor refuses the switch) or reboot (see fediversity_node_switch)."
+  type        = string
+  default     = "switch"
 }
 
 variable "secret_chain" {

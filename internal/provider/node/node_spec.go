@@ -23,17 +23,19 @@ type nodeArgs struct {
 	incus    *kit.IncusBlockModel
 	snapshot *snapshotModel
 	strict   types.Bool
-	chain    types.List
-	budgets  types.Map
-	timings  *kit.TimingsModel
-	checks   []checkBlockModel
-	probes   []probeBlockModel
+	// activation is fediversity_node_switch's (null elsewhere: switch).
+	activation types.String
+	chain      types.List
+	budgets    types.Map
+	timings    *kit.TimingsModel
+	checks     []checkBlockModel
+	probes     []probeBlockModel
 }
 
 // Spec decodes the arguments (the framework's values) into the node spec.
 func (a nodeArgs) spec(ctx context.Context) (nodespec.Spec, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	s := nodespec.Spec{Node: a.node, SSH: a.ssh.Spec(), Incus: a.incus.Spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer()}
+	s := nodespec.Spec{Node: a.node, SSH: a.ssh.Spec(), Incus: a.incus.Spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString()}
 	if !a.chain.IsNull() && !a.chain.IsUnknown() {
 		diags.Append(a.chain.ElementsAs(ctx, &s.SecretChain, false)...)
 	}

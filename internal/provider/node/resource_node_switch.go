@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
@@ -77,6 +78,7 @@ type nodeSwitchModel struct {
 	Incus            *kit.IncusBlockModel `tfsdk:"incus"`
 	Snapshot         *snapshotModel       `tfsdk:"snapshot"`
 	Strict           types.Bool           `tfsdk:"strict"`
+	Activation       types.String         `tfsdk:"activation"`
 	SecretChain      types.List           `tfsdk:"secret_chain"`
 	LoopBudgets      types.Map            `tfsdk:"loop_budgets"`
 	Timings          *kit.TimingsModel    `tfsdk:"timings"`
@@ -134,6 +136,18 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 				Default:  booldefault.StaticBool(true),
 				MarkdownDescription: "Strict mode (default `true`): a failed unit, or a unit the closure never spawned, fails the apply, and the next one. " +
 					"`false` (lenient): the apply succeeds with a warning that names every such unit; the verdict keeps them all. " + redeploys,
+			},
+			"activation": schema.StringAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  stringdefault.StaticString(string(deploybody.ActivationSwitch)),
+				MarkdownDescription: "How the node comes to run its new system. `switch` (the default): switch the running node. " +
+					"`boot`: set the boot entry only; the node runs the new system at its next boot, and the verdict says that nothing needing it running was judged. " +
+					"`reboot-if-needed`: reboot when a switch cannot apply the change (the new system's kernel, initrd or kernel modules differ from `/run/booted-system`'s, " +
+					"its systemd differs, or a pre-switch check such as the switch inhibitors refuses the switch), else switch. `reboot`: always reboot. " +
+					"A reboot runs under the node lock: boot entry, reboot, the node back within `timings.node_wait` over a new connection (the pinned host key), " +
+					"`/run/booted-system` checked to be the new toplevel, then the full verdict on the booted system; `verdict.activation` says why it rebooted and how long the boot took. " +
+					"With `switch`, a switch the inhibitors refuse fails as \"needs a reboot\", naming the inhibitor. Changing only this does not redeploy.",
 			},
 			"secret_chain": schema.ListAttribute{
 				Optional:    true,
@@ -429,6 +443,9 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	if m.Strict.IsNull() || m.Strict.IsUnknown() {
 		m.Strict = types.BoolValue(true)
 	}
+	if m.Activation.IsNull() || m.Activation.IsUnknown() {
+		m.Activation = types.StringValue(string(deploybody.ActivationSwitch))
+	}
 	if res != nil {
 		if res.Toplevel != "" {
 			m.Toplevel = types.StringValue(res.Toplevel)
@@ -479,6 +496,11 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	}
 	running, profile := ns.running, ns.profile
 	if running == m.Toplevel.ValueString() {
+		return diags, nil
+	}
+	if m.Activation.ValueString() == string(deploybody.ActivationBoot) && profile == m.Toplevel.ValueString() {
+		// activation = "boot": the node runs its previous system until its next boot,
+		// into the recorded one its boot entry names. Not drift, not an unfinished deploy.
 		return diags, nil
 	}
 	if running == failedToplevel {
@@ -552,6 +574,7 @@ func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.Impor
 		SubmissionDigest: types.StringNull(),
 		SubmissionFile:   types.StringNull(),
 		Strict:           types.BoolValue(true),
+		Activation:       types.StringValue(string(deploybody.ActivationSwitch)),
 		SecretChain:      types.ListNull(types.StringType),
 		LoopBudgets:      types.MapNull(types.Int64Type),
 		Timeouts:         timeouts.Value{Object: types.ObjectNull(timeoutsAttrTypes)},
@@ -631,7 +654,7 @@ func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchMod
 		return kit.TransportTarget{}, deploybody.Options{}, diags
 	}
 	target, o, diags := nodeOptions(ctx, r.cfg, nodeArgs{node: plan.Node.ValueString(), ssh: plan.SSH, incus: plan.Incus,
-		snapshot: plan.Snapshot, strict: plan.Strict, chain: plan.SecretChain, budgets: plan.LoopBudgets, timings: plan.Timings, checks: plan.Checks, probes: plan.Probes})
+		snapshot: plan.Snapshot, strict: plan.Strict, activation: plan.Activation, chain: plan.SecretChain, budgets: plan.LoopBudgets, timings: plan.Timings, checks: plan.Checks, probes: plan.Probes})
 	o.LocalStore = nixstore.DeployerStore{}
 	return target, o, diags
 }

@@ -52,6 +52,8 @@ var verdictAttrTypes = map[string]attr.Type{
 	"switch_reconnected":    types.BoolType,
 	"confirmed":             types.BoolType,
 	"boot_reverted":         types.BoolType,
+	"activation":            types.StringType,
+	"rebooted":              types.BoolType,
 	"phase_timings":         types.MapType{ElemType: types.StringType},
 	"report":                types.StringType,
 	"checks":                checkResultListType,
@@ -62,6 +64,8 @@ var verdictObjectType = types.ObjectType{AttrTypes: verdictAttrTypes}
 // verdictAttributeDocs documents each verdict attribute (also used by the schema test to
 // prove that the schema and verdictAttrTypes agree).
 var verdictAttributeDocs = map[string]string{
+	"activation":            "How the node came to run the judged system: `switched`; `rebooted (<why>); boot took <duration>` (why: `kernel changed`, `systemd changed`, `inhibitor <name> changed`, `asked to`); or, for `activation = \"boot\"`, that only the boot entry was set and nothing needing the new system running was judged. Null in a verdict-only pass.",
+	"rebooted":              "True when the deploy rebooted the node into the new system (`activation` says why).",
 	"ok":                    "True when the verdict does not fail the run (in lenient mode: also when it only warns).",
 	"strict":                "Whether the run was strict (a failed unit fails it) or lenient (it warns).",
 	"verdict_only":          "True for a verdict-only pass (`fediversity_verdict`): nothing was built, copied or switched.",
@@ -221,6 +225,8 @@ func verdictValue(r *deploybody.Result) (types.Object, diag.Diagnostics) {
 	}
 	vals := map[string]attr.Value{
 		"ok":                    types.BoolValue(v.OK),
+		"activation":            stringOrNull(v.Activation),
+		"rebooted":              types.BoolValue(r.Reboot != nil),
 		"strict":                types.BoolValue(v.Strict),
 		"verdict_only":          types.BoolValue(v.VerdictOnly),
 		"system_state":          types.StringValue(v.SystemState),
@@ -344,4 +350,12 @@ func phaseTimingsLog(r *deploybody.Result) string {
 		parts = append(parts, p.Name+"="+p.Duration.Round(time.Millisecond).String())
 	}
 	return strings.Join(parts, " ")
+}
+
+// stringOrNull is s, or null when it is empty (nothing said).
+func stringOrNull(s string) types.String {
+	if s == "" {
+		return types.StringNull()
+	}
+	return types.StringValue(s)
 }

@@ -25,7 +25,7 @@ variable "submission_digest" {
 }
 
 variable "defaults" {
-  description = "modules/tf's group-wide settings a node entry may override: build, strict, secret_chain, loop_budgets, timings."
+  description = "modules/tf's group-wide settings a node entry may override: build, strict, activation, secret_chain, loop_budgets, timings."
   type        = any
 }
 
@@ -43,6 +43,7 @@ resource "fediversity_node_switch" "node" {
   submission_file   = var.submission_file
   toplevel          = each.value.toplevel
   strict            = coalesce(each.value.strict, var.defaults.strict)
+  activation        = coalesce(each.value.activation, var.defaults.activation)
   secret_chain      = each.value.secret_chain != null ? each.value.secret_chain : var.defaults.secret_chain
   loop_budgets      = each.value.loop_budgets != null ? each.value.loop_budgets : var.defaults.loop_budgets
 

@@ -1,0 +1,94 @@
+package deploybody
+
+import (
+	"strings"
+	"time"
+)
+
+// The fake node's boot loader and reboots, for the engine's activation tests. A fake
+// because a node that never comes back after its reboot, or one whose boot loader
+// ignores the new entry, cannot be produced on demand by a lab container; the lab
+// tests (activation_lab_test.go) reboot real Incus containers.
+
+// fakeBoot is the fake node's boot side.
+type fakeBoot struct {
+	entry   string            // the boot loader's default entry (switch-to-configuration boot)
+	booted  string            // /run/booted-system
+	kernel  map[string]string // toplevel → its kernel (absent: the same kernel as any other)
+	refuse  map[string]string // toplevel → the stderr of a switch its pre-switch checks refuse
+	takes   time.Duration     // how long a reboot takes (0: 10s)
+	never   bool              // the node never comes back after a reboot
+	ignores bool              // the boot loader ignores the new entry (boots the old system)
+	marker  string            // /run/fediversity/reboot-pending
+	until   time.Time         // the reboot's end, while it runs
+	count   int               // reboots done
+}
+
+func (n *fakeNode) rebooting() bool {
+	return !n.boots.until.IsZero() && (n.boots.never || n.clock.now.Before(n.boots.until))
+}
+
+// bootIfDue ends a reboot whose time is up: /run is emptied (the lock, the marker),
+// the boot entry's system runs and its units start as its switch would start them.
+// Called with n.mu held.
+func (n *fakeNode) bootIfDue() {
+	if n.boots.until.IsZero() || n.rebooting() {
+		return
+	}
+	n.boots.until, n.boots.marker, n.lockToken = time.Time{}, "", ""
+	n.boots.count++
+	next := n.boots.entry
+	if n.boots.ignores || next == "" {
+		next = n.running
+	}
+	n.running, n.boots.booted = next, next
+	n.units = map[string]*fakeUnit{}
+	for name, spec := range n.closures[next] {
+		n.setUnit(name, spec)
+	}
+}
+
+// bootSwitch is switch-to-configuration boot.
+func (n *fakeNode) bootSwitch(toplevel string) SwitchResult {
+	n.boots.entry = toplevel
+	return SwitchResult{Stderr: "boot entry set to " + toplevel}
+}
+
+func (n *fakeNode) kernelOf(toplevel string) string {
+	if k, ok := n.boots.kernel[toplevel]; ok {
+		return k
+	}
+	return "/nix/store/00000000000000000000000000000000-linux-6.12"
+}
+
+// rebootCall answers the activation's scripts; ok is false for any other command.
+func (n *fakeNode) rebootCall(argv []string) (RunResult, bool) {
+	if len(argv) < 5 || argv[0] != "sh" {
+		return RunResult{}, false
+	}
+	switch argv[2] {
+	case rebootNeedScript:
+		booted := n.boots.booted
+		if booted == "" {
+			booted = n.running
+		}
+		if n.kernelOf(booted) != n.kernelOf(argv[4]) {
+			return RunResult{Stdout: []byte("kernel\n")}, true
+		}
+		return RunResult{}, true
+	case rebootScript:
+		n.boots.marker = argv[4]
+		takes := n.boots.takes
+		if takes == 0 {
+			takes = 10 * time.Second
+		}
+		n.boots.until = n.clock.now.Add(takes)
+		return RunResult{}, true
+	case bootAnswerScript:
+		if n.boots.marker == argv[4] {
+			return RunResult{Stdout: []byte("pending\n")}, true
+		}
+		return RunResult{Stdout: []byte("booted " + strings.TrimSpace(n.boots.booted) + "\n")}, true
+	}
+	return RunResult{}, false
+}

@@ -1,0 +1,95 @@
+package node_test
+
+// Acceptance test of `activation` on the lab (the binary in TF_ACC_TERRAFORM_PATH): a
+// reboot of a throwaway Incus container through fediversity_node_switch, judged on the
+// booted system, and a boot-only deploy that the next plan does not take for drift.
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
+)
+
+// activationConfig is switchConfig with an activation and a node_wait long enough for
+// a container's reboot on a loaded machine.
+func activationConfig(node labtest.Node, toplevel, activation string) string {
+	return acctest.Config(acctest.LabProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node       = %q
+  toplevel   = %q
+  activation = %q
+%s
+  timings {
+    node_wait       = "150s"
+    settle          = "1s"
+    watch           = "4s"
+    sample_interval = "1s"
+  }
+}
+`, node.Name, toplevel, activation, sshBlock(node)))
+}
+
+func verdictString(name string, want knownvalue.Check) statecheck.StateCheck {
+	return statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey(name), want)
+}
+
+// kernel-a, switched; kernel-b (a new kernel) with reboot-if-needed: the node reboots
+// into it, /run/booted-system is kernel-b, the verdict says why and how long the boot
+// took, and the next plan is empty; then kernel-a-v2 with activation boot: the boot
+// entry only, the node keeps running kernel-b, and the next plan is empty too.
+func TestAccNodeSwitchActivationReboot(t *testing.T) {
+	acctest.Lab(t)
+	kernelA := labtest.BuildClosure(t, "kernel-a")
+	kernelB := labtest.BuildClosure(t, "kernel-b")
+	kernelAv2 := labtest.BuildClosure(t, "kernel-a-v2")
+	node := labtest.NewInstance(t, "acc-reboot")
+	nodeLinkIs := func(link, want string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			if got := strings.TrimSpace(nodeExec(t, node, "readlink -f "+link)); got != want {
+				return fmt.Errorf("%s on the node = %s, want %s", link, got, want)
+			}
+			return nil
+		}
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: activationConfig(node, kernelA, "switch"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					verdictString("activation", knownvalue.StringExact("switched")),
+					verdictBool("rebooted", false),
+				},
+			},
+			{
+				Config: activationConfig(node, kernelB, "reboot-if-needed"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					verdictBool("ok", true),
+					verdictBool("rebooted", true),
+					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(kernel, initrd, kernel-modules changed\); boot took \d`))),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("toplevel"), knownvalue.StringExact(kernelB)),
+				},
+				Check: resource.ComposeTestCheckFunc(nodeLinkIs("/run/booted-system", kernelB), nodeLinkIs("/run/current-system", kernelB)),
+			},
+			{
+				Config: activationConfig(node, kernelAv2, "boot"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					verdictBool("rebooted", false),
+					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^boot entry set only`))),
+				},
+				Check: resource.ComposeTestCheckFunc(nodeLinkIs("/run/current-system", kernelB), nodeLinkIs("/nix/var/nix/profiles/system", kernelAv2)),
+			},
+		},
+	})
+}
