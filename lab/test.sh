@@ -178,20 +178,34 @@ acc_run() {
   return $rc
 }
 export -f acc_run
+# acc_list: every acceptance test, one "<binary> <test>" line each, listed once from the
+# binaries into $logs/acc/tests (a binary with none, such as the kit's, lists nothing).
+acc_list() {
+  local bin dir tmp
+  [ -f "$logs/acc/tests" ] && return 0
+  tmp=$(mktemp "$logs/acc/tests.XXXXXX") # suites that start together may list at once
+  for bin in "$logs/acc"/*.test; do
+    dir=$(awk -v b="$(basename "$bin")" '{ n = split($1, p, "/"); if (p[n] ".test" == b) print $2 }' "$logs/acc/packages")
+    # grep finds nothing in a binary without acceptance tests: that is not an error
+    # (under set -e and pipefail it would end the listing there, and silently drop
+    # every binary after it).
+    (cd "$dir" && "$bin" -test.list '^TestAcc') | { grep '^TestAcc' || true; } | sed "s|^|$(basename "$bin") |"
+  done >"$tmp"
+  mv "$tmp" "$logs/acc/tests"
+}
 # acc_select INCLUDE EXCLUDE SHARDS: the acceptance tests of every binary whose names
 # match INCLUDE and not EXCLUDE (extended regexps; EXCLUDE may be empty), dealt by name
 # round-robin into SHARDS selections, one per line, each "<binary>=^(A|B)$ …" for the
 # binaries that got a test (the same deal as one binary's, across the packages).
 acc_select() {
-  local bin
-  for bin in "$logs/acc"/*.test; do
-    (cd "$(awk -v b="$(basename "$bin")" '{ n = split($1, p, "/"); if (p[n] ".test" == b) print $2 }' "$logs/acc/packages")" &&
-      "$bin" -test.list '^TestAcc') | grep '^TestAcc' | sed "s|^|$(basename "$bin") |"
-  done | awk -v inc="$1" -v exc="$2" -v n="$3" '
+  acc_list
+  awk -v inc="$1" -v exc="$2" -v n="$3" '
     $2 ~ inc && (exc == "" || $2 !~ exc) { i = k++ % n; t[i, $1] = t[i, $1] (t[i, $1] == "" ? "" : "|") $2; if (!((i, $1) in seen)) { seen[i, $1]; b[i] = b[i] " " $1 } }
     END { for (i = 0; i < n && i < k; i++) { line = ""; m = split(substr(b[i], 2), bs, " ")
-      for (j = 1; j <= m; j++) line = line (j > 1 ? " " : "") bs[j] "=^(" t[i, bs[j]] ")$"; print line } }'
+      for (j = 1; j <= m; j++) line = line (j > 1 ? " " : "") bs[j] "=^(" t[i, bs[j]] ")$"; print line } }' "$logs/acc/tests"
 }
+# acc_count SELECTION…: how many tests the selections name.
+acc_count() { printf '%s\n' "$@" | tr ' ' '\n' | sed -n 's/^[^=]*=^(\(.*\))\$$/\1/p' | tr '|' '\n' | grep -c . || true; }
 # acceptance NAME BINARY SELECTION: acceptance tests with Terraform or OpenTofu (BINARY)
 # from the test binaries built once.
 acceptance() {
@@ -228,8 +242,18 @@ if [ "$mode" = all ]; then
 fi
 failed=0
 if wait_for build-provider-tests; then
+  acc_list
   mapfile -t shards < <(acc_select '^TestAcc' "$K8S_TESTS|$ALONE_TESTS" "$NODES_SHARDS")
   alone=$(acc_select "$ALONE_TESTS" "" 1)
+  # Every acceptance test the binaries list is in exactly one suite; a selection that
+  # lost tests fails the run here instead of passing with fewer tests.
+  listed=$(wc -l <"$logs/acc/tests")
+  selected=$(( $(acc_count "${shards[@]}") + $(acc_count "$alone") + $(acc_count "$(acc_select "$K8S_TESTS" "" 1)") ))
+  if [ "$listed" -eq 0 ] || [ "$selected" -ne "$listed" ]; then
+    blocked "acceptance: selection" "the acceptance test selection ($selected of $listed tests selected)"
+    failed=1
+  fi
+  mark "acceptance tests: $listed listed, in ${#shards[@]} nodes shard(s), k8s and SPIRE, and alone"
 else
   shards=() alone=""
   blocked "acceptance: nodes" "the acceptance test binaries"
