@@ -114,3 +114,32 @@ func TestLabNamespaceDeleteChecksUID(t *testing.T) {
 		t.Fatalf("the re-created namespace after the refused deletes: %v (err %v)", ns, err)
 	}
 }
+
+// The namespace's NetworkPolicy, as the real apiserver stores it, admits ingress only
+// from pods of the same namespace: it selects every pod, is of type Ingress only, and
+// has one rule whose one peer is a pod selector matching all (no namespace selector, no
+// IP block, no port limit). The lab cannot enforce it (no policy-enforcing network
+// plugin): this proves what a plugin would be told, not traffic refused.
+func TestLabNamespacePolicyAdmitsOnlyItsOwnPods(t *testing.T) {
+	c := labClient(t)
+	ns := labNamespace(t, c)
+	p, err := c.CS.NetworkingV1().NetworkPolicies(ns).Get(context.Background(), NetworkPolicyName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the namespace %s has no NetworkPolicy %s: %v", ns, NetworkPolicyName, err)
+	}
+	s := p.Spec
+	if len(s.PodSelector.MatchLabels) != 0 || len(s.PodSelector.MatchExpressions) != 0 {
+		t.Errorf("the policy selects %v, not every pod of the namespace", s.PodSelector)
+	}
+	if len(s.PolicyTypes) != 1 || s.PolicyTypes[0] != "Ingress" || len(s.Egress) != 0 {
+		t.Errorf("policy types %v, egress %v: want Ingress only", s.PolicyTypes, s.Egress)
+	}
+	if len(s.Ingress) != 1 || len(s.Ingress[0].From) != 1 || len(s.Ingress[0].Ports) != 0 {
+		t.Fatalf("ingress rules %+v: want one rule with one peer and no port limit", s.Ingress)
+	}
+	peer := s.Ingress[0].From[0]
+	if peer.PodSelector == nil || len(peer.PodSelector.MatchLabels) != 0 || len(peer.PodSelector.MatchExpressions) != 0 ||
+		peer.NamespaceSelector != nil || peer.IPBlock != nil {
+		t.Fatalf("ingress peer %+v: want every pod of this namespace only (an empty pod selector, no namespace selector, no IP block)", peer)
+	}
+}
