@@ -197,6 +197,63 @@ func cmpOr(t, def time.Time) time.Time {
 	return t
 }
 
+// WriteAnswerLostError: the answer to the Deployment's write was lost, and reading the
+// Deployment back showed (Running set) or could not show (Running empty) what it names.
+// Nothing was waited for and nothing was rolled back.
+type WriteAnswerLostError struct {
+	Namespace, Node, Image string
+	Running                string // what the Deployment names, read back; "" when unknown
+	Missing                bool   // read back: there is no Deployment (a create that did not take effect)
+	WriteErr, ReadErr      error
+}
+
+func (e *WriteAnswerLostError) Error() string {
+	if e.Missing {
+		return fmt.Sprintf("node %s: the answer to the creation of Deployment %s/%s was lost (%v), and the creation did not take effect: there is no Deployment. "+
+			"Nothing was rolled back. Check that the cluster is reachable from this machine, then apply again.", e.Node, e.Namespace, e.Node, e.WriteErr)
+	}
+	if e.Running == "" {
+		return fmt.Sprintf("node %s: the answer to the write of Deployment %s/%s was lost (%v), and it could not be read back (%v): "+
+			"it may name %s or what it named before. Nothing was waited for and nothing was rolled back; the next plan reads it. "+
+			"Check that the cluster is reachable from this machine, then apply again.", e.Node, e.Namespace, e.Node, e.WriteErr, e.ReadErr, e.Image)
+	}
+	if e.Running == e.Image {
+		return fmt.Sprintf("node %s: the answer to the write of Deployment %s/%s was lost (%v), but the write took effect: the Deployment names %s. "+
+			"So the readiness of %s could not be read, and nothing was rolled back. "+
+			"Check that the cluster is reachable from this machine, then apply again: the next apply waits for the rollout again.", e.Node, e.Namespace, e.Node, e.WriteErr, e.Image, e.Image)
+	}
+	return fmt.Sprintf("node %s: the answer to the write of Deployment %s/%s was lost (%v), and the write did not take effect: the Deployment names %s. "+
+		"Nothing was rolled back. Check that the cluster is reachable from this machine, then apply again.", e.Node, e.Namespace, e.Node, e.WriteErr, e.Running)
+}
+
+// writeAnswerLost reads the Deployment back after a write whose answer was lost, retrying
+// until ctx ends (the API may be away for a while), and says what it names.
+func (c *Client) writeAnswerLost(ctx context.Context, s NodeSpec, writeErr error) (Outcome, error) {
+	e := &WriteAnswerLostError{Namespace: s.Namespace, Node: s.Node, Image: s.Image, WriteErr: writeErr}
+	for {
+		d, err := c.CS.AppsV1().Deployments(s.Namespace).Get(ctx, s.Node, metav1.GetOptions{})
+		if err == nil {
+			e.Running = containerImage(d.Spec.Template.Spec)
+			return Outcome{Running: e.Running}, e
+		}
+		if apierrors.IsNotFound(err) {
+			e.Missing = true
+			return Outcome{}, e
+		}
+		e.ReadErr = err
+		if sleep(ctx, time.Second) != nil {
+			return Outcome{}, e
+		}
+	}
+}
+
+// isAPIStatus tells an answer of the apiserver (a refusal, a conflict) from an answer
+// that never came.
+func isAPIStatus(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status)
+}
+
 // ReadinessUnknownError: the wait's limit ran out while the cluster's API did not
 // answer, so whether the pod became ready is not known. Nothing was rolled back.
 type ReadinessUnknownError struct {
@@ -522,17 +579,25 @@ func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcom
 	if err := c.EnsureNodeObjects(ctx, s); err != nil {
 		return Outcome{}, err
 	}
+	// What follows the write must happen even when the caller's context ran out.
+	after := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	}
 	applied, err := c.ApplyDeployment(ctx, s)
 	if err != nil {
+		if !isAPIStatus(err) {
+			// The apiserver's answer was lost (a cut connection, a time-out): the write
+			// may have taken effect. Read the Deployment back before saying what the
+			// cluster runs.
+			rctx, cancel := after()
+			defer cancel()
+			return c.writeAnswerLost(rctx, s, err)
+		}
 		return Outcome{}, err
 	}
 	lastGoodImage := ""
 	if applied.LastGood != nil {
 		lastGoodImage = containerImage(applied.LastGood.Spec)
-	}
-	// What follows the wait must happen even when the caller's context ran out.
-	after := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	}
 	werr := c.Wait(ctx, s, applied.Written, o)
 	var other *OtherWriterError

@@ -267,6 +267,7 @@ func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, pr
 	}
 	var rerr *k8s.RolloutError
 	var unknown *k8s.ReadinessUnknownError
+	var lost *k8s.WriteAnswerLostError
 	switch {
 	case errors.As(err, &other):
 		// Another writer changed the Deployment after this run wrote it: nothing was set
@@ -280,6 +281,21 @@ func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, pr
 		// and the next apply waits again.
 		m.RunningImageRef, m.Status = m.ImageRef, types.StringValue(rolloutNotReady)
 		diags.AddError(fmt.Sprintf("Readiness of node %s could not be read; nothing was rolled back", node), unknown.Error())
+	case errors.As(err, &lost):
+		// The write's answer was lost; the Deployment was read back (or could not be).
+		switch {
+		case lost.Running == m.ImageRef.ValueString():
+			// The write took effect: as a wait whose readiness could not be read.
+			m.RunningImageRef, m.Status = m.ImageRef, types.StringValue(rolloutNotReady)
+			diags.AddError(fmt.Sprintf("Readiness of node %s could not be read; nothing was rolled back", node), lost.Error())
+		case lost.Running != "":
+			m.RunningImageRef, m.Status = types.StringValue(lost.Running), types.StringValue(rolloutFailed)
+			diags.AddError("Unable to apply node "+node, lost.Error())
+		default:
+			// Not known: the state does not claim an image the cluster may not run.
+			m.RunningImageRef, m.Status = types.StringNull(), types.StringValue(rolloutFailed)
+			diags.AddError("Unable to apply node "+node, lost.Error())
+		}
 	case !errors.As(err, &rerr):
 		// Failed before the wait (claim, service account, Deployment): the cluster still
 		// runs what it ran.
