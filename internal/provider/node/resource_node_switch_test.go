@@ -12,6 +12,7 @@ package node_test
 // internal/transport/ssh TestLabDeploy (the TCP connection under SSH is closed).
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -75,11 +76,42 @@ resource "fediversity_node_switch" "n" {
 const addr = "fediversity_node_switch.n"
 
 func verdictList(name string, want ...string) statecheck.StateCheck {
-	vals := make([]knownvalue.Check, 0, len(want))
-	for _, w := range want {
-		vals = append(vals, knownvalue.StringRegexp(regexp.MustCompile("^"+regexp.QuoteMeta(w))))
+	return verdictListCheck{name: name, want: want}
+}
+
+// verdictListCheck checks one list of the verdict: exactly len(want) units, each starting
+// with its want. Unlike knownvalue.ListExact, a failure prints the units the verdict
+// named, so a run that fails on a loaded machine says which unit was extra.
+type verdictListCheck struct {
+	name string
+	want []string
+}
+
+func (c verdictListCheck) CheckState(_ context.Context, req statecheck.CheckStateRequest, resp *statecheck.CheckStateResponse) {
+	if req.State == nil || req.State.Values == nil || req.State.Values.RootModule == nil {
+		resp.Error = fmt.Errorf("verdict.%s: no state", c.name)
+		return
 	}
-	return statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey(name), knownvalue.ListExact(vals))
+	for _, r := range req.State.Values.RootModule.Resources {
+		if r.Address != addr {
+			continue
+		}
+		verdict, _ := r.AttributeValues["verdict"].(map[string]any)
+		raw, _ := verdict[c.name].([]any)
+		got := make([]string, 0, len(raw))
+		for _, v := range raw {
+			got = append(got, fmt.Sprint(v))
+		}
+		ok := len(got) == len(c.want)
+		for i := 0; ok && i < len(got); i++ {
+			ok = strings.HasPrefix(got[i], c.want[i])
+		}
+		if !ok {
+			resp.Error = fmt.Errorf("verdict.%s = %q, want %d unit(s) starting with %q; whole verdict: %v", c.name, got, len(c.want), c.want, verdict)
+		}
+		return
+	}
+	resp.Error = fmt.Errorf("verdict.%s: %s is not in the state", c.name, addr)
 }
 
 func verdictBool(name string, v bool) statecheck.StateCheck {
