@@ -44,7 +44,9 @@ type flow struct {
 	before     snapshot     // snapshot-unit-states
 	switched   switched     // switch
 	armed      *armedRevert // switch, until the revert is settled
-	afterwards *RunResult   // detect-unconfirmed-switch: the failed units, for the restart
+	// login is the confirming login (switch), until awaitLogin waited for it.
+	login      *confirmingLogin
+	afterwards *RunResult // detect-unconfirmed-switch: the failed units, for the restart
 	closure    *closureUnits
 	restarted  []string
 	checks     *checkRun
@@ -121,7 +123,7 @@ func (e *runEnv) steps(f *flow) []step {
 			if f.switched.bootOnly && err == nil {
 				f.res.Verdict = bootOnlyVerdict(e.o.Strict)
 			}
-			f.armed = f.switched.armed
+			f.armed, f.login = f.switched.armed, f.switched.login
 			f.res.SwitchExitCode = f.switched.result.ExitCode
 			f.res.SwitchStderr = f.switched.result.Stderr
 			f.res.SwitchReconnects = f.switched.result.Reconnected
@@ -136,14 +138,13 @@ func (e *runEnv) steps(f *flow) []step {
 		}},
 		{PhaseDetectUnconfirmed, func(ctx context.Context) (note string, err error) {
 			var c confirmation
-			c, note, err = e.detectUnconfirmedSwitch(ctx, f.toplevel, f.res.PreviousSystem, f.armed)
+			c, note, err = e.detectUnconfirmedSwitch(ctx, f.toplevel, f.res.PreviousSystem, func() error { return e.awaitLogin(ctx, f) })
 			f.afterwards = c.failedUnits
 			if c.read {
 				f.res.RunningSystem = c.running
 			}
 			f.res.Confirmed = f.res.Confirmed || c.confirmed
 			f.res.BootReverted = f.res.BootReverted || c.bootReverted
-			f.settled(c.settled)
 			return note, err
 		}},
 		{PhaseCollectOwnedUnits, func(ctx context.Context) (note string, err error) {
@@ -152,11 +153,20 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseRestartFailedUnits, func(ctx context.Context) (note string, err error) {
-			f.restarted, note, err = e.restartFailedUnits(ctx, f.toplevel, f.closure, f.afterwards)
+			// A restart changes the node again: not before the new login proved it.
+			f.restarted, note, err = e.restartFailedUnits(ctx, f.toplevel, f.closure, f.afterwards, func() error { return e.awaitLogin(ctx, f) })
 			f.afterwards = nil
 			return note, err
 		}},
-		{PhaseSettle, e.settle},
+		{PhaseSettle, func(ctx context.Context) (string, error) {
+			note, err := e.settle(ctx)
+			if err != nil {
+				return note, err
+			}
+			// The confirming login ran beside the phases since the switch; the watch
+			// judges a node whose revert is settled.
+			return note, e.awaitLogin(ctx, f)
+		}},
 		{PhaseWatch, func(ctx context.Context) (note string, err error) {
 			f.watched, note, err = e.watch(ctx, f.judging(), f.checks)
 			return note, err
@@ -260,6 +270,11 @@ func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
 			}()
 		}
 		if err != nil {
+			// A run that stops here (a lost lock) still waits for its confirming login,
+			// whose verdict comes first, as when the login ran in its own phase.
+			if loginErr := e.awaitLogin(ctx, f); loginErr != nil {
+				err = loginErr
+			}
 			return f.res, err
 		}
 	}
@@ -271,6 +286,13 @@ func (e *runEnv) phase(ctx context.Context, f *flow, s step) error {
 	start := e.o.Clock.Now()
 	e.log(ctx, LevelInfo, s.name, "phase started", nil)
 	note, err := s.body(ctx)
+	if f.login != nil && (err != nil || ctx.Err() != nil) {
+		// The run stops while its confirming login is out: wait for what the login
+		// proved; its verdict comes first, as when it ran before the later phases.
+		if loginErr := e.awaitLogin(ctx, f); loginErr != nil {
+			err = loginErr
+		}
+	}
 	if err == nil {
 		err = ctx.Err()
 		if err != nil && f.armed != nil {
@@ -294,4 +316,40 @@ func (e *runEnv) phase(ctx context.Context, f *flow, s step) error {
 	f.res.Phases = append(f.res.Phases, PhaseTiming{Name: s.name, Duration: elapsed, Note: note})
 	e.log(ctx, LevelInfo, s.name, "phase finished", map[string]any{"duration": elapsed.String(), "note": note})
 	return nil
+}
+
+// awaitLogin waits for the confirming login dialled when the switch returned (nil
+// when there is none or it was waited for already) and records what became of the
+// revert. Its error is the detect-unconfirmed-switch phase's: then nothing the run read
+// after the switch counts, as when the login ran before those reads.
+func (e *runEnv) awaitLogin(ctx context.Context, f *flow) error {
+	l := f.login
+	if l == nil {
+		return nil
+	}
+	<-l.done
+	f.login = nil
+	if l.err != nil {
+		f.res.Confirmed, f.res.RunningSystem = false, ""
+		f.settled(l.settled)
+		return e.asDeployError(PhaseDetectUnconfirmed, l.err)
+	}
+	f.settled(l.settled)
+	if l.note == "" {
+		return nil
+	}
+	for i := range f.res.Phases {
+		if f.res.Phases[i].Name == PhaseDetectUnconfirmed {
+			f.res.Phases[i].Note = joinNotes(f.res.Phases[i].Note, l.note)
+		}
+	}
+	e.log(ctx, LevelInfo, PhaseDetectUnconfirmed, "the confirming login: "+l.note, nil)
+	return nil
+}
+
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
 }

@@ -21,19 +21,32 @@ import (
 // never finishes, a host that refuses SETSCHEDULER. The transports' own tests and the
 // lab acceptance tests run the same phases against real sshd, Incus and systemd.
 
-// fakeClock only moves when the body sleeps, so no test waits for real.
+// fakeClock only moves when the body sleeps, so no test waits for real. mu makes the
+// clock and, through revertNode, the fake node one line of events: the confirming login
+// runs beside the phases after the switch.
 type fakeClock struct {
+	mu    sync.Mutex
 	now   time.Time
 	slept time.Duration
+}
+
+// hold takes the clock's lock and returns its release.
+func (c *fakeClock) hold() func() {
+	c.mu.Lock()
+	return c.mu.Unlock
 }
 
 func newFakeClock() *fakeClock {
 	return &fakeClock{now: time.Date(2026, 10, 7, 12, 0, 0, 0, time.UTC)}
 }
 
-func (c *fakeClock) Now() time.Time { return c.now }
+func (c *fakeClock) Now() time.Time {
+	defer c.hold()()
+	return c.now
+}
 
 func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	defer c.hold()()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -143,6 +156,9 @@ type fakeNode struct {
 	freshRefusedUntil time.Time
 	freshDelay        time.Duration
 	onFresh           func(attempt int)
+	// freshGate, if set, is called as a new login is dialled, before it reaches the
+	// node (a login whose handshake takes a while).
+	freshGate func()
 
 	// lockHolderLines are the holder lines the lock script prints after "held"/"lost"
 	// ("" gives host=other, pid=1).
@@ -637,6 +653,9 @@ type scenario struct {
 	root  string
 	opts  Options
 	logs  []string
+	logMu sync.Mutex // the confirming login logs beside the phases
+	// onLog, if set, is told every log line (phase, message) as the run logs it.
+	onLog func(phase, message string)
 }
 
 // newScenario makes a node that runs testPrevious and a closure testToplevel that
@@ -667,7 +686,12 @@ func newScenario(t *testing.T, units map[string]unitSpec) *scenario {
 		LocalRoot: s.root,
 		Clock:     clock,
 		Logger: LoggerFunc(func(_ context.Context, level Level, phase, message string, _ map[string]any) {
+			s.logMu.Lock()
 			s.logs = append(s.logs, string(level)+" "+phase+" "+message)
+			s.logMu.Unlock()
+			if s.onLog != nil {
+				s.onLog(phase, message)
+			}
 		}),
 	}
 	return s

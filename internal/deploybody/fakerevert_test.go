@@ -33,10 +33,48 @@ func (n revertNode) CanSelfRevert() bool { return true }
 
 func (n revertNode) ArmRevert(arm RevertArm) { n.armNext = &arm }
 
-// RunFresh is a new login: refused while freshRefusedUntil, delayed by freshDelay
-// (the clock moves: the login reaches the node that much later), and onFresh may
-// interrupt the run.
+// The confirming login runs beside the phases after the switch: every call into the
+// node holds the clock's lock, so the node and its time see one order of events.
+
+func (n revertNode) Reach(ctx context.Context) error {
+	defer n.clock.hold()()
+	return n.fakeNode.Reach(ctx)
+}
+
+func (n revertNode) Run(ctx context.Context, argv []string, opts RunOptions) (RunResult, error) {
+	defer n.clock.hold()()
+	return n.fakeNode.Run(ctx, argv, opts)
+}
+
+func (n revertNode) CopyClosure(ctx context.Context, storePath string) (CopyStats, error) {
+	defer n.clock.hold()()
+	return n.fakeNode.CopyClosure(ctx, storePath)
+}
+
+func (n revertNode) Switch(ctx context.Context, toplevel, action string, limit time.Duration) (SwitchResult, error) {
+	defer n.clock.hold()()
+	return n.fakeNode.Switch(ctx, toplevel, action, limit)
+}
+
+func (n revertNode) FinalizeBoot(ctx context.Context, toplevel string) (int, error) {
+	defer n.clock.hold()()
+	return n.fakeNode.FinalizeBoot(ctx, toplevel)
+}
+
+func (n revertNode) RevertBoot(ctx context.Context, running string) error {
+	defer n.clock.hold()()
+	return n.fakeNode.RevertBoot(ctx, running)
+}
+
+// RunFresh is a new login: held by freshGate (outside the clock's lock: the run goes
+// on meanwhile), refused while freshRefusedUntil, delayed by freshDelay (the clock
+// moves: the login reaches the node that much later), and onFresh may interrupt the
+// run.
 func (n revertNode) RunFresh(ctx context.Context, argv []string, opts RunOptions) (RunResult, error) {
+	if n.freshGate != nil {
+		n.freshGate()
+	}
+	defer n.clock.hold()()
 	n.freshAttempts++
 	if n.onFresh != nil {
 		n.onFresh(n.freshAttempts)
@@ -46,7 +84,7 @@ func (n revertNode) RunFresh(ctx context.Context, argv []string, opts RunOptions
 	if n.clock.now.Before(n.freshRefusedUntil) {
 		return RunResult{}, fmt.Errorf("ssh root@127.0.0.1:2201: connection refused: %w", ErrUnreachable)
 	}
-	return n.Run(ctx, argv, opts)
+	return n.fakeNode.Run(ctx, argv, opts)
 }
 
 // advance lets the node's own time act: a detached switch that ends, an armed revert

@@ -24,8 +24,9 @@ func (e *runEnv) collectOwnedUnits(ctx context.Context, toplevel string) (*closu
 
 // restartFailedUnits restarts the failed units the closure owns (verdict-only: wants)
 // and returns them. failedAfterSwitch is the failed-unit list read just before, with
-// the running system, or nil to read it now.
-func (e *runEnv) restartFailedUnits(ctx context.Context, toplevel string, closure *closureUnits, failedAfterSwitch *RunResult) ([]string, string, error) {
+// the running system, or nil to read it now. beforeRestart runs before the restart
+// (not when nothing is restarted); its error stops the phase.
+func (e *runEnv) restartFailedUnits(ctx context.Context, toplevel string, closure *closureUnits, failedAfterSwitch *RunResult, beforeRestart func() error) ([]string, string, error) {
 	var (
 		failed []string
 		reason string
@@ -69,6 +70,9 @@ func (e *runEnv) restartFailedUnits(ctx context.Context, toplevel string, closur
 	}
 	if len(restart) == 0 {
 		return nil, "no failed unit to restart", nil
+	}
+	if err := beforeRestart(); err != nil {
+		return nil, "", err
 	}
 	res, err := e.t.Run(ctx, append([]string{"systemctl", "restart", "--no-block", "--"}, restart...), RunOptions{Path: searchPath(toplevel), Privileged: true})
 	if err != nil {

@@ -104,6 +104,52 @@ func (e *runEnv) settleOwnRevert(ctx context.Context, armed *armedRevert) (ans r
 	return ans, answered, attempts, last
 }
 
+// confirmingLogin is the new login that settles the revert after a switch that
+// returned (confirmNewLogin), run beside the phases after the switch so that its
+// handshake (a new TCP connection, key exchange, authentication: about 150 ms over
+// SSH) is off the run's critical path. It only has to be accepted within the node's
+// confirm window, which the node counts from the switch's end.
+//
+// Why it is dialled when Switch returns, and not when the switch starts: the login must
+// prove that the system the switch activated accepts new logins. A connection set up
+// before or during the activation is served by what ran before it: sshd forks a child
+// per connection, and that child (with the old configuration, host keys, users and
+// PAM stack) survives a restart of the listening sshd, so a login that completes before
+// the activation changed sshd proves nothing about the new system, and one whose
+// handshake straddles the activation proves little more. Switch returns only once the
+// switch has ended on the node (its result was read, after a reconnect if need be), so
+// every byte of this login's handshake is sent after the activation, exactly as when
+// the login was dialled after the switch result was read: what it proves is unchanged.
+// The node checks it as well: the guard answers "switching", never "disarmed", while
+// the switch unit still runs.
+//
+// What it decides is decided as before: the run waits for it (awaitLogin) before
+// anything that changes the node again (a unit restart), before the watch, whenever
+// the run stops early, and when the switch did not take; its error is the
+// detect-unconfirmed-switch phase's and comes before any later phase's. It runs on the
+// run's context for the "interrupted" verdict only: its attempts run on a context of
+// their own (settleOwnRevert), so a Ctrl-C during it still settles the revert over a
+// new login, or, when no login gets through, leaves it armed to fire, as before.
+type confirmingLogin struct {
+	done    chan struct{}
+	note    string
+	settled revertSettled
+	err     error
+}
+
+// dialConfirmingLogin starts the confirming login of armed (nil when none is armed).
+func (e *runEnv) dialConfirmingLogin(ctx context.Context, armed *armedRevert) *confirmingLogin {
+	if armed == nil {
+		return nil
+	}
+	l := &confirmingLogin{done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		l.note, l.settled, l.err = e.confirmNewLogin(ctx, armed)
+	}()
+	return l
+}
+
 // confirmNewLogin settles the revert after a switch that returned. It returns a note
 // for the phase, or the error that says what the node did. A run interrupted here
 // (Ctrl-C, its time limit) still settles the revert on a context of its own, and

@@ -17,6 +17,9 @@ type switched struct {
 	// it when the switch failed.
 	armed   *armedRevert
 	settled revertSettled
+	// login is the new login that disarms armed, dialled once the switch returned and
+	// running beside the phases after it (confirmingLogin).
+	login *confirmingLogin
 	// reboot is set when the node was rebooted into the new system; bootOnly when the
 	// activation only set the boot entry (nothing runs the new system to judge).
 	reboot   *Reboot
@@ -51,8 +54,14 @@ func (e *runEnv) activate(ctx context.Context, toplevel, previous string, lock *
 	if why == "" {
 		out, note, err := e.switchSystem(ctx, toplevel, previous, lock)
 		refused := refusedByPreSwitchCheck(out.result)
-		if err != nil || refused == "" {
+		if err != nil {
 			return out, note, err
+		}
+		if refused == "" {
+			// The switch has ended on the node: dial the confirming login now, beside
+			// the phases that follow (confirmingLogin says why not earlier).
+			out.login = e.dialConfirmingLogin(ctx, out.armed)
+			return out, note, nil
 		}
 		if e.o.Activation != ActivationRebootIfNeeded {
 			// Not a closure fault: the new system wants a boot. The revert armed with the
@@ -138,21 +147,20 @@ type confirmation struct {
 	// failedUnits is the failed-unit list read with running, for the restart phase
 	// (one round trip less).
 	failedUnits *RunResult
-	// settled is what became of this run's armed revert.
-	settled revertSettled
 }
 
-func (e *runEnv) detectUnconfirmedSwitch(ctx context.Context, toplevel, previous string, armed *armedRevert) (confirmation, string, error) {
+// detectUnconfirmedSwitch reads what the node runs after the switch. The new login
+// that disarms the revert (login) is already out, beside this read: it is waited for
+// here only when the read fails or the switch did not take (its answer comes first, as
+// when it ran before the read); on the good path the run waits for it after the settle.
+func (e *runEnv) detectUnconfirmedSwitch(ctx context.Context, toplevel, previous string, login func() error) (confirmation, string, error) {
 	var c confirmation
-	// First a new login, while the armed revert's window runs.
-	loginNote, settled, err := e.confirmNewLogin(ctx, armed)
-	c.settled = settled
-	if err != nil {
-		return c, "", err
-	}
 	// One round trip: the running system, and the failed units the restart phase needs.
 	answers, err := e.remoteBatch(ctx, toplevel, cmdReadRunning, cmdListFailed)
 	if err != nil {
+		if loginErr := login(); loginErr != nil {
+			return c, "", loginErr
+		}
 		return c, "", withHint(fmt.Errorf("reading /run/current-system after the switch: %w", err),
 			"the node may run either system; the boot entry was not finalized")
 	}
@@ -160,10 +168,10 @@ func (e *runEnv) detectUnconfirmedSwitch(ctx context.Context, toplevel, previous
 	c.read, c.running, c.failedUnits = true, running, &answers[1]
 	if running == toplevel {
 		c.confirmed = true
-		if loginNote != "" {
-			return c, "node runs the new toplevel; " + loginNote, nil
-		}
 		return c, "node runs the new toplevel", nil
+	}
+	if err := login(); err != nil {
+		return confirmation{}, "", err // nothing read after the switch counts
 	}
 	revertTo := running
 	if revertTo == "" {
