@@ -42,22 +42,12 @@ func exportOutcomes() []fleet.Outcome {
 }
 
 func TestJUnitExportValidatesAgainstTheSchemaAndFailsTheFailingNode(t *testing.T) {
-	xmllint, err := exec.LookPath("xmllint")
-	if err != nil {
-		t.Fatal("xmllint is missing: install libxml2-utils (lab/install-host.sh does); the JUnit file is validated with it against testdata/junit-10.xsd")
-	}
 	path := filepath.Join(t.TempDir(), "verdicts.xml")
 	e := &exports{junit: path, command: "deploy", roster: "nodes.json"}
 	start := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 	if err := e.write(summarize(exportOutcomes(), nil), start, start.Add(3*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(xmllint, "--noout", "--schema", "testdata/junit-10.xsd", path).CombinedOutput()
-	if err != nil {
-		doc, _ := os.ReadFile(path)
-		t.Fatalf("the JUnit file does not validate against junit-10.xsd: %v\n%s\n%s", err, out, doc)
-	}
-
 	doc := readJUnit(t, path)
 	if len(doc.Suites) != 1 {
 		t.Fatalf("want one test suite for the group, got %d", len(doc.Suites))
@@ -94,11 +84,20 @@ func TestJUnitExportValidatesAgainstTheSchemaAndFailsTheFailingNode(t *testing.T
 	}
 }
 
+// readJUnit validates the JUnit file against the vendored schema with xmllint, then
+// parses it.
 func readJUnit(t *testing.T, path string) junitTestsuites {
 	t.Helper()
+	xmllint, err := exec.LookPath("xmllint")
+	if err != nil {
+		t.Fatal("xmllint is missing: install libxml2-utils (lab/install-host.sh does); the JUnit file is validated with it against testdata/junit-10.xsd")
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if out, err := exec.Command(xmllint, "--noout", "--schema", "testdata/junit-10.xsd", path).CombinedOutput(); err != nil {
+		t.Fatalf("the JUnit file does not validate against junit-10.xsd: %v\n%s\n%s", err, out, b)
 	}
 	var doc junitTestsuites
 	if err := xml.Unmarshal(b, &doc); err != nil {
