@@ -129,8 +129,8 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	fs.BoolVar(&f.lenient, "lenient", false, "a failed unit is named and warned about, but does not fail the node")
 	fs.BoolVar(&f.json, "json", false, "print the verdicts as JSON on stdout (the same as --output json)")
 	fs.StringVar(&f.output, "output", "table", "table, or json: the per-node verdicts and the rollout's waves and budget, for CI and monitoring")
-	fs.StringVar(&f.junit, "junit", "", "also write the verdicts as a JUnit XML file: one test case per node, failing with its reasons and report (written atomically)")
-	fs.StringVar(&f.metrics, "metrics", "", "also write the verdicts as Prometheus metrics, for node_exporter's textfile collector (a *.prom file in its directory; written atomically)")
+	fs.StringVar(&f.junit, "junit", "", "also write the verdicts to `FILE` as JUnit XML: one test case per node, failing with its reasons and report (written atomically)")
+	fs.StringVar(&f.metrics, "metrics", "", "also write the verdicts to `FILE` as Prometheus metrics, for node_exporter's textfile collector (a *.prom file in its directory; written atomically)")
 	if cmd == "verdict" {
 		fs.DurationVar(&f.every, "every", 0, "judge the group again and again, this long after each pass ends (2s or more; e.g. 5m), rewriting the --junit and --metrics files, until SIGTERM or SIGINT")
 	}
