@@ -114,18 +114,38 @@ func TestLabCLIExports(t *testing.T) {
 		written[outcome(t)] = true
 	}
 
+	// A pass was just written (the loop above polls every 0.5 s); the next starts 2 s
+	// after it and takes at least its settle and watch (3 s): 2.5 s on, SIGTERM comes
+	// in the middle of a pass, which is cancelled and not written.
+	lastWritten := readMetrics(t, metrics)["fediversity_export_timestamp_seconds"][""]
+	time.Sleep(2500 * time.Millisecond)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	signalled := time.Now()
 	select {
 	case err := <-exited:
+		took := time.Since(signalled)
 		if err != nil {
 			t.Fatalf("verdict --every after SIGTERM: %v, want exit 0\nstderr:\n%s", err, verr.String())
 		}
+		if took > 15*time.Second {
+			t.Errorf("verdict --every took %s to end after SIGTERM, want a cancelled pass to end within 15 s", took)
+		}
+		before, _, _ := strings.Cut(verr.String(), "fediversity: interrupted")
+		lines := strings.Split(strings.TrimSpace(before), "\n")
+		if !strings.Contains(lines[len(lines)-1], "done: ") || strings.Count(before, "done: ")%2 == 0 {
+			t.Logf("SIGTERM came in the middle of a pass (%d node results before it)", strings.Count(before, "done: "))
+		} else {
+			t.Errorf("SIGTERM came between passes, not in the middle of one as the test means; the timings no longer hold:\n%s", before)
+		}
+		t.Logf("verdict --every ended %s after SIGTERM", took.Round(time.Millisecond))
 	case <-time.After(30 * time.Second):
 		t.Fatalf("verdict --every did not end within 30 s of SIGTERM\nstderr:\n%s", verr.String())
 	}
-	outcome(t) // the files are whole
+	if got := outcome(t); got != lastWritten { // the files are whole
+		t.Errorf("the files were written after SIGTERM (export time %v, the last pass before it %v): the cancelled pass must not be written", got, lastWritten)
+	}
 	if again, _ := os.ReadFile(junit); bytes.Equal(again, deployedJUnit) {
 		t.Errorf("the JUnit file is the deploy's: verdict --every did not rewrite it")
 	}
