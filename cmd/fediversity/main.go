@@ -15,7 +15,7 @@
 // atomically: --junit FILE (JUnit XML, one test case per node) and --metrics FILE
 // (Prometheus text format, for node_exporter's textfile collector). `verdict --every
 // 5m` judges the group again and again, rewriting those files, until SIGTERM or
-// SIGINT ends it (exit 0; a pass in progress is cancelled and not written).
+// SIGINT ends it (exit 0, once a pass in progress has finished and been written).
 //
 // Exit codes: 0 every node is ok, 1 a verdict failed (or a node could not be deployed),
 // 2 bad input (nothing was done on any node), 130 quit by a second interrupt (what each
@@ -176,7 +176,7 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	if f.every > 0 {
 		return p.repeat(ctx, f.every)
 	}
-	return p.run(ctx, false)
+	return p.run(ctx)
 }
 
 // pass is one run of the command over the group: it prints the verdicts and writes
@@ -188,16 +188,12 @@ type pass struct {
 	stdout, stderr io.Writer
 }
 
-// run runs the group once. discardIfStopped (verdict --every): a pass cut short by the
-// stop signal is neither printed nor written, so the files keep the last whole pass.
-func (p pass) run(ctx context.Context, discardIfStopped bool) int {
+// run runs the group once.
+func (p pass) run(ctx context.Context) int {
 	start := time.Now()
 	outcomes, rollout, err := p.group.RunRollout(ctx)
 	if err != nil {
 		return badInput(p.stderr, err)
-	}
-	if discardIfStopped && ctx.Err() != nil {
-		return exitOK
 	}
 	summary := summarize(outcomes, rolloutJSON(rollout, p.group.Rollout.Staged()))
 	code := exitOK
@@ -226,18 +222,20 @@ func (p pass) run(ctx context.Context, discardIfStopped bool) int {
 const minEvery = 2 * time.Second
 
 // repeat is `verdict --every`: a pass, then a pause of every, again and again, until
-// the stop signal (SIGTERM or SIGINT) ends ctx. A pass in progress then is cancelled
-// (a verdict changes nothing on a node, so nothing is left half done) and discarded:
-// the files keep the last whole pass, and the command exits 0. Failing verdicts do
-// not end it: they are in the files.
+// the stop signal (SIGTERM or SIGINT) ends ctx. A pass in progress then is finished,
+// printed and written (a verdict pass is bounded by the nodes' settle, watch and
+// checks), and the command exits 0; in the pause, it exits at once. Finished, not
+// cancelled: a pass cut off while it takes a node's lock can leave the lock behind,
+// and the files get the freshest verdicts. A second signal quits at once, as for any
+// run. Failing verdicts do not end it: they are in the files.
 func (p pass) repeat(ctx context.Context, every time.Duration) int {
 	for {
-		if code := p.run(ctx, true); code == exitBadInput {
+		if code := p.run(context.WithoutCancel(ctx)); code == exitBadInput {
 			return code
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(p.stderr, "fediversity: verdict --every: stopped; the files hold the last whole pass")
+			fmt.Fprintln(p.stderr, "fediversity: verdict --every: stopped; the files hold its last pass, finished")
 			return exitOK
 		case <-time.After(every):
 		}
