@@ -21,8 +21,6 @@ type exports struct {
 	lastOK map[string]time.Time
 }
 
-func (e *exports) requested() bool { return e.junit != "" || e.metrics != "" }
-
 // write writes the requested files for one run that started at start and ended at end.
 func (e *exports) write(s jsonSummary, start, end time.Time) error {
 	if e.lastOK == nil {
