@@ -2,7 +2,8 @@
 # Installs, idempotently, what the lab and the tests need on a fresh Debian 12 machine
 # of this project's kind: incus (bookworm-backports), debootstrap, nix-bin, openssh-client,
 # openssl, xz, btrfs-progs (the lab's storage pool); for the real Kubernetes node, the CNI plugins (containernetworking-plugins)
-# and libseccomp-dev (runc is built with seccomp). Safe to run again; does nothing that is
+# and libseccomp-dev (runc is built with seccomp); xmllint (libxml2-utils), with which the tests validate the
+# `fediversity` command's JUnit file against the vendored JUnit schema. Safe to run again; does nothing that is
 # already done.
 set -euo pipefail
 need=()
@@ -17,6 +18,7 @@ command -v xz >/dev/null 2>&1 || need+=(xz-utils)
 command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 [ -e /usr/include/seccomp.h ] || need+=(libseccomp-dev)
+command -v xmllint >/dev/null 2>&1 || need+=(libxml2-utils)
 [ ${#need[@]} -eq 0 ] && { echo "install-host: all present"; exit 0; }
 
 src=/etc/apt/sources.list.d/bookworm-backports.sources

@@ -4,12 +4,18 @@
 //
 //	fediversity deploy  --roster nodes.json [--submission s.json --baked b.json] [--parallel 10] [--strict|--lenient] [--output table|json]
 //	                    [--canary 1|web01,web02] [--wave-size 2|50%] [--waves 'a,b;c'] [--failure-budget 1|20%]
-//	fediversity verdict --roster nodes.json [...]
+//	fediversity verdict --roster nodes.json [--every 5m] [...]
 //	fediversity rollback --roster nodes.json [--to last-good] [rollout flags] [...]
 //
 // A deploy can be staged (the roster's "rollout", or the flags): a canary, then waves,
 // under a failure budget; past the budget the rollout halts and later waves are not
 // touched (docs/design.md#staged-rollouts).
+//
+// On request, each of them also writes the verdicts for CI and monitoring, each file
+// atomically: --junit FILE (JUnit XML, one test case per node) and --metrics FILE
+// (Prometheus text format, for node_exporter's textfile collector). `verdict --every
+// 5m` judges the group again and again, rewriting those files, until SIGTERM or
+// SIGINT ends it (exit 0, once a pass in progress has finished and been written).
 //
 // Exit codes: 0 every node is ok, 1 a verdict failed (or a node could not be deployed),
 // 2 bad input (nothing was done on any node), 130 quit by a second interrupt (what each
@@ -32,6 +38,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
@@ -63,9 +70,14 @@ const usage = `usage: fediversity <command> [flags]
 
 commands:
   deploy    build each enabled node, copy its closure, switch it and judge it
-  verdict   judge the running nodes (no build, no copy, no switch)
+  verdict   judge the running nodes (no build, no copy, no switch);
+            with --every 5m, again and again until SIGTERM or SIGINT
   rollback  switch every node back to its last good system and judge it
   version   print the version
+
+deploy, verdict and rollback also write the verdicts, on request, each file
+atomically: --junit FILE (JUnit XML, one test case per node) and --metrics FILE
+(Prometheus text format, for node_exporter's textfile collector).
 
 Run 'fediversity <command> -h' for the flags. Credentials come from
 SSH_PRIVATE_KEY_FILE and SSH_AUTH_SOCK, never from flags or the roster.
@@ -98,6 +110,8 @@ type groupFlags struct {
 	strict, lenient, json                                                 bool
 	output, to, activation                                                string
 	rollout                                                               rolloutFlags
+	junit, metrics                                                        string
+	every                                                                 time.Duration
 }
 
 func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer, nodes *nodePhases) int {
@@ -115,6 +129,11 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	fs.BoolVar(&f.lenient, "lenient", false, "a failed unit is named and warned about, but does not fail the node")
 	fs.BoolVar(&f.json, "json", false, "print the verdicts as JSON on stdout (the same as --output json)")
 	fs.StringVar(&f.output, "output", "table", "table, or json: the per-node verdicts and the rollout's waves and budget, for CI and monitoring")
+	fs.StringVar(&f.junit, "junit", "", "also write the verdicts to `FILE` as JUnit XML: one test case per node, failing with its reasons and report (written atomically)")
+	fs.StringVar(&f.metrics, "metrics", "", "also write the verdicts to `FILE` as Prometheus metrics, for node_exporter's textfile collector (a *.prom file in its directory; written atomically)")
+	if cmd == "verdict" {
+		fs.DurationVar(&f.every, "every", 0, "judge the group again and again, this long after each pass ends (2s or more; e.g. 5m), rewriting the --junit and --metrics files, until SIGTERM or SIGINT")
+	}
 	if cmd != "verdict" {
 		f.rollout.register(fs)
 	}
@@ -152,26 +171,75 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 		progress.event(e)
 	}
 	g.WaveStarted = progress.wave
-	outcomes, rollout, err := g.RunRollout(ctx)
-	progress.finish()
+	p := pass{group: g, flags: f, exports: &exports{junit: f.junit, metrics: f.metrics, command: cmd, roster: f.roster},
+		stdout: stdout, stderr: stderr}
+	if f.every > 0 {
+		return p.repeat(ctx, f.every)
+	}
+	return p.run(ctx)
+}
+
+// pass is one run of the command over the group: it prints the verdicts and writes
+// the exports.
+type pass struct {
+	group          *fleet.Group
+	flags          groupFlags
+	exports        *exports
+	stdout, stderr io.Writer
+}
+
+// run runs the group once.
+func (p pass) run(ctx context.Context) int {
+	start := time.Now()
+	outcomes, rollout, err := p.group.RunRollout(ctx)
 	if err != nil {
-		return badInput(stderr, err)
+		return badInput(p.stderr, err)
 	}
-	if f.json {
-		if err := writeJSON(stdout, outcomes, rolloutJSON(rollout, g.Rollout.Staged())); err != nil {
-			fmt.Fprintln(stderr, "fediversity:", err)
-			return exitFailed
-		}
-	} else {
-		writeTable(stdout, outcomes)
-		writeRolloutTable(stdout, rollout, g.Rollout.Staged())
-	}
+	summary := summarize(outcomes, rolloutJSON(rollout, p.group.Rollout.Staged()))
+	code := exitOK
 	for _, o := range outcomes {
 		if !o.OK() {
-			return exitFailed
+			code = exitFailed
 		}
 	}
-	return exitOK
+	if p.flags.json {
+		if err := writeJSON(p.stdout, summary); err != nil {
+			fmt.Fprintln(p.stderr, "fediversity:", err)
+			code = exitFailed
+		}
+	} else {
+		writeTable(p.stdout, outcomes)
+		writeRolloutTable(p.stdout, rollout, p.group.Rollout.Staged())
+	}
+	if err := p.exports.write(summary, start, time.Now()); err != nil {
+		fmt.Fprintln(p.stderr, "fediversity:", err)
+		code = exitFailed
+	}
+	return code
+}
+
+// minEvery bounds `verdict --every`: each pass reaches every node over SSH.
+const minEvery = 2 * time.Second
+
+// repeat is `verdict --every`: a pass, then a pause of every, again and again, until
+// the stop signal (SIGTERM or SIGINT) ends ctx. A pass in progress then is finished,
+// printed and written (a verdict pass is bounded by the nodes' settle, watch and
+// checks), and the command exits 0; in the pause, it exits at once. Finished, not
+// cancelled: a pass cut off while it takes a node's lock can leave the lock behind,
+// and the files get the freshest verdicts. A second signal quits at once, as for any
+// run. Failing verdicts do not end it: they are in the files.
+func (p pass) repeat(ctx context.Context, every time.Duration) int {
+	for {
+		if code := p.run(context.WithoutCancel(ctx)); code == exitBadInput {
+			return code
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(p.stderr, "fediversity: verdict --every: stopped; the files hold its last pass, finished")
+			return exitOK
+		case <-time.After(every):
+		}
+	}
 }
 
 func badInput(stderr io.Writer, err error) int {
@@ -200,6 +268,9 @@ func (f groupFlags) group(cmd string) (*fleet.Group, error) {
 	}
 	if f.parallel < 1 {
 		return nil, fmt.Errorf("--parallel: %d: want 1 or more", f.parallel)
+	}
+	if err := f.checkExports(); err != nil {
+		return nil, err
 	}
 	roster, err := fleet.LoadRoster(f.roster)
 	if err != nil {
@@ -268,4 +339,23 @@ func (f groupFlags) nodePlans(creds fleet.Credentials) (map[string]string, error
 		return nil, fmt.Errorf("submission %s merged into %s: %v", f.submissionFile, f.bakedFile, err)
 	}
 	return res.NodePlans, nil
+}
+
+// checkExports checks --junit, --metrics and --every before anything runs.
+func (f groupFlags) checkExports() error {
+	if f.every < 0 || (f.every > 0 && f.every < minEvery) {
+		return fmt.Errorf("--every: %s: want %s or more (each pass judges every node over SSH)", f.every, minEvery)
+	}
+	if f.junit != "" && f.junit == f.metrics {
+		return fmt.Errorf("--junit and --metrics: both name %s: give each its own file", f.junit)
+	}
+	for name, path := range map[string]string{"--junit": f.junit, "--metrics": f.metrics} {
+		if path == "" {
+			continue
+		}
+		if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+			return fmt.Errorf("%s: %s: its directory %s does not exist: create it first", name, path, filepath.Dir(path))
+		}
+	}
+	return nil
 }

@@ -145,6 +145,9 @@ type jsonNode struct {
 	Phases     []jsonPhase  `json:"phases,omitempty"`
 	// Warnings are every warning of the node's run (empty when none).
 	Warnings []string `json:"warnings"`
+	// reasons are the table's: why the node failed or was not attempted (the
+	// exports' failure messages; not in --json, where the verdict and error say it).
+	reasons []string
 }
 
 // jsonVerdict is the verdict with stable snake_case names (the attribute names of the
@@ -320,11 +323,19 @@ type jsonSummary struct {
 	Rollout      *jsonRollout `json:"rollout,omitempty"`
 }
 
-func writeJSON(w io.Writer, outcomes []fleet.Outcome, rollout *jsonRollout) error {
+func writeJSON(w io.Writer, s jsonSummary) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+// summarize gathers every node's data once: --json prints it, and the JUnit and
+// metrics exports are written from it.
+func summarize(outcomes []fleet.Outcome, rollout *jsonRollout) jsonSummary {
 	s := jsonSummary{Nodes: []jsonNode{}, OK: []string{}, Failed: []string{}, Disabled: []string{}, NotAttempted: []string{}, Rollout: rollout}
 	for _, o := range outcomes {
 		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds(), Warnings: o.Warnings(),
-			Wave: o.Wave, NotAttempted: o.NotAttempted, Resumed: o.Resumed}
+			Wave: o.Wave, NotAttempted: o.NotAttempted, Resumed: o.Resumed, reasons: reasons(o)}
 		if o.Err != nil {
 			n.Error = o.Err.Error()
 			var de *deploybody.DeployError
@@ -359,9 +370,7 @@ func writeJSON(w io.Writer, outcomes []fleet.Outcome, rollout *jsonRollout) erro
 			s.Failed = append(s.Failed, o.Node)
 		}
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(s)
+	return s
 }
 
 // progress shows each node's current phase on stderr: a live view (one line per node,
@@ -424,5 +433,3 @@ func (p *progress) wave(number, waves int, nodes []string) {
 	fmt.Fprintf(p.w, "rollout: wave %d of %d: %s\n", number, waves, strings.Join(nodes, ", "))
 	p.order, p.line, p.drawn = nil, map[string]string{}, 0
 }
-
-func (p *progress) finish() {}

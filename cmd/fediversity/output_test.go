@@ -59,7 +59,7 @@ func TestTableShowsEveryWarningPerNode(t *testing.T) {
 
 func TestJSONHasEveryWarningPerNode(t *testing.T) {
 	var b bytes.Buffer
-	if err := writeJSON(&b, warnedOutcomes(), nil); err != nil {
+	if err := writeJSON(&b, summarize(warnedOutcomes(), nil)); err != nil {
 		t.Fatal(err)
 	}
 	var got struct {

@@ -79,7 +79,7 @@ func TestRolloutHaltInTableAndJSON(t *testing.T) {
 		}
 	}
 	b.Reset()
-	if err := writeJSON(&b, outcomes, rolloutJSON(res, true)); err != nil {
+	if err := writeJSON(&b, summarize(outcomes, rolloutJSON(res, true))); err != nil {
 		t.Fatal(err)
 	}
 	var got jsonSummary
