@@ -137,6 +137,9 @@ type fakeNode struct {
 	// lockTakenAtSwitch, if set, is the token of another run that takes the node's lock
 	// while this run switches (as one that saw this run's heartbeat stop would).
 	lockTakenAtSwitch string
+	// lockAnswerLost, if set, is what every acquire returns after it took the lock on
+	// the node (a cancel or a cut connection while the script ran).
+	lockAnswerLost error
 
 	// The lock-out revert (fakerevert_test.go).
 	armNext      *RevertArm
@@ -450,7 +453,11 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		return res, nil
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
-		return n.lockCall(argv[4:]), nil
+		res := n.lockCall(argv[4:])
+		if argv[4] == "acquire" && n.lockAnswerLost != nil {
+			return RunResult{}, n.lockAnswerLost // the lock is taken; its answer never arrives
+		}
+		return res, nil
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == RevertGuardScript {
 		return n.guardCall(argv[4:]), nil

@@ -345,6 +345,7 @@ func (e *runEnv) lockNode(ctx context.Context, toplevel string, nodeSilent bool)
 	for attempt := 1; attempt <= maxSamples; attempt++ {
 		out, err := lockOp(ctx, e.t, "acquire", self.Token, self.lines(), stale, takeover)
 		if err != nil {
+			e.releaseUnanswered(ctx, self.Token)
 			return nil, "", withHint(fmt.Errorf("taking the node lock %s: %w", LockFile, err),
 				"the node needs sh, flock, stat and date in its PATH; check the transport, then apply again")
 		}
@@ -467,6 +468,24 @@ func (l *nodeLock) token() string {
 		return ""
 	}
 	return l.holder.Token
+}
+
+// unansweredReleaseLimit bounds the release after an acquire whose answer was lost: an
+// interrupted run should not hang on a node that does not answer.
+const unansweredReleaseLimit = 5 * time.Second
+
+// releaseUnanswered releases, by this run's token, a lock an acquire may have taken on
+// the node though its answer never came back (the run was cancelled, or the connection
+// cut, while the script ran). Without it the node would keep a lock no run holds until
+// its heartbeat is lockStale old. The token is this run's alone, so the release removes
+// nothing another run holds; a node that does not answer is left to the stale rule.
+func (e *runEnv) releaseUnanswered(ctx context.Context, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unansweredReleaseLimit)
+	defer cancel()
+	if out, err := lockOp(ctx, e.t, "release", token); err == nil && out[0] == "released" {
+		return
+	}
+	e.warn(ctx, PhaseLockNode, fmt.Sprintf("the node lock %s may be left by this run's unanswered acquire; the next run takes it over once its heartbeat is %s old", LockFile, lockStale))
 }
 
 // unlockNode stops the heartbeat and releases the lock. It runs also when the run's

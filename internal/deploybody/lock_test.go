@@ -1,6 +1,7 @@
 package deploybody
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -140,5 +141,37 @@ func TestDeployTakesOverTheLockOfADeadProcessOnThisMachine(t *testing.T) {
 	}
 	if n := len(s.node.callsOf("switch")); n != 1 || s.node.lockToken != "" || phaseDuration(res, PhaseLockNode) > 0 {
 		t.Fatalf("after the takeover: %d switches, lock %q left, waited %s for the lock", n, s.node.lockToken, phaseDuration(res, PhaseLockNode))
+	}
+}
+
+// An acquire that took the lock on the node but whose answer was lost (the operator's
+// Ctrl-C, or a cut connection, while the lock script ran) leaves no lock behind: the
+// run releases it by its own token before it reports the failure. Faked because the
+// instant a real cancel lands inside the script cannot be chosen on demand; the lab
+// test TestLabCLIExports (cmd/fediversity) checks the node's lock file after a real
+// SIGTERM during a verdict pass.
+func TestAcquireWhoseAnswerWasLostLeavesNoLock(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.lockAnswerLost = context.Canceled
+	_, err := s.deploy()
+	deployErr(t, err, PhaseLockNode)
+	if s.node.lockToken != "" {
+		t.Fatalf("the node keeps the lock %q of a run that failed to take it", s.node.lockToken)
+	}
+	if n := len(s.node.callsOf("switch")); n != 0 {
+		t.Fatalf("%d switches after the lock was not taken", n)
+	}
+}
+
+// The release after a lost answer removes nothing another run holds.
+func TestAcquireWhoseAnswerWasLostKeepsAnotherRunsLock(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.lockToken = "another-run"
+	s.node.lockAnswerLost = context.Canceled
+	s.opts.Timings.LockWait = time.Second
+	_, err := s.deploy()
+	deployErr(t, err, PhaseLockNode)
+	if s.node.lockToken != "another-run" {
+		t.Fatalf("another run's lock was replaced by %q", s.node.lockToken)
 	}
 }
