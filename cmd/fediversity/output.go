@@ -425,4 +425,17 @@ func (p *progress) wave(number, waves int, nodes []string) {
 	p.order, p.line, p.drawn = nil, map[string]string{}, 0
 }
 
+// notice prints a line that stays (a node the deploy will reboot, and why) above the
+// nodes' live lines.
+func (p *progress) notice(text string) {
+	if p.live && p.drawn > 0 {
+		fmt.Fprintf(p.w, "\x1b[%dA\x1b[J", p.drawn)
+		p.drawn = 0
+	}
+	fmt.Fprintln(p.w, text)
+	if p.live {
+		p.redraw()
+	}
+}
+
 func (p *progress) finish() {}

@@ -83,9 +83,9 @@ func refusedByPreSwitchCheck(sr SwitchResult) string {
 // kernel, initrd and kernel modules with the new system's), and a changed systemd.
 // Each is compared by what its link resolves to (readlink -e: "" when absent, so a
 // system without one compares equal to another without one).
-const rebootNeedScript = `b=/run/booted-system; n=$1
+var rebootNeedScript = `b=/run/booted-system; n=$1
 [ -e "$b" ] || { echo "no-booted-system"; exit 0; }
-for x in kernel initrd kernel-modules systemd; do
+for x in ` + strings.Join(rebootParts, " ") + `; do
   if [ "$(readlink -e "$b/$x" 2>/dev/null)" != "$(readlink -e "$n/$x" 2>/dev/null)" ]; then echo "$x"; fi
 done; true`
 
@@ -102,10 +102,7 @@ func (e *runEnv) rebootNeeded(ctx context.Context, toplevel string) (why string,
 		}
 		changed = append(changed, l)
 	}
-	if len(changed) == 0 {
-		return "", nil
-	}
-	return strings.Join(changed, ", ") + " changed", nil
+	return changedWhy(changed), nil
 }
 
 // rebootMarker is a file in /run (emptied at every boot): while it is there, the node

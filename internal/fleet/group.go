@@ -60,6 +60,9 @@ type Event struct {
 	// Done is the node's last event; OK tells its verdict.
 	Done bool
 	OK   bool
+	// Notice, when set, is a line to print as it is, before the deploy changes the
+	// node: that it will reboot the node, and why (deploybody.RebootNotice).
+	Notice string
 }
 
 // Outcome is what happened to one node.
@@ -262,6 +265,9 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 			return out
 		}
 	}
+	foreseeReboot(ctx, &opts, unguarded, spec.Activation, func(notice string) {
+		report(Event{Node: node, Notice: notice, Elapsed: time.Since(start)})
+	})
 	out.Result, out.Err = deploybody.Deploy(ctx, t, opts)
 	// The body restores the guard's snapshot itself, under the node lock; the run's
 	// result is then void: the node runs what the snapshot held.
@@ -272,6 +278,35 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		}
 	}
 	return out
+}
+
+// foreseeReboot makes the deploy say, once its toplevel is known (given, or built) and
+// before it copies or switches anything, that it will reboot the node and why: the
+// words the provider's plan uses.
+func foreseeReboot(ctx context.Context, opts *deploybody.Options, t deploybody.Transport, activation string, say func(string)) {
+	a := deploybody.Activation(activation)
+	if a != deploybody.ActivationReboot && a != deploybody.ActivationRebootIfNeeded {
+		return
+	}
+	if opts.Toplevel != "" {
+		if n := deploybody.ForeseeReboot(ctx, t, a, opts.Toplevel); n != "" {
+			say(n)
+		}
+		return
+	}
+	build := opts.Build
+	if build == nil {
+		return
+	}
+	opts.Build = func(buildCtx context.Context) (string, error) {
+		top, err := build(buildCtx)
+		if err == nil {
+			if n := deploybody.ForeseeReboot(buildCtx, t, a, top); n != "" {
+				say(n)
+			}
+		}
+		return top, err
+	}
 }
 
 func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
