@@ -182,7 +182,18 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 			break
 		}
 	}
-	return sr, rb, withHint(fmt.Errorf("%w after a reboot: the node did not come back within node_wait (%s); last seen: %s", ErrUnreachable, e.o.Timings.NodeWait, lastSeen),
+	return sr, rb, NotBackError(e.o.Timings.NodeWait, lastSeen)
+}
+
+// ErrNotBack is a node that did not come back from its reboot within node_wait. The
+// error wraps ErrUnreachable too; a staged rollout counts the node against its budget
+// and its wave names it (fleet).
+var ErrNotBack = errors.New("the node did not come back")
+
+// NotBackError is the run's error for a node that did not come back from its reboot
+// within wait; lastSeen is the last thing seen of it.
+func NotBackError(wait time.Duration, lastSeen string) error {
+	return withHint(fmt.Errorf("%w after a reboot: %w within node_wait (%s); last seen: %s", ErrUnreachable, ErrNotBack, wait, lastSeen),
 		"the node boots the new system: reach its console; an Incus node's rollback point is restored. Raise timings.node_wait if it boots slowly")
 }
 

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -90,6 +91,12 @@ type Outcome struct {
 // OK is true when the node's verdict does not fail the run.
 func (o Outcome) OK() bool {
 	return o.Disabled || (o.NotAttempted == "" && o.Err == nil && o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.OK)
+}
+
+// NotBack is true when the node was rebooted and did not come back within node_wait
+// (deploybody.ErrNotBack): Err says so, with the last thing seen of it.
+func (o Outcome) NotBack() bool {
+	return errors.Is(o.Err, deploybody.ErrNotBack)
 }
 
 // Warnings are every warning of the node's run, in order: the build's, then the
