@@ -168,6 +168,9 @@ type jsonVerdict struct {
 	SkippedOnCondition  []string          `json:"skipped_on_condition"`
 	Restarted           []string          `json:"restarted_units"`
 	Reasons             []string          `json:"reasons"`
+	// Activation: how the node came to run the judged system ("switched", "rebooted
+	// (kernel changed); boot took 24s", …), as the provider's verdict.activation.
+	Activation string `json:"activation,omitempty"`
 }
 
 type jsonFailedUnit struct {
@@ -203,7 +206,7 @@ func verdictJSON(v *deploybody.Verdict) *jsonVerdict {
 	out := &jsonVerdict{OK: v.OK, Strict: v.Strict, VerdictOnly: v.VerdictOnly, SystemState: v.SystemState,
 		Unreachable: v.Unreachable, Unread: v.Unread, Samples: v.Samples, Answered: v.Answered,
 		SetAside: v.SetAside, Cycling: v.Cycling, SkippedOnCondition: v.SkippedOnCondition,
-		Restarted: v.Restarted, Reasons: v.Reasons}
+		Restarted: v.Restarted, Reasons: v.Reasons, Activation: v.Activation}
 	out.Failed = mapList(v.Failed, func(f deploybody.FailedUnit) jsonFailedUnit {
 		return jsonFailedUnit{Unit: f.Unit, Result: f.Result, Origin: string(f.Origin)}
 	})
