@@ -7,6 +7,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"regexp"
 
@@ -52,7 +53,7 @@ func (r *nodeSwitchResource) planReboot(ctx context.Context, req resource.Modify
 	}
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, at, types.StringValue(why))...)
 	if why != "" {
-		resp.Diagnostics.AddAttributeWarning(at, "A node will reboot",
+		resp.Diagnostics.AddAttributeWarning(at, fmt.Sprintf("Node %s will reboot", plan.Node.ValueString()),
 			deploybody.RebootNotice(plan.Node.ValueString(), why)+
 				". The deploy reboots it under the node lock, waits for it within timings.node_wait, and judges the booted system (activation = \""+plan.Activation.ValueString()+"\").")
 	}
