@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // rebootParts are a system's parts a switch cannot change: NixOS' own rule (kernel,
@@ -125,6 +126,9 @@ func RebootNotice(node, why string) string {
 	return fmt.Sprintf("node %s will reboot: %s", node, why)
 }
 
+// foreseeLimit bounds ForeseeReboot's question to the node.
+const foreseeLimit = 15 * time.Second
+
 // ForeseeReboot is what a front end without a plan (the command) says before it
 // deploys toplevel to the node: the RebootNotice of a deploy that will reboot it, ""
 // when it will switch or cannot tell yet (the toplevel not in the deployer's store,
@@ -137,7 +141,10 @@ func ForeseeReboot(ctx context.Context, t Transport, a Activation, toplevel stri
 		if !ok {
 			return ""
 		}
-		res, err := t.Run(ctx, []string{"sh", "-c", BootedPartsScript}, RunOptions{Path: lockPath})
+		// Bounded: a node that does not answer yet is the wait-for-node phase's to wait for.
+		askCtx, cancel := context.WithTimeout(ctx, foreseeLimit)
+		defer cancel()
+		res, err := t.Run(askCtx, []string{"sh", "-c", BootedPartsScript}, RunOptions{Path: lockPath})
 		if err != nil || res.ExitCode != 0 {
 			return ""
 		}
