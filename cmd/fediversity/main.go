@@ -167,6 +167,10 @@ func runGroup(ctx context.Context, cmd string, args []string, stdout, stderr io.
 	nodes.start(planned, g.VerdictOnly)
 	progress := newProgress(stderr)
 	g.Progress = func(e fleet.Event) {
+		if e.Notice != "" {
+			progress.notice(e.Notice)
+			return
+		}
 		nodes.observe(e)
 		progress.event(e)
 	}

@@ -171,6 +171,9 @@ type jsonVerdict struct {
 	SkippedOnCondition  []string          `json:"skipped_on_condition"`
 	Restarted           []string          `json:"restarted_units"`
 	Reasons             []string          `json:"reasons"`
+	// Activation: how the node came to run the judged system ("switched", "rebooted
+	// (kernel changed); boot took 24s", …), as the provider's verdict.activation.
+	Activation string `json:"activation,omitempty"`
 }
 
 type jsonFailedUnit struct {
@@ -206,7 +209,7 @@ func verdictJSON(v *deploybody.Verdict) *jsonVerdict {
 	out := &jsonVerdict{OK: v.OK, Strict: v.Strict, VerdictOnly: v.VerdictOnly, SystemState: v.SystemState,
 		Unreachable: v.Unreachable, Unread: v.Unread, Samples: v.Samples, Answered: v.Answered,
 		SetAside: v.SetAside, Cycling: v.Cycling, SkippedOnCondition: v.SkippedOnCondition,
-		Restarted: v.Restarted, Reasons: v.Reasons}
+		Restarted: v.Restarted, Reasons: v.Reasons, Activation: v.Activation}
 	out.Failed = mapList(v.Failed, func(f deploybody.FailedUnit) jsonFailedUnit {
 		return jsonFailedUnit{Unit: f.Unit, Result: f.Result, Origin: string(f.Origin)}
 	})
@@ -432,4 +435,17 @@ func (p *progress) redraw() {
 func (p *progress) wave(number, waves int, nodes []string) {
 	fmt.Fprintf(p.w, "rollout: wave %d of %d: %s\n", number, waves, strings.Join(nodes, ", "))
 	p.order, p.line, p.drawn = nil, map[string]string{}, 0
+}
+
+// notice prints a line that stays (a node the deploy will reboot, and why) above the
+// nodes' live lines.
+func (p *progress) notice(text string) {
+	if p.live && p.drawn > 0 {
+		fmt.Fprintf(p.w, "\x1b[%dA\x1b[J", p.drawn)
+		p.drawn = 0
+	}
+	fmt.Fprintln(p.w, text)
+	if p.live {
+		p.redraw()
+	}
 }

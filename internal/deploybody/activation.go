@@ -83,9 +83,9 @@ func refusedByPreSwitchCheck(sr SwitchResult) string {
 // kernel, initrd and kernel modules with the new system's), and a changed systemd.
 // Each is compared by what its link resolves to (readlink -e: "" when absent, so a
 // system without one compares equal to another without one).
-const rebootNeedScript = `b=/run/booted-system; n=$1
+var rebootNeedScript = `b=/run/booted-system; n=$1
 [ -e "$b" ] || { echo "no-booted-system"; exit 0; }
-for x in kernel initrd kernel-modules systemd; do
+for x in ` + strings.Join(rebootParts, " ") + `; do
   if [ "$(readlink -e "$b/$x" 2>/dev/null)" != "$(readlink -e "$n/$x" 2>/dev/null)" ]; then echo "$x"; fi
 done; true`
 
@@ -102,10 +102,7 @@ func (e *runEnv) rebootNeeded(ctx context.Context, toplevel string) (why string,
 		}
 		changed = append(changed, l)
 	}
-	if len(changed) == 0 {
-		return "", nil
-	}
-	return strings.Join(changed, ", ") + " changed", nil
+	return changedWhy(changed), nil
 }
 
 // rebootMarker is a file in /run (emptied at every boot): while it is there, the node
@@ -185,7 +182,18 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 			break
 		}
 	}
-	return sr, rb, withHint(fmt.Errorf("%w after a reboot: the node did not come back within node_wait (%s); last seen: %s", ErrUnreachable, e.o.Timings.NodeWait, lastSeen),
+	return sr, rb, NotBackError(e.o.Timings.NodeWait, lastSeen)
+}
+
+// ErrNotBack is a node that did not come back from its reboot within node_wait. The
+// error wraps ErrUnreachable too; a staged rollout counts the node against its budget
+// and its wave names it (fleet).
+var ErrNotBack = errors.New("the node did not come back")
+
+// NotBackError is the run's error for a node that did not come back from its reboot
+// within wait; lastSeen is the last thing seen of it.
+func NotBackError(wait time.Duration, lastSeen string) error {
+	return withHint(fmt.Errorf("%w after a reboot: %w within node_wait (%s); last seen: %s", ErrUnreachable, ErrNotBack, wait, lastSeen),
 		"the node boots the new system: reach its console; an Incus node's rollback point is restored. Raise timings.node_wait if it boots slowly")
 }
 

@@ -161,7 +161,7 @@ func TestActivationRebootNeverComesBack(t *testing.T) {
 	s.opts.Activation = ActivationReboot
 	res, err := s.deploy()
 	de := deployErr(t, err, PhaseSwitch)
-	if !errors.Is(err, ErrUnreachable) || !strings.Contains(de.Err.Error(), "after a reboot") || !strings.Contains(de.Err.Error(), "last seen: "+errFakeUnreachable.Error()) {
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrNotBack) || !strings.Contains(de.Err.Error(), "unreachable after a reboot: the node did not come back within node_wait") || !strings.Contains(de.Err.Error(), "last seen: "+errFakeUnreachable.Error()) {
 		t.Fatalf("want unreachable after a reboot with the last thing seen: %v", err)
 	}
 	if res.Reboot == nil || res.Reboot.Why != "asked to" {

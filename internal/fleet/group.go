@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -60,6 +61,9 @@ type Event struct {
 	// Done is the node's last event; OK tells its verdict.
 	Done bool
 	OK   bool
+	// Notice, when set, is a line to print as it is, before the deploy changes the
+	// node: that it will reboot the node, and why (deploybody.RebootNotice).
+	Notice string
 }
 
 // Outcome is what happened to one node.
@@ -87,6 +91,12 @@ type Outcome struct {
 // OK is true when the node's verdict does not fail the run.
 func (o Outcome) OK() bool {
 	return o.Disabled || (o.NotAttempted == "" && o.Err == nil && o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.OK)
+}
+
+// NotBack is true when the node was rebooted and did not come back within node_wait
+// (deploybody.ErrNotBack): Err says so, with the last thing seen of it.
+func (o Outcome) NotBack() bool {
+	return errors.Is(o.Err, deploybody.ErrNotBack)
 }
 
 // Warnings are every warning of the node's run, in order: the build's, then the
@@ -262,6 +272,9 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 			return out
 		}
 	}
+	foreseeReboot(ctx, &opts, unguarded, spec.Activation, func(notice string) {
+		report(Event{Node: node, Notice: notice, Elapsed: time.Since(start)})
+	})
 	out.Result, out.Err = deploybody.Deploy(ctx, t, opts)
 	// The body restores the guard's snapshot itself, under the node lock; the run's
 	// result is then void: the node runs what the snapshot held.
@@ -272,6 +285,35 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		}
 	}
 	return out
+}
+
+// foreseeReboot makes the deploy say, once its toplevel is known (given, or built) and
+// before it copies or switches anything, that it will reboot the node and why: the
+// words the provider's plan uses.
+func foreseeReboot(ctx context.Context, opts *deploybody.Options, t deploybody.Transport, activation string, say func(string)) {
+	a := deploybody.Activation(activation)
+	if a != deploybody.ActivationReboot && a != deploybody.ActivationRebootIfNeeded {
+		return
+	}
+	if opts.Toplevel != "" {
+		if n := deploybody.ForeseeReboot(ctx, t, a, opts.Toplevel); n != "" {
+			say(n)
+		}
+		return
+	}
+	build := opts.Build
+	if build == nil {
+		return
+	}
+	opts.Build = func(buildCtx context.Context) (string, error) {
+		top, err := build(buildCtx)
+		if err == nil {
+			if n := deploybody.ForeseeReboot(buildCtx, t, a, top); n != "" {
+				say(n)
+			}
+		}
+		return top, err
+	}
 }
 
 func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {

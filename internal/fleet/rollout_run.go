@@ -16,6 +16,9 @@ type WaveResult struct {
 	Attempted bool
 	// Failed are the wave's nodes whose verdict failed (or that could not be deployed).
 	Failed []string
+	// NotBack are those of Failed that did not come back from their reboot within
+	// node_wait (Outcome.NotBack): they count against the budget like any failure.
+	NotBack []string
 	// NotAttempted are the wave's nodes left alone because the rollout halted.
 	NotAttempted []string
 }
@@ -46,11 +49,16 @@ func (r *RolloutResult) HaltReason() string {
 	if !r.Halted {
 		return ""
 	}
-	var failed []string
+	var failed, notBack []string
 	for _, w := range r.Waves {
 		failed = append(failed, w.Failed...)
+		notBack = append(notBack, w.NotBack...)
 	}
-	return HaltMessage(r.HaltedInWave, len(r.Waves), failed, r.Attempted, r.Budget)
+	msg := HaltMessage(r.HaltedInWave, len(r.Waves), failed, r.Attempted, r.Budget)
+	if len(notBack) > 0 {
+		msg += fmt.Sprintf("; %s did not come back after a reboot", strings.Join(notBack, ", "))
+	}
+	return msg
 }
 
 // HaltMessage is why a rollout halted, as the command and the provider's rollout gate
@@ -133,6 +141,9 @@ func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy node
 				wave.NotAttempted = append(wave.NotAttempted, node)
 			case !o.OK():
 				wave.Failed = append(wave.Failed, node)
+				if o.NotBack() {
+					wave.NotBack = append(wave.NotBack, node)
+				}
 			}
 		}
 		if past() && !res.Halted {

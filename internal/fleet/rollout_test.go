@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 )
@@ -97,7 +98,7 @@ func TestRolloutPlanRefusesBadInput(t *testing.T) {
 // The per-node deploy itself is proven on real nodes by the command's lab tests.
 type fakeFleet struct {
 	mu      sync.Mutex
-	fail    map[string]string // node → "failed" or "unreachable"
+	fail    map[string]string // node → "failed", "unreachable" or "not-back"
 	events  []string          // "start n1", "end n1", in order
 	running int
 	peak    int
@@ -120,6 +121,13 @@ func (f *fakeFleet) deploy(ctx context.Context, node string) Outcome {
 	f.events = append(f.events, "end "+node)
 	f.running--
 	f.mu.Unlock()
+	if f.fail[node] == "not-back" {
+		// What the engine returns for a node rebooted that never answered again
+		// (deploybody's TestActivationRebootNeverComesBack runs it on its fake node):
+		// no verdict, the switch phase's error.
+		return Outcome{Node: node, Result: &deploybody.Result{Node: node, Reboot: &deploybody.Reboot{Why: "kernel changed"}},
+			Err: &deploybody.DeployError{Node: node, Phase: deploybody.PhaseSwitch, Err: deploybody.NotBackError(150*time.Second, "connection refused")}}
+	}
 	return Outcome{Node: node, Result: &deploybody.Result{Node: node, Verdict: v}}
 }
 
@@ -251,6 +259,29 @@ func TestRolloutFailingCanaryHaltsEverything(t *testing.T) {
 	}
 	if o := outcomes[1]; !strings.HasPrefix(o.NotAttempted, "the rollout halted after wave 1 of 3: 1 of the 1 nodes deployed failed (n1), past the failure budget of 0") {
 		t.Errorf("%s: %q", o.Node, o.NotAttempted)
+	}
+}
+
+// A node whose reboot never came back counts against the budget: with budget 0 the
+// rollout halts after its wave, the later wave is not touched, and the wave and the
+// halt name it as not back.
+func TestRolloutCountsNodeNotBackFromReboot(t *testing.T) {
+	f := &fakeFleet{fail: map[string]string{"n2": "not-back"}}
+	outcomes, res := runRollout(context.Background(), planOf(t, `{"canary": 1, "wave_size": 2, "failure_budget": 0}`, 5), 10, f.deploy, nil)
+	if started := f.started(); !reflect.DeepEqual(slices.Sorted(slices.Values(started)), []string{"n1", "n2", "n3"}) || !res.Halted || res.HaltedInWave != 2 || res.Failed != 1 {
+		t.Fatalf("deployed %v, result %+v: want n1-n3 deployed, halted after wave 2 with 1 failed", started, res)
+	}
+	if w := res.Waves[1]; !reflect.DeepEqual(w.Failed, []string{"n2"}) || !reflect.DeepEqual(w.NotBack, []string{"n2"}) {
+		t.Errorf("wave 2: failed %v, not back %v, want n2 in both", w.Failed, w.NotBack)
+	}
+	if o := outcomes[1]; o.OK() || !o.NotBack() || !strings.Contains(o.Err.Error(), "unreachable after a reboot: the node did not come back within node_wait (2m30s)") {
+		t.Errorf("n2: ok %v, not back %v, err %v", o.OK(), o.NotBack(), o.Err)
+	}
+	want := "the rollout halted after wave 2 of 3: 1 of the 3 nodes deployed failed (n2), past the failure budget of 0; n2 did not come back after a reboot"
+	for _, o := range outcomes[3:] {
+		if o.NotAttempted != want {
+			t.Errorf("%s: %q, want %q", o.Node, o.NotAttempted, want)
+		}
 	}
 }
 

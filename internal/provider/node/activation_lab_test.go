@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
@@ -89,6 +90,53 @@ func TestAccNodeSwitchActivationReboot(t *testing.T) {
 					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^boot entry set only`))),
 				},
 				Check: resource.ComposeTestCheckFunc(nodeLinkIs("/run/current-system", kernelB), nodeLinkIs("/nix/var/nix/profiles/system", kernelAv2)),
+			},
+		},
+	})
+}
+
+// The plan says a reboot before approval: the node switched to kernel-a (its first
+// stand-in, so the one it booted); a plan of kernel-b with reboot-if-needed shows
+// `reboots` naming the changed parts, read from the deployer's store against the
+// booted system Read recorded; kernel-a-v2 (the same kernel) shows none; activation
+// reboot shows "asked to". Plans only: nothing reboots.
+func TestAccNodeSwitchPlanSaysReboot(t *testing.T) {
+	acctest.Lab(t)
+	kernelA := labtest.BuildClosure(t, "kernel-a")
+	kernelB := labtest.BuildClosure(t, "kernel-b")
+	kernelAv2 := labtest.BuildClosure(t, "kernel-a-v2")
+	node := labtest.NewInstance(t, "acc-plan-reboot")
+	plannedReboots := func(want string) resource.ConfigPlanChecks {
+		return resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{
+			plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+			plancheck.ExpectKnownValue(addr, tfjsonpath.New("reboots"), knownvalue.StringExact(want)),
+		}}
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config:            activationConfig(node, kernelA, "switch"),
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownValue(addr, tfjsonpath.New("reboots"), knownvalue.StringExact(""))},
+			},
+			{
+				Config:             activationConfig(node, kernelB, "reboot-if-needed"),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks:   plannedReboots("kernel, initrd, kernel-modules changed"),
+			},
+			{
+				Config:             activationConfig(node, kernelAv2, "reboot-if-needed"),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks:   plannedReboots(""),
+			},
+			{
+				Config:             activationConfig(node, kernelAv2, "reboot"),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks:   plannedReboots("asked to"),
 			},
 		},
 	})

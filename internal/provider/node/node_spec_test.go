@@ -90,7 +90,7 @@ func TestRosterSaysEveryNodeSwitchArgument(t *testing.T) {
 	(&nodeSwitchResource{}).Schema(t.Context(), resource.SchemaRequest{}, &resp)
 	s := resp.Schema
 	notNodeArguments := map[string]string{
-		"id": "computed", "generation": "computed", "verdict": "computed", "derivation": "computed", "changes": "computed",
+		"id": "computed", "generation": "computed", "verdict": "computed", "derivation": "computed", "changes": "computed", "reboots": "computed",
 		"node":              "the roster's key",
 		"node_plan":         "the command's --submission and --baked",
 		"submission_digest": "the command reads the submission once, at its start",

@@ -25,13 +25,20 @@ type nodeSystem struct {
 	// record is the node's verdict record (nil: none, or unread: recordErr says why).
 	record    *deploybody.VerdictRecord
 	recordErr error
+	// booted is what the node's booted system's kernel, initrd, kernel modules and
+	// systemd resolve to (nil: no /run/booted-system); bootedRead is false when the
+	// node printed no such line.
+	booted     deploybody.BootParts
+	bootedRead bool
 }
 
 // readSystemScript prints /run/current-system, the system profile (both resolved;
 // -e: every component must exist, and a node that booted without a NixOS system, or
 // whose /run was cleared, has no /run/current-system: that is not "drift") and the
-// profile's own link (system-<generation>-link).
-const readSystemScript = `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)" "$(readlink /nix/var/nix/profiles/system)"`
+// profile's own link (system-<generation>-link), then the booted system's parts
+// (deploybody.BootedPartsScript: what the next plan compares a new toplevel with).
+var readSystemScript = `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)" "$(readlink /nix/var/nix/profiles/system)"; ` +
+	deploybody.BootedPartsScript
 
 // readNodeSystem asks the node what it runs and boots, in one round trip, and, when
 // wantRecord says so, reads its verdict record over the same connection.
@@ -47,11 +54,12 @@ func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget
 		return ns, err
 	}
 	lines := strings.Split(string(res.Stdout), "\n")
-	for len(lines) < 3 {
+	for len(lines) < 4 {
 		lines = append(lines, "")
 	}
 	ns.running, ns.profile = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
 	ns.generation = profileGeneration(strings.TrimSpace(lines[2]))
+	ns.booted, ns.bootedRead = deploybody.ParseBootedParts(lines[3])
 	if res.ExitCode != 0 || ns.running == "" {
 		return nodeSystem{}, fmt.Errorf("readlink /run/current-system found no system (exit %d, %s): the node runs no NixOS system", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}

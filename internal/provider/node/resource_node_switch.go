@@ -87,8 +87,12 @@ type nodeSwitchModel struct {
 	Verdict          types.Object         `tfsdk:"verdict"`
 	Derivation       types.String         `tfsdk:"derivation"`
 	Changes          types.Object         `tfsdk:"changes"`
+	Reboots          types.String         `tfsdk:"reboots"`
 	Checks           []checkBlockModel    `tfsdk:"check"`
 	Probes           []probeBlockModel    `tfsdk:"probe"`
+	// bootedParts is what Read found the node booted (BootedPartsScript's line; nil:
+	// not read), recorded in private state for the next plan (planReboot).
+	bootedParts *string
 }
 
 func (r *nodeSwitchResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -174,6 +178,14 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"changed since the plan, naming both derivations.",
 			},
 			"changes": changesSchemaAttribute(),
+			"reboots": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "Why the planned deploy will reboot the node, as the plan can know it before approval, and a plan warning says it too: " +
+					"`asked to` (`activation = \"reboot\"`); with `reboot-if-needed`, `kernel, initrd, kernel-modules changed` (the parts of the new toplevel, read in the deployer's store, " +
+					"that differ from the system the node booted, as the last refresh read it); `\"\"` when the deploy switches. " +
+					"Unknown when the plan cannot know (the new toplevel is not built yet, or the node's booted system was not read). " +
+					"A switch that a pre-switch check refuses (an inhibitor) reboots too, which only the switch can tell: `verdict.rebooted` and `verdict.activation` say what happened.",
+			},
 		},
 		Blocks: withBlocks(checkBlocks(checksChangeNodeSwitch), map[string]schema.Block{
 			"build":    kit.BuildBlockSchema(redeploys),
@@ -216,6 +228,9 @@ func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.Modify
 	if requireTransport(ctx, req.Config, &resp.Diagnostics); resp.Diagnostics.HasError() {
 		return
 	}
+	// Last, on the plan as the rest of ModifyPlan leaves it (and before the kept
+	// submission digest is put back): whether the planned deploy reboots the node.
+	defer r.planReboot(ctx, req, resp)
 	var args types.Map
 	if d := req.Plan.GetAttribute(ctx, path.Root("build").AtName("args"), &args); !d.HasError() {
 		if resp.Diagnostics.Append(kit.CheckPerRunMap(ctx, args, path.Root("build").AtName("args"), r.cfg)...); resp.Diagnostics.HasError() {
@@ -285,6 +300,7 @@ func (r *nodeSwitchResource) Create(ctx context.Context, req resource.CreateRequ
 	if runErr == nil && res != nil {
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, res.Toplevel)...)
 	}
+	resp.Diagnostics.Append(recordBootAfterDeploy(ctx, resp.Private, res, runErr)...)
 }
 
 func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -311,12 +327,14 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 		plan.Generation = state.Generation
 		plan.Verdict = state.Verdict
 		plan.Changes = state.Changes
+		plan.Reboots = state.Reboots
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 		return
 	}
 
 	out, res, diags, runErr := r.deploy(ctx, plan)
 	resp.Diagnostics.Append(diags...)
+	resp.Diagnostics.Append(recordBootAfterDeploy(ctx, resp.Private, res, runErr)...)
 	if runErr != nil || out == nil {
 		// The same on update (docs/design.md#failed-deploy): the prior state stays (the framework starts from it), so
 		// the next plan deploys again. Remember what the node now runs so Read does not
@@ -420,6 +438,9 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, interrupted.toplevel)...)
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, interrupted.why)...)
 	}
+	if state.bootedParts != nil {
+		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateBootedParts, *state.bootedParts)...)
+	}
 	if imported && !state.Toplevel.IsNull() {
 		// An imported node: what it runs now is what this resource "deployed".
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, state.Toplevel.ValueString())...)
@@ -464,7 +485,17 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		diags.Append(vdiags...)
 		m.Verdict = v
 		m.Changes = changesValue(res.Changes)
+		if m.Reboots.IsUnknown() {
+			// The plan could not know: the deploy says.
+			m.Reboots = types.StringValue("")
+			if res.Reboot != nil {
+				m.Reboots = types.StringValue(res.Reboot.Why)
+			}
+		}
 		return diags, nil
+	}
+	if m.Reboots.IsNull() || m.Reboots.IsUnknown() {
+		m.Reboots = types.StringValue("") // an imported node, or a state from before `reboots`
 	}
 	if m.Verdict.IsUnknown() {
 		m.Verdict = types.ObjectNull(verdictAttrTypes)
@@ -494,6 +525,11 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
 		return diags, nil
 	}
+	booted := ns.booted.String()
+	if !ns.bootedRead {
+		booted = ""
+	}
+	m.bootedParts = &booted
 	running, profile := ns.running, ns.profile
 	if running == m.Toplevel.ValueString() {
 		return diags, nil
