@@ -140,8 +140,9 @@ const (
 //     its own on the cut stream; the error names the export's failure and the node's.
 //   - A write to stdin failed (the websocket or incusd gone): the export is stopped
 //     and the error says how many bytes had gone.
-//   - The command ended before the export did (the import failed on the node): the
-//     export is stopped, and the result is the command's.
+//   - The command ended before the export did (the import failed on the node, or read
+//     the end marker before the export process exited): the export is stopped, and
+//     the result is the command's.
 //   - ctx ended: the export is stopped and the command killed (Close).
 //
 // st is closed on return in every case.
@@ -188,24 +189,21 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 	}
 
 	var exportErr error
+	endedFirst := false // the command ended before the export did
 	select {
 	case exportErr = <-exportDone:
 	case err := <-outDone:
-		// The command ended its output before the export ended: it failed early, or it
-		// read the export's end marker before the export process exited. Either way no
-		// more bytes are wanted; give the export a moment to finish on its own.
+		// The command ended before the export did: it failed early, or it read the
+		// export's end marker before the export process exited. No more bytes are
+		// wanted: once the rest of its output is read, the export is stopped (closing
+		// the stream first, as a write may be blocked on it).
 		outputsEnded++
 		outErr = err
-		grace := time.NewTimer(exportExitGrace)
-		select {
-		case exportErr = <-exportDone:
-		case <-grace.C:
-			exportErr = stopExportNow()
-		case <-ctx.Done():
-			_ = stopExportNow()
-			return interrupted()
-		}
-		grace.Stop()
+		rest, cancel := context.WithTimeout(ctx, importEndGrace)
+		waitOutputs(rest)
+		cancel()
+		_ = stopExportNow()
+		endedFirst = true
 	case <-ctx.Done():
 		_ = stopExportNow()
 		return interrupted()
@@ -215,7 +213,7 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 		st.Close()
 		return interrupted()
 	}
-	if w.err == nil {
+	if w.err == nil && !endedFirst {
 		// The end of stdin: after a whole export the import reads its end marker; after a
 		// failed one it meets the end of its input and fails on its own. An error here
 		// is a broken stream, seen again below.
@@ -226,7 +224,7 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 	// The command's end: bounded by ctx after a whole export, by importEndGrace after a
 	// failure (then the command is killed by Close).
 	endCtx := ctx
-	if exportErr != nil || w.err != nil {
+	if exportErr != nil || w.err != nil || endedFirst {
 		var cancel context.CancelFunc
 		endCtx, cancel = context.WithTimeout(ctx, importEndGrace)
 		defer cancel()
@@ -245,12 +243,12 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 			// The import read the export's end marker, so the whole export arrived
 			// (whatever the export process said afterwards); what the node holds is
 			// checked by the caller.
-			res.exitCode = 0
 			return res, nil
 		default:
 			res.exitCode = code
-			if exportErr == nil && w.err == nil {
-				return res, nil // the import failed on the node; the caller reports it
+			if endedFirst || (exportErr == nil && w.err == nil) {
+				// The import failed on the node by itself; the caller reports it.
+				return res, nil
 			}
 		}
 	}

@@ -23,6 +23,8 @@ type fakeImport struct {
 	mu       sync.Mutex
 	got      int64
 	breakAt  int64 // a Write that reaches this many bytes fails: the websocket dropped
+	failAt   int64 // at this many bytes the import exits 1 and stops reading
+	closedCh chan struct{}
 	stdinEOF bool  // CloseStdin was called
 	killed   bool  // Close was called before the command ended
 	ended    bool
@@ -34,7 +36,7 @@ type fakeImport struct {
 func newFakeImport(breakAt int64) (*fakeImport, io.Reader, io.Reader) {
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
-	return &fakeImport{breakAt: breakAt, stdout: outW, stderr: errW}, outR, errR
+	return &fakeImport{breakAt: breakAt, failAt: -1, stdout: outW, stderr: errW, closedCh: make(chan struct{})}, outR, errR
 }
 
 var errDropped = &incusapi.TransportError{Op: "exec (streamed)", Instance: "node", Err: io.ErrUnexpectedEOF}
@@ -42,8 +44,21 @@ var errDropped = &incusapi.TransportError{Op: "exec (streamed)", Instance: "node
 func (f *fakeImport) Write(p []byte) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.ended && f.code == 1 {
+		// A daemon that stopped reading the stdin of a command that ended: the write
+		// blocks until the stream is closed.
+		f.mu.Unlock()
+		<-f.closedCh
+		f.mu.Lock()
+		return 0, errDropped
+	}
 	if f.ended {
 		return 0, errDropped
+	}
+	if f.failAt >= 0 && f.got+int64(len(p)) >= f.failAt {
+		f.got += int64(len(p))
+		f.end(1, "error: cannot open connection to remote store 'daemon': Permission denied\n", nil)
+		return len(p), nil
 	}
 	if f.breakAt >= 0 && f.got+int64(len(p)) >= f.breakAt {
 		n := f.breakAt - f.got
@@ -87,6 +102,11 @@ func (f *fakeImport) CloseStdin() error {
 func (f *fakeImport) Close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	select {
+	case <-f.closedCh:
+	default:
+		close(f.closedCh)
+	}
 	if !f.ended {
 		f.killed = true
 		f.end(-1, "", errors.New("killed"))
@@ -204,5 +224,22 @@ func TestStreamImportCancelStopsExportAndKillsTheImport(t *testing.T) {
 	}
 	if !exp.returned || !imp.killed {
 		t.Errorf("export stopped %v, node's import killed %v", exp.returned, imp.killed)
+	}
+}
+
+func TestStreamImportFailingOnTheNodeStopsTheExport(t *testing.T) {
+	imp, out, errOut := newFakeImport(-1)
+	imp.failAt = 256 << 10
+	exp := &fakeExport{size: 1 << 40} // endless unless stopped
+	began := time.Now()
+	res, err := streamImport(context.Background(), imp, out, errOut, 1<<20, exp.run, nil)
+	if err != nil {
+		t.Fatalf("an import that failed on the node is its exit code for the caller, got %v", err)
+	}
+	if res.exitCode != 1 || !strings.Contains(string(res.stderr), "Permission denied") {
+		t.Errorf("result %d %q, want exit 1 with the node's message", res.exitCode, res.stderr)
+	}
+	if !exp.returned || time.Since(began) > 5*time.Second {
+		t.Errorf("the export was not stopped at once (returned %v after %s)", exp.returned, time.Since(began))
 	}
 }
