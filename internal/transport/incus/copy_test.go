@@ -25,8 +25,8 @@ type fakeImport struct {
 	breakAt  int64 // a Write that reaches this many bytes fails: the websocket dropped
 	failAt   int64 // at this many bytes the import exits 1 and stops reading
 	closedCh chan struct{}
-	stdinEOF bool  // CloseStdin was called
-	killed   bool  // Close was called before the command ended
+	stdinEOF bool // CloseStdin was called
+	killed   bool // Close was called before the command ended
 	ended    bool
 	code     int
 
