@@ -123,10 +123,6 @@ const (
 	// importEndGrace is how long a broken or failed stream waits for the node's
 	// command to end on its own (its stdin ended) before it is killed.
 	importEndGrace = 10 * time.Second
-	// exportExitGrace is how long a finished import waits for the local export to
-	// exit: the node's nix-store --import stops at the export's end marker, which can
-	// come before the export process has exited.
-	exportExitGrace = 30 * time.Second
 	// copyProgressEvery is how many bytes pass between two progress messages.
 	copyProgressEvery = 64 << 20
 )
