@@ -139,7 +139,8 @@ const (
 //   - The command ended before the export did (the import failed on the node, or read
 //     the end marker before the export process exited): the export is stopped, and
 //     the result is the command's.
-//   - ctx ended: the export is stopped and the command killed (Close).
+//   - ctx ended: the export is stopped and stdin ended, so the import keeps what
+//     arrived whole; the command is killed if it does not end by itself.
 //
 // st is closed on return in every case.
 func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, limit int64,
@@ -172,7 +173,25 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 	exportDone := make(chan error, 1)
 	go func() { exportDone <- export(exportCtx, w) }()
 
-	interrupted := func() (importResult, error) {
+	// interrupted ends a copy whose ctx ended. The node's import gets the end of its
+	// input rather than a kill, so it keeps every path whose bytes had arrived whole
+	// before the cut (bounded by importEndGrace; then it is killed).
+	interrupted := func(exportStopped bool) (importResult, error) {
+		if !exportStopped {
+			stopExport()
+			select {
+			case <-exportDone:
+			case <-time.After(importEndGrace): // a write blocked on a daemon that stopped reading
+				st.Close()
+				<-exportDone
+			}
+		}
+		if w.err == nil && st.CloseStdin() == nil {
+			end, cancel := context.WithTimeout(context.WithoutCancel(ctx), importEndGrace)
+			waitOutputs(end)
+			cancel()
+		}
+		st.Close()
 		res.sent = w.sent
 		return res, fmt.Errorf("copy interrupted after %d bytes of the export: %w", w.sent, ctx.Err())
 	}
@@ -201,13 +220,11 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 		_ = stopExportNow()
 		endedFirst = true
 	case <-ctx.Done():
-		_ = stopExportNow()
-		return interrupted()
+		return interrupted(false)
 	}
 	res.sent = w.sent
 	if ctx.Err() != nil {
-		st.Close()
-		return interrupted()
+		return interrupted(true)
 	}
 	if w.err == nil && !endedFirst {
 		// The end of stdin: after a whole export the import reads its end marker; after a
@@ -249,7 +266,7 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 		}
 	}
 	if ctx.Err() != nil {
-		return res, fmt.Errorf("copy interrupted after %d bytes of the export: %w", w.sent, ctx.Err())
+		return interrupted(true)
 	}
 	node := nodeSide(ended, outErr, res)
 	if w.err != nil {

@@ -213,7 +213,9 @@ func TestStreamImportFailedExportEndsTheImportCleanly(t *testing.T) {
 	}
 }
 
-func TestStreamImportCancelStopsExportAndKillsTheImport(t *testing.T) {
+// An interrupted copy stops the export and ends the import's input, so the node keeps
+// the paths whose bytes arrived whole before the cut.
+func TestStreamImportCancelStopsExportAndEndsTheImportsInput(t *testing.T) {
 	imp, out, errOut := newFakeImport(-1)
 	ctx, cancel := context.WithCancel(context.Background())
 	exp := &fakeExport{size: 1 << 40} // endless unless stopped
@@ -222,8 +224,8 @@ func TestStreamImportCancelStopsExportAndKillsTheImport(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "copy interrupted after") {
 		t.Fatalf("want an interrupted copy, got %v", err)
 	}
-	if !exp.returned || !imp.killed {
-		t.Errorf("export stopped %v, node's import killed %v", exp.returned, imp.killed)
+	if !exp.returned || !imp.stdinEOF || imp.killed {
+		t.Errorf("export stopped %v, node's input ended %v, node's import killed %v", exp.returned, imp.stdinEOF, imp.killed)
 	}
 }
 
