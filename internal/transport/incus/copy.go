@@ -179,12 +179,14 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 	interrupted := func(exportStopped bool) (importResult, error) {
 		if !exportStopped {
 			stopExport()
+			var stopped error
 			select {
-			case <-exportDone:
+			case stopped = <-exportDone:
 			case <-time.After(importEndGrace): // a write blocked on a daemon that stopped reading
 				st.Close()
-				<-exportDone
+				stopped = <-exportDone
 			}
+			_ = stopped // the export's own error is the interruption: it is not reported
 		}
 		if w.err == nil && st.CloseStdin() == nil {
 			end, cancel := context.WithTimeout(context.WithoutCancel(ctx), importEndGrace)
