@@ -207,9 +207,7 @@ func (ws *Websocket) writeFrame(op byte, payload []byte, fin bool) error {
 	n += 4
 	buf := make([]byte, n+len(payload))
 	copy(buf, hdr[:n])
-	for i, b := range payload {
-		buf[n+i] = b ^ mask[i&3]
-	}
+	maskBytes(buf[n:], payload, mask)
 	_, err := ws.rwc.Write(buf)
 	return err
 }
@@ -335,11 +333,24 @@ func (ws *Websocket) readFrame() (fin bool, op byte, payload []byte, err error) 
 		return false, 0, nil, unexpected(err)
 	}
 	if masked {
-		for i := range payload {
-			payload[i] ^= mask[i&3]
-		}
+		maskBytes(payload, payload, mask)
 	}
 	return fin, op, payload, nil
+}
+
+// maskBytes writes src XOR the repeated key into dst (which may be src), eight bytes
+// at a time: a closure streamed into an exec's stdin is masked byte by byte otherwise,
+// at about half the speed, on the cores the node's import needs.
+func maskBytes(dst, src []byte, key [4]byte) {
+	k := uint64(binary.LittleEndian.Uint32(key[:]))
+	k |= k << 32
+	i := 0
+	for ; i+8 <= len(src); i += 8 {
+		binary.LittleEndian.PutUint64(dst[i:], binary.LittleEndian.Uint64(src[i:])^k)
+	}
+	for ; i < len(src); i++ {
+		dst[i] = src[i] ^ key[i&3]
+	}
 }
 
 // unexpected turns an EOF inside a frame into io.ErrUnexpectedEOF: only an EOF between

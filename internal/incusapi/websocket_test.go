@@ -415,3 +415,26 @@ func TestWebsocketCloseBoundsItsCloseFrame(t *testing.T) {
 		t.Fatal("a write after Close succeeded")
 	}
 }
+
+func TestMaskBytesIsRFC6455Masking(t *testing.T) {
+	key := [4]byte{0x12, 0x34, 0x56, 0x78}
+	for n := range 21 {
+		src := make([]byte, n)
+		for i := range src {
+			src[i] = byte(i*7 + 1)
+		}
+		want := make([]byte, n)
+		for i, b := range src {
+			want[i] = b ^ key[i%4] // RFC 6455 section 5.3
+		}
+		got := make([]byte, n)
+		maskBytes(got, src, key)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("length %d: got %x, want %x", n, got, want)
+		}
+		maskBytes(src, src, key) // in place, as a read unmasks
+		if !bytes.Equal(src, want) {
+			t.Fatalf("length %d in place: got %x, want %x", n, src, want)
+		}
+	}
+}

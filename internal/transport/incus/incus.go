@@ -2,8 +2,8 @@
 // reached through the Incus REST API (internal/incusapi) over the unix socket or HTTPS.
 // Commands run through one exec session per deploy (a shell on the node fed framed
 // commands over the exec's websockets, session.go), or with an exec with recorded
-// output when no session can be had; closures travel as an export file pushed with the
-// files API and imported on the node; the switch runs detached in systemd
+// output when no session can be had; closures are streamed from the local export into
+// the node's nix-store --import over an exec's stdin (copy.go); the switch runs detached in systemd
 // (internal/transport/remote) and is polled with short execs, so it outlives any API
 // call. It also offers native snapshots as a rollback point before a switch.
 //
@@ -25,6 +25,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 	"github.com/fediversity/terraform-provider-fediversity/internal/transport/remote"
 )
 
@@ -70,6 +71,10 @@ type Transport struct {
 
 	// Commands run through a session and with a recorded exec, for the log and tests.
 	viaSession, viaRecorded atomic.Int64
+
+	// exportPaths writes `nix-store --export` of paths (nixstore.Export); a lab test
+	// wraps it to cut the copy's stream after a given number of bytes.
+	exportPaths func(ctx context.Context, paths []string, w io.Writer) error
 }
 
 var (
@@ -98,6 +103,8 @@ func New(cfg Config) (*Transport, error) {
 		logf:       cfg.Log,
 		switchOpts: switchDefaults(cfg.Switch),
 		noSession:  cfg.RecordedExecOnly,
+
+		exportPaths: nixstore.Export,
 	}, nil
 }
 
@@ -249,8 +256,9 @@ func (t *Transport) Run(ctx context.Context, argv []string, opts deploybody.RunO
 	return t.exec(ctx, argv, strings.Join(opts.Path, ":"), stdin)
 }
 
-// Where files pushed to the node are staged. Closure exports go to /var/tmp (on disk,
-// not a tmpfs: they can be large; they hold nothing secret). A command's stdin (join
+// Where files pushed to the node are staged. importDir (/var/tmp) held closure exports
+// before copies were streamed, and stdin files of older versions: nodeSetupScript
+// still clears the latter from it. A command's stdin (join
 // tokens, kube tokens) goes to stdinDir on /run's tmpfs, in a directory only root can
 // enter: it is never on a disk, so no snapshot or backup of the instance holds it,
 // and a reboot ends it.
