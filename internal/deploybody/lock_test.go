@@ -154,7 +154,7 @@ func TestAcquireWhoseAnswerWasLostLeavesNoLock(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
 	s.node.lockAnswerLost = context.Canceled
 	_, err := s.deploy()
-	deployErr(t, err, PhaseLockNode)
+	wantDeployErr(t, err, PhaseLockNode)
 	if s.node.lockToken != "" {
 		t.Fatalf("the node keeps the lock %q of a run that failed to take it", s.node.lockToken)
 	}
@@ -170,7 +170,7 @@ func TestAcquireWhoseAnswerWasLostKeepsAnotherRunsLock(t *testing.T) {
 	s.node.lockAnswerLost = context.Canceled
 	s.opts.Timings.LockWait = time.Second
 	_, err := s.deploy()
-	deployErr(t, err, PhaseLockNode)
+	wantDeployErr(t, err, PhaseLockNode)
 	if s.node.lockToken != "another-run" {
 		t.Fatalf("another run's lock was replaced by %q", s.node.lockToken)
 	}
