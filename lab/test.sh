@@ -234,7 +234,11 @@ tofu_path() { wait_for build-tofu && tail -1 "$logs/build-tofu.log"; }
 
 pids=()
 if [ "$mode" = all ]; then
-  ( suite "unit and lab" go test -json -count=1 -timeout 40m $(go list ./... | grep -v -e '/internal/k8s$' -e '/internal/spire$') ) &
+  # The unit suite starts once the acceptance test binaries are built: the nodes suites
+  # are the run's longest, and its own compiling would take half the CPU from their
+  # binaries' (it ends long before them all the same).
+  ( wait_for build-provider-tests || true
+    suite "unit and lab" go test -json -count=1 -timeout 40m $(go list ./... | grep -v -e '/internal/k8s$' -e '/internal/spire$') ) &
   pids+=($!)
   ( wait_for k8s-parts || { blocked "k8s and SPIRE lab" "Kubernetes or SPIRE"; exit 1; }
     suite "k8s and SPIRE lab" go test -json -count=1 -timeout 40m ./internal/k8s/ ./internal/spire/ ) &

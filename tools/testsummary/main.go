@@ -98,6 +98,9 @@ func runCommand(args []string, out io.Writer) (int, error) {
 	if err := result.Save(*record); err != nil {
 		return 0, err
 	}
+	for _, t := range result.Slowest {
+		fmt.Fprintf(out, "slow: %8s  %s\n", t.Elapsed.Round(time.Second), t.Test)
+	}
 	fmt.Fprintf(out, "--- %s: %s\n", result.Suite, result.Counts())
 	if result.Failed > 0 {
 		return 1, nil

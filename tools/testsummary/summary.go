@@ -19,6 +19,7 @@ type event struct {
 	Package     string
 	Test        string
 	Output      string
+	Elapsed     float64 // seconds, on a test's pass, fail and skip events
 	FailedBuild string // set on a package's fail event when its test binary did not build
 }
 
@@ -33,6 +34,7 @@ type Suite struct {
 	Skipped   int
 	Skips     []Skip   // every skipped test, with its reason
 	Failures  []string // every failed test (package/Test), and packages that failed outside a test
+	Slowest   []Timed  // the suite's slowest top-level tests, slowest first (at most slowestKept)
 	ExitError string   `json:",omitempty"`
 }
 
@@ -41,6 +43,16 @@ type Skip struct {
 	Test   string // package/Test, the package relative to the module when it can be
 	Reason string
 }
+
+// Timed is one top-level test and how long it ran.
+type Timed struct {
+	Test    string
+	Elapsed time.Duration
+}
+
+// slowestKept is how many of a suite's slowest tests are kept: enough to say where a
+// suite's time goes when CI's time grows, few enough to read.
+const slowestKept = 12
 
 // Counts is the suite's line in the log, in the same words as the last line of the report.
 func (s Suite) Counts() string {
@@ -79,6 +91,7 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 		case "pass":
 			if e.Test != "" {
 				s.Passed++
+				s.timed(e)
 			}
 			delete(buffered, key)
 		case "skip":
@@ -91,6 +104,7 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 			if e.Test != "" {
 				s.Failed++
 				s.Failures = append(s.Failures, name(e))
+				s.timed(e)
 				failedIn[e.Package] = true
 				if !verbose {
 					for _, o := range buffered[key] {
@@ -114,6 +128,19 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 		s.Failures = append(s.Failures, "reading go test output: "+err.Error())
 	}
 	return s
+}
+
+// timed keeps a top-level test's time when it is among the slowest (subtests are in
+// their parent's).
+func (s *Suite) timed(e event) {
+	if strings.Contains(e.Test, "/") {
+		return
+	}
+	s.Slowest = append(s.Slowest, Timed{Test: name(e), Elapsed: time.Duration(e.Elapsed * float64(time.Second))})
+	sort.SliceStable(s.Slowest, func(i, j int) bool { return s.Slowest[i].Elapsed > s.Slowest[j].Elapsed })
+	if len(s.Slowest) > slowestKept {
+		s.Slowest = s.Slowest[:slowestKept]
+	}
 }
 
 // quietPackageLine drops the package-level lines plain `go test` does not print either.

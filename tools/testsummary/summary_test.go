@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -173,5 +174,32 @@ func TestRunFailsWhenTheCommandFails(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "not json") {
 		t.Errorf("a line that is not JSON was not passed through: %q", out.String())
+	}
+}
+
+// The slowest top-level tests are kept, slowest first, so a suite's log says where its
+// time went; subtests count in their parent's time only. The stream is written here, as
+// the fixtures' tests all ran in no time.
+func TestReadKeepsTheSlowestTests(t *testing.T) {
+	var in strings.Builder
+	for i := 1; i <= slowestKept+2; i++ {
+		fmt.Fprintf(&in, `{"Action":"pass","Package":"example.test/tp","Test":"Test%02d","Elapsed":%d}`+"\n", i, i)
+	}
+	in.WriteString(`{"Action":"pass","Package":"example.test/tp","Test":"Test01/sub","Elapsed":999}` + "\n")
+	in.WriteString(`{"Action":"fail","Package":"example.test/tp","Test":"TestFailsSlowly","Elapsed":500}` + "\n")
+	s := Read(strings.NewReader(in.String()), io.Discard, false)
+	if len(s.Slowest) != slowestKept {
+		t.Fatalf("kept %d tests, want %d: %+v", len(s.Slowest), slowestKept, s.Slowest)
+	}
+	if s.Slowest[0].Test != "example.test/tp.TestFailsSlowly" || s.Slowest[0].Elapsed != 500*time.Second {
+		t.Errorf("slowest = %+v, want the failed test at 500s (failures count too)", s.Slowest[0])
+	}
+	if s.Slowest[1].Test != "example.test/tp.Test14" || s.Slowest[len(s.Slowest)-1].Test != "example.test/tp.Test04" {
+		t.Errorf("slowest = %+v, want Test14 down to Test04", s.Slowest)
+	}
+	for _, x := range s.Slowest {
+		if strings.HasSuffix(x.Test, "/sub") {
+			t.Errorf("a subtest is kept: %+v", x)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package ssh
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -121,7 +122,10 @@ func TestLabDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mustClose(t, tr)
-	ctx := tctx(t)
+	// One bound for the whole test: its steps (copies, switches of up to 2 minutes each,
+	// polls) run one after the other, and on a loaded CI machine they take longer than
+	// tctx's 2 minutes together.
+	ctx := labCtx(t)
 	sh := func(script string) string {
 		t.Helper()
 		res, err := tr.Run(ctx, []string{"/bin/sh", "-c", script}, deploybody.RunOptions{})
@@ -285,7 +289,10 @@ func TestLabClosureScenarios(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mustClose(t, tr)
-	ctx := tctx(t)
+	// One bound for the whole test: its steps (copies, switches of up to 2 minutes each,
+	// polls) run one after the other, and on a loaded CI machine they take longer than
+	// tctx's 2 minutes together.
+	ctx := labCtx(t)
 	show := func(t *testing.T, unit string) map[string]string {
 		t.Helper()
 		res, err := tr.Run(ctx, []string{"systemctl", "show", "-p", "ActiveState,SubState,Result,NRestarts,ExecMainStatus,ConditionResult,InvocationID", unit}, deploybody.RunOptions{})
@@ -391,4 +398,11 @@ func TestLabClosureScenarios(t *testing.T) {
 			t.Fatalf("is-system-running = %q after switching back to good", s)
 		}
 	})
+}
+
+// labCtx bounds a whole lab test that runs several switches in turn.
+func labCtx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	return c
 }
