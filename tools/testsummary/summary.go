@@ -20,7 +20,7 @@ type event struct {
 	Test        string
 	Output      string
 	Elapsed     float64 // seconds, on a test's pass, fail and skip events
-	FailedBuild string // set on a package's fail event when its test binary did not build
+	FailedBuild string  // set on a package's fail event when its test binary did not build
 }
 
 // Suite is what one suite proved. It is saved as JSON so `report` can add up the suites
