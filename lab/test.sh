@@ -90,10 +90,10 @@ wait_for() { # wait_for NAME: 0 when NAME ended well; otherwise its log's tail a
 background lab bash lab/lab.sh up
 mark "building the parts in the background (cached: no-op)"
 export FEDIVERSITY_BUILD_NICE=0
-early=()
+declare -A early=()
 background_early() { # background_early NAME CMD…: as background, niced to 19 until the lab is up
   local name=$1; shift
-  background "$name" nice -n 19 "$@"; early+=($!)
+  background "$name" nice -n 19 "$@"; early[$name]=$!
 }
 renice_tree() { # renice_tree PRIO PID: PID and every process below it
   renice -n "$1" -p "$2" >/dev/null 2>&1 || true
@@ -118,9 +118,19 @@ if [ "$mode" = all ]; then
 fi
 wait_for lab
 mark "lab up"
-# The parts and the test binary at the run's priority from now on (lowering a niceness
-# needs root, as the lab does; without it they stay niced).
-for pid in "${early[@]}"; do renice_tree 0 "$pid"; done
+# What the nodes suites (the run's longest) wait for at the run's priority from now on:
+# the acceptance test binaries and OpenTofu. The Kubernetes, real node and SPIRE parts
+# stay niced until both are built, as their suites are shorter: on a cold machine, at
+# equal priority, the four builds shared the two cores and the nodes suites started
+# 40 minutes in. (Lowering a niceness needs root, as the lab does; without it they stay
+# niced.)
+for name in build-tofu build-provider-tests; do
+  [ -z "${early[$name]:-}" ] || renice_tree 0 "${early[$name]}"
+done
+( for name in build-tofu build-provider-tests; do
+    [ -z "${early[$name]:-}" ] || wait_for "$name" 2>/dev/null || true
+  done
+  for name in build-k8s build-node build-spire; do renice_tree 0 "${early[$name]}"; done ) &
 # The sudo tests install Debian's sudo into a throwaway node (the image has none and
 # the nodes reach no mirror); cached outside the clone, like the image.
 sudo_debs=${FEDIVERSITY_CACHE:-/var/cache/fediversity}/lab-sudo

@@ -51,6 +51,13 @@ type Reboot struct {
 	Why string
 	// BootDuration is from the reboot's command to the node's first answer after it.
 	BootDuration time.Duration
+	// OneShotEntry is the boot entry the node booted once (the new system's), and
+	// DefaultEntry the one that stayed the default meanwhile (the previous system's);
+	// both "" when the boot loader could not boot once, and NoOneShot says why
+	// (boot_once.go).
+	OneShotEntry, DefaultEntry, NoOneShot string
+	// DefaultSystem is the system DefaultEntry boots.
+	DefaultSystem string
 }
 
 // inhibitorRefusal is nixpkgs' message of a switch its pre-switch checks refuse.
@@ -123,19 +130,20 @@ case "$s" in initializing|starting) echo "booting $s" ;; *) echo "booted $(readl
 // setBootEntry makes the node boot toplevel at its next boot: switch-to-configuration
 // boot through the transport's switch (which takes the Incus snapshot guard's rollback
 // point first), then the system profile (FinalizeBoot), so both agree.
-func (e *runEnv) setBootEntry(ctx context.Context, toplevel string) (SwitchResult, error) {
+func (e *runEnv) setBootEntry(ctx context.Context, toplevel string) (SwitchResult, int, error) {
 	sr, err := e.t.Switch(ctx, toplevel, string(ActivationBoot), e.o.Timings.SwitchTimeout)
 	if err != nil {
-		return sr, withHint(fmt.Errorf("switch-to-configuration boot: %w", err), "the node runs its previous system; read its journal, then apply again")
+		return sr, 0, withHint(fmt.Errorf("switch-to-configuration boot: %w", err), "the node runs its previous system; read its journal, then apply again")
 	}
 	if sr.ExitCode != 0 {
-		return sr, withHint(fmt.Errorf("switch-to-configuration boot exited %d: %s", sr.ExitCode, firstLine(sr.Stderr, "no output")),
+		return sr, 0, withHint(fmt.Errorf("switch-to-configuration boot exited %d: %s", sr.ExitCode, firstLine(sr.Stderr, "no output")),
 			"the node runs its previous system and its boot entry may not be set; read the output, then apply again")
 	}
-	if _, err := e.t.FinalizeBoot(ctx, toplevel); err != nil {
-		return sr, withHint(fmt.Errorf("setting the system profile to %s: %w", toplevel, err), "the node runs its previous system; apply again")
+	gen, err := e.t.FinalizeBoot(ctx, toplevel)
+	if err != nil {
+		return sr, 0, withHint(fmt.Errorf("setting the system profile to %s: %w", toplevel, err), "the node runs its previous system; apply again")
 	}
-	return sr, nil
+	return sr, gen, nil
 }
 
 // rebootInto sets the boot entry to toplevel, reboots the node and waits (node_wait)
@@ -143,11 +151,19 @@ func (e *runEnv) setBootEntry(ctx context.Context, toplevel string) (SwitchResul
 // emptied /run, and the lock with it) and checks that it booted toplevel.
 func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nodeLock) (SwitchResult, Reboot, error) {
 	rb := Reboot{Why: why}
-	sr, err := e.setBootEntry(ctx, toplevel)
+	// The boot loader's default before this run: it stays the default for the boot.
+	previous, err := e.readPreviousDefault(ctx)
+	if err != nil {
+		return SwitchResult{}, rb, withHint(err, "the node runs its previous system and has not rebooted: apply again")
+	}
+	sr, _, err := e.setBootEntry(ctx, toplevel)
 	if err != nil {
 		return sr, rb, err
 	}
 	if err := e.confirmLock(ctx, lock); err != nil {
+		return sr, rb, err
+	}
+	if err := e.bootOnce(ctx, toplevel, previous, &rb); err != nil {
 		return sr, rb, err
 	}
 	token := newToken()
@@ -169,7 +185,17 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 		if booted != "" {
 			rb.BootDuration = e.o.Clock.Now().Sub(start)
 			if err := e.relock(ctx, lock); err != nil {
-				return sr, rb, err
+				if lock.lostError(e.o.Node) != nil || ctx.Err() != nil {
+					return sr, rb, err
+				}
+				// The node answered from its new boot, then could not be reached: a boot
+				// that does not stay up is waited out like one that never came.
+				rb.BootDuration = 0
+				lastSeen = "the node answered from its new boot, then: " + err.Error()
+				if !e.o.Clock.Now().Before(deadline) {
+					break
+				}
+				continue
 			}
 			if booted != toplevel {
 				return sr, rb, withHint(fmt.Errorf("the node rebooted into %s, not the new toplevel %s", describeSystem(booted), toplevel),
@@ -182,6 +208,11 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 			break
 		}
 	}
+	if rb.OneShotEntry != "" {
+		return sr, rb, withHint(notBack(e.o.Timings.NodeWait, lastSeen),
+			"the new system was booted once (one-shot boot entry): power the node off and on, and it boots its previous system, its default entry "+rb.DefaultEntry+
+				"; an Incus node's rollback point is restored. Raise timings.node_wait if it boots slowly")
+	}
 	return sr, rb, NotBackError(e.o.Timings.NodeWait, lastSeen)
 }
 
@@ -193,8 +224,12 @@ var ErrNotBack = errors.New("the node did not come back")
 // NotBackError is the run's error for a node that did not come back from its reboot
 // within wait; lastSeen is the last thing seen of it.
 func NotBackError(wait time.Duration, lastSeen string) error {
-	return withHint(fmt.Errorf("%w after a reboot: %w within node_wait (%s); last seen: %s", ErrUnreachable, ErrNotBack, wait, lastSeen),
-		"the node boots the new system: reach its console; an Incus node's rollback point is restored. Raise timings.node_wait if it boots slowly")
+	return withHint(notBack(wait, lastSeen),
+		"the node boots the new system (its boot loader has no one-shot entry): reach its console; an Incus node's rollback point is restored. Raise timings.node_wait if it boots slowly")
+}
+
+func notBack(wait time.Duration, lastSeen string) error {
+	return fmt.Errorf("%w after a reboot: %w within node_wait (%s); last seen: %s", ErrUnreachable, ErrNotBack, wait, lastSeen)
 }
 
 // bootAnswer asks the node, over a connection the transport makes anew after the
@@ -251,6 +286,16 @@ func activationNote(a Activation, rb *Reboot) string {
 		return "boot entry set only: the node runs the new system at its next boot; nothing that needs it running was judged"
 	}
 	return "switched"
+}
+
+// verdictActivation is the verdict's sentence of how the node came to run the system,
+// with what became of its boot entry after a reboot (ok: the verdict's).
+func verdictActivation(a Activation, rb *Reboot, ok bool) string {
+	note := activationNote(a, rb)
+	if s := oneShotNote(rb, ok); s != "" {
+		note += "; " + s
+	}
+	return note
 }
 
 // bootOnlyVerdict is the verdict of a boot-only activation: it judged nothing that

@@ -182,7 +182,11 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseVerdict, func(ctx context.Context) (note string, err error) {
-			note, f.failed = e.verdict(ctx, f.res.Verdict)
+			note, f.failed = e.verdict(ctx, f.res.Verdict, f.res.Reboot)
+			if f.res.Verdict != nil && f.res.Reboot != nil && !e.verdictOnly {
+				// What becomes of the boot entry depends on the verdict (boot_once.go).
+				f.res.Verdict.Activation = verdictActivation(e.o.Activation, f.res.Reboot, f.failed == nil)
+			}
 			return note, nil
 		}},
 		{PhaseReport, func(ctx context.Context) (string, error) {

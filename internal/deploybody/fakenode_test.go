@@ -413,6 +413,7 @@ func (n *fakeNode) FinalizeBoot(ctx context.Context, toplevel string) (int, erro
 		n.gen++
 		n.profile = toplevel
 	}
+	n.boots.pinned = "" // ReleaseBootPin
 	return n.gen, nil
 }
 
@@ -422,6 +423,8 @@ func (n *fakeNode) RevertBoot(ctx context.Context, running string) error {
 		return errFakeUnreachable
 	}
 	n.profile = running
+	n.boots.entry = running // its switch-to-configuration boot
+	n.boots.pinned = ""     // ReleaseBootPin
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package deploybody
 
 import (
+	"path"
 	"strings"
 	"time"
 )
@@ -22,6 +23,30 @@ type fakeBoot struct {
 	marker  string            // /run/fediversity/reboot-pending
 	until   time.Time         // the reboot's end, while it runs
 	count   int               // reboots done
+	// The Boot Loader Interface (boot_once.go): oneShot is a boot loader that boots an
+	// entry once (bootctl, systemd-boot); once is the entry booted at the next boot
+	// only (LoaderEntryOneShot), pinned the default a run pinned (LoaderEntryDefault,
+	// BootPinFile). Entries are named after their toplevels.
+	oneShot bool
+	once    string
+	pinned  string
+	next    string // the system the boot under way runs (chooseBoot)
+	// diesOnceUp: the booted system answers once, then powers the node off.
+	diesOnceUp bool
+}
+
+// chooseBoot is the boot loader at the start of a boot: the one-shot entry (read
+// once, whether or not the boot then comes up), else the pinned default, else the
+// default entry.
+func (n *fakeNode) chooseBoot() {
+	switch {
+	case n.boots.once != "":
+		n.boots.next, n.boots.once = n.boots.once, ""
+	case n.boots.pinned != "":
+		n.boots.next = n.boots.pinned
+	default:
+		n.boots.next = n.boots.entry
+	}
 }
 
 func (n *fakeNode) rebooting() bool {
@@ -37,7 +62,7 @@ func (n *fakeNode) bootIfDue() {
 	}
 	n.boots.until, n.boots.marker, n.lockToken = time.Time{}, "", ""
 	n.boots.count++
-	next := n.boots.entry
+	next := n.boots.next
 	if n.boots.ignores || next == "" {
 		next = n.running
 	}
@@ -61,8 +86,23 @@ func (n *fakeNode) kernelOf(toplevel string) string {
 	return "/nix/store/00000000000000000000000000000000-linux-6.12"
 }
 
+// fakeEntry is the fake boot loader's entry of a toplevel.
+func fakeEntry(toplevel string) string { return "entry-" + path.Base(toplevel) + ".conf" }
+
+// fakeSystem is the toplevel of a fake entry.
+func fakeSystem(entry string) string {
+	return "/nix/store/" + strings.TrimSuffix(strings.TrimPrefix(entry, "entry-"), ".conf")
+}
+
 // rebootCall answers the activation's scripts; ok is false for any other command.
 func (n *fakeNode) rebootCall(argv []string) (RunResult, bool) {
+	if len(argv) == 3 && argv[0] == "sh" && argv[2] == previousDefaultScript {
+		pinned := ""
+		if n.boots.pinned != "" {
+			pinned = fakeEntry(n.boots.pinned)
+		}
+		return RunResult{Stdout: []byte(n.profile + "\n" + pinned + "\n")}, true
+	}
 	if len(argv) < 5 || argv[0] != "sh" {
 		return RunResult{}, false
 	}
@@ -83,10 +123,30 @@ func (n *fakeNode) rebootCall(argv []string) (RunResult, bool) {
 			takes = 10 * time.Second
 		}
 		n.boots.until = n.clock.now.Add(takes)
+		n.chooseBoot()
 		return RunResult{}, true
+	case bootOnceScript:
+		if !n.boots.oneShot {
+			return RunResult{Stdout: []byte("none systemd-boot is not installed\n")}, true
+		}
+		old := argv[5]
+		if argv[6] != "" {
+			old = fakeSystem(argv[6])
+		}
+		if old == "" {
+			return RunResult{Stdout: []byte("none no boot entry boots the previous system\n")}, true
+		}
+		if old == argv[4] {
+			return RunResult{Stdout: []byte("none " + alreadyDefault + "\n")}, true
+		}
+		n.boots.once, n.boots.pinned = argv[4], old
+		return RunResult{Stdout: []byte("oneshot " + fakeEntry(argv[4]) + " " + fakeEntry(old) + " " + old + "\n")}, true
 	case bootAnswerScript:
 		if n.boots.marker == argv[4] {
 			return RunResult{Stdout: []byte("pending\n")}, true
+		}
+		if n.boots.diesOnceUp {
+			n.unreachable = true
 		}
 		return RunResult{Stdout: []byte("booted " + strings.TrimSpace(n.boots.booted) + "\n")}, true
 	}

@@ -20,6 +20,18 @@ func (e *runEnv) finalizeBootEntry(ctx context.Context, res Result, toplevel str
 	// does not point at what it runs yet (an unfinished deploy, planned again), never
 	// one that boots the new system with no verdict of it on record.
 	e.recordVerdict(ctx, res, toplevel, lock)
+	if rb := res.Reboot; rb != nil && rb.OneShotEntry != "" && verdictFailed != nil {
+		// Booted once, judged failed: the boot entry goes back to the previous default
+		// (the profile too, and the pin is released), as the verdict says. The node
+		// runs the new system until its next boot; the next plan sees the node running
+		// what it does not boot.
+		if err := e.t.RevertBoot(ctx, rb.DefaultSystem); err != nil {
+			return 0, "", withHint(fmt.Errorf("pointing the boot entry back at the previous system %s: %w (the verdict fails the node: %s)", rb.DefaultSystem, err, strings.Join(res.Verdict.Reasons, "; ")),
+				"the boot loader's default stays pinned to the previous system while the pin holds; apply again, or run its switch-to-configuration boot on the node")
+		}
+		e.warn(ctx, PhaseFinalizeBootEntry, fmt.Sprintf("the verdict failed after the reboot: the node runs %s until its next boot, then boots its previous system %s (the boot entry points back at it)", toplevel, rb.DefaultSystem))
+		return 0, "boot entry back at the previous system " + rb.DefaultSystem, nil
+	}
 	generation, err := e.t.FinalizeBoot(ctx, toplevel)
 	if err != nil {
 		err = fmt.Errorf("setting the system profile and boot entry to %s: %w", toplevel, err)

@@ -37,7 +37,7 @@ func (e *runEnv) classify(ctx context.Context, in judgeIn, checks *checkRun) (*V
 
 // verdict decides the verdict v: it fills in its reasons and whether it is OK, and
 // returns the failure it gives the run (returned only in conclude), nil when none.
-func (e *runEnv) verdict(ctx context.Context, v *Verdict) (note string, failed error) {
+func (e *runEnv) verdict(ctx context.Context, v *Verdict, rb *Reboot) (note string, failed error) {
 	reasons, fails := decide(v)
 	v.Reasons = reasons
 	v.OK = !fails
@@ -46,7 +46,7 @@ func (e *runEnv) verdict(ctx context.Context, v *Verdict) (note string, failed e
 			Node:  e.o.Node,
 			Phase: PhaseVerdict,
 			Err:   errors.New("the verdict fails the node: " + strings.Join(reasons, "; ")),
-			Hint:  e.verdictHint(v),
+			Hint:  e.verdictHint(v, rb),
 		}
 	}
 	for _, reason := range reasons {
@@ -58,7 +58,7 @@ func (e *runEnv) verdict(ctx context.Context, v *Verdict) (note string, failed e
 	return "ok", nil
 }
 
-func (e *runEnv) verdictHint(v *Verdict) string {
+func (e *runEnv) verdictHint(v *Verdict, rb *Reboot) string {
 	if v.Unreachable {
 		return "check that the node is running and reachable; the verdict could not be taken"
 	}
@@ -68,7 +68,7 @@ func (e *runEnv) verdictHint(v *Verdict) string {
 			"fix the service and apply again; strict = false keeps the result but only warns"
 	}
 	if !e.verdictOnly {
-		hint = "the node keeps the new boot entry; " + hint
+		hint = BootEntryAfterFailedVerdict(rb) + "; " + hint
 	}
 	return hint
 }

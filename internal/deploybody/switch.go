@@ -37,7 +37,7 @@ func (e *runEnv) activate(ctx context.Context, toplevel, previous string, lock *
 	switch e.o.Activation {
 	case ActivationBoot:
 		out.started, out.bootOnly = true, true
-		sr, err := e.setBootEntry(ctx, toplevel)
+		sr, _, err := e.setBootEntry(ctx, toplevel)
 		out.result = sr
 		if err != nil {
 			return out, "", err

@@ -318,10 +318,10 @@ func foreseeReboot(ctx context.Context, opts *deploybody.Options, t deploybody.T
 
 func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
 	if restoreErr != nil {
-		return fmt.Errorf("the node did not answer after the switch, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)",
-			g.Taken(), restoreErr, g.Instance(), g.Taken())
+		return fmt.Errorf("the node did not answer after %s, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)",
+			g.LostAfter(), g.Taken(), restoreErr, g.Instance(), g.Taken())
 	}
-	return fmt.Errorf("the node did not answer after the switch: snapshot %s was restored and the instance started again; it runs its previous system", g.Taken())
+	return fmt.Errorf("the node did not answer after %s: snapshot %s was restored and the instance started again; it runs its previous system", g.LostAfter(), g.Taken())
 }
 
 // setBuild makes opts build the node as the provider does: its node plan goes to the

@@ -53,6 +53,26 @@ let
     touch $d/$unit.done
     if [ -n "$product" ]; then echo s3cret > "$product.tmp" && mv "$product.tmp" "$product"; fi
     SH
+    # bootctl: the lab's stand-in boot loader, as systemd's bootctl answers for
+    # systemd-boot (activation reboot's one-shot entry). The Boot Loader Interface's
+    # EFI variables are files in /var/lib/fediversity-standin-efi (they outlive a
+    # reboot, as EFI variables do); the stand-in stage 2 reads them at boot
+    # (switch-to-configuration.sh).
+    cat > $out/bin/bootctl <<'SH'
+    #!/bin/sh
+    efi=/var/lib/fediversity-standin-efi
+    case "''${1:-}" in
+    is-installed) echo yes ;;
+    --print-boot-path) echo /boot ;;
+    set-default | set-oneshot)
+      v=LoaderEntryDefault; [ "$1" = set-oneshot ] && v=LoaderEntryOneShot
+      mkdir -p $efi
+      if [ -z "''${2:-}" ]; then rm -f $efi/$v; exit 0; fi
+      [ -f "/boot/loader/entries/$2" ] || { echo "bootctl: no boot loader entry $2" >&2; exit 1; }
+      echo "$2" > $efi/$v.tmp && mv $efi/$v.tmp $efi/$v ;;
+    *) echo "bootctl (lab stand-in): not supported: $*" >&2; exit 1 ;;
+    esac
+    SH
     chmod +x $out/bin/*
   '' { };
 
@@ -203,8 +223,9 @@ in
   # Reboots (activation): the healthy units on kernel 6.12 (kernel-a, kernel-a-v2: the
   # same kernel, another toplevel) and on kernel 6.18 (kernel-b); with a switch
   # inhibitor (inhibitor-a, inhibitor-b: its value changes, so a switch between them is
-  # refused); and a unit that fails only once its system is booted (boot-fails, kernel
-  # 6.18: fedi-boot-only.service fails when /run/booted-system is this toplevel).
+  # refused); a unit that fails only once its system is booted (boot-fails, kernel
+  # 6.18: fedi-boot-only.service fails when /run/booted-system is this toplevel); and a
+  # boot that never comes up (boot-bricks).
   kernel-a = toplevel { scenario = "kernel-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; };
   kernel-a-v2 = toplevel { scenario = "kernel-a"; version = "2"; units = base "2"; wants = baseWants; kernel = linux "6.12"; };
   kernel-b = toplevel { scenario = "kernel-b"; units = base "2"; wants = baseWants; kernel = linux "6.18"; };
@@ -220,6 +241,21 @@ in
       };
     };
     wants = baseWants ++ [ "fedi-boot-only.service" ];
+    kernel = linux "6.18";
+  };
+  # A system whose boot never comes up: once booted (/run/booted-system is this
+  # toplevel) fedi-brick.service powers the node off, so it never answers again
+  # until someone starts it (activation reboot: the one-shot entry, the Incus restore).
+  boot-bricks = toplevel {
+    scenario = "boot-bricks";
+    units = base "2" // {
+      "fedi-brick.service" = service {
+        type = "oneshot";
+        exec = "/bin/sh -c 'if [ \"$(readlink -f /run/booted-system)\" = @out@ ]; then systemctl poweroff --no-block; fi'";
+        extraService = "RemainAfterExit=yes";
+      };
+    };
+    wants = baseWants ++ [ "fedi-brick.service" ];
     kernel = linux "6.18";
   };
 

@@ -7,10 +7,13 @@
 #                 had and this one has not), daemon-reload, start the units the closure
 #                 wants (restart the ones whose unit file changed), and report failures:
 #                 "warning: the following units failed: a.service b.service" and exit 4.
-#   boot          records $out as the boot entry (/nix/var/nix/fediversity-boot-entry), and
-#                 installs fediversity-stage2.service, which boots that entry at the node's
-#                 next boot (what NixOS' boot loader and stage 2 do): /run/booted-system
-#                 and /run/current-system point at it, its units start.
+#   boot          records $out as the boot entry (/nix/var/nix/fediversity-boot-entry, and
+#                 a systemd-boot style entry in /boot/loader/entries, loader.conf's
+#                 default), and installs fediversity-stage2.service, which boots an entry
+#                 at the node's next boot (what the boot loader and NixOS' stage 2 do): the
+#                 one-shot entry, else the pinned default, else loader.conf's (the stand-in
+#                 bootctl in the closure's sw/bin sets the first two);
+#                 /run/booted-system and /run/current-system point at it, its units start.
 #   stage2        (that service) /run/booted-system := $out, then as switch.
 #   dry-activate  prints what it would start.
 # A switch whose $out/etc/switch-inhibitors differs from the running system's is refused
@@ -46,17 +49,40 @@ wanted_units() {
 }
 
 if [ "$action" = boot ]; then
-	mkdir -p /nix/var/nix
+	mkdir -p /nix/var/nix /boot/loader/entries
 	echo "$out" >/nix/var/nix/fediversity-boot-entry.tmp &&
 		mv /nix/var/nix/fediversity-boot-entry.tmp /nix/var/nix/fediversity-boot-entry
+	# A boot loader entry per system booted, as NixOS writes them for systemd-boot
+	# (kept, as generations are), and loader.conf's default: the last one.
+	id=nixos-$(basename "$out" | cut -c1-32).conf
+	printf 'title fediversity lab stand-in\nversion %s\noptions init=%s/init\n' "$(cat "$out/nixos-version")" "$out" >"/boot/loader/entries/$id.tmp" &&
+		mv "/boot/loader/entries/$id.tmp" "/boot/loader/entries/$id"
+	printf 'default %s\n' "$id" >/boot/loader/loader.conf.tmp && mv /boot/loader/loader.conf.tmp /boot/loader/loader.conf
+	# The stand-in firmware and boot loader: which system a boot runs. The one-shot
+	# entry (read once: it is gone for the boot after), else the default a deploy
+	# pinned, else loader.conf's default (bootctl, in the closure's sw/bin, sets the
+	# first two).
+	cat >/etc/fediversity-standin-firmware.tmp <<'FIRMWARE'
+#!/bin/sh
+efi=/var/lib/fediversity-standin-efi
+id=$(cat $efi/LoaderEntryOneShot 2>/dev/null)
+rm -f $efi/LoaderEntryOneShot
+[ -n "$id" ] || id=$(cat $efi/LoaderEntryDefault 2>/dev/null)
+[ -n "$id" ] || id=$(sed -n 's/^default //p' /boot/loader/loader.conf 2>/dev/null)
+e=$(sed -n 's|^options init=\(/nix/store/[^ ]*\)/init.*|\1|p' "/boot/loader/entries/$id" 2>/dev/null)
+[ -n "$e" ] || e=$(cat /nix/var/nix/fediversity-boot-entry)
+echo "stand-in boot loader: entry ${id:-none}, system $e" >&2
+exec "$e/bin/switch-to-configuration" stage2
+FIRMWARE
+	mv /etc/fediversity-standin-firmware.tmp /etc/fediversity-standin-firmware
 	cat >/etc/systemd/system/fediversity-stage2.service.tmp <<'UNIT'
 [Unit]
-Description=fediversity lab stand-in of NixOS stage 2: run the boot entry's system
+Description=fediversity lab stand-in of the boot loader and NixOS stage 2: run the boot entry's system
 After=local-fs.target
 [Service]
 Type=oneshot
 RemainAfterExit=yes
-ExecStart=/bin/sh -c 'e=$(cat /nix/var/nix/fediversity-boot-entry) && exec "$e/bin/switch-to-configuration" stage2'
+ExecStart=/bin/sh /etc/fediversity-standin-firmware
 [Install]
 WantedBy=multi-user.target
 UNIT

@@ -45,8 +45,9 @@ func verdictString(name string, want knownvalue.Check) statecheck.StateCheck {
 }
 
 // kernel-a, switched; kernel-b (a new kernel) with reboot-if-needed: the node reboots
-// into it, /run/booted-system is kernel-b, the verdict says why and how long the boot
-// took, and the next plan is empty; then kernel-a-v2 with activation boot: the boot
+// into it (booted once, from the stand-in boot loader's one-shot entry), /run/booted-system
+// is kernel-b, the verdict says why, how long the boot took and that the new system is
+// the default entry now, and the next plan is empty; then kernel-a-v2 with activation boot: the boot
 // entry only, the node keeps running kernel-b, and the next plan is empty too.
 func TestAccNodeSwitchActivationReboot(t *testing.T) {
 	acctest.Lab(t)
@@ -78,7 +79,7 @@ func TestAccNodeSwitchActivationReboot(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					verdictBool("ok", true),
 					verdictBool("rebooted", true),
-					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(kernel, initrd, kernel-modules changed\); boot took \d`))),
+					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(kernel, initrd, kernel-modules changed\); boot took \d.*; booted once from a one-shot boot entry; the new system is the default entry now that the verdict is ok$`))),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("toplevel"), knownvalue.StringExact(kernelB)),
 				},
 				Check: resource.ComposeTestCheckFunc(nodeLinkIs("/run/booted-system", kernelB), nodeLinkIs("/run/current-system", kernelB)),
@@ -137,6 +138,66 @@ func TestAccNodeSwitchPlanSaysReboot(t *testing.T) {
 				PlanOnly:           true,
 				ExpectNonEmptyPlan: true,
 				ConfigPlanChecks:   plannedReboots("asked to"),
+			},
+		},
+	})
+}
+
+// incusRebootConfig is activationConfig over the Incus API, with a snapshot rollback
+// point, and a node_wait of its own.
+func incusRebootConfig(node labtest.Node, toplevel, activation, nodeWait string) string {
+	return acctest.Config(acctest.LabProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node       = %q
+  toplevel   = %q
+  activation = %q
+%s
+  snapshot {
+    keep = 3
+  }
+  timings {
+    node_wait       = %q
+    settle          = "1s"
+    watch           = "4s"
+    sample_interval = "1s"
+  }
+}
+`, node.Name, toplevel, activation, incusBlock(node), nodeWait))
+}
+
+// Over Incus, a system whose boot never comes up (boot-bricks powers the node off once
+// booted): the run waits node_wait, restores the rollback point taken before the boot
+// entry was set, keeps the bricked state aside as a snapshot, and the apply fails
+// saying so, after the reboot. The node then runs and boots its previous system, and
+// the next plan deploys the bricked system again (nothing claims it took).
+func TestAccNodeSwitchIncusRebootNeverBackRestoresSnapshot(t *testing.T) {
+	acctest.Lab(t)
+	kernelA := labtest.BuildClosure(t, "kernel-a")
+	bricks := labtest.BuildClosure(t, "boot-bricks")
+	node := labtest.NewInstance(t, "acc-incus-reboot-brick")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: incusRebootConfig(node, kernelA, "switch", "60s")},
+			{
+				Config:      incusRebootConfig(node, bricks, "reboot", "40s"),
+				ExpectError: regexp.MustCompile(`(?s)unreachable\s+after\s+the\s+reboot:\s+snapshot\s+fediversity-gen-\d+\s+restored.*kept\s+as\s+snapshot\s+fediversity-bricked-`),
+			},
+			{
+				PreConfig: func() {
+					got := strings.Fields(nodeExec(t, node, "readlink -f /run/current-system /run/booted-system /nix/var/nix/profiles/system"))
+					if len(got) != 3 || got[0] != kernelA || got[1] != kernelA || got[2] != kernelA {
+						t.Errorf("after the restore the node runs, booted and boots %q, want %s", got, kernelA)
+					}
+					snaps := labtest.Incus(t, "snapshot", "list", node.Instance, "--format", "csv", "-c", "n")
+					if !strings.Contains(snaps, "fediversity-bricked-") {
+						t.Errorf("no fediversity-bricked-* snapshot kept aside; snapshots: %s", snaps)
+					}
+				},
+				Config:             incusRebootConfig(node, bricks, "reboot", "40s"),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
 			},
 		},
 	})

@@ -30,15 +30,16 @@ func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, res
 	case err != nil:
 		aside = fmt.Sprintf(" Keeping the state that stopped answering as a snapshot failed: %v.", err)
 	}
+	after := g.LostAfter()
 	if restoreErr != nil {
-		diags.AddError(fmt.Sprintf("Node %s is unreachable after the switch and its snapshot could not be restored", node),
-			fmt.Sprintf("Node %s, phase restore-snapshot: the node did not answer after the switch; restoring snapshot %s failed: %v. "+
-				"Restore it by hand (`incus snapshot restore %s %s`) and start the instance.%s", node, taken, restoreErr, g.Instance(), taken, aside))
+		diags.AddError(fmt.Sprintf("Node %s is unreachable after %s and its snapshot could not be restored", node, after),
+			fmt.Sprintf("Node %s, phase restore-snapshot: the node did not answer after %s; restoring snapshot %s failed: %v. "+
+				"Restore it by hand (`incus snapshot restore %s %s`) and start the instance.%s", node, after, taken, restoreErr, g.Instance(), taken, aside))
 		return diags
 	}
-	diags.AddError(fmt.Sprintf("Node %s was unreachable after the switch: snapshot %s restored", node, taken),
-		fmt.Sprintf("Node %s, phase wait-for-node: the node did not answer after the switch, so the snapshot %s taken before it was restored "+
-			"and the instance started again; it runs its previous system.%s Find out why the new closure bricks the node before applying it again.", node, taken, aside))
+	diags.AddError(fmt.Sprintf("Node %s was unreachable after %s: snapshot %s restored", node, after, taken),
+		fmt.Sprintf("Node %s, phase wait-for-node: the node did not answer after %s, so the snapshot %s taken before it was restored "+
+			"and the instance started again; it runs its previous system.%s Find out why the new closure bricks the node before applying it again.", node, after, taken, aside))
 	return diags
 }
 

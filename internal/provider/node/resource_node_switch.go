@@ -151,6 +151,8 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"its systemd differs, or a pre-switch check such as the switch inhibitors refuses the switch), else switch. `reboot`: always reboot. " +
 					"A reboot runs under the node lock: boot entry, reboot, the node back within `timings.node_wait` over a new connection (the pinned host key), " +
 					"`/run/booted-system` checked to be the new toplevel, then the full verdict on the booted system; `verdict.activation` says why it rebooted and how long the boot took. " +
+					"Where the boot loader has one-shot entries (systemd's `bootctl`), the new system is booted once and the previous one stays the default until the verdict is ok; " +
+					"a failed verdict points the boot entry back at the previous system, and a node that never comes back boots it at its next power cycle. `verdict.activation` says which. " +
 					"With `switch`, a switch the inhibitors refuse fails as \"needs a reboot\", naming the inhibitor. Changing only this does not redeploy.",
 			},
 			"secret_chain": schema.ListAttribute{

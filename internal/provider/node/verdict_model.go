@@ -305,11 +305,11 @@ func verdictDiagnostic(node string, r *deploybody.Result, runErr error, lenientH
 	switch {
 	case runErr != nil && !v.OK && len(units) == 0 && len(deploybody.FailedChecks(v)) > 0:
 		detail.WriteString("\n\nThe units are up but the checks named above failed: run them by hand to see why, fix the service and apply again; " +
-			"the node keeps the new boot entry. " + lenientHint)
+			deploybody.BootEntryAfterFailedVerdict(r.Reboot) + ". " + lenientHint)
 		diags.AddError(verdictSummary(node, v), strings.TrimSpace(detail.String()))
 	case runErr != nil && !v.OK:
 		detail.WriteString("\n\nFix the units named above (see `journalctl -u <unit>` on the node) and apply again; " +
-			"the node keeps the new boot entry. " + lenientHint)
+			deploybody.BootEntryAfterFailedVerdict(r.Reboot) + ". " + lenientHint)
 		diags.AddError(verdictSummary(node, v), strings.TrimSpace(detail.String()))
 	case len(v.Reasons) > 0 || len(units) > 0:
 		diags.AddWarning(verdictSummary(node, v), strings.TrimSpace(detail.String()))

@@ -29,9 +29,12 @@ type SnapshotGuard struct {
 	// kept is true when the rollback point is an earlier run's, kept because the node
 	// was left unfinished.
 	kept bool
-	// restored says a restore ran; restoreErr is its failure.
-	restored   bool
-	restoreErr error
+	// restored says a restore ran; restoreErr is its failure. afterReboot says the
+	// run rebooted the node (the node stopped answering after its reboot, not its
+	// switch).
+	afterReboot bool
+	restored    bool
+	restoreErr  error
 	// bricked is the snapshot the bricked state was kept aside as ("" when none was
 	// taken); brickedErr says why keeping it failed.
 	bricked    string
@@ -59,6 +62,15 @@ func (g *SnapshotGuard) Taken() string { return g.taken }
 // Bricked is the snapshot the bricked state was kept aside as before the restore (""
 // when none was taken), and why keeping it failed.
 func (g *SnapshotGuard) Bricked() (string, error) { return g.bricked, g.brickedErr }
+
+// LostAfter names what the node stopped answering after, in the restore's messages:
+// "the reboot" or "the switch".
+func (g *SnapshotGuard) LostAfter() string {
+	if g.afterReboot {
+		return "the reboot"
+	}
+	return "the switch"
+}
 
 // Restored says whether the body restored the rollback point, and the restore's own
 // failure.
@@ -149,6 +161,7 @@ func (g *SnapshotGuard) NeedsRestore(ctx context.Context, res *deploybody.Result
 	if g.taken == "" {
 		return false
 	}
+	g.afterReboot = res != nil && res.Reboot != nil || errors.Is(runErr, deploybody.ErrNotBack)
 	if unreachableAfterSwitch(res, runErr) {
 		return true
 	}

@@ -308,12 +308,14 @@ func Resolve(ctx context.Context, r Runner, link string) (string, error) {
 // when it points elsewhere), runs `$2/bin/switch-to-configuration boot` (its output to
 // stderr) and prints where the profile points: one round trip. Exit 10: the profile
 // could not be set; 11: the boot entry could not be written.
-const finalizeScript = `if [ "$(readlink -f "$1" 2>/dev/null)" != "$2" ]; then nix-env --profile "$1" --set "$2" >&2 || exit 10; fi; ` +
-	`"$2/bin/switch-to-configuration" boot >&2 || exit 11; readlink "$1"`
+var finalizeScript = `if [ "$(readlink -f "$1" 2>/dev/null)" != "$2" ]; then nix-env --profile "$1" --set "$2" >&2 || exit 10; fi; ` +
+	`"$2/bin/switch-to-configuration" boot >&2 || exit 11; ` + deploybody.ReleaseBootPin + `; readlink "$1"`
 
 // FinalizeBoot points the system profile at toplevel (a new generation only when it
-// points elsewhere) and runs `<toplevel>/bin/switch-to-configuration boot`, in one
-// round trip. It returns the profile's generation afterwards.
+// points elsewhere), runs `<toplevel>/bin/switch-to-configuration boot`, and releases
+// the default entry a one-shot reboot pinned (deploybody.ReleaseBootPin), in one round
+// trip: the boot loader's default is then toplevel. It returns the profile's
+// generation afterwards.
 func FinalizeBoot(ctx context.Context, r Runner, toplevel string, log Logger) (int, error) {
 	if !nixstore.ValidStorePath(toplevel) {
 		return 0, fmt.Errorf("finalize boot entry: toplevel %q is not a store path", toplevel)
@@ -332,6 +334,8 @@ func FinalizeBoot(ctx context.Context, r Runner, toplevel string, log Logger) (i
 		return 0, fmt.Errorf("finalize boot entry: set the system profile to %s: nix-env failed: %s", toplevel, msg)
 	case code == 11:
 		return 0, fmt.Errorf("finalize boot entry: %s boot failed: %s", path.Base(toplevel), msg)
+	case code == 12:
+		return 0, fmt.Errorf("finalize boot entry: releasing the default boot entry pinned for a one-shot boot (%s): bootctl set-default failed: %s", deploybody.BootPinFile, msg)
 	case code != 0:
 		return 0, fmt.Errorf("finalize boot entry: exited %d: %s", code, msg)
 	}
@@ -388,6 +392,9 @@ func RevertBoot(ctx context.Context, r Runner, running string, log Logger) error
 	}
 	if _, err := runSys(ctx, r, nil, running+"/bin/switch-to-configuration", "boot"); err != nil {
 		return fmt.Errorf("revert boot entry: %s boot: %w", path.Base(running), err)
+	}
+	if _, err := runSys(ctx, r, nil, "/bin/sh", "-c", deploybody.ReleaseBootPin); err != nil {
+		return fmt.Errorf("revert boot entry: releasing the default boot entry pinned for a one-shot boot (%s): %w", deploybody.BootPinFile, err)
 	}
 	log.printf("boot entry reverted to %s (generation %d; -1: new generation)", running, best)
 	return nil

@@ -11,6 +11,7 @@ package ssh
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +129,121 @@ func TestLabActivationInhibitor(t *testing.T) {
 	}
 	if got := nodeLink(t, n, "/run/booted-system"); got != b {
 		t.Fatalf("/run/booted-system = %s, want %s", got, b)
+	}
+}
+
+// labDeployWaiting is labDeploy with a node_wait of its own (a node that never comes
+// back is waited for that long).
+func labDeployWaiting(t *testing.T, tr deploybody.Transport, attr string, a deploybody.Activation, nodeWait time.Duration) (*deploybody.Result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return deploybody.Deploy(ctx, tr, deploybody.Options{
+		Toplevel: labtest.BuildClosure(t, attr), Strict: true, Activation: a, SelfRevert: false,
+		Timings: deploybody.Timings{NodeWait: nodeWait, Settle: time.Second, Watch: 3 * time.Second, SampleInterval: time.Second},
+	})
+}
+
+// powerOn starts (or restarts) the node as a machine switched on again, and waits until
+// its boot has run (bounded: 120 tries a second apart).
+func powerOn(t *testing.T, n labtest.Node, verb string) {
+	t.Helper()
+	labtest.Incus(t, verb, n.Instance)
+	for i := 0; i < 120; i++ {
+		out, _ := labtest.IncusErr("exec", n.Instance, "--", "systemctl", "is-system-running")
+		if s := strings.TrimSpace(out); s == "running" || s == "degraded" {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s %s: the node did not finish booting in 120 s", verb, n.Instance)
+}
+
+// efiVars is what the stand-in boot loader holds: LoaderEntryOneShot, LoaderEntryDefault
+// and the deploy's pin (deploybody.BootPinFile), "-" for each that is absent.
+func efiVars(t *testing.T, n labtest.Node) string {
+	t.Helper()
+	return strings.TrimSpace(labtest.Incus(t, "exec", n.Instance, "--", "sh", "-c",
+		"for f in /var/lib/fediversity-standin-efi/LoaderEntryOneShot /var/lib/fediversity-standin-efi/LoaderEntryDefault "+deploybody.BootPinFile+
+			"; do cat $f 2>/dev/null || echo -; done | tr '\\n' ' '"))
+}
+
+// entryOf is the stand-in boot loader's entry of a toplevel.
+func entryOf(toplevel string) string {
+	return "nixos-" + strings.TrimPrefix(toplevel, "/nix/store/")[:32] + ".conf"
+}
+
+// The one-shot boot entry over SSH, on the lab's stand-in boot loader (the closure's
+// bootctl and the stand-in stage 2; a container has no boot loader to show it):
+//   - an ok reboot boots the new system once, then makes it the default: a later
+//     reboot boots it again, and nothing stays pinned;
+//   - a system whose boot never comes up (boot-bricks powers the node off) fails the
+//     run as not back, and the node's next power-on boots the previous system;
+//   - a reboot whose verdict fails (boot-fails) points the boot entry back at the
+//     previous default (the pinned one: the node never booted the bricked system), and
+//     nothing stays pinned: the next reboot boots it.
+func TestLabActivationRebootOneShotBootEntry(t *testing.T) {
+	n, tr := rebootLabNode(t, "reboot-oneshot")
+	kernelA := labtest.BuildClosure(t, "kernel-a")
+	kernelB := labtest.BuildClosure(t, "kernel-b")
+	if _, err := labDeploy(t, tr, "kernel-a", deploybody.ActivationSwitch); err != nil {
+		t.Fatalf("first deploy: %v", err)
+	}
+	res, err := labDeploy(t, tr, "kernel-b", deploybody.ActivationReboot)
+	if err != nil {
+		t.Fatalf("reboot into kernel-b: %v", err)
+	}
+	if res.Reboot.OneShotEntry != entryOf(kernelB) || res.Reboot.DefaultEntry != entryOf(kernelA) ||
+		!strings.Contains(res.Verdict.Activation, "booted once from a one-shot boot entry; the new system is the default entry now that the verdict is ok") {
+		t.Fatalf("reboot %+v, verdict activation %q", res.Reboot, res.Verdict.Activation)
+	}
+	if got := efiVars(t, n); got != "- - -" {
+		t.Fatalf("after an ok verdict nothing stays set or pinned; the boot loader holds %q", got)
+	}
+	powerOn(t, n, "restart")
+	if got := nodeLink(t, n, "/run/booted-system"); got != kernelB {
+		t.Fatalf("a later reboot boots %s, want the new default %s", got, kernelB)
+	}
+
+	// A boot that never comes up: not back within node_wait; the next power-on boots
+	// the previous system.
+	start := time.Now()
+	_, err = labDeployWaiting(t, tr, "boot-bricks", deploybody.ActivationReboot, 30*time.Second)
+	if !errors.Is(err, deploybody.ErrNotBack) || !strings.Contains(err.Error(), "power the node off and on, and it boots its previous system") {
+		t.Fatalf("boot-bricks: want not back, with the one-shot hint: %v", err)
+	}
+	t.Logf("boot-bricks: not back after %s", time.Since(start).Round(time.Second))
+	if state := strings.TrimSpace(labtest.Incus(t, "list", "^"+n.Instance+"$", "--format", "csv", "-c", "s")); state != "STOPPED" {
+		t.Fatalf("the bricked node is %s, want STOPPED (it powered itself off)", state)
+	}
+	powerOn(t, n, "start")
+	if got := nodeLink(t, n, "/run/booted-system"); got != kernelB {
+		t.Fatalf("after the failed one-shot boot the node boots %s, want its previous system %s", got, kernelB)
+	}
+	if got := efiVars(t, n); got != "- "+entryOf(kernelB)+" "+entryOf(kernelB) {
+		t.Fatalf("boot loader after the failed one-shot: %q, want no one-shot and the previous system pinned", got)
+	}
+
+	// A verdict that fails after the boot: the previous system stays the default.
+	failsAtBoot := labtest.BuildClosure(t, "boot-fails")
+	res, err = labDeploy(t, tr, "boot-fails", deploybody.ActivationReboot)
+	if err == nil || !strings.Contains(err.Error(), "fedi-boot-only.service") {
+		t.Fatalf("boot-fails: want the strict verdict to fail naming fedi-boot-only.service: %v", err)
+	}
+	if got := nodeLink(t, n, "/run/booted-system"); got != failsAtBoot {
+		t.Fatalf("boot-fails was not booted: %s", got)
+	}
+	if !strings.Contains(res.Verdict.Activation, "the previous system stays the default entry ("+entryOf(kernelB)+")") {
+		t.Fatalf("verdict activation = %q", res.Verdict.Activation)
+	}
+	if got := efiVars(t, n); got != "- - -" {
+		t.Fatalf("after a failed verdict nothing stays pinned; the boot loader holds %q", got)
+	}
+	if got := nodeLink(t, n, "/nix/var/nix/profiles/system"); got != kernelB {
+		t.Fatalf("after a failed verdict the system profile is %s, want the previous system %s", got, kernelB)
+	}
+	powerOn(t, n, "restart")
+	if got := nodeLink(t, n, "/run/booted-system"); got != kernelB {
+		t.Fatalf("after a failed verdict the next reboot boots %s, want the previous system %s", got, kernelB)
 	}
 }
