@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -44,7 +45,8 @@ func verdictString(name string, want knownvalue.Check) statecheck.StateCheck {
 	return statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey(name), want)
 }
 
-// kernel-a, switched; kernel-b (a new kernel) with reboot-if-needed: the node reboots
+// kernel-a, switched; kernel-a-v2 (the same kernel) with reboot-if-needed: a switch, no
+// reboot; kernel-b (a new kernel) with reboot-if-needed: the node reboots
 // into it (booted once, from the stand-in boot loader's one-shot entry), /run/booted-system
 // is kernel-b, the verdict says why, how long the boot took and that the new system is
 // the default entry now, and the next plan is empty; then kernel-a-v2 with activation boot: the boot
@@ -75,6 +77,15 @@ func TestAccNodeSwitchActivationReboot(t *testing.T) {
 				},
 			},
 			{
+				// The same kernel: reboot-if-needed switches, no reboot.
+				Config: activationConfig(node, kernelAv2, "reboot-if-needed"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					verdictString("activation", knownvalue.StringExact("switched")),
+					verdictBool("rebooted", false),
+				},
+				Check: nodeLinkIs("/run/booted-system", kernelA),
+			},
+			{
 				Config: activationConfig(node, kernelB, "reboot-if-needed"),
 				ConfigStateChecks: []statecheck.StateCheck{
 					verdictBool("ok", true),
@@ -91,6 +102,47 @@ func TestAccNodeSwitchActivationReboot(t *testing.T) {
 					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^boot entry set only`))),
 				},
 				Check: resource.ComposeTestCheckFunc(nodeLinkIs("/run/current-system", kernelB), nodeLinkIs("/nix/var/nix/profiles/system", kernelAv2)),
+			},
+		},
+	})
+}
+
+// Switch inhibitors: inhibitor-a, switched; inhibitor-b (its inhibitor's value changed)
+// with activation switch: the apply fails naming the inhibitor, with the hint to use
+// reboot-if-needed, and the node keeps running inhibitor-a; with reboot-if-needed the
+// node reboots into inhibitor-b, and the verdict says the inhibitor was why.
+func TestAccNodeSwitchActivationInhibitor(t *testing.T) {
+	acctest.Lab(t)
+	inhibitorA := labtest.BuildClosure(t, "inhibitor-a")
+	inhibitorB := labtest.BuildClosure(t, "inhibitor-b")
+	node := labtest.NewInstance(t, "acc-inhibitor")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: activationConfig(node, inhibitorA, "switch")},
+			{
+				Config:      activationConfig(node, inhibitorB, "switch"),
+				ExpectError: regexp.MustCompile(`(?s)needs\s+a\s+reboot:\s+inhibitor\s+fedi-driver\s+changed.*reboot-if-needed`),
+			},
+			{
+				PreConfig: func() {
+					if got := strings.TrimSpace(nodeExec(t, node, "readlink -f /run/current-system")); got != inhibitorA {
+						t.Errorf("the refused switch must leave the node on %s; it runs %s", inhibitorA, got)
+					}
+				},
+				Config: activationConfig(node, inhibitorB, "reboot-if-needed"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					verdictBool("ok", true),
+					verdictBool("rebooted", true),
+					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(inhibitor fedi-driver changed\); boot took \d`))),
+				},
+				Check: func(*terraform.State) error {
+					if got := strings.TrimSpace(nodeExec(t, node, "readlink -f /run/booted-system")); got != inhibitorB {
+						return fmt.Errorf("/run/booted-system = %s, want %s", got, inhibitorB)
+					}
+					return nil
+				},
 			},
 		},
 	})
@@ -186,6 +238,11 @@ func TestAccNodeSwitchIncusRebootNeverBackRestoresSnapshot(t *testing.T) {
 			},
 			{
 				PreConfig: func() {
+					// The restore started the instance; its boot runs the stand-in stage 2
+					// (bounded wait: 90 tries a second apart).
+					for i := 0; i < 90 && strings.TrimSpace(nodeExec(t, node, "test -e /run/current-system && echo up || true")) != "up"; i++ {
+						time.Sleep(time.Second)
+					}
 					got := strings.Fields(nodeExec(t, node, "readlink -f /run/current-system /run/booted-system /nix/var/nix/profiles/system"))
 					if len(got) != 3 || got[0] != kernelA || got[1] != kernelA || got[2] != kernelA {
 						t.Errorf("after the restore the node runs, booted and boots %q, want %s", got, kernelA)
