@@ -18,6 +18,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
 // BootPinFile records the boot entry this project pinned as the default for a
@@ -93,7 +95,7 @@ func (e *runEnv) bootOnce(ctx context.Context, toplevel string, prev previousDef
 	}
 	f := strings.Fields(string(res.Stdout))
 	switch {
-	case len(f) == 4 && f[0] == "oneshot" && validStorePath(f[3]):
+	case len(f) == 4 && f[0] == "oneshot" && nixstore.CleanAbsolutePath(f[3]):
 		rb.OneShotEntry, rb.DefaultEntry, rb.DefaultSystem = f[1], f[2], f[3]
 	case len(f) > 1 && f[0] == "none":
 		rb.NoOneShot = strings.Join(f[1:], " ")

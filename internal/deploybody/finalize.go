@@ -27,7 +27,7 @@ func (e *runEnv) finalizeBootEntry(ctx context.Context, res Result, toplevel str
 		// what it does not boot.
 		if err := e.t.RevertBoot(ctx, rb.DefaultSystem); err != nil {
 			return 0, "", withHint(fmt.Errorf("pointing the boot entry back at the previous system %s: %w (the verdict fails the node: %s)", rb.DefaultSystem, err, strings.Join(res.Verdict.Reasons, "; ")),
-				"the boot loader's default stays pinned to the previous system while the pin holds; apply again, or run its switch-to-configuration boot on the node")
+				"the previous system stays the boot loader's pinned default (set before the one-shot boot), so the node boots it at its next power cycle; apply again once the node answers")
 		}
 		e.warn(ctx, PhaseFinalizeBootEntry, fmt.Sprintf("the verdict failed after the reboot: the node runs %s until its next boot, then boots its previous system %s (the boot entry points back at it)", toplevel, rb.DefaultSystem))
 		return 0, "boot entry back at the previous system " + rb.DefaultSystem, nil

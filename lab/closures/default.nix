@@ -91,8 +91,9 @@ let
   '' { };
 
   # toplevel name version units wants activate; kernel: a `linux` (null: none);
-  # inhibitors: lines `name=value` of $out/etc/switch-inhibitors (null: none).
-  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null, inhibitors ? null }:
+  # inhibitors: lines `name=value` of $out/etc/switch-inhibitors (null: none);
+  # bricksAtBoot: the stand-in stage 2 powers the node off instead of booting it.
+  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null, inhibitors ? null, bricksAtBoot ? false }:
     let
       writeUnit = name: text: ''
         cat > $out/etc/systemd/system/${name} <<'FEDI_UNIT_EOF'
@@ -119,6 +120,7 @@ let
         ln -s ${kernel}/lib $out/kernel-modules
       ''}
       ${if inhibitors == null then "" else "printf '%s\\n' ${builtins.concatStringsSep " " inhibitors} > $out/etc/switch-inhibitors"}
+      ${if bricksAtBoot then "touch $out/etc/fediversity-boot-bricks" else ""}
       ${if activate == null then "" else ''
         cat > $out/activate <<'FEDI_ACTIVATE_EOF'
         #!/bin/sh
@@ -243,21 +245,11 @@ in
     wants = baseWants ++ [ "fedi-boot-only.service" ];
     kernel = linux "6.18";
   };
-  # A system whose boot never comes up: once booted (/run/booted-system is this
-  # toplevel) fedi-brick.service powers the node off, so it never answers again
+  # A system whose boot never comes up: the stand-in stage 2 finds
+  # etc/fediversity-boot-bricks in the system it boots and powers the node off before
+  # the boot ends (so the node never says it booted it), and it never answers again
   # until someone starts it (activation reboot: the one-shot entry, the Incus restore).
-  boot-bricks = toplevel {
-    scenario = "boot-bricks";
-    units = base "2" // {
-      "fedi-brick.service" = service {
-        type = "oneshot";
-        exec = "/bin/sh -c 'if [ \"$(readlink -f /run/booted-system)\" = @out@ ]; then systemctl poweroff --no-block; fi'";
-        extraService = "RemainAfterExit=yes";
-      };
-    };
-    wants = baseWants ++ [ "fedi-brick.service" ];
-    kernel = linux "6.18";
-  };
+  boot-bricks = toplevel { scenario = "boot-bricks"; units = base "2"; wants = baseWants; kernel = linux "6.18"; bricksAtBoot = true; };
 
   # Two healthy units: exit 0.
   good = toplevel { scenario = "good"; units = base "1"; wants = baseWants; };

@@ -72,6 +72,12 @@ rm -f $efi/LoaderEntryOneShot
 e=$(sed -n 's|^options init=\(/nix/store/[^ ]*\)/init.*|\1|p' "/boot/loader/entries/$id" 2>/dev/null)
 [ -n "$e" ] || e=$(cat /nix/var/nix/fediversity-boot-entry)
 echo "stand-in boot loader: entry ${id:-none}, system $e" >&2
+if [ -e "$e/etc/fediversity-boot-bricks" ]; then
+	# A boot that never comes up: off before the boot ends and before
+	# /run/booted-system exists, so the node never says it booted.
+	systemctl poweroff --no-block
+	exec sleep infinity
+fi
 exec "$e/bin/switch-to-configuration" stage2
 FIRMWARE
 	mv /etc/fediversity-standin-firmware.tmp /etc/fediversity-standin-firmware
