@@ -25,6 +25,12 @@ import (
 // activationConfig is switchConfig with an activation and a node_wait long enough for
 // a container's reboot on a loaded machine.
 func activationConfig(node labtest.Node, toplevel, activation string) string {
+	return rebootConfig(node, sshBlock(node), toplevel, activation, "150s")
+}
+
+// rebootConfig is one fediversity_node_switch "n" with an activation, reaching the node
+// through transport (a block, with any extra blocks), and the given node_wait.
+func rebootConfig(node labtest.Node, transport, toplevel, activation, nodeWait string) string {
 	return acctest.Config(acctest.LabProvider() + fmt.Sprintf(`
 resource "fediversity_node_switch" "n" {
   node       = %q
@@ -32,13 +38,13 @@ resource "fediversity_node_switch" "n" {
   activation = %q
 %s
   timings {
-    node_wait       = "150s"
+    node_wait       = %q
     settle          = "1s"
     watch           = "4s"
     sample_interval = "1s"
   }
 }
-`, node.Name, toplevel, activation, sshBlock(node)))
+`, node.Name, toplevel, activation, transport, nodeWait))
 }
 
 func verdictString(name string, want knownvalue.Check) statecheck.StateCheck {
@@ -198,27 +204,11 @@ func TestAccNodeSwitchPlanSaysReboot(t *testing.T) {
 // incusRebootConfig is activationConfig over the Incus API, with a snapshot rollback
 // point, and a node_wait of its own.
 func incusRebootConfig(node labtest.Node, toplevel, activation, nodeWait string) string {
-	return acctest.Config(acctest.LabProvider() + fmt.Sprintf(`
-resource "fediversity_node_switch" "n" {
-  node       = %q
-  toplevel   = %q
-  activation = %q
-%s
-  snapshot {
-    keep = 3
-  }
-  timings {
-    node_wait       = %q
-    settle          = "1s"
-    watch           = "4s"
-    sample_interval = "1s"
-  }
-}
-`, node.Name, toplevel, activation, incusBlock(node), nodeWait))
+	return rebootConfig(node, incusBlock(node)+"\n  snapshot {\n    keep = 3\n  }", toplevel, activation, nodeWait)
 }
 
-// Over Incus, a system whose boot never comes up (boot-bricks powers the node off once
-// booted): the run waits node_wait, restores the rollback point taken before the boot
+// Over Incus, a system whose boot never comes up (boot-bricks: the stand-in stage 2
+// powers the node off before the boot ends): the run waits node_wait, restores the rollback point taken before the boot
 // entry was set, keeps the bricked state aside as a snapshot, and the apply fails
 // saying so, after the reboot. The node then runs and boots its previous system, and
 // the next plan deploys the bricked system again (nothing claims it took).
