@@ -99,22 +99,22 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 	acctest.PreCheck(t)
 	good := labtest.BuildClosure(t, labtest.ClosureGood)
 	slow := labtest.BuildClosure(t, labtest.ClosureSlowSwitch) // its activation takes 15 s
-	node := labtest.NewInstance(t, "cli-interrupt")
 
 	faults := []struct {
 		name  string
+		node  string // each fault has a node of its own, so the three run side by side
 		extra string
-		cut   func(cli *exec.Cmd)
+		cut   func(cli *exec.Cmd, node labtest.Node)
 		// takeover: "yes" when the cut leaves the node's lock behind (its holder was
 		// killed) and the converging apply must take it over; "no" when the run released
 		// it; "either" when the plugin may or may not outlive the cut (it is reported).
 		takeover string
 	}{
-		{"SIGKILL of the CLI during the switch", "", func(cli *exec.Cmd) {
+		{"SIGKILL of the CLI during the switch", "cli-int-cli", "", func(cli *exec.Cmd, node labtest.Node) {
 			labtest.WaitSwitchRunning(t, node)
 			_ = cli.Process.Signal(syscall.SIGKILL)
 		}, "either"},
-		{"SIGKILL of the provider plugin during the switch", "", func(cli *exec.Cmd) {
+		{"SIGKILL of the provider plugin during the switch", "cli-int-plugin", "", func(cli *exec.Cmd, node labtest.Node) {
 			labtest.WaitSwitchRunning(t, node)
 			plugin := pluginOf(cli.Process.Pid)
 			if plugin == 0 {
@@ -123,10 +123,16 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 			}
 			_ = syscall.Kill(plugin, syscall.SIGKILL)
 		}, "yes"},
-		{"timeouts.update (8s) shorter than the switch (15s)", "timeouts {\n    update = \"8s\"\n  }", nil, "no"},
+		{"timeouts.update (8s) shorter than the switch (15s)", "cli-int-timeout", "timeouts {\n    update = \"8s\"\n  }", nil, "no"},
 	}
+	// The three faults ran one after the other on one node: 8 to 9 minutes of the nodes
+	// suites' critical path, most of it waiting (the slow switch, the dead holder's lock
+	// going stale). Each now has its own node and the three run side by side; nothing
+	// is shared between them but the two closures, built above.
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
+			t.Parallel()
+			node := labtest.NewInstance(t, f.node)
 			c := acctest.NewCLIDir(t)
 			c.Write(cliSwitchConfig(node, good, f.extra))
 			c.MustApply("deploying good")
@@ -139,7 +145,7 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 				t.Fatal(err)
 			}
 			if f.cut != nil {
-				f.cut(cli)
+				f.cut(cli, node)
 			}
 			err := cli.Wait()
 			if err == nil {
