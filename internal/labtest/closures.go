@@ -28,6 +28,7 @@ const (
 	ClosureChainNoProgress  = "chain-no-progress"
 	ClosureHTTP             = "http"
 	ClosureHTTPBroken       = "http-broken"
+	ClosureSpireChain       = "spire-chain"
 )
 
 var closureCache sync.Map // "attr\x00seed" -> store path

@@ -326,4 +326,50 @@ in
 
   # The first chain member runs but never makes progress; /run/secret never appears.
   chain-no-progress = chainScenario "chain-no-progress" "@out@/sw/bin/fedi-idle";
+
+  # The SPIRE lane of tf-incus-operator: the node's agent (/usr/local/bin/spire-agent,
+  # which the test puts on the node, as a NixOS module would put it in the system)
+  # attests with the join token and trust bundle fediversity_spire_registration wrote
+  # to /var/lib/spire/agent, reaching the server at the node's 127.0.0.1:8081 (a proxy
+  # device to the lab's spire node); the chain's first member fetches the node's X.509
+  # SVID from the agent (each try is a step of progress) before the second writes
+  # /run/secret, which app.service needs.
+  spire-chain = let
+    agentConf = drv "fedi-spire-agent-conf" ''
+      cat > $out <<'EOF'
+      agent {
+        data_dir = "/var/lib/spire/agent/data"
+        server_address = "127.0.0.1"
+        server_port = "8081"
+        socket_path = "/run/spire-agent/api.sock"
+        trust_bundle_path = "/var/lib/spire/agent/bundle.crt"
+        trust_domain = "fediversity"
+        join_token_file = "/var/lib/spire/agent/join-token"
+      }
+      plugins {
+        NodeAttestor "join_token" {
+          plugin_data {}
+        }
+        KeyManager "disk" {
+          plugin_data { directory = "/var/lib/spire/agent/data" }
+        }
+        WorkloadAttestor "unix" {
+          plugin_data {}
+        }
+      }
+      EOF
+    '' { };
+    fetch = "/bin/sh -c 'd=/run/fediversity-chain; mkdir -p $d/svid; i=0; until /usr/local/bin/spire-agent api fetch x509 -socketPath /run/spire-agent/api.sock -write $d/svid >/dev/null 2>&1; do i=$((i + 1)); echo $i > $d/secret-chain-fetch.service.progress; sleep 1; done; touch $d/secret-chain-fetch.service.done'";
+  in toplevel {
+    scenario = "spire-chain";
+    units = base "1" // chainUnits { inherit fetch; } // {
+      "fedi-spire-agent.service" = service {
+        exec = "/usr/local/bin/spire-agent run -config ${agentConf}";
+        extraService = "RuntimeDirectory=spire-agent";
+      };
+    };
+    wants = baseWants ++ [ "fedi-spire-agent.service" "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];
+    chain = [ "secret-chain-fetch.service" "secret-chain-install.service" ];
+    activate = "rm -rf /run/secret /run/fediversity-chain";
+  };
 }

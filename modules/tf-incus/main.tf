@@ -4,12 +4,24 @@
 # pass (fediversity_verdict). A node the submission turns off drops out of for_each:
 # its deploy and verdict leave the state, and the container this module made for it is
 # deleted.
+#
+# Method `tf-incus-operator` adds the SPIRE lane: each enabled node is registered on
+# the SPIRE server (fediversity_spire_registration: its host entry, and a one-time join
+# token and the trust bundle written into the container) after its container exists
+# and before its deploy, so the agent of the new system finds its token when the switch
+# starts it, and the verdict-only pass, which follows the deploy, judges the secret
+# chain of a node whose agent could attest. The token is minted as late as that order
+# allows: right before the node's deploy (its build, copy and switch), which
+# `spire.token_ttl` must cover. A node the submission turns off loses its entries and
+# its agent is evicted.
 
 locals {
   method = var.method
   baked  = jsondecode(var.baked_json)
   digest = coalesce(var.submission_digest, data.fediversity_submission.this.digest)
   nodes  = { for n in data.fediversity_submission.this.enabled_nodes : n => var.nodes[n] }
+  # The nodes registered on the SPIRE server: every enabled one, with the operator variant.
+  registered = local.method == "tf-incus-operator" ? local.nodes : {}
   # Nodes whose container this module makes.
   containers = { for n, v in local.nodes : n => v if v.instance == null }
   # How each node is reached: the container made here, or the existing instance.
@@ -30,10 +42,45 @@ data "fediversity_submission" "this" {
   operator_root   = var.operator_root
 
   lifecycle {
+    precondition {
+      condition     = (var.method == "tf-incus-operator") == (var.spire != null)
+      error_message = var.spire == null ? "method = \"tf-incus-operator\" needs var.spire (the group and the spire node that registers the nodes)." : "var.spire is set but method is \"${var.method}\": the SPIRE lane is the tf-incus-operator method's. Set method = \"tf-incus-operator\", or drop var.spire."
+    }
     postcondition {
       condition     = length(setsubtract(self.enabled_nodes, keys(var.nodes))) == 0
       error_message = "The submission enables nodes that var.nodes does not list: ${join(", ", setsubtract(self.enabled_nodes, keys(var.nodes)))}. Add each of them to var.nodes (a container to create, or an existing instance)."
     }
+  }
+}
+
+data "fediversity_spire_trust_bundle" "this" {
+  count = local.method == "tf-incus-operator" && try(var.spire.trust_bundle, null) == null ? 1 : 0
+
+  spire_node {
+    host     = var.spire.spire_node.host
+    port     = var.spire.spire_node.port
+    host_key = var.spire.spire_node.host_key
+  }
+}
+
+resource "fediversity_spire_registration" "node" {
+  for_each = local.registered
+
+  group        = var.spire.group
+  node         = each.key
+  trust_bundle = coalesce(var.spire.trust_bundle, try(data.fediversity_spire_trust_bundle.this[0].pem, null))
+  agent_dir    = var.spire.agent_dir
+  token_ttl    = var.spire.token_ttl
+
+  spire_node {
+    host     = var.spire.spire_node.host
+    port     = var.spire.spire_node.port
+    host_key = var.spire.spire_node.host_key
+  }
+
+  incus {
+    instance = local.target[each.key].instance
+    project  = local.target[each.key].project
   }
 }
 
@@ -60,6 +107,10 @@ resource "fediversity_incus_node" "node" {
 
 resource "fediversity_node_switch" "node" {
   for_each = local.nodes
+
+  # tf-incus-operator: each node's token and trust bundle are on it before its new
+  # system starts its agent (no registration with tf-incus).
+  depends_on = [fediversity_spire_registration.node]
 
   node              = each.key
   node_plan         = data.fediversity_submission.this.node_plans[each.key]

@@ -141,3 +141,29 @@ variable "activation" {
   type        = string
   default     = "switch"
 }
+
+variable "spire" {
+  description = <<-EOT
+    The SPIRE lane of `tf-incus-operator` (required with that method, refused with
+    `tf-incus`): `group`, the group name in the nodes' SPIFFE IDs
+    (`spiffe://<trust domain>/host/<group>-<node>`); `spire_node`, the node that runs
+    spire-server (`host`, `port` default 22, `host_key`), reached with the provider's
+    SSH credential; optional `trust_bundle` (PEM; default: read from the spire node),
+    `agent_dir` (default `/var/lib/spire/agent`) and `token_ttl` (default `30m`).
+    The module makes one fediversity_spire_registration per enabled node before the
+    node's deploy: its one-time join token must still be valid when the new system
+    starts the node's agent, so `token_ttl` must cover the node's build, copy and switch.
+  EOT
+  type = object({
+    group = string
+    spire_node = object({
+      host     = string
+      port     = optional(number)
+      host_key = string
+    })
+    trust_bundle = optional(string)
+    agent_dir    = optional(string)
+    token_ttl    = optional(string, "30m")
+  })
+  default = null
+}
