@@ -29,7 +29,7 @@ type Group struct {
 	NodePlans map[string]string
 	// VerdictOnly judges the running nodes: no build, no copy, no switch.
 	VerdictOnly bool
-	// ToLastGood deploys each node's last good system (LastGoodFile) instead of a
+	// ToLastGood deploys each node's last good system (deploybody.LastGoodFile) instead of a
 	// build: `fediversity rollback`. A node without one fails, untouched.
 	ToLastGood bool
 	Strict     bool
@@ -250,9 +250,13 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 	}
 	switch {
 	case g.ToLastGood:
-		if out.Err = lastGoodTarget(ctx, unguarded, &opts); out.Err != nil {
+		// A node without one fails, untouched (deploybody.ErrNoLastGood).
+		top, err := deploybody.LastGoodToplevel(ctx, unguarded, node)
+		if err != nil {
+			out.Err = err
 			return out
 		}
+		opts.Toplevel, opts.Build = top, nil
 	case opts.Toplevel == "":
 		cleanup, err := g.setBuild(&opts, nix, spec, &out.BuildWarnings)
 		defer cleanup()
@@ -264,7 +268,7 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 	// Every clean verdict of a deploy becomes the node's last good system.
 	defer func() {
 		if out.Err == nil {
-			recordLastGood(ctx, unguarded, out.Result, time.Now())
+			deploybody.RecordLastGood(ctx, unguarded, out.Result, time.Now())
 		}
 	}()
 	if g.Rollout.Staged() {

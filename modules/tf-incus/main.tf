@@ -116,11 +116,13 @@ resource "fediversity_node_switch" "node" {
   node_plan         = data.fediversity_submission.this.node_plans[each.key]
   submission_digest = local.digest
   submission_file   = var.submission_file
-  toplevel          = each.value.toplevel
-  strict            = var.strict
-  activation        = var.activation
-  secret_chain      = var.secret_chain
-  loop_budgets      = var.loop_budgets
+  # The last good system replaces the configured toplevel (the plan sets it).
+  toplevel     = var.deploy == "last-good" ? null : each.value.toplevel
+  deploy       = var.deploy
+  strict       = var.strict
+  activation   = var.activation
+  secret_chain = var.secret_chain
+  loop_budgets = var.loop_budgets
 
   dynamic "build" {
     for_each = each.value.toplevel == null ? [each.value.build != null ? each.value.build : var.build] : []

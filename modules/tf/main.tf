@@ -48,6 +48,7 @@ locals {
   wave_nodes = [for i in range(4) : { for n in try(local.waves[i], []) : n => local.nodes[n] }]
   defaults = {
     build        = var.build
+    deploy       = var.deploy
     strict       = var.strict
     activation   = var.activation
     secret_chain = var.secret_chain

@@ -118,6 +118,17 @@ variable "build" {
   default = null
 }
 
+variable "deploy" {
+  description = "Which system every node deploys: configured (default: its toplevel or build) or last-good (its last good system, the toplevel whose verdict was last clean, recorded on the node by every deploy so judged; as `fediversity rollback --to last-good`). The plan shows each node's toplevel going back; a node with none fails the plan, naming it. Set it back to configured to deploy the configured systems again (see fediversity_node_switch's `deploy`)."
+  type        = string
+  default     = "configured"
+  nullable    = false
+  validation {
+    condition     = contains(["configured", "last-good"], var.deploy)
+    error_message = "deploy must be \"configured\" or \"last-good\"."
+  }
+}
+
 variable "strict" {
   description = "Strict (default): a failed unit fails the apply. false: the apply succeeds with a warning and the node shows as failing in the summary."
   type        = bool

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -30,6 +31,12 @@ type nodeRun struct {
 	target kit.TransportTarget
 	opts   deploybody.Options
 	body   func(context.Context, deploybody.Transport, deploybody.Options) (*deploybody.Result, error)
+	// prepare, if set, completes opts on the node's connection before the body runs
+	// (the last good system's toplevel); its error ends the run, the node untouched.
+	prepare func(context.Context, deploybody.Transport, *deploybody.Options) error
+	// recordLastGood records a clean verdict's system as the node's last good system
+	// (deploybody.RecordLastGood), as the command's group runs do after a deploy.
+	recordLastGood bool
 	// snapshotKeep > 0 guards the run with an Incus snapshot taken before the switch and
 	// restored when the switch leaves the node unreachable (keeping that many).
 	snapshotKeep int
@@ -56,6 +63,13 @@ func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, 
 		return nodeRunOutcome{err: err}, diags
 	}
 	defer func() { _ = t.Close() }()
+	unguarded := t
+	if r.prepare != nil {
+		if err := r.prepare(ctx, t, &r.opts); err != nil {
+			diags.Append(engineFailure(r.verb, r.node, err))
+			return nodeRunOutcome{err: err}, diags
+		}
+	}
 
 	var guard *incustransport.SnapshotGuard
 	if r.snapshotKeep > 0 {
@@ -80,6 +94,9 @@ func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, 
 				fmt.Sprintf("Node %s ran a system its boot entry does not point at (an earlier deploy did not finish), so its state was not known good: "+
 					"snapshot %s, taken before that deploy, was kept as the rollback point instead of being replaced.", r.node, guard.Taken()))
 		}
+	}
+	if r.recordLastGood && runErr == nil {
+		deploybody.RecordLastGood(ctx, unguarded, res, time.Now())
 	}
 	if len(res.Warnings) > 0 {
 		// One diagnostic for all: Terraform and OpenTofu fold warnings of one summary

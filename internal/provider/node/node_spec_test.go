@@ -96,6 +96,7 @@ func TestRosterSaysEveryNodeSwitchArgument(t *testing.T) {
 		"submission_digest": "the command reads the submission once, at its start",
 		"submission_file":   "the command's --submission",
 		"timeouts":          "the command runs until done or interrupted",
+		"deploy":            "the command's verb: `fediversity rollback --to last-good` deploys every node's last good system",
 	}
 	rosterNode := jsonNames(reflect.TypeOf(fleet.RosterNode{}))
 	check := func(where string, names []string, accepted map[string]bool) {

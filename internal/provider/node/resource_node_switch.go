@@ -71,6 +71,7 @@ type nodeSwitchModel struct {
 	Node             types.String         `tfsdk:"node"`
 	NodePlan         types.String         `tfsdk:"node_plan"`
 	Toplevel         types.String         `tfsdk:"toplevel"`
+	Deploy           types.String         `tfsdk:"deploy"`
 	Build            *kit.BuildModel      `tfsdk:"build"`
 	SubmissionDigest types.String         `tfsdk:"submission_digest"`
 	SubmissionFile   types.String         `tfsdk:"submission_file"`
@@ -134,6 +135,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"the next plan shows this attribute changing back. " + redeploys,
 				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("build")), kit.StorePathValidator{}},
 			},
+			"deploy": deploySchemaAttribute(),
 			"strict": schema.BoolAttribute{
 				Optional: true,
 				Computed: true,
@@ -233,6 +235,9 @@ func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.Modify
 	// Last, on the plan as the rest of ModifyPlan leaves it (and before the kept
 	// submission digest is put back): whether the planned deploy reboots the node.
 	defer r.planReboot(ctx, req, resp)
+	if r.planLastGood(ctx, req, resp) {
+		return // the node's last good system, not the configured one
+	}
 	var args types.Map
 	if d := req.Plan.GetAttribute(ctx, path.Root("build").AtName("args"), &args); !d.HasError() {
 		if resp.Diagnostics.Append(kit.CheckPerRunMap(ctx, args, path.Root("build").AtName("args"), r.cfg)...); resp.Diagnostics.HasError() {
@@ -400,12 +405,16 @@ func needsDeploy(plan, state nodeSwitchModel, deployed string) bool {
 	if state.Verdict.IsNull() {
 		return true // imported, or never judged
 	}
-	if !plan.NodePlan.Equal(state.NodePlan) || !plan.Derivation.Equal(state.Derivation) || !plan.SubmissionDigest.Equal(state.SubmissionDigest) ||
-		!plan.SubmissionFile.Equal(state.SubmissionFile) || !plan.Strict.Equal(state.Strict) ||
-		!plan.SecretChain.Equal(state.SecretChain) || !plan.LoopBudgets.Equal(state.LoopBudgets) {
+	if !plan.Strict.Equal(state.Strict) || !plan.SecretChain.Equal(state.SecretChain) || !plan.LoopBudgets.Equal(state.LoopBudgets) ||
+		!sameBlock(plan.SSH, state.SSH) || !sameBlock(plan.Incus, state.Incus) {
 		return true
 	}
-	if !sameBlock(plan.Build, state.Build) || !sameBlock(plan.SSH, state.SSH) || !sameBlock(plan.Incus, state.Incus) {
+	if deploysLastGood(plan.Deploy) {
+		// What the configured system is made of does not change the last good one.
+		return false
+	}
+	if !plan.NodePlan.Equal(state.NodePlan) || !plan.Derivation.Equal(state.Derivation) || !plan.SubmissionDigest.Equal(state.SubmissionDigest) ||
+		!plan.SubmissionFile.Equal(state.SubmissionFile) || !sameBlock(plan.Build, state.Build) {
 		return true
 	}
 	return false
@@ -609,6 +618,7 @@ func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.Impor
 		Node:             types.StringValue(addr.Node),
 		NodePlan:         types.StringNull(),
 		Toplevel:         types.StringNull(),
+		Deploy:           types.StringNull(),
 		SubmissionDigest: types.StringNull(),
 		SubmissionFile:   types.StringNull(),
 		Strict:           types.BoolValue(true),
@@ -644,7 +654,11 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	if diags.HasError() {
 		return nil, nil, diags, errors.New("invalid configuration")
 	}
-	if plan.Build != nil {
+	var prepare func(context.Context, deploybody.Transport, *deploybody.Options) error
+	if deploysLastGood(plan.Deploy) {
+		// The node's last good system, read over the deploy's connection: nothing is built.
+		prepare = lastGoodTarget(plan.Toplevel)
+	} else if plan.Build != nil {
 		spec, cleanup, bdiags := buildSpec(plan)
 		diags.Append(bdiags...)
 		if diags.HasError() {
@@ -665,7 +679,8 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		opts.Toplevel = plan.Toplevel.ValueString()
 	}
 
-	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy}
+	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy,
+		prepare: prepare, recordLastGood: true}
 	run.snapshotKeep = (nodespec.Spec{Snapshot: plan.Snapshot.spec()}).SnapshotKeep()
 	outcome, rdiags := run.run(ctx, r.cfg)
 	diags.Append(rdiags...)

@@ -206,4 +206,24 @@ func TestNeedsDeploy(t *testing.T) {
 	if !needsDeploy(same, imported, top) {
 		t.Error("an imported node (no verdict yet) must be deployed and judged")
 	}
+	// deploy = "last-good" on a node that already runs it: the configured system's
+	// parts (its derivation, now null) do not redeploy it; another toplevel does.
+	built := state
+	built.Derivation = types.StringValue("/nix/store/dddddddddddddddddddddddddddddddd-nixos-system-a.drv")
+	built.Build = &kit.BuildModel{Flake: types.StringValue("./fleet")}
+	back := built
+	back.Deploy = types.StringValue(deployLastGood)
+	back.Derivation = types.StringNull()
+	if needsDeploy(back, built, top) {
+		t.Error("deploy = last-good on a node that runs its last good system must not redeploy it")
+	}
+	back.Toplevel = types.StringValue(top + "2")
+	if !needsDeploy(back, built, top) {
+		t.Error("deploy = last-good with another last good system must redeploy")
+	}
+	forward := built
+	forward.Derivation = types.StringNull()
+	if !needsDeploy(forward, built, top) {
+		t.Error("with deploy = configured a changed derivation still redeploys")
+	}
 }

@@ -25,7 +25,7 @@ variable "submission_digest" {
 }
 
 variable "defaults" {
-  description = "modules/tf's group-wide settings a node entry may override: build, strict, activation, secret_chain, loop_budgets, timings."
+  description = "modules/tf's group-wide settings a node entry may override: build, deploy (group-wide), strict, activation, secret_chain, loop_budgets, timings."
   type        = any
 }
 
@@ -41,11 +41,13 @@ resource "fediversity_node_switch" "node" {
   node_plan         = var.node_plans[each.key]
   submission_digest = var.submission_digest
   submission_file   = var.submission_file
-  toplevel          = each.value.toplevel
-  strict            = coalesce(each.value.strict, var.defaults.strict)
-  activation        = coalesce(each.value.activation, var.defaults.activation)
-  secret_chain      = each.value.secret_chain != null ? each.value.secret_chain : var.defaults.secret_chain
-  loop_budgets      = each.value.loop_budgets != null ? each.value.loop_budgets : var.defaults.loop_budgets
+  # The last good system replaces the configured toplevel (the plan sets it).
+  toplevel     = var.defaults.deploy == "last-good" ? null : each.value.toplevel
+  deploy       = var.defaults.deploy
+  strict       = coalesce(each.value.strict, var.defaults.strict)
+  activation   = coalesce(each.value.activation, var.defaults.activation)
+  secret_chain = each.value.secret_chain != null ? each.value.secret_chain : var.defaults.secret_chain
+  loop_budgets = each.value.loop_budgets != null ? each.value.loop_budgets : var.defaults.loop_budgets
 
   dynamic "build" {
     for_each = each.value.toplevel == null ? [each.value.build != null ? each.value.build : var.defaults.build] : []

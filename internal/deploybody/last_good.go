@@ -1,0 +1,125 @@
+package deploybody
+
+// The node's last good system: the toplevel whose verdict was last clean (ok with no
+// reason at all, so a lenient pass over a failed unit is not good), recorded on the
+// node by every deploy that judged it so, and pinned against garbage collection, so
+// that a roll back can always switch the node back to it.
+//
+// Both front ends record and read it through these functions (the command's group runs
+// in internal/fleet, fediversity_node_switch in the provider), so `fediversity rollback
+// --to last-good` and `deploy = "last-good"` mean the same system. The deploy body
+// itself never calls them: recording is a step after a deploy, taken on the
+// unguarded transport (a snapshot restore voids the run before it records).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+const (
+	// LastGoodFile is the node's record of its last good system.
+	LastGoodFile = "/var/lib/fediversity/last-good.json"
+	// LastGoodRoot is the GC root that keeps the last good system in the node's store.
+	LastGoodRoot = "/nix/var/nix/gcroots/fediversity/last-good"
+	// PhaseReadLastGood is the phase a roll back to the last good system fails in when
+	// the node has none or does not answer.
+	PhaseReadLastGood = "read-last-good"
+)
+
+const lastGoodVersion = 1
+
+// LastGood is the node's record of its last good system.
+type LastGood struct {
+	Version  int       `json:"version"`
+	Toplevel string    `json:"toplevel"`
+	At       time.Time `json:"at"` // when its clean verdict was taken
+}
+
+// ErrNoLastGood says the node has no last good system: no deploy ever judged it clean.
+// Both front ends say it in these words (the provider adds the attribute that asked).
+var ErrNoLastGood = errors.New("the node has no last good system (" + LastGoodFile + "): it never had a clean verdict")
+
+// NoLastGoodHint is what to do about ErrNoLastGood.
+const NoLastGoodHint = "deploy a good system to it first (a deploy whose verdict is ok with no reason records it); it was left untouched"
+
+// writeLastGoodScript pins $2 (a GC root $3, replaced atomically) and then writes
+// stdin to $1 atomically: the record never names a system that is not pinned.
+const writeLastGoodScript = `set -e; umask 077; r=$3; mkdir -p "${r%/*}" "${1%/*}"; chmod 700 "${1%/*}"
+ln -sfn "$2" "$r.tmp"; mv -fT "$r.tmp" "$r"
+cat >"$1.tmp"; mv -f "$1.tmp" "$1"`
+
+// readLastGoodScript prints $1, or exits 3 when there is none.
+const readLastGoodScript = `[ -e "$1" ] || exit 3; cat "$1"`
+
+var lastGoodToolPath = []string{"/run/current-system/sw/bin", "/usr/bin", "/bin"}
+
+// CleanVerdict reports whether res judged the node good: ok, with no reason (a
+// lenient verdict's reasons are failures it let pass), on the system it deployed
+// (an `activation = "boot"` deploy judged the old system, not the new one).
+func CleanVerdict(res *Result) bool {
+	return res != nil && res.Verdict != nil && res.Verdict.OK && len(res.Verdict.Reasons) == 0 &&
+		strings.HasPrefix(res.Toplevel, "/nix/store/") && res.RunningSystem == res.Toplevel
+}
+
+// RecordLastGood records res's toplevel as the node's last good system when its
+// verdict was clean, on t (the node's unguarded transport). A failure is a warning
+// added to res: the node keeps its previous record.
+func RecordLastGood(ctx context.Context, t Transport, res *Result, now time.Time) {
+	if !CleanVerdict(res) {
+		return
+	}
+	b, err := json.Marshal(LastGood{Version: lastGoodVersion, Toplevel: res.Toplevel, At: now.UTC()})
+	if err == nil {
+		var out RunResult
+		out, err = t.Run(ctx, []string{"sh", "-c", writeLastGoodScript, "sh", LastGoodFile, res.Toplevel, LastGoodRoot},
+			RunOptions{Path: lastGoodToolPath, Stdin: b, Privileged: true})
+		if err == nil && out.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", out.ExitCode, strings.TrimSpace(string(out.Stderr)))
+		}
+	}
+	if err != nil {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("the last good system %s was not recorded on the node (%v): a roll back to the last good system takes the node to the one recorded before", res.Toplevel, err))
+	}
+}
+
+// ReadLastGood reads the node's last good system: nil (and no error) when the node
+// has none.
+func ReadLastGood(ctx context.Context, t Transport) (*LastGood, error) {
+	out, err := t.Run(ctx, []string{"sh", "-c", readLastGoodScript, "sh", LastGoodFile}, RunOptions{Path: lastGoodToolPath, Privileged: true})
+	if err != nil {
+		return nil, err
+	}
+	switch out.ExitCode {
+	case 0:
+	case 3:
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("reading %s exited %d: %s", LastGoodFile, out.ExitCode, strings.TrimSpace(string(out.Stderr)))
+	}
+	var rec LastGood
+	if err := json.Unmarshal(out.Stdout, &rec); err != nil {
+		return nil, fmt.Errorf("%s is not a record of the last good system: %w", LastGoodFile, err)
+	}
+	if rec.Version != lastGoodVersion || !strings.HasPrefix(rec.Toplevel, "/nix/store/") {
+		return nil, nil
+	}
+	return &rec, nil
+}
+
+// LastGoodToplevel is the node's last good system, or a DeployError (phase
+// PhaseReadLastGood) when the node does not answer or has none (ErrNoLastGood).
+func LastGoodToplevel(ctx context.Context, t Transport, node string) (string, error) {
+	rec, err := ReadLastGood(ctx, t)
+	if err != nil {
+		return "", &DeployError{Node: node, Phase: PhaseReadLastGood, Err: err,
+			Hint: "check that the node answers (its transport and credentials)"}
+	}
+	if rec == nil {
+		return "", &DeployError{Node: node, Phase: PhaseReadLastGood, Err: ErrNoLastGood, Hint: NoLastGoodHint}
+	}
+	return rec.Toplevel, nil
+}

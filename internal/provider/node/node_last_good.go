@@ -1,0 +1,189 @@
+package node
+
+// fediversity_node_switch's `deploy` input: deploy the configured system, or the node's
+// last good system (deploybody.LastGoodFile), the provider's face of `fediversity
+// rollback --to last-good`. Both read and record the last good system through the same
+// engine functions (deploybody.ReadLastGood, deploybody.RecordLastGood), so they agree
+// on what it is.
+//
+// The plan reads the node's record and plans `toplevel` as the system it names, so the
+// plan shows which nodes change and to what; the apply reads it again, over the
+// deploy's own connection, and refuses when it changed since the plan.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
+)
+
+// The values of `deploy`.
+const (
+	deployConfigured = "configured"
+	deployLastGood   = "last-good"
+)
+
+func deploySchemaAttribute() schema.StringAttribute {
+	return schema.StringAttribute{
+		Optional: true,
+		MarkdownDescription: "Which system to deploy. `configured` (the default, also when unset): the one `toplevel` or `build` gives. " +
+			"`last-good`: the node's last good system instead, as `fediversity rollback --to last-good` does: the toplevel whose verdict was last clean " +
+			"(ok with no reason, so a lenient pass over a failed unit does not count), which every deploy with such a verdict records on the node " +
+			"(`" + deploybody.LastGoodFile + "`) and pins against garbage collection (`" + deploybody.LastGoodRoot + "`). " +
+			"The plan reads the node's record and shows `toplevel` changing to that system; a node with no record fails the plan, naming it. " +
+			"`toplevel` must then be unset (a module passes `null`), since the plan sets it; a `build` block may stay and is not built. " +
+			"The deploy is judged as any other (`strict` applies), and its clean verdict records the system again. " +
+			"Set it back to `configured` to deploy the configured system again. See docs/design.md#last-good-system.",
+		Validators: []validator.String{stringvalidator.OneOf(deployConfigured, deployLastGood)},
+	}
+}
+
+// deploysLastGood tells whether the model deploys the node's last good system.
+func deploysLastGood(v types.String) bool { return v.ValueString() == deployLastGood }
+
+// planLastGood is ModifyPlan with `deploy = "last-good"`: the planned toplevel is the
+// node's last good system, read from the node now. It reports whether it planned (the
+// rest of ModifyPlan, which plans the configured system, is then skipped).
+func (r *nodeSwitchResource) planLastGood(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) bool {
+	var deploy types.String
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("deploy"), &deploy)...)
+	if deploy.IsUnknown() {
+		// Known at apply: the apply's own plan reads the record.
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
+		markRedeploy(ctx, resp)
+		return true
+	}
+	if !deploysLastGood(deploy) {
+		return false
+	}
+	var node, cfgTop types.String
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("node"), &node)...)
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("toplevel"), &cfgTop)...)
+	if resp.Diagnostics.HasError() {
+		return true
+	}
+	name := node.ValueString()
+	if !cfgTop.IsNull() {
+		resp.Diagnostics.AddAttributeError(path.Root("toplevel"), fmt.Sprintf("`toplevel` is set for %s, which deploys its last good system", name),
+			fmt.Sprintf("With deploy = %q the plan sets `toplevel` of node %s to its last good system, so the configuration must leave it unset: "+
+				"remove `toplevel` (a module passes null) while deploy is %q, or set deploy = %q to deploy the configured toplevel.", deployLastGood, name, deployLastGood, deployConfigured))
+		return true
+	}
+	// Nothing is built: the derivation of a `build` block is not this deploy's.
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("derivation"), types.StringNull())...)
+	var plan nodeSwitchModel
+	if resp.Diagnostics.Append(resp.Plan.Get(ctx, &plan)...); resp.Diagnostics.HasError() {
+		return true
+	}
+	if node.IsUnknown() || !transportKnown(ctx, resp.Plan) {
+		// The node cannot be asked yet (its name or address comes from a resource not
+		// created yet): the apply reads its record.
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
+		markRedeploy(ctx, resp)
+		return true
+	}
+	target, tdiags := kit.ResolveTarget(plan.SSH, plan.Incus, r.cfg)
+	if resp.Diagnostics.Append(tdiags...); resp.Diagnostics.HasError() {
+		return true
+	}
+	top, err := readLastGood(ctx, name, target, r.cfg)
+	if err != nil {
+		resp.Diagnostics.Append(lastGoodDiagnostic(name, err))
+		return true
+	}
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringValue(top))...)
+	if req.State.Raw.IsNull() {
+		markRedeploy(ctx, resp)
+		return true
+	}
+	var stateTop types.String
+	resp.Diagnostics.Append(req.State.GetAttribute(ctx, path.Root("toplevel"), &stateTop)...)
+	deployed := privateString(ctx, req.Private, privateDeployed)
+	if stateTop.ValueString() != top || deployed != top || privateString(ctx, req.Private, privateUnfinished) != "" {
+		markRedeploy(ctx, resp)
+	}
+	return true
+}
+
+// markRedeploy plans what a deploy changes as known only after it.
+func markRedeploy(ctx context.Context, resp *resource.ModifyPlanResponse) {
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("changes"), types.ObjectUnknown(changesAttrTypes))...)
+}
+
+// readLastGood asks the node for its last good system, over a connection of its own.
+func readLastGood(ctx context.Context, node string, target kit.TransportTarget, cfg *kit.Config) (string, error) {
+	t, err := kit.OpenTransport(ctx, node, target, cfg)
+	if err != nil {
+		return "", &deploybody.DeployError{Node: node, Phase: deploybody.PhaseReadLastGood, Err: err,
+			Hint: "check the transport block and the provider's credentials"}
+	}
+	defer func() { _ = t.Close() }()
+	return deploybody.LastGoodToplevel(ctx, t, node)
+}
+
+// lastGoodDiagnostic reports a node whose last good system cannot be deployed, on the
+// attribute that asked for it.
+func lastGoodDiagnostic(node string, err error) diag.Diagnostic {
+	summary := fmt.Sprintf("Cannot read the last good system of %s", node)
+	if errors.Is(err, deploybody.ErrNoLastGood) {
+		summary = fmt.Sprintf("Node %s has no last good system: it never had a clean verdict", node)
+	}
+	var de *deploybody.DeployError
+	cause, hint := err, ""
+	if errors.As(err, &de) {
+		cause, hint = de.Err, de.Hint
+	}
+	return diag.NewAttributeErrorDiagnostic(path.Root("deploy"), summary,
+		kit.FailureDetail("Node "+node, deploybody.PhaseReadLastGood, cause,
+			fmt.Sprintf("deploy = %q needs one. %s, or set deploy = %q.", deployLastGood, upperFirst(hint), deployConfigured)))
+}
+
+// lastGoodTarget is the apply's step before the deploy with `deploy = "last-good"`: it
+// reads the node's record over the deploy's connection and deploys that system. A
+// record that changed since the plan (a deploy in between recorded another) is refused:
+// the apply would deploy another system than the plan showed.
+func lastGoodTarget(planned types.String) func(context.Context, deploybody.Transport, *deploybody.Options) error {
+	return func(ctx context.Context, t deploybody.Transport, opts *deploybody.Options) error {
+		top, err := deploybody.LastGoodToplevel(ctx, t, opts.Node)
+		if err != nil {
+			return err
+		}
+		if !planned.IsUnknown() && !planned.IsNull() && planned.ValueString() != top {
+			return &deploybody.DeployError{Node: opts.Node, Phase: deploybody.PhaseReadLastGood,
+				Err:  fmt.Errorf("the node's last good system is %s now, but the plan showed %s: a deploy since the plan recorded another", top, planned.ValueString()),
+				Hint: "plan again to see what the roll back deploys; the node was left untouched"}
+		}
+		opts.Toplevel, opts.Build = top, nil
+		return nil
+	}
+}
+
+// transportKnown tells whether the planned transport blocks are known in full, so the
+// plan can reach the node (a `dynamic` block or an address from a resource not created
+// yet is known only at apply).
+func transportKnown(ctx context.Context, plan tfsdk.Plan) bool {
+	for _, block := range []string{"ssh", "incus"} {
+		var obj types.Object
+		if plan.GetAttribute(ctx, path.Root(block), &obj).HasError() {
+			return false
+		}
+		v, err := obj.ToTerraformValue(ctx)
+		if err != nil || !v.IsFullyKnown() {
+			return false
+		}
+	}
+	return true
+}
