@@ -21,6 +21,16 @@ func VerdictOnly(ctx context.Context, t Transport, o Options) (*Result, error) {
 	return execute(ctx, newRunEnv(t, o, true))
 }
 
+// VerdictReadOnly is the verdict-only pass that changes no unit: the same phases, the
+// same lock, the same verdict, but a failed unit is judged as it is, never restarted
+// (docs/design.md#node-health). It is the pass a health check runs at every plan, where
+// a restart would change the node behind the operator's back.
+func VerdictReadOnly(ctx context.Context, t Transport, o Options) (*Result, error) {
+	e := newRunEnv(t, o, true)
+	e.readOnly = true
+	return execute(ctx, e)
+}
+
 // unreachableSampleLimit is how many unanswered samples in a row make a node
 // unreachable in the chain wait.
 const unreachableSampleLimit = 3
@@ -250,6 +260,10 @@ func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
 	for _, s := range e.steps(f) {
 		if e.verdictOnly && skippedInVerdictOnly[s.name] {
 			f.res.Phases = append(f.res.Phases, PhaseTiming{Name: s.name, Note: skippedInVerdictOnlyNote})
+			continue
+		}
+		if e.readOnly && s.name == PhaseRestartFailedUnits {
+			f.res.Phases = append(f.res.Phases, PhaseTiming{Name: s.name, Note: skippedReadOnlyNote})
 			continue
 		}
 		if f.switched.bootOnly && skippedWhenBootOnly[s.name] {

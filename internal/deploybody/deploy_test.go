@@ -564,6 +564,39 @@ func TestVerdictOnlyWaitsForChainThenRestartsWantedUnits(t *testing.T) {
 	}
 }
 
+// The read-only pass (a health check at every plan) judges the same failed unit the
+// verdict-only pass would restart, and restarts nothing: the node is left as it was.
+func TestVerdictReadOnlyRestartsNothing(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"app.service": {b: runs}})
+	s.node.store[testToplevel] = true
+	s.node.running = testToplevel
+	fixed := unitSpec{b: runs}
+	s.node.setUnit("app.service", unitSpec{b: fails, onRestart: &fixed})
+	s.opts.Build = func(context.Context) (string, error) { t.Fatal("the read-only pass built"); return "", nil }
+
+	res, err := VerdictReadOnly(context.Background(), s.node, s.opts)
+	wantDeployErr(t, err, PhaseVerdict)
+	if restarts := s.node.runsOf("systemctl", "restart"); len(restarts) != 0 {
+		t.Fatalf("the read-only pass restarted %+v", restarts)
+	}
+	if got := failedNamesOf(res.Verdict); !reflect.DeepEqual(got, []string{"app.service"}) {
+		t.Fatalf("failed = %v, want the unit as the node has it", got)
+	}
+	if res.Verdict.OK || len(res.Verdict.Restarted) != 0 {
+		t.Fatalf("verdict = %+v", res.Verdict)
+	}
+	for _, what := range []string{"copy", "switch", "finalize", "revert"} {
+		if n := len(s.node.callsOf(what)); n != 0 {
+			t.Fatalf("the read-only pass called %s %d times", what, n)
+		}
+	}
+	for _, p := range res.Phases {
+		if p.Name == PhaseRestartFailedUnits && p.Note != skippedReadOnlyNote {
+			t.Fatalf("phase %s note %q", p.Name, p.Note)
+		}
+	}
+}
+
 func TestVerdictOnlyConvergedChainPasses(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"app.service": {b: runs}})
 	s.node.store[testToplevel] = true

@@ -17,7 +17,9 @@ type runEnv struct {
 	t           Transport
 	o           Options
 	verdictOnly bool
-	tree        localTree
+	// readOnly (VerdictReadOnly, verdict-only too) restarts no failed unit.
+	readOnly bool
+	tree     localTree
 	// warnings are the run's warnings, shared with the Result the run returns.
 	warnings *[]string
 }

@@ -28,6 +28,7 @@ const (
 	PhaseFinalizeBootEntry   = "finalize-boot-entry"
 	PhaseConclude            = "conclude"
 	skippedInVerdictOnlyNote = "skipped: verdict-only pass builds, copies and switches nothing"
+	skippedReadOnlyNote      = "skipped: read-only pass restarts no unit"
 )
 
 // Phases lists every phase name in order.
