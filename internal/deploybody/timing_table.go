@@ -20,6 +20,9 @@ import (
 const (
 	ObjectNodeSwitch = "fediversity_node_switch"
 	ObjectVerdict    = "fediversity_verdict"
+	// ObjectNodeHealth is the data source that runs the verdict pass read-only: it
+	// reads the verdict's timings.
+	ObjectNodeHealth = "fediversity_node_health"
 	ObjectK8sRollout = "fediversity_k8s_rollout"
 )
 
@@ -43,34 +46,34 @@ type Timing struct {
 var TimingTable = []Timing{
 	{"node_wait", DefaultNodeWait,
 		"How long to wait for the node to answer (SSH or Incus exec) before the run fails as unreachable.",
-		[]string{ObjectNodeSwitch, ObjectVerdict}, func(t *Timings) *time.Duration { return &t.NodeWait }},
+		[]string{ObjectNodeSwitch, ObjectVerdict, ObjectNodeHealth}, func(t *Timings) *time.Duration { return &t.NodeWait }},
 	{"switch_timeout", DefaultSwitchTimeout,
 		"Time limit of `switch-to-configuration` on the node.",
 		[]string{ObjectNodeSwitch}, func(t *Timings) *time.Duration { return &t.SwitchTimeout }},
 	{"settle", DefaultSettle,
 		"How long to let units settle after the switch and after restarts, before the watch.",
-		[]string{ObjectNodeSwitch, ObjectVerdict}, func(t *Timings) *time.Duration { return &t.Settle }},
+		[]string{ObjectNodeSwitch, ObjectVerdict, ObjectNodeHealth}, func(t *Timings) *time.Duration { return &t.Settle }},
 	{"watch", DefaultWatch,
 		"How long to watch units for restart loops and cycling after settling. Samples are taken on a fixed grid (every `sample_interval` from the start of the watch), so slow samples do not stretch the watch: it lasts this long plus one sample.",
-		[]string{ObjectNodeSwitch, ObjectVerdict}, func(t *Timings) *time.Duration { return &t.Watch }},
+		[]string{ObjectNodeSwitch, ObjectVerdict, ObjectNodeHealth}, func(t *Timings) *time.Duration { return &t.Watch }},
 	{"sample_interval", DefaultSampleInterval,
 		"Interval between unit-state samples during the watch. Each sample reads the failed units, the states of the units the verdict looks at, the job queue and the system state in one round trip.",
-		[]string{ObjectNodeSwitch, ObjectVerdict}, func(t *Timings) *time.Duration { return &t.SampleInterval }},
+		[]string{ObjectNodeSwitch, ObjectVerdict, ObjectNodeHealth}, func(t *Timings) *time.Duration { return &t.SampleInterval }},
 	{"stale_job", DefaultStaleJob,
 		"A start job older than this in `systemctl list-jobs` is named stale.",
-		[]string{ObjectNodeSwitch, ObjectVerdict}, func(t *Timings) *time.Duration { return &t.StaleJob }},
+		[]string{ObjectNodeSwitch, ObjectVerdict, ObjectNodeHealth}, func(t *Timings) *time.Duration { return &t.StaleJob }},
 	{"chain_wait", DefaultChainWait,
 		"How long a deploy, and the verdict-only pass, wait for the secret chain (`secret_chain`) to come up.",
-		[]string{ObjectNodeSwitch, ObjectVerdict}, func(t *Timings) *time.Duration { return &t.ChainWait }},
+		[]string{ObjectNodeSwitch, ObjectVerdict, ObjectNodeHealth}, func(t *Timings) *time.Duration { return &t.ChainWait }},
 	{"no_progress", DefaultNoProgress,
 		"A secret chain member that shows no progress for this long stops the chain wait early, in a deploy and in the verdict-only pass.",
-		[]string{ObjectNodeSwitch, ObjectVerdict}, func(t *Timings) *time.Duration { return &t.NoProgress }},
+		[]string{ObjectNodeSwitch, ObjectVerdict, ObjectNodeHealth}, func(t *Timings) *time.Duration { return &t.NoProgress }},
 	{"confirm_timeout", DefaultConfirmTimeout,
 		"SSH deploys: how long after the switch a new SSH login may take. Before the switch the deploy arms a revert on the node; only a login over a new connection after the switch disarms it. If none is accepted in time, the node switches itself back to the system it ran before (and its boot entry), and the apply fails saying so. See `ssh.revert_on_lockout`.",
 		[]string{ObjectNodeSwitch}, func(t *Timings) *time.Duration { return &t.ConfirmTimeout }},
 	{"lock_wait", DefaultLockWait,
 		"How long a deploy or verdict pass waits for the node's lock while another run (from this or another deployer) holds it, before it fails naming the holder. A lock whose holder stopped is taken over: once its heartbeat is a minute old, or at once when its process is proven gone on this very machine (same machine id, boot id and PID namespace; a shared host name proves nothing).",
-		[]string{ObjectNodeSwitch, ObjectVerdict}, func(t *Timings) *time.Duration { return &t.LockWait }},
+		[]string{ObjectNodeSwitch, ObjectVerdict, ObjectNodeHealth}, func(t *Timings) *time.Duration { return &t.LockWait }},
 	{"rollout_wait", DefaultRolloutWait,
 		"k8s rollout: how long to wait for the pod to become ready before rolling back.",
 		[]string{ObjectK8sRollout}, func(t *Timings) *time.Duration { return &t.RolloutWait }},

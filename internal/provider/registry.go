@@ -16,6 +16,7 @@ func init() {
 	dataSources = []func() datasource.DataSource{
 		submission.NewSubmissionDataSource,
 		spire.NewSpireTrustBundleDataSource,
+		node.NewNodeHealthDataSource,
 	}
 	resources = []func() resource.Resource{
 		node.NewNodeSwitchResource,

@@ -39,6 +39,7 @@ type TimingsModel struct {
 const (
 	TimingsNodeSwitch = deploybody.ObjectNodeSwitch
 	TimingsVerdict    = deploybody.ObjectVerdict
+	TimingsNodeHealth = deploybody.ObjectNodeHealth
 	TimingsK8sRollout = deploybody.ObjectK8sRollout
 )
 

@@ -45,6 +45,7 @@ func TestTimingsBlockPerResource(t *testing.T) {
 	}{
 		{kit.TimingsNodeSwitch, []string{"node_wait", "switch_timeout", "chain_wait", "no_progress", "watch"}, []string{"rollout_wait", "pull_grace"}},
 		{kit.TimingsVerdict, []string{"node_wait", "chain_wait", "no_progress", "stale_job"}, []string{"switch_timeout", "rollout_wait", "pull_grace"}},
+		{kit.TimingsNodeHealth, []string{"node_wait", "settle", "watch", "chain_wait", "lock_wait"}, []string{"switch_timeout", "rollout_wait", "pull_grace"}},
 		{kit.TimingsK8sRollout, []string{"rollout_wait", "pull_grace"}, []string{"chain_wait", "no_progress", "node_wait", "switch_timeout"}},
 	}
 	for _, c := range cases {

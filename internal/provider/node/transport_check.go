@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -60,9 +61,18 @@ func (v blocksApart) MarkdownDescription(ctx context.Context) string {
 }
 
 func (v blocksApart) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	v.validate(ctx, req.Config, &resp.Diagnostics)
+}
+
+// ValidateDataSource is the same check for a data source that reaches a node.
+func (v blocksApart) ValidateDataSource(ctx context.Context, req datasource.ValidateConfigRequest, resp *datasource.ValidateConfigResponse) {
+	v.validate(ctx, req.Config, &resp.Diagnostics)
+}
+
+func (v blocksApart) validate(ctx context.Context, config tfsdk.Config, diags *diag.Diagnostics) {
 	var first, second types.Object
-	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root(v.first), &first)...)
-	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root(v.second), &second)...)
+	diags.Append(config.GetAttribute(ctx, path.Root(v.first), &first)...)
+	diags.Append(config.GetAttribute(ctx, path.Root(v.second), &second)...)
 	given := func(o types.Object) bool {
 		if o.IsNull() || o.IsUnknown() {
 			return false
@@ -82,6 +92,6 @@ func (v blocksApart) ValidateResource(ctx context.Context, req resource.Validate
 		return known || !unknown
 	}
 	if given(first) && given(second) {
-		resp.Diagnostics.AddAttributeError(path.Root(v.second), "Invalid Attribute Combination", v.why)
+		diags.AddAttributeError(path.Root(v.second), "Invalid Attribute Combination", v.why)
 	}
 }

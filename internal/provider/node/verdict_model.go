@@ -294,7 +294,7 @@ func verdictDiagnostic(node string, r *deploybody.Result, runErr error, lenientH
 	units := verdictUnitNames(v)
 	var detail strings.Builder
 	if len(v.Reasons) > 0 {
-		fmt.Fprintf(&detail, "Node %s: %s.", node, strings.Join(v.Reasons, "; "))
+		detail.WriteString(verdictReasons(node, v))
 	}
 	if len(units) > 0 {
 		fmt.Fprintf(&detail, "\nUnits: %s.", strings.Join(units, ", "))
@@ -315,6 +315,20 @@ func verdictDiagnostic(node string, r *deploybody.Result, runErr error, lenientH
 		diags.AddWarning(verdictSummary(node, v), strings.TrimSpace(detail.String()))
 	}
 	return diags
+}
+
+// verdictReasons is the verdict's reasons as one sentence naming the node.
+func verdictReasons(node string, v *deploybody.Verdict) string {
+	return fmt.Sprintf("Node %s: %s.", node, strings.Join(v.Reasons, "; "))
+}
+
+// verdictMessage is a verdict that gives reasons in one line, summary first (""
+// when it gives none): what an operator reads in a warning or a check's message.
+func verdictMessage(node string, v *deploybody.Verdict) string {
+	if len(v.Reasons) == 0 {
+		return ""
+	}
+	return verdictSummary(node, v) + ". " + verdictReasons(node, v)
 }
 
 func verdictSummary(node string, v *deploybody.Verdict) string {
