@@ -2,18 +2,17 @@
 # plan still succeeds. Cost: one read-only verdict pass (settle + watch) per plan.
 check "db01_health" {
   data "fediversity_node_health" "db01" {
-    node     = fediversity_node_switch.db01.node
+    node = fediversity_node_switch.db01.node
+    # Judge the units of the system deployed (default: whatever the node runs).
     toplevel = fediversity_node_switch.db01.toplevel
-
-    incus {
-      instance = "db01"
-      project  = "tenant-a"
-    }
-
     # A cheaper pass than the deploy's defaults; a shorter watch sees fewer loops.
     timings {
       settle = "2s"
       watch  = "6s"
+    }
+    ssh {
+      host             = "db01.example.org"
+      known_hosts_file = "known_hosts"
     }
   }
 

@@ -5,10 +5,14 @@ package node_test
 // and the proof is what `plan` prints and how it exits.
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/ssh"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
@@ -65,10 +69,46 @@ check "gone_health" {
 `, port, node.HostKey)
 }
 
+// refusedCheck judges the node through a pinned host key that is not its own (a fresh
+// one): the transport refuses it, so the pass reaches no verdict and the data source
+// fails; inside a check block that is a warning.
+func refusedCheck(t *testing.T, node labtest.Node) string {
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrongKey := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))
+	return fmt.Sprintf(`
+check "refused_health" {
+  data "fediversity_node_health" "refused" {
+    node = "refused-node"
+    ssh {
+      host     = %q
+      port     = %d
+      host_key = %q
+    }
+    timings {
+      node_wait       = "5s"
+      sample_interval = "1s"
+    }
+  }
+  assert {
+    condition     = data.fediversity_node_health.refused.ok
+    error_message = data.fediversity_node_health.refused.message
+  }
+}
+`, node.SSHHost, node.SSHPort, wrongKey)
+}
+
 // A node with a failed unit: `plan` warns naming the unit and exits 0; the pass did
 // not restart the unit (its invocation is the same) and left the node's lock free (an
 // apply right after it runs). An unreachable node in another check block is a warning
-// too, not a failed plan. A healthy node gives no warning.
+// too, and so is a node whose host key is refused (no verdict: the data source's error),
+// not a failed plan. A healthy node gives no warning of its health.
 func TestAccNodeHealthCheckWarnsAndPlanSucceeds(t *testing.T) {
 	acctest.Lab(t)
 	acctest.PreCheck(t)
@@ -87,7 +127,7 @@ func TestAccNodeHealthCheckWarnsAndPlanSucceeds(t *testing.T) {
 		t.Fatalf("after the deploy fedi-broken.service is not failed: %q", before)
 	}
 
-	c.Write(healthCheckConfig(node, failed, unreachableCheck(t, node)))
+	c.Write(healthCheckConfig(node, failed, unreachableCheck(t, node)+refusedCheck(t, node)))
 	out, code := c.Run("plan", "-no-color")
 	flat := strings.Join(strings.Fields(out), " ")
 	t.Logf("plan (exit %d):\n%s", code, out)
@@ -102,8 +142,10 @@ func TestAccNodeHealthCheckWarnsAndPlanSucceeds(t *testing.T) {
 			t.Errorf("the plan does not say %q", want)
 		}
 	}
-	if !strings.Contains(flat, "gone-node") {
-		t.Errorf("the plan does not warn about the unreachable node gone-node")
+	for _, other := range []string{"gone-node", "refused-node"} {
+		if !strings.Contains(flat, other) {
+			t.Errorf("the plan does not warn about %s", other)
+		}
 	}
 	if after := invocation(); after != before {
 		t.Fatalf("the health check changed the unit: before %q, after %q", before, after)
@@ -117,7 +159,8 @@ func TestAccNodeHealthCheckWarnsAndPlanSucceeds(t *testing.T) {
 		t.Fatalf("the healthy node still warns:\n%s", out)
 	}
 	out, code = c.Run("plan", "-no-color")
-	if code != 0 || strings.Contains(out, "Warning:") {
-		t.Fatalf("plan of a healthy node exited %d with warnings:\n%s", code, out)
+	flat = strings.Join(strings.Fields(out), " ")
+	if code != 0 || strings.Contains(flat, "Check block assertion failed") || strings.Contains(flat, "Warning: Health check of") {
+		t.Fatalf("plan of a healthy node exited %d with warnings of its health:\n%s", code, out)
 	}
 }
