@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -114,7 +115,8 @@ func TestAccNodeHealthCheckWarnsAndPlanSucceeds(t *testing.T) {
 	acctest.PreCheck(t)
 	failed := labtest.BuildClosure(t, labtest.ClosureFailedUnit)
 	good := labtest.BuildClosure(t, labtest.ClosureGood)
-	node := labtest.NewInstance(t, "health")
+	// One instance per binary, so that the Terraform and the OpenTofu run can go at once.
+	node := labtest.NewInstance(t, "health-"+filepath.Base(acctest.Binary.Path))
 	c := acctest.NewCLIDir(t)
 
 	c.Write(switchConfig(node, sshBlock(node), failed, "strict = false"))
