@@ -349,7 +349,7 @@ func decide(v *Verdict) (reasons []string, fails bool) {
 		reasons = append(reasons, "could not read "+u)
 	}
 	for _, f := range v.Failed {
-		reasons = append(reasons, fmt.Sprintf("unit %s failed (%s)", f.Unit, describeFailure(f)))
+		reasons = append(reasons, fmt.Sprintf("unit %s failed (%s)", f.Unit, describeFailure(f, v.VerdictOnly)))
 	}
 	for _, f := range v.NeverSpawnedClosure {
 		reasons = append(reasons, fmt.Sprintf("unit %s never spawned: %d/%s, a fault of the closure", f.Unit, f.Status, f.Reason))
@@ -368,15 +368,19 @@ func decide(v *Verdict) (reasons []string, fails bool) {
 	return reasons, v.Strict && len(reasons) > 0
 }
 
-func describeFailure(f FailedUnit) string {
+// describeFailure words a failed unit's result and origin. A verdict-only pass switches
+// nothing: its "before" is the start of the pass, and it blames no closure.
+func describeFailure(f FailedUnit, verdictOnly bool) string {
 	var parts []string
 	if f.Result != "" {
 		parts = append(parts, "Result="+f.Result)
 	}
-	switch f.Origin {
-	case FailedNew:
+	switch {
+	case f.Origin == FailedNew:
 		parts = append(parts, "new in this run")
-	case FailedBeforeSwitch:
+	case f.Origin == FailedBeforeSwitch && verdictOnly:
+		parts = append(parts, "already failed when the pass began")
+	case f.Origin == FailedBeforeSwitch:
 		parts = append(parts, "already failed before the switch, so the new closure may not be the cause")
 	default:
 		parts = append(parts, string(f.Origin))

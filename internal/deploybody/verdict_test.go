@@ -290,6 +290,7 @@ func TestDecide(t *testing.T) {
 		{"failed strict", Verdict{Strict: true, Failed: failed}, true, []string{"web.service failed", "new in this run"}},
 		{"failed lenient", Verdict{Failed: failed}, false, []string{"web.service failed"}},
 		{"old failure says so", Verdict{Strict: true, Failed: []FailedUnit{{Unit: "x.service", Origin: FailedBeforeSwitch}}}, true, []string{"already failed before the switch"}},
+		{"old failure in a verdict-only pass names no switch", Verdict{Strict: true, VerdictOnly: true, Failed: []FailedUnit{{Unit: "x.service", Origin: FailedBeforeSwitch}}}, true, []string{"already failed when the pass began"}},
 		{"closure spawn fault strict", Verdict{Strict: true, NeverSpawnedClosure: closureFault}, true, []string{"203/EXEC", "fault of the closure"}},
 		{"closure spawn fault lenient", Verdict{NeverSpawnedClosure: closureFault}, false, []string{"203/EXEC"}},
 		{"host spawn fault", Verdict{Strict: true, NeverSpawnedHost: hostFault}, false, nil},

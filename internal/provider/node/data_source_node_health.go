@@ -69,12 +69,13 @@ func (d *nodeHealthDataSource) Schema(ctx context.Context, _ datasource.SchemaRe
 			"the node's lock only while it judges (so it never judges a node in the middle of a deploy). " +
 			"An unhealthy node is data, not an error: `ok` is false and `reasons`, `failed` and `message` name the units, so that " +
 			"a `check` block's `assert` turns it into a warning and `plan` still succeeds.\n\n" +
-			"**Cost:** one verdict pass per node at every plan, refresh and apply that reads it (settle plus watch: about 15 s with the " +
-			"default timings, plus the round trips), run in parallel across nodes up to Terraform's `-parallelism`. It is opt-in: only " +
-			"nodes you give a `fediversity_node_health` are judged. Shorten `timings.settle` and `timings.watch` to make it cheaper; " +
-			"a shorter watch sees fewer restart loops.\n\n" +
-			"A node the pass cannot reach or whose secret chain does not come up is an error of the data source; inside a `check` block " +
-			"Terraform and OpenTofu report it as a warning, outside one it fails the plan.",
+			"**Cost:** one verdict pass per node at every plan, and one more at every apply (a check's data source is read in both): " +
+			"a settle plus a watch (about 15 s with the default timings) plus the round trips, the nodes judged in parallel up to " +
+			"`-parallelism`. It is opt-in: only nodes you give a `fediversity_node_health` are judged. Shorten `timings.settle` and " +
+			"`timings.watch` to make it cheaper; a shorter watch sees fewer restart loops.\n\n" +
+			"A node that answers none of the samples within `timings.node_wait` is unhealthy too (`unreachable`). A node the pass cannot " +
+			"judge at all (a refused host key or credentials, a secret chain that does not come up) is an error of the data source: " +
+			"inside a `check` block Terraform and OpenTofu report it as a warning, outside one it fails the plan.",
 		Attributes: map[string]schema.Attribute{
 			"node": schema.StringAttribute{
 				Required:            true,
