@@ -37,24 +37,23 @@ func DataSourceBlock(b rschema.Block) dschema.Block {
 
 // DataSourceBlocks converts each block (DataSourceBlock).
 func DataSourceBlocks(blocks map[string]rschema.Block) map[string]dschema.Block {
-	if blocks == nil {
-		return nil
-	}
-	out := make(map[string]dschema.Block, len(blocks))
-	for name, b := range blocks {
-		out[name] = DataSourceBlock(b)
-	}
-	return out
+	return convertEach(blocks, DataSourceBlock)
 }
 
 // DataSourceAttributes converts each attribute (DataSourceAttribute).
 func DataSourceAttributes(attrs map[string]rschema.Attribute) map[string]dschema.Attribute {
-	if attrs == nil {
+	return convertEach(attrs, DataSourceAttribute)
+}
+
+// convertEach is m with convert applied to each value (nil stays nil: the framework
+// reads an absent map and an empty one alike, but a nil keeps the schemas equal).
+func convertEach[R, D any](m map[string]R, convert func(R) D) map[string]D {
+	if m == nil {
 		return nil
 	}
-	out := make(map[string]dschema.Attribute, len(attrs))
-	for name, a := range attrs {
-		out[name] = DataSourceAttribute(a)
+	out := make(map[string]D, len(m))
+	for name, v := range m {
+		out[name] = convert(v)
 	}
 	return out
 }

@@ -39,6 +39,31 @@ check "n_health" {
 %s`, node.Name, sshBlock(node), accTimings, extra)
 }
 
+// sshHealthCheck is a check block named name judging node "<name>-node" at
+// host:port with the host key pinned to hostKey, with a short node_wait.
+func sshHealthCheck(name, host string, port int, hostKey string) string {
+	return fmt.Sprintf(`
+check "%[1]s_health" {
+  data "fediversity_node_health" "%[1]s" {
+    node = "%[1]s-node"
+    ssh {
+      host     = %[2]q
+      port     = %[3]d
+      host_key = %[4]q
+    }
+    timings {
+      node_wait       = "5s"
+      sample_interval = "1s"
+    }
+  }
+  assert {
+    condition     = data.fediversity_node_health.%[1]s.ok
+    error_message = data.fediversity_node_health.%[1]s.message
+  }
+}
+`, name, host, port, hostKey)
+}
+
 // unreachableCheck judges a node whose sshd does not listen: a port taken and freed
 // again, so nothing answers on it.
 func unreachableCheck(t *testing.T, node labtest.Node) string {
@@ -48,26 +73,7 @@ func unreachableCheck(t *testing.T, node labtest.Node) string {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	return fmt.Sprintf(`
-check "gone_health" {
-  data "fediversity_node_health" "gone" {
-    node = "gone-node"
-    ssh {
-      host     = "127.0.0.1"
-      port     = %d
-      host_key = %q
-    }
-    timings {
-      node_wait       = "5s"
-      sample_interval = "1s"
-    }
-  }
-  assert {
-    condition     = data.fediversity_node_health.gone.ok
-    error_message = data.fediversity_node_health.gone.message
-  }
-}
-`, port, node.HostKey)
+	return sshHealthCheck("gone", "127.0.0.1", port, node.HostKey)
 }
 
 // refusedCheck judges the node through a pinned host key that is not its own (a fresh
@@ -83,26 +89,7 @@ func refusedCheck(t *testing.T, node labtest.Node) string {
 		t.Fatal(err)
 	}
 	wrongKey := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))
-	return fmt.Sprintf(`
-check "refused_health" {
-  data "fediversity_node_health" "refused" {
-    node = "refused-node"
-    ssh {
-      host     = %q
-      port     = %d
-      host_key = %q
-    }
-    timings {
-      node_wait       = "5s"
-      sample_interval = "1s"
-    }
-  }
-  assert {
-    condition     = data.fediversity_node_health.refused.ok
-    error_message = data.fediversity_node_health.refused.message
-  }
-}
-`, node.SSHHost, node.SSHPort, wrongKey)
+	return sshHealthCheck("refused", node.SSHHost, node.SSHPort, wrongKey)
 }
 
 // A node with a failed unit: `plan` warns naming the unit and exits 0; the pass did
