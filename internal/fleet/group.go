@@ -321,6 +321,9 @@ func foreseeReboot(ctx context.Context, opts *deploybody.Options, t deploybody.T
 }
 
 func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
+	if incustransport.IsSpaceError(restoreErr) {
+		return fmt.Errorf("the node did not answer after %s; %w", g.LostAfter(), restoreErr)
+	}
 	if restoreErr != nil {
 		return fmt.Errorf("the node did not answer after %s, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)",
 			g.LostAfter(), g.Taken(), restoreErr, g.Instance(), g.Taken())

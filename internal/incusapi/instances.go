@@ -24,6 +24,9 @@ type Instance struct {
 	Location   string            `json:"location"`
 	Config     map[string]string `json:"config"`
 	CreatedAt  time.Time         `json:"created_at"`
+	// ExpandedDevices are the devices with the profiles' applied: the root disk and
+	// the custom volumes a rollback point holds.
+	ExpandedDevices map[string]map[string]string `json:"expanded_devices"`
 }
 
 // Running reports whether the instance is running.
@@ -35,6 +38,10 @@ type InstanceState struct {
 	StatusCode int    `json:"status_code"`
 	Pid        int64  `json:"pid"`
 	Processes  int64  `json:"processes"`
+	// Disk is each disk device's usage in bytes (as the storage driver can tell).
+	Disk map[string]struct {
+		Usage int64 `json:"usage"`
+	} `json:"disk"`
 }
 
 // Running reports whether the instance is running.
@@ -375,6 +382,9 @@ type Snapshot struct {
 	Name      string    `json:"name"` // the snapshot's own name, without "<instance>/"
 	CreatedAt time.Time `json:"created_at"`
 	Stateful  bool      `json:"stateful"`
+	// Size is the snapshot's size in bytes as the storage driver reports it (0 or -1
+	// when it cannot tell).
+	Size int64 `json:"size"`
 }
 
 // CreateSnapshot takes snapshot snap of instance name and waits for it.

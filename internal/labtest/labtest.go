@@ -114,12 +114,25 @@ const Image = "lab/debian"
 // its bus, restore snapshots) so the shared nodes stay clean.
 func NewInstance(t testing.TB, name string) Node {
 	t.Helper()
+	return newInstance(t, name)
+}
+
+// NewInstanceOn is NewInstance with the root disk on storage pool pool, of rootSize
+// (an Incus size such as "3GiB"; a size also makes a btrfs pool count each volume's
+// and snapshot's usage, which it otherwise does not tell).
+func NewInstanceOn(t testing.TB, name, pool, rootSize string) Node {
+	t.Helper()
+	return newInstance(t, name, "--storage", pool, "--device", "root,size="+rootSize)
+}
+
+func newInstance(t testing.TB, name string, launchArgs ...string) Node {
+	t.Helper()
 	Require(t)
 	instanceMu.Lock()
 	defer instanceMu.Unlock()
 	inst := Prefix() + "-t-" + name
 	_, _ = IncusErr("delete", "--force", inst)
-	Incus(t, "launch", Image, inst)
+	Incus(t, append([]string{"launch", Image, inst}, launchArgs...)...)
 	t.Cleanup(func() { _, _ = IncusErr("delete", "--force", inst) })
 	port := freePort(t)
 	Incus(t, "config", "device", "add", inst, "ssh", "proxy",

@@ -31,6 +31,12 @@ func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, res
 		aside = fmt.Sprintf(" Keeping the state that stopped answering as a snapshot failed: %v.", err)
 	}
 	after := g.LostAfter()
+	if incustransport.IsSpaceError(restoreErr) {
+		// The error carries the figures and what to do; nothing was changed.
+		diags.AddError(fmt.Sprintf("Node %s is unreachable after %s and there is no space to restore snapshot %s", node, after, taken),
+			fmt.Sprintf("Node %s, phase restore-snapshot: the node did not answer after %s; %v.", node, after, restoreErr))
+		return diags
+	}
 	if restoreErr != nil {
 		diags.AddError(fmt.Sprintf("Node %s is unreachable after %s and its snapshot could not be restored", node, after),
 			fmt.Sprintf("Node %s, phase restore-snapshot: the node did not answer after %s; restoring snapshot %s failed: %v. "+

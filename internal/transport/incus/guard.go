@@ -39,6 +39,11 @@ type SnapshotGuard struct {
 	// taken); brickedErr says why keeping it failed.
 	bricked    string
 	brickedErr error
+	// spaceUnknown names the members whose size the storage driver could not tell
+	// (counted as 0 by the space check); restoreTook is how long the restore took,
+	// space check included.
+	spaceUnknown []string
+	restoreTook  time.Duration
 }
 
 var (
@@ -79,6 +84,14 @@ func (g *SnapshotGuard) Restored() (bool, error) { return g.restored, g.restoreE
 // KeptEarlierPoint says the rollback point is the one an earlier, unfinished run took
 // (the node did not run what it boots, so its state was not snapshotted as known good).
 func (g *SnapshotGuard) KeptEarlierPoint() bool { return g.kept }
+
+// RestoreTook is how long the restore took (space check, keeping the bricked state
+// aside, stop, restore, start, until the node answered).
+func (g *SnapshotGuard) RestoreTook() time.Duration { return g.restoreTook }
+
+// SpaceUnknown names the members whose size the storage driver could not tell, so the
+// restore's space check counted them as 0.
+func (g *SnapshotGuard) SpaceUnknown() []string { return g.spaceUnknown }
 
 // Instance is the name of the guarded Incus instance.
 func (g *SnapshotGuard) Instance() string { return g.instance }
@@ -176,16 +189,35 @@ func (g *SnapshotGuard) NeedsRestore(ctx context.Context, res *deploybody.Result
 // Restore keeps the state that stopped answering aside as its own snapshot (Bricked),
 // then restores the rollback point. Bringing the node back matters more, so a failure
 // to keep the bricked state does not stop the restore; it is reported.
+//
+// Before anything changes, the space for a copy of the rollback point is checked
+// (RestoreSpace): a pool or project quota too small refuses the restore with the
+// figures, and the node is left as the failed run left it. A check that cannot be made
+// (the daemon does not answer) refuses it too: nothing may change unchecked.
 func (g *SnapshotGuard) Restore(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
+	g.restored = true
+	start := time.Now()
+	defer func() { g.restoreTook = time.Since(start) }()
+	unknown, err := g.RestoreSpace(rctx, g.taken)
+	g.spaceUnknown = unknown
+	if err != nil {
+		if !IsSpaceError(err) {
+			err = fmt.Errorf("%w (the space for the restore could not be checked, so nothing was changed: restore by hand with `incus snapshot restore %s %s`, then `incus start %s`)", err, g.instance, g.taken, g.instance)
+		}
+		g.restoreErr = err
+		return err
+	}
+	if len(unknown) > 0 {
+		g.logPrintf("restore: the storage driver tells no size of %s: counted as 0 in the space check", strings.Join(unknown, ", "))
+	}
 	name := BrickedSnapshotName(time.Now())
 	if err := g.KeepAside(rctx, name); err != nil {
 		g.brickedErr = err
 	} else {
 		g.bricked = name
 	}
-	g.restored = true
 	g.restoreErr = g.RestoreSnapshot(rctx, g.taken)
 	return g.restoreErr
 }

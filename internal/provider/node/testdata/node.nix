@@ -10,14 +10,17 @@
 #             go on, new logins are refused (the node-side revert test). Every
 #             other build of this file starts sshd again when it is switched to, as
 #             a NixOS system whose sshd configuration changed back would.
+#   drop      a file that a bricking `switch` removes before it powers the node off
+#             (the restore space test: the file's blocks then belong to the rollback
+#             point's snapshot alone, so the driver counts them in its size).
 #   seed      any string, for fresh store paths.
-{ planFile ? "", brick ? "", lockout ? "", seed ? "", system ? builtins.currentSystem }:
+{ planFile ? "", brick ? "", lockout ? "", drop ? "", seed ? "", system ? builtins.currentSystem }:
 let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
 in
 derivation {
   name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
-  inherit system seed plan brick lockout;
+  inherit system seed plan brick lockout drop;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
@@ -46,6 +49,7 @@ derivation {
     ln -sfn $out /run/current-system.tmp && mv -T /run/current-system.tmp /run/current-system
     if [ "$brick" = 1 ]; then
       echo "bricking the node" >&2
+      if [ -n "$drop" ]; then rm -f "$drop"; sync; fi
       systemctl --no-block poweroff
       exit 0
     fi
