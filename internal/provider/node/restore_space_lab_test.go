@@ -64,6 +64,11 @@ func TestAccNodeSwitchIncusRestoreRefusedWithoutSpace(t *testing.T) {
 		}
 	}
 	after := ourSnapshots(t, node)
+	if len(after) > 0 {
+		t.Logf("rollback point %s: %s; pool %s: %s", after[len(after)-1],
+			strings.Join(strings.Fields(labtest.Incus(t, "query", "/1.0/instances/"+node.Instance+"/snapshots/"+after[len(after)-1])), " "),
+			pool, strings.Join(strings.Fields(labtest.Incus(t, "query", "/1.0/storage-pools/"+pool+"/resources")), " "))
+	}
 	for _, s := range after {
 		if strings.HasPrefix(s, "fediversity-bricked-") {
 			t.Errorf("the refused restore kept a bricked state aside (%s): it changed something", s)
