@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 )
 
 // PoolSpace is the space of a storage pool on one server, in bytes.
@@ -114,4 +115,67 @@ func (c *Client) VolumeUsage(ctx context.Context, pool, vol string) (int64, erro
 		return -1, nil
 	}
 	return st.Usage.Used, nil
+}
+
+func volPath(pool, vol string, rest ...string) string {
+	p := "/1.0/storage-pools/" + url.PathEscape(pool) + "/volumes/custom/" + url.PathEscape(vol)
+	for _, r := range rest {
+		p += "/" + r
+	}
+	return p
+}
+
+// CreateVolumeSnapshot takes snapshot snap of custom volume vol of pool and waits for it.
+func (c *Client) CreateVolumeSnapshot(ctx context.Context, pool, vol, snap string) error {
+	w := where{op: "volume snapshot create " + pool + "/" + vol + "/" + snap}
+	_, err := c.runAsync(ctx, w, http.MethodPost, volPath(pool, vol, "snapshots"), nil, map[string]any{"name": snap}, opTimeout(ctx))
+	return err
+}
+
+// ListVolumeSnapshots names the snapshots of custom volume vol of pool.
+func (c *Client) ListVolumeSnapshots(ctx context.Context, pool, vol string) ([]string, error) {
+	w := where{op: "volume snapshot list " + pool + "/" + vol}
+	r, err := c.do(ctx, w, http.MethodGet, volPath(pool, vol, "snapshots"), nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	var urls []string
+	if err := json.Unmarshal(r.Metadata, &urls); err != nil {
+		return nil, c.apiErr(w, 0, fmt.Sprintf("malformed volume snapshot list: %v", err))
+	}
+	names := make([]string, 0, len(urls))
+	for _, u := range urls {
+		if i := strings.LastIndexByte(u, '/'); i >= 0 {
+			u = u[i+1:]
+		}
+		if n, err := url.PathUnescape(u); err == nil {
+			u = n
+		}
+		names = append(names, u)
+	}
+	return names, nil
+}
+
+// DeleteVolumeSnapshot deletes snapshot snap of custom volume vol of pool.
+func (c *Client) DeleteVolumeSnapshot(ctx context.Context, pool, vol, snap string) error {
+	w := where{op: "volume snapshot delete " + pool + "/" + vol + "/" + snap}
+	_, err := c.runAsync(ctx, w, http.MethodDelete, volPath(pool, vol, "snapshots", url.PathEscape(snap)), nil, nil, opTimeout(ctx))
+	return err
+}
+
+// RestoreVolume rolls custom volume vol of pool back to its snapshot snap (PUT the volume
+// with {"restore": snap}); the volume must not be in use by a running instance.
+func (c *Client) RestoreVolume(ctx context.Context, pool, vol, snap string) error {
+	w := where{op: "volume restore " + pool + "/" + vol + " to " + snap}
+	_, err := c.runAsync(ctx, w, http.MethodPut, volPath(pool, vol), nil, map[string]any{"restore": snap}, opTimeout(ctx))
+	return err
+}
+
+// PatchInstanceConfig sets the config keys of instance name in one request (PATCH
+// /1.0/instances/<name>): the daemon writes them in one transaction, so a reader sees
+// all of them or none. An empty value removes the key.
+func (c *Client) PatchInstanceConfig(ctx context.Context, name string, config map[string]string) error {
+	w := where{op: "patch instance config", instance: name}
+	_, err := c.runAsync(ctx, w, http.MethodPatch, instPath(name), nil, map[string]any{"config": config}, opTimeout(ctx))
+	return err
 }

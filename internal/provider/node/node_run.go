@@ -85,6 +85,7 @@ func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, 
 	// (deploybody.Restorer); here it is only reported.
 	res, runErr := r.body(ctx, t, r.opts)
 	if guard != nil {
+		diags.Append(hostPathDiagnostic(r.node, guard)...)
 		if restored, rerr := guard.Restored(); restored {
 			diags.Append(snapshotRestoreDiagnostic(r.node, guard, rerr)...)
 			return nodeRunOutcome{res: res, err: errors.Join(runErr, errRestored), restored: true}, diags

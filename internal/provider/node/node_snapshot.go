@@ -6,6 +6,7 @@ package node
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -27,6 +28,10 @@ func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, res
 	case bricked != "":
 		aside = fmt.Sprintf(" The state that stopped answering is kept as snapshot %s for inspection (`incus copy %s/%s <new-name>`); "+
 			"it is never rotated: remove it with `incus snapshot delete %s %s`.", bricked, g.Instance(), bricked, g.Instance(), bricked)
+		for _, v := range g.BrickedVolumes() {
+			aside += fmt.Sprintf(" Custom volume %s's state is kept as its snapshot %s (`incus storage volume copy %s/%s/%s %s/<new-name>`; remove it with `incus storage volume snapshot delete %s %s %s`).",
+				v.Volume, bricked, v.Pool, v.Volume, bricked, v.Pool, v.Pool, v.Volume, bricked)
+		}
 	case err != nil:
 		aside = fmt.Sprintf(" Keeping the state that stopped answering as a snapshot failed: %v.", err)
 	}
@@ -43,9 +48,27 @@ func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, res
 				"Restore it by hand (`incus snapshot restore %s %s`) and start the instance.%s", node, after, taken, restoreErr, g.Instance(), taken, aside))
 		return diags
 	}
+	if vols := g.Set().Manifest.Volumes; len(vols) > 0 {
+		names := make([]string, 0, len(vols))
+		for _, v := range vols {
+			names = append(names, v.Volume)
+		}
+		aside = fmt.Sprintf(" The set's custom volumes (%s) were restored with the root disk.", strings.Join(names, ", ")) + aside
+	}
 	diags.AddError(fmt.Sprintf("Node %s was unreachable after %s: snapshot %s restored", node, after, taken),
 		fmt.Sprintf("Node %s, phase wait-for-node: the node did not answer after %s, so the snapshot %s taken before it was restored "+
 			"and the instance started again; it runs its previous system.%s Find out why the new closure bricks the node before applying it again.", node, after, taken, aside))
+	return diags
+}
+
+// hostPathDiagnostic warns that the rollback point cannot hold the instance's disk
+// devices that are host paths.
+func hostPathDiagnostic(node string, g *incustransport.SnapshotGuard) diag.Diagnostics {
+	var diags diag.Diagnostics
+	if hp := g.Set().HostPaths; len(hp) > 0 {
+		diags.AddWarning(fmt.Sprintf("Node %s: the rollback point does not hold its host-path disks", node),
+			fmt.Sprintf("Node %s: %s", node, incustransport.HostPathWarning(g.Instance(), hp)))
+	}
 	return diags
 }
 
@@ -65,9 +88,13 @@ func (m *snapshotModel) spec() *nodespec.Snapshot {
 
 func snapshotBlockSchema() schema.SingleNestedBlock {
 	return schema.SingleNestedBlock{
-		MarkdownDescription: "Incus only: take a native snapshot (`fediversity-gen-<N>`, N = the generation the node ran) before each switch, " +
-			"and keep the newest `keep`. When the node does not answer after the switch, the snapshot is restored, the instance started, " +
-			"and the apply fails saying so. Before the restore, the state that stopped answering is kept aside as its own snapshot " +
+		MarkdownDescription: "Incus only: take a rollback point (`fediversity-gen-<N>`, N = the generation the node ran) before each switch, " +
+			"and keep the newest `keep`. A rollback point is a set: a snapshot of the root disk and of every custom storage volume attached " +
+			"to the instance, taken under one freeze, with a manifest in the instance config key `user.fediversity.set.<name>`; disk devices " +
+			"that are host paths cannot be snapshotted and are named in a warning. When the node does not answer after the switch, the set is " +
+			"restored (every member), the instance started, and the apply fails saying so. Before anything changes, the restore checks that the " +
+			"storage pools and the project's `limits.disk` have room for a copy of every member, and refuses with the figures if not. " +
+			"Before the restore, the state that stopped answering is kept aside as its own snapshots " +
 			"(`fediversity-bricked-<time>`) for inspection; rotation never deletes those: remove them with `incus snapshot delete <instance> <snapshot>`. " +
 			"A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
 		Attributes: map[string]schema.Attribute{

@@ -37,8 +37,12 @@ type SnapshotGuard struct {
 	restoreErr  error
 	// bricked is the snapshot the bricked state was kept aside as ("" when none was
 	// taken); brickedErr says why keeping it failed.
-	bricked    string
-	brickedErr error
+	bricked     string
+	brickedVols []SetVolume
+	brickedErr  error
+	// set is the set taken before the switch (its manifest, and the host-path disks
+	// it could not hold).
+	set SetTaken
 	// spaceUnknown names the members whose size the storage driver could not tell
 	// (counted as 0 by the space check); restoreTook is how long the restore took,
 	// space check included.
@@ -93,6 +97,14 @@ func (g *SnapshotGuard) RestoreTook() time.Duration { return g.restoreTook }
 // restore's space check counted them as 0.
 func (g *SnapshotGuard) SpaceUnknown() []string { return g.spaceUnknown }
 
+// Set is the set taken before the switch: its manifest (members, freeze window) and
+// the disk devices that are host paths, which it cannot hold.
+func (g *SnapshotGuard) Set() SetTaken { return g.set }
+
+// BrickedVolumes are the custom volumes whose bricked state was kept aside as snapshots
+// named Bricked().
+func (g *SnapshotGuard) BrickedVolumes() []SetVolume { return g.brickedVols }
+
 // Instance is the name of the guarded Incus instance.
 func (g *SnapshotGuard) Instance() string { return g.instance }
 
@@ -105,15 +117,19 @@ func (g *SnapshotGuard) Switch(ctx context.Context, toplevel, action string, lim
 		gen = 0
 	}
 	name := GenerationSnapshotName(gen)
-	if g.keepEarlierPoint(ctx, name) {
+	keepEarlier, running := g.keepEarlierPoint(ctx, name)
+	if keepEarlier {
 		g.taken, g.kept = name, true
 		g.logPrintf("snapshot: the node runs a system its boot entry does not point at (an unfinished earlier run): keeping %s as the rollback point", name)
 		return g.Transport.Switch(ctx, toplevel, action, limit)
 	}
-	if err := g.SnapshotBeforeSwitch(ctx, name, g.keep); err != nil {
+	set, err := g.TakeSet(ctx, name, gen, running, g.keep)
+	if err != nil {
 		return deploybody.SwitchResult{}, fmt.Errorf("snapshot %s before the switch: %w (nothing was switched; fix the instance's storage or remove the snapshot block)", name, err)
 	}
-	g.taken = name
+	g.taken, g.set = name, set
+	g.logPrintf("snapshot: set %s taken (root disk and %d custom volumes) in %d ms, the instance frozen for %s",
+		name, len(set.Manifest.Volumes), set.Manifest.TookMS, set.Manifest.FreezeWindow())
 	return g.Transport.Switch(ctx, toplevel, action, limit)
 }
 
@@ -123,10 +139,13 @@ var readFinished = []string{"sh", "-c", `printf '%s\n' "$(readlink -e /run/curre
 // keepEarlierPoint tells whether the snapshot name, taken by an earlier run, must be
 // kept instead of replaced: the node does not run what it boots, so its state now is
 // not known good. A node whose state cannot be read is snapshotted as before.
-func (g *SnapshotGuard) keepEarlierPoint(ctx context.Context, name string) bool {
+//
+// It also returns the system the node runs ("" when it cannot be read), for the set's
+// manifest.
+func (g *SnapshotGuard) keepEarlierPoint(ctx context.Context, name string) (bool, string) {
 	res, err := g.Run(ctx, readFinished, deploybody.RunOptions{})
 	if err != nil || res.ExitCode != 0 {
-		return false
+		return false, ""
 	}
 	lines := strings.Split(string(res.Stdout), "\n")
 	for len(lines) < 2 {
@@ -134,13 +153,13 @@ func (g *SnapshotGuard) keepEarlierPoint(ctx context.Context, name string) bool 
 	}
 	running, profile := strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
 	if finishedNode(running, profile) {
-		return false
+		return false, running
 	}
 	snaps, err := g.snapshotsWithPrefix(ctx, generationPrefix)
 	if err != nil {
-		return false
+		return false, running
 	}
-	return keepRollbackPoint(running, profile, name, snaps)
+	return keepRollbackPoint(running, profile, name, snaps), running
 }
 
 // keepRollbackPoint decides whether the rollback point name, if already among snaps,
@@ -213,10 +232,10 @@ func (g *SnapshotGuard) Restore(ctx context.Context) error {
 		g.logPrintf("restore: the storage driver tells no size of %s: counted as 0 in the space check", strings.Join(unknown, ", "))
 	}
 	name := BrickedSnapshotName(time.Now())
-	if err := g.KeepAside(rctx, name); err != nil {
+	if vols, err := g.KeepAside(rctx, name); err != nil {
 		g.brickedErr = err
 	} else {
-		g.bricked = name
+		g.bricked, g.brickedVols = name, vols
 	}
 	g.restoreErr = g.RestoreSnapshot(rctx, g.taken)
 	return g.restoreErr

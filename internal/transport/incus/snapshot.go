@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,36 +49,15 @@ func validSnapshotName(name string) error {
 	return nil
 }
 
-// SnapshotBeforeSwitch takes a native snapshot called name (it must start with
-// SnapshotPrefix, e.g. GenerationSnapshotName(n)) as a rollback point before a switch,
-// replacing one of the same name, then deletes the oldest rollback points
-// (GenerationSnapshotName) until at most keep of them remain (keep < 1 counts as 1: the
-// one just taken always stays). No other snapshot is ever touched.
+// SnapshotBeforeSwitch takes the set called name (it must start with SnapshotPrefix,
+// e.g. GenerationSnapshotName(n)) as a rollback point before a switch, replacing one of
+// the same name, then deletes the oldest sets (GenerationSnapshotName) until at most
+// keep of them remain (keep < 1 counts as 1: the one just taken always stays). No other
+// snapshot is ever touched. See TakeSet.
 func (t *Transport) SnapshotBeforeSwitch(ctx context.Context, name string, keep int) error {
-	const phase = "snapshot before switch"
-	if err := validSnapshotName(name); err != nil {
-		return t.errorf(phase, "%v", err)
-	}
-	if keep < 1 {
-		keep = 1
-	}
-	snaps, err := t.c.ListSnapshots(ctx, t.instance)
-	if err != nil {
-		return t.classify(ctx, phase, err)
-	}
-	for _, s := range snaps {
-		if s.Name == name {
-			// A snapshot of the same generation from an earlier attempt: the state
-			// before this switch is the one worth keeping.
-			if err := t.c.DeleteSnapshot(ctx, t.instance, name); err != nil {
-				return t.classify(ctx, phase+": replace "+name, err)
-			}
-		}
-	}
-	if err := t.c.CreateSnapshot(ctx, t.instance, name); err != nil {
-		return t.classify(ctx, phase+": create "+name, err)
-	}
-	return t.rotate(ctx, name, keep)
+	gen, _ := strconv.Atoi(strings.TrimPrefix(name, generationPrefix))
+	_, err := t.TakeSet(ctx, name, gen, "", keep)
+	return err
 }
 
 // OurSnapshots lists the snapshots with SnapshotPrefix (rollback points and bricked
@@ -117,34 +97,56 @@ func (t *Transport) rotate(ctx context.Context, keepName string, keep int) error
 	var errs []error
 	if excess := len(others) - (keep - 1); excess > 0 {
 		for _, s := range others[:excess] {
-			if err := t.c.DeleteSnapshot(ctx, t.instance, s.Name); err != nil {
-				errs = append(errs, t.classify(ctx, "rotate snapshots: delete "+s.Name, err))
+			// A whole set, never one member of it.
+			if err := t.deleteSet(ctx, s.Name, nil); err != nil {
+				errs = append(errs, t.classify(ctx, "rotate snapshots: delete set "+s.Name, err))
 			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// KeepAside snapshots the instance's current state as name (a BrickedSnapshotName),
-// so a restore does not destroy the evidence of what went wrong.
-func (t *Transport) KeepAside(ctx context.Context, name string) error {
+// KeepAside snapshots the instance's current state as name (a BrickedSnapshotName): its
+// root disk and every custom volume attached to it, so a restore does not destroy the
+// evidence of what went wrong. It returns the volumes kept aside.
+func (t *Transport) KeepAside(ctx context.Context, name string) ([]SetVolume, error) {
 	if err := validSnapshotName(name); err != nil {
-		return t.errorf("keep bricked state", "%v", err)
+		return nil, t.errorf("keep bricked state", "%v", err)
 	}
+	inst, err := t.c.GetInstance(ctx, t.instance)
+	if err != nil {
+		return nil, t.classify(ctx, "keep bricked state", err)
+	}
+	vols, _ := dataDisks(inst.ExpandedDevices)
 	if err := t.c.CreateSnapshot(ctx, t.instance, name); err != nil {
-		return t.classify(ctx, "keep bricked state: create "+name, err)
+		return nil, t.classify(ctx, "keep bricked state: create "+name, err)
 	}
-	return nil
+	var kept []SetVolume
+	for _, v := range vols {
+		if err := t.c.CreateVolumeSnapshot(ctx, v.Pool, v.Volume, name); err != nil {
+			return kept, t.classify(ctx, "keep bricked state: snapshot volume "+v.Volume, err)
+		}
+		kept = append(kept, v)
+	}
+	return kept, nil
 }
 
-// RestoreSnapshot rolls the instance back to snapshot name: it stops the instance
-// (cleanly, then forcibly if that fails), restores, starts it and waits until its
-// systemd answers again.
+// RestoreSnapshot rolls the instance back to the set called name: it stops the instance
+// (cleanly, then forcibly if that fails), restores the root disk and every custom volume
+// the set's manifest names, writes back the manifests the root disk's restore rolled
+// back with the instance's configuration, starts it and waits until its systemd answers
+// again.
 func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
 	const phase = "restore snapshot"
 	if name == "" {
 		return t.errorf(phase, "no snapshot name given")
 	}
+	inst, err := t.c.GetInstance(ctx, t.instance)
+	if err != nil {
+		return t.classify(ctx, phase, err)
+	}
+	keep := manifests(inst.Config)
+	m, _ := setManifest(inst.Config, name)
 	st, err := t.stateSettled(ctx)
 	if err != nil {
 		return t.classify(ctx, phase, err)
@@ -161,6 +163,17 @@ func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
 	}
 	if err := t.c.RestoreSnapshot(ctx, t.instance, name); err != nil {
 		return t.errorf(phase, "%w (the instance is left stopped; list snapshots with `incus snapshot list %s`)", err, t.instance)
+	}
+	for _, v := range m.Volumes {
+		if err := t.c.RestoreVolume(ctx, v.Pool, v.Volume, name); err != nil {
+			return t.errorf(phase, "%w (the root disk is restored, the instance is left stopped: restore volume %s by hand with `incus storage volume snapshot restore %s %s %s`, then `incus start %s`)",
+				err, v.Volume, v.Pool, v.Volume, name, t.instance)
+		}
+	}
+	if len(keep) > 0 {
+		if err := t.c.PatchInstanceConfig(ctx, t.instance, keep); err != nil {
+			t.logPrintf("restore: writing back the set manifests failed: %v", err)
+		}
 	}
 	if err := t.c.Start(ctx, t.instance); err != nil {
 		return t.classify(ctx, phase+": start", err)

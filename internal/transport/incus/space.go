@@ -142,7 +142,7 @@ func rootDevice(devices map[string]map[string]string) (string, map[string]string
 }
 
 // restoreMembers lists the members of the rollback point snap of inst with their
-// sizes: the root disk.
+// sizes: the root disk and the custom volumes its manifest names.
 func (t *Transport) restoreMembers(ctx context.Context, inst *incusapi.Instance, snap string) ([]setMember, error) {
 	dev, root, ok := rootDevice(inst.ExpandedDevices)
 	if !ok || root["pool"] == "" {
@@ -163,7 +163,22 @@ func (t *Transport) restoreMembers(ctx context.Context, inst *incusapi.Instance,
 			}
 		}
 	}
-	return []setMember{m}, nil
+	members := []setMember{m}
+	if man, ok := setManifest(inst.Config, snap); ok {
+		for _, v := range man.Volumes {
+			vm := setMember{Device: v.Device, Pool: v.Pool, Volume: v.Volume, Size: -1, Quota: -1}
+			// A volume snapshot's size is not published: the volume's usage now is
+			// the figure.
+			if used, err := t.c.VolumeUsage(ctx, v.Pool, v.Volume); err == nil && used > 0 {
+				vm.Size = used
+			}
+			if d, ok := inst.ExpandedDevices[v.Device]; ok {
+				vm.Quota = parseSize(d["size"])
+			}
+			members = append(members, vm)
+		}
+	}
+	return members, nil
 }
 
 // RestoreSpace checks, before a restore of snapshot snap changes anything, that every

@@ -72,3 +72,24 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// A set holds the custom volumes attached to the instance; host paths cannot be
+// snapshotted and are named; the root disk and other devices are neither.
+func TestDataDisks(t *testing.T) {
+	vols, host := dataDisks(map[string]map[string]string{
+		"root":  {"type": "disk", "path": "/", "pool": "lab"},
+		"data":  {"type": "disk", "path": "/var/lib/fediversity", "pool": "lab", "source": "web01-data"},
+		"media": {"type": "disk", "path": "/srv/media", "pool": "big", "source": "web01-media", "source.type": "custom"},
+		"srv":   {"type": "disk", "path": "/var/lib/x", "source": "/srv/fediversity/web01"},
+		"eth0":  {"type": "nic", "network": "lab"},
+	})
+	if len(vols) != 2 || vols[0] != (SetVolume{Device: "data", Pool: "lab", Volume: "web01-data"}) || vols[1].Volume != "web01-media" {
+		t.Errorf("volumes = %+v, want data and media", vols)
+	}
+	if len(host) != 1 || !strings.Contains(host[0], "srv (/srv/fediversity/web01 at /var/lib/x)") {
+		t.Errorf("host paths = %v, want the srv device", host)
+	}
+	if w := HostPathWarning("web01", host); !strings.Contains(w, "custom storage volume") || !strings.Contains(w, "/srv/fediversity/web01") {
+		t.Errorf("warning does not name the path and the way out: %s", w)
+	}
+}

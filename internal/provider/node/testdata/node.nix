@@ -13,14 +13,16 @@
 #   drop      a file that a bricking `switch` removes before it powers the node off
 #             (the restore space test: the file's blocks then belong to the rollback
 #             point's snapshot alone, so the driver counts them in its size).
+#   marker    a string a bricking `switch` writes to /var/lib/fediversity/marker before
+#             it powers the node off (the data volume restore test).
 #   seed      any string, for fresh store paths.
-{ planFile ? "", brick ? "", lockout ? "", drop ? "", seed ? "", system ? builtins.currentSystem }:
+{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", seed ? "", system ? builtins.currentSystem }:
 let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
 in
 derivation {
   name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
-  inherit system seed plan brick lockout drop;
+  inherit system seed plan brick lockout drop marker;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
@@ -50,6 +52,7 @@ derivation {
     if [ "$brick" = 1 ]; then
       echo "bricking the node" >&2
       if [ -n "$drop" ]; then rm -f "$drop"; sync; fi
+      if [ -n "$marker" ]; then printf '%s' "$marker" > /var/lib/fediversity/marker; sync; fi
       systemctl --no-block poweroff
       exit 0
     fi
