@@ -7,6 +7,7 @@ package node
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -57,7 +58,8 @@ func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, res
 	}
 	diags.AddError(fmt.Sprintf("Node %s was unreachable after %s: snapshot %s restored", node, after, taken),
 		fmt.Sprintf("Node %s, phase wait-for-node: the node did not answer after %s, so the snapshot %s taken before it was restored "+
-			"and the instance started again; it runs its previous system.%s Find out why the new closure bricks the node before applying it again.", node, after, taken, aside))
+			"and the instance started again (in %s); it runs its previous system.%s Find out why the new closure bricks the node before applying it again.",
+			node, after, taken, g.RestoreTook().Round(100*time.Millisecond), aside))
 	return diags
 }
 

@@ -238,6 +238,7 @@ func (g *SnapshotGuard) Restore(ctx context.Context) error {
 		g.bricked, g.brickedVols = name, vols
 	}
 	g.restoreErr = g.RestoreSnapshot(rctx, g.taken)
+	g.logPrintf("restore: set %s restored in %s (error: %v)", g.taken, time.Since(start).Round(time.Millisecond), g.restoreErr)
 	return g.restoreErr
 }
 
