@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
@@ -99,6 +100,17 @@ func TestAccNodeSwitchIncusRestoresDataVolume(t *testing.T) {
 	}
 	if bricked == "" {
 		t.Fatalf("the bricked state of volume %s was not kept aside", vol)
+	}
+	// The restore's time, as Incus recorded it: from the bricked state kept aside (its
+	// first change, right after the space check) to the instance's start.
+	var brickedAt, startedAt struct {
+		CreatedAt  time.Time `json:"created_at"`
+		LastUsedAt time.Time `json:"last_used_at"`
+	}
+	if json.Unmarshal([]byte(labtest.Incus(t, "query", "/1.0/instances/"+node.Instance+"/snapshots/"+bricked)), &brickedAt) == nil &&
+		json.Unmarshal([]byte(labtest.Incus(t, "query", "/1.0/instances/"+node.Instance)), &startedAt) == nil {
+		t.Logf("bricked state kept aside at %s, instance started at %s: %s from the first change to the start",
+			brickedAt.CreatedAt.Format(time.RFC3339Nano), startedAt.LastUsedAt.Format(time.RFC3339Nano), startedAt.LastUsedAt.Sub(brickedAt.CreatedAt))
 	}
 	aside := vol + "-aside"
 	_, _ = labtest.IncusErr("storage", "volume", "delete", "lab", aside)
