@@ -283,6 +283,9 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 	// The body restores the guard's snapshot itself, under the node lock; the run's
 	// result is then void: the node runs what the snapshot held.
 	if guard != nil {
+		if hp := guard.Set().HostPaths; len(hp) > 0 {
+			out.BuildWarnings = append(out.BuildWarnings, incustransport.HostPathWarning(guard.Instance(), hp))
+		}
 		if restored, rerr := guard.Restored(); restored {
 			out.Err = &deploybody.DeployError{Node: node, Phase: "restore-snapshot", Err: restoredError(guard, rerr),
 				Hint: "find out why the new system stops the node answering before deploying it again"}
