@@ -75,7 +75,8 @@ type Outcome struct {
 	Result   *deploybody.Result
 	Err      error
 	Elapsed  time.Duration
-	// BuildWarnings are the build's own (the evaluation cache's); the run's are in
+	// BuildWarnings are the build's own (the evaluation cache's) and the snapshot
+	// guard's (host-path disks a rollback point cannot hold); the run's are in
 	// Result.Warnings.
 	BuildWarnings []string
 	// Wave is the node's wave in a staged rollout (from 1; the canary is wave 1).
