@@ -49,8 +49,9 @@ func TestAccNodeSwitchIncusRestoresDataVolume(t *testing.T) {
 			},
 		},
 	})
-	// The node runs again, on its previous system, with the volume as it was.
-	if got := strings.TrimSpace(nodeExec(t, node, "systemctl is-system-running; readlink -f /nix/var/nix/profiles/system; cat /var/lib/fediversity/marker")); got != "running\n"+goodTop+"\nbefore" {
+	// The node runs again, on its previous system, with the volume as it was (the
+	// restore returns once the node answers; its boot may still be finishing).
+	if got := strings.TrimSpace(nodeExec(t, node, "timeout 60 systemctl is-system-running --wait; readlink -f /nix/var/nix/profiles/system; cat /var/lib/fediversity/marker")); got != "running\n"+goodTop+"\nbefore" {
 		t.Errorf("after the restore the node says %q, want it running %s with the marker \"before\"", got, goodTop)
 	}
 	// The manifest of the set names its members, generation, toplevel and freeze window.
