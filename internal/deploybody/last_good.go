@@ -52,9 +52,6 @@ const writeLastGoodScript = `set -e; umask 077; r=$3; mkdir -p "${r%/*}" "${1%/*
 ln -sfn "$2" "$r.tmp"; mv -fT "$r.tmp" "$r"
 cat >"$1.tmp"; mv -f "$1.tmp" "$1"`
 
-// readLastGoodScript prints $1, or exits 3 when there is none.
-const readLastGoodScript = `[ -e "$1" ] || exit 3; cat "$1"`
-
 var lastGoodToolPath = []string{"/run/current-system/sw/bin", "/usr/bin", "/bin"}
 
 // CleanVerdict reports whether res judged the node good: ok, with no reason (a
@@ -89,20 +86,9 @@ func RecordLastGood(ctx context.Context, t Transport, res *Result, now time.Time
 // ReadLastGood reads the node's last good system: nil (and no error) when the node
 // has none.
 func ReadLastGood(ctx context.Context, t Transport) (*LastGood, error) {
-	out, err := t.Run(ctx, []string{"sh", "-c", readLastGoodScript, "sh", LastGoodFile}, RunOptions{Path: lastGoodToolPath, Privileged: true})
-	if err != nil {
-		return nil, err
-	}
-	switch out.ExitCode {
-	case 0:
-	case 3:
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("reading %s exited %d: %s", LastGoodFile, out.ExitCode, strings.TrimSpace(string(out.Stderr)))
-	}
 	var rec LastGood
-	if err := json.Unmarshal(out.Stdout, &rec); err != nil {
-		return nil, fmt.Errorf("%s is not a record of the last good system: %w", LastGoodFile, err)
+	if found, err := readNodeRecord(ctx, t, LastGoodFile, "a record of the last good system", lastGoodToolPath, &rec); !found || err != nil {
+		return nil, err
 	}
 	if rec.Version != lastGoodVersion || !strings.HasPrefix(rec.Toplevel, "/nix/store/") {
 		return nil, nil

@@ -47,9 +47,6 @@ type VerdictRecord struct {
 // writeRecordScript writes stdin to $1 atomically, in a directory only root reads.
 const writeRecordScript = `umask 077; d=${1%/*}; mkdir -p "$d" && chmod 700 "$d" && cat >"$1.tmp" && mv -f "$1.tmp" "$1"`
 
-// readRecordScript prints $1, or exits 3 when there is none.
-const readRecordScript = `[ -e "$1" ] || exit 3; cat "$1"`
-
 // recordVerdict writes the node's verdict record of this run. A failure is a warning:
 // without a record, a later Read deploys the system again instead of adopting it.
 func (e *runEnv) recordVerdict(ctx context.Context, res Result, toplevel string, lock *nodeLock) {
@@ -83,20 +80,9 @@ func (e *runEnv) recordVerdict(ctx context.Context, res Result, toplevel string,
 // ReadVerdictRecord reads the node's verdict record: nil (and no error) when the node
 // has none, or one of another format.
 func ReadVerdictRecord(ctx context.Context, t Transport) (*VerdictRecord, error) {
-	out, err := t.Run(ctx, []string{"sh", "-c", readRecordScript, "sh", VerdictRecordFile}, RunOptions{Path: lockPath, Privileged: true})
-	if err != nil {
-		return nil, err
-	}
-	switch out.ExitCode {
-	case 0:
-	case 3:
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("reading %s exited %d: %s", VerdictRecordFile, out.ExitCode, firstLine(string(out.Stderr), "no output"))
-	}
 	var rec VerdictRecord
-	if err := json.Unmarshal(out.Stdout, &rec); err != nil {
-		return nil, fmt.Errorf("%s is not a verdict record: %w", VerdictRecordFile, err)
+	if found, err := readNodeRecord(ctx, t, VerdictRecordFile, "a verdict record", lockPath, &rec); !found || err != nil {
+		return nil, err
 	}
 	if rec.Version != verdictRecordVersion || rec.Result == nil || rec.Result.Verdict == nil || strings.TrimSpace(rec.Toplevel) == "" {
 		return nil, nil
