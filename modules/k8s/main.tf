@@ -17,7 +17,7 @@ locals {
   ip_canonical = { for a in distinct(flatten(values(var.addresses))) :
     a => try(cidrhost("${a}/${length(regexall(":", a)) > 0 ? 128 : 32}", 0), null)
   }
-  not_ip = flatten([for n, as in var.addresses : [for a in as : "${n}: ${jsonencode(a)}" if local.ip_canonical[a] == null]])
+  not_ip = flatten([for n, addrs in var.addresses : [for a in addrs : "${n}: ${jsonencode(a)}" if local.ip_canonical[a] == null]])
   dns_records = flatten([
     for n in data.fediversity_submission.this.enabled_nodes : [
       for a in lookup(var.addresses, n, []) : {
