@@ -52,7 +52,7 @@ func (g *groupSample) baked() string {
 		nodes[n] = map[string]any{"applications": []string{a}}
 		apps[a] = map[string]any{"enable": false}
 	}
-	b, _ := json.Marshal(map[string]any{"nodes": nodes, "applications": apps, "domain": "group.fediversity.test"})
+	b, _ := json.Marshal(map[string]any{"nodes": nodes, "applications": apps, "domain": groupDomain})
 	return string(b)
 }
 
@@ -123,6 +123,54 @@ func summaryCheck(ok, disabled []string) knownvalue.Check {
 		"disabled": list(disabled),
 	})
 }
+
+// groupAddresses are the addresses the operator hands a group module for its DNS
+// records (documentation ranges; web01's IPv6 address in upper case, which the module
+// writes in canonical form). groupAddressesHCL is the module argument.
+func groupAddresses(nodes []string) map[string][]string {
+	return map[string][]string{
+		nodes[0]: {"192.0.2.11", "2001:DB8::11"},
+		nodes[1]: {"192.0.2.12"},
+		nodes[2]: {"192.0.2.13"},
+	}
+}
+
+// groupDomain is the domain of the sample's baked configuration.
+const groupDomain = "group.fediversity.test"
+
+// dnsRecordsCheck is the dns_records output of a group module for the enabled nodes
+// given (sorted), with the addresses of groupAddresses.
+func dnsRecordsCheck(all, enabled []string) knownvalue.Check {
+	addrs := groupAddresses(all)
+	canonical := map[string]string{"2001:DB8::11": "2001:db8::11"}
+	var recs []knownvalue.Check
+	for _, n := range enabled {
+		for _, a := range addrs[n] {
+			typ, value := "A", a
+			if strings.Contains(a, ":") {
+				typ, value = "AAAA", canonical[a]
+			}
+			recs = append(recs, knownvalue.ObjectExact(map[string]knownvalue.Check{
+				"node":  knownvalue.StringExact(n),
+				"name":  knownvalue.StringExact(n + "." + groupDomain),
+				"type":  knownvalue.StringExact(typ),
+				"value": knownvalue.StringExact(value),
+			}))
+		}
+	}
+	return knownvalue.ListExact(recs)
+}
+
+// dnsOutputs are the root outputs of a group module's DNS lane.
+const dnsOutputs = `
+output "dns_records" {
+  value = module.group.dns_records
+}
+
+output "domain" {
+  value = module.group.domain
+}
+`
 
 // refusedAll matches an apply error that refuses every one of nodes (in any order).
 func refusedAll(verb string, nodes []string) *regexp.Regexp {

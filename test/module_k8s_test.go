@@ -7,9 +7,12 @@ package test
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,6 +35,7 @@ func TestAccModuleK8s(t *testing.T) {
 		top[v] = labtest.BuildClosureSeed(t, labtest.ClosureGood, "mk8s-"+v)
 	}
 	// roster: system[node] names the toplevel the node's image is built from.
+	addresses := groupAddresses(names)
 	config := func(system map[string]string, extra string) string {
 		roster := map[string]any{}
 		for _, n := range names {
@@ -45,13 +49,14 @@ module "group" {
   nodes           = %s
   storage_class   = "fediversity-lab"
   timings         = { rollout_wait = "90s", pull_grace = "3s" }
+  addresses       = %s
   %s
 }
 
 output "summary" {
   value = module.group.summary
 }
-`, modulePath(t, "k8s"), g.file, hcl(g.baked()), hcl(roster), extra))
+`+dnsOutputs, modulePath(t, "k8s"), g.file, hcl(g.baked()), hcl(roster), hcl(addresses), extra))
 	}
 	// The submission of the step that turns web03 off, which the operator approves.
 	disabled3 := func() string {
@@ -96,7 +101,21 @@ output "summary" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(
 					actions(img, names, every(plancheck.ResourceActionCreate)),
 					actions(rollout, names, every(plancheck.ResourceActionCreate))...)},
-				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), present(true, names...)},
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), present(true, names...),
+					statecheck.ExpectKnownOutputValue("dns_records", dnsRecordsCheck(names, names)),
+					statecheck.ExpectKnownOutputValue("domain", knownvalue.StringExact(groupDomain))},
+			},
+			resource.TestStep{
+				// Addresses that cannot make a record fail the plan, naming the node and the
+				// value, before anything changes.
+				Config:      strings.Replace(config(v1, ""), hcl(addresses), hcl(map[string][]string{n1: {"192.0.2.300"}, "web09": {"192.0.2.19"}}), 1),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?s)addresses\s+holds\s+values\s+that\s+are\s+no\s+IP\s+address:\s+web01:\s+"192\.0\.2\.300"`),
+			},
+			resource.TestStep{
+				Config:      strings.Replace(config(v1, ""), hcl(addresses), hcl(map[string][]string{"web09": {"192.0.2.19"}}), 1),
+				PlanOnly:    true,
+				ExpectError: regexp.MustCompile(`(?s)addresses\s+names\s+nodes\s+that\s+the\s+baked\s+configuration\s+does\s+not\s+have:\s+web09`),
 			},
 			resource.TestStep{
 				Config:           config(v1, ""),
@@ -119,7 +138,9 @@ output "summary" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(
 					actions(img, names, map[string]plancheck.ResourceActionType{n3: plancheck.ResourceActionDestroy}),
 					actions(rollout, names, map[string]plancheck.ResourceActionType{n3: plancheck.ResourceActionDestroy})...)},
-				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck([]string{n1, n2}, []string{n3})), present(false, n3), present(true, n1, n2)},
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck([]string{n1, n2}, []string{n3})), present(false, n3), present(true, n1, n2),
+					// The disabled node's records go with it.
+					statecheck.ExpectKnownOutputValue("dns_records", dnsRecordsCheck(names, []string{n1, n2}))},
 			},
 			resource.TestStep{
 				// The submission changes after the operator approved the last one (the

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 
@@ -49,13 +50,14 @@ module "group" {
   image           = %q
   build           = { file = %q, attribute = %q }
   timings         = { node_wait = "60s", settle = "1s", watch = "3s", sample_interval = "1s", verdict_watch = "2s" }
+  addresses       = %s
   %s
 }
 
 output "summary" {
   value = module.group.summary
 }
-`, modulePath(t, "tf-incus"), g.file, hcl(g.baked()), hcl(roster), labtest.Image, closures, labtest.ClosureGood, extra))
+`+dnsOutputs, modulePath(t, "tf-incus"), g.file, hcl(g.baked()), hcl(roster), labtest.Image, closures, labtest.ClosureGood, hcl(groupAddresses(names)), extra))
 	}
 	const (
 		container = "module.group.fediversity_incus_node.node"
@@ -89,7 +91,9 @@ output "summary" {
 					actions(container, names, every(plancheck.ResourceActionCreate)),
 					actions(sw, names, every(plancheck.ResourceActionCreate))...),
 					actions(verdict, names, every(plancheck.ResourceActionCreate))...)},
-				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), runs(a, b, c)},
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), runs(a, b, c),
+					statecheck.ExpectKnownOutputValue("dns_records", dnsRecordsCheck(names, names)),
+					statecheck.ExpectKnownOutputValue("domain", knownvalue.StringExact(groupDomain))},
 			},
 			resource.TestStep{
 				Config:           config(""),
@@ -117,6 +121,8 @@ output "summary" {
 					actions(verdict, names, map[string]plancheck.ResourceActionType{c: plancheck.ResourceActionDestroy})...)},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownOutputValue("summary", summaryCheck([]string{a, b}, []string{c})),
+					// The disabled node's records go with it.
+					statecheck.ExpectKnownOutputValue("dns_records", dnsRecordsCheck(names, []string{a, b})),
 					labCheck(func() error {
 						if out, err := labtest.IncusErr("info", c); err == nil {
 							return fmt.Errorf("container %s should be gone with its node:\n%s", c, out)

@@ -274,6 +274,42 @@ func TestDegradedSystemFails(t *testing.T) {
 	}
 }
 
+// TestTimeoutSaysWhatSystemdSaid: a pod that runs but never becomes ready ends the wait
+// at its limit, and the error names what systemd last answered to the readiness probe.
+// A fake clientset, for a wait of a fraction of a second; the real node's acceptance
+// test TestAccK8sRolloutRealNode_neverReadyTimesOut shows it end to end.
+func TestTimeoutSaysWhatSystemdSaid(t *testing.T) {
+	d := deploymentNotDone()
+	cs := fake.NewClientset(d)
+	ctx := context.Background()
+	p := pod("a", func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"}}
+	})
+	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Events("fediversity").Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "ev1", Namespace: "fediversity"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "a", Namespace: "fediversity"},
+		Type:           corev1.EventTypeWarning, Reason: "Unhealthy", Message: "(combined from similar events): Readiness probe failed: starting\n",
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c := &Client{CS: cs, Poll: 20 * time.Millisecond}
+	err := c.Wait(ctx, testSpec(), writtenBy(d), WaitOptions{Limit: 300 * time.Millisecond})
+	var rerr *RolloutError
+	if !errors.As(err, &rerr) || rerr.Reason != ReasonTimeout || rerr.Early {
+		t.Fatalf("err = %v, want a RolloutError with reason %s at the limit", err, ReasonTimeout)
+	}
+	for _, want := range []string{"did not become ready within", `pod a runs but is not ready: systemd still says "starting"`, "systemctl list-jobs", "rollout_wait"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%s", want, err)
+		}
+	}
+}
+
 func TestCheckDoneWhenRolloutComplete(t *testing.T) {
 	d := BuildDeployment(testSpec())
 	d.Generation = 3

@@ -181,7 +181,7 @@ func (c *Client) Wait(ctx context.Context, s NodeSpec, ours Written, o WaitOptio
 				reason = ReasonProgressDeadline
 			}
 			e := &RolloutError{Namespace: s.Namespace, Node: s.Node, Image: s.Image, Reason: reason, Waited: time.Since(start)}
-			e.Details = w.describe(dctx)
+			e.Details = append(w.notReadyReasons(dctx), w.describe(dctx)...)
 			if w.apiErrors > 0 {
 				e.Details = append(e.Details, fmt.Sprintf("%d API reads failed during the wait and were retried; the last reads succeeded", w.apiErrors))
 			}
@@ -389,13 +389,48 @@ func containerRunning(p *corev1.Pod) bool {
 
 // saysDegraded: the pod's latest readiness probe failure answered "degraded".
 func (w *watcher) saysDegraded(ctx context.Context, pod string) bool {
+	return w.lastProbeAnswer(ctx, pod) == "degraded"
+}
+
+// lastProbeAnswer is what the pod's latest failed readiness probe (systemctl
+// is-system-running) printed, from the kubelet's events; "" when none is seen.
+func (w *watcher) lastProbeAnswer(ctx context.Context, pod string) string {
 	var last string
 	for _, ev := range w.events(ctx, "Pod", pod) {
-		if msg, ok := strings.CutPrefix(ev.Message, "Readiness probe failed:"); ok && ev.Reason == "Unhealthy" {
+		// An aggregated event is prefixed "(combined from similar events): ".
+		_, msg, ok := strings.Cut(ev.Message, "Readiness probe failed:")
+		if ok && ev.Reason == "Unhealthy" {
 			last = strings.TrimSpace(msg)
 		}
 	}
-	return last == "degraded"
+	return last
+}
+
+// notReadyReasons says, for each pod of the wanted image that runs but is not ready at
+// the end of the wait, what systemd last answered to the readiness probe and where to
+// look: that is the reason a time-out has, since no pod-level state names one.
+func (w *watcher) notReadyReasons(ctx context.Context) []string {
+	pods, err := w.pods(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for i := range pods {
+		p := &pods[i]
+		if podReady(p) || !containerRunning(p) {
+			continue
+		}
+		switch said := w.lastProbeAnswer(ctx, p.Name); said {
+		case "":
+			out = append(out, fmt.Sprintf("pod %s runs but is not ready; no failed readiness probe (systemctl is-system-running) was reported for it", p.Name))
+		case "starting", "initializing":
+			out = append(out, fmt.Sprintf("pod %s runs but is not ready: systemd still says %q, so its boot has not finished (a start job is still running; `systemctl list-jobs` in the pod names it). "+
+				"If the boot is only slow, raise timings.rollout_wait", p.Name, said))
+		default:
+			out = append(out, fmt.Sprintf("pod %s runs but is not ready: systemctl is-system-running last said %q", p.Name, said))
+		}
+	}
+	return out
 }
 
 func (w *watcher) claimFailure(ctx context.Context) string {

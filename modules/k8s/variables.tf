@@ -109,3 +109,17 @@ variable "timings" {
   })
   default = {}
 }
+
+variable "addresses" {
+  description = <<-EOT
+    The DNS lane of the operator variants: per node, the addresses its records point at
+    (IPv4 and/or IPv6), as the operator's address management hands them out (e.g. NetBox).
+    They are no part of any node plan: a changed address redeploys nothing. Each enabled
+    node listed here gets one record per address in the `dns_records` output, named
+    `<node>.<domain>`; a node not listed gets none. Creating the records is the job of
+    the operator's DNS provider. Default: none.
+  EOT
+  type     = map(list(string))
+  default  = {}
+  nullable = false
+}

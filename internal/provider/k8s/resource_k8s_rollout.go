@@ -87,7 +87,8 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"on states that do not recover: ErrImagePull/ImagePullBackOff or an Unschedulable pod (e.g. a claim with no volume) for longer than " +
 			"`timings.pull_grace` (default 20s; the scheduler retries by itself), CrashLoopBackOff, a claim whose provisioning failed, a " +
 			"ReplicaSet that cannot create the pod for longer than the grace, or systemd booted with a failed unit " +
-			"(the readiness probe answers `degraded` for 10s).\n\n" +
+			"(the readiness probe answers `degraded` for 10s). A pod that runs but never becomes ready (systemd still `starting`) " +
+			"waits out the limit; the error then names what systemd last answered to the readiness probe.\n\n" +
 			"When the pod does not become ready, the Deployment is set back to the last pod template seen ready (image included; it is " +
 			"recorded on the Deployment in the annotation `" + k8s.LastGoodAnnotation + "` after every ready rollout) and the apply fails saying so. " +
 			"Only what the apply itself rolled out is ever set back: it records the generation and the pod template of its own write, and when " +

@@ -438,3 +438,74 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 		},
 	})
 }
+
+// TestAccK8sRolloutRealNode_neverReadyTimesOut: the time-out path. The new pod boots and
+// runs, but systemd never finishes booting (a start job that never ends, so
+// `systemctl is-system-running` keeps saying "starting"): no pod-level state says it
+// will not recover, so the wait runs to rollout_wait, sets the Deployment back to the
+// previous template and fails naming the time-out and what systemd said; the state keeps
+// the image the cluster runs. The real node, not kwok: the answer comes from a real
+// systemd through the kubelet's readiness probe.
+func TestAccK8sRolloutRealNode_neverReadyTimesOut(t *testing.T) {
+	a := newRealNodeAcc(t)
+	dir := t.TempDir()
+	base, err := tarball.LayerFromFile(filepath.Join(realNodeState(), "node-layer.tar.gz"))
+	if err != nil {
+		t.Fatalf("node image base layer (made by node-up.sh): %v", err)
+	}
+	good := nodeImage(t, dir, base, "v1", nil)
+	// A oneshot unit the boot waits for, that never exits: its start job stays queued.
+	neverReady := nodeImage(t, dir, base, "neverready", map[string]string{
+		"etc/systemd/system/fediversity-never-ready.service": "[Unit]\nDescription=A start job that never ends\n" +
+			"[Service]\nType=oneshot\nExecStart=/bin/sleep infinity\nTimeoutStartSec=infinity\n[Install]\nWantedBy=multi-user.target\n",
+		"etc/systemd/system/multi-user.target.wants/fediversity-never-ready.service": "->/etc/systemd/system/fediversity-never-ready.service",
+	})
+	// The wait's limit is short (it bounds the test's wall time) yet leaves the rollback's
+	// wait, which has the same limit, time to boot the previous image again.
+	const wait = "45s"
+	var goodRef, goodPod string
+	var failStart time.Time
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: a.config(good, "v1", wait),
+				Check: func(s *terraform.State) error {
+					f, err := a.checkBooted(s, "v1")
+					goodRef, goodPod = acctest.StateAttr(s, "fediversity_k8s_rollout.web01", "image_ref"), f.podUID
+					return err
+				},
+			},
+			{
+				PreConfig: func() { failStart = time.Now() },
+				Config:    a.config(neverReady, "neverready", wait),
+				ExpectError: regexp.MustCompile(`(?s)did\s+not\s+become\s+ready\s+within\s+4\ds:\s+Timeout\..*` +
+					`runs\s+but\s+is\s+not\s+ready:\s+systemd\s+still\s+says\s+"starting".*systemctl\s+list-jobs.*` +
+					`Readiness\s+probe\s+failed:\s+starting.*` +
+					`set\s+back\s+to\s+the\s+previous\s+image\s+\S+@sha256:[0-9a-f]{64},\s+whose\s+pod\s+is\s+ready\s+again`),
+			},
+			{
+				PreConfig: func() {
+					t.Logf("figure: the never-ready apply failed %s after it started (rollout_wait %s, rollback included)", time.Since(failStart).Round(100*time.Millisecond), wait)
+					img, _, err := a.DeploymentImage()
+					if err != nil || img != goodRef {
+						t.Fatalf("after the time-out the Deployment names %s (err %v), want the previous image %s", img, err, goodRef)
+					}
+					// A pod of the previous image booted again, in place of the never-ready one.
+					f, err := a.checkPod("v1")
+					if err != nil {
+						t.Fatalf("after the rollback: %v", err)
+					}
+					if f.podUID == goodPod {
+						t.Fatalf("pod %s of v1 was not replaced: the never-ready image never ran", goodPod)
+					}
+				},
+				// The state says what the cluster runs: the change to the never-ready image is still to do.
+				Config:             a.config(neverReady, "neverready", wait),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+			},
+		},
+	})
+}
