@@ -359,13 +359,28 @@ in
       }
       EOF
     '' { };
-    fetch = "/bin/sh -c 'd=/run/fediversity-chain; mkdir -p $d/svid; i=0; until /usr/local/bin/spire-agent api fetch x509 -socketPath /run/spire-agent/api.sock -write $d/svid >/dev/null 2>&1; do i=$((i + 1)); echo $i > $d/secret-chain-fetch.service.progress; sleep 1; done; touch $d/secret-chain-fetch.service.done'";
+    # At most 120 tries a second apart, so a node whose agent never attests fails the
+    # chain instead of holding the switch.
+    fetch = "/bin/sh -c 'd=/run/fediversity-chain; mkdir -p $d/svid; i=0; until /usr/local/bin/spire-agent api fetch x509 -socketPath /run/spire-agent/api.sock -write $d/svid >/dev/null 2>&1; do i=$((i + 1)); [ $i -le 120 ] || exit 1; echo $i > $d/secret-chain-fetch.service.progress; sleep 1; done; touch $d/secret-chain-fetch.service.done'";
+    oneshot = exec: extraUnit: service { type = "oneshot"; inherit exec extraUnit; extraService = "RemainAfterExit=yes"; };
   in toplevel {
     scenario = "spire-chain";
-    units = base "1" // chainUnits { inherit fetch; } // {
+    # As a NixOS service that needs its secrets is ordered: app.service requires the
+    # chain, whose members are oneshots in order, the first after the agent; the switch's
+    # start of app.service waits for the whole chain.
+    units = base "1" // {
       "fedi-spire-agent.service" = service {
         exec = "/usr/local/bin/spire-agent run -config ${agentConf}";
         extraService = "RuntimeDirectory=spire-agent";
+      };
+      "secret-chain-fetch.service" = oneshot fetch "Wants=fedi-spire-agent.service\nAfter=fedi-spire-agent.service";
+      "secret-chain-install.service" = oneshot
+        "@out@/sw/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret"
+        "Requires=secret-chain-fetch.service\nAfter=secret-chain-fetch.service";
+      "app.service" = service {
+        exec = "@out@/sw/bin/fedi-idle";
+        extraUnit = "Requires=secret-chain-install.service\nAfter=secret-chain-install.service";
+        extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
       };
     };
     wants = baseWants ++ [ "fedi-spire-agent.service" "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];
