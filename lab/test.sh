@@ -179,14 +179,16 @@ lab_env() { export LAB_PREFIX=$1 LAB_PORT_BASE=$2 LAB_STATE=/var/lib/fediversity
 # acc_select prints: "<binary>=<-test.run pattern>" words. -test.parallel=3: the tests
 # themselves run one after the other; only the subtests that mark themselves parallel
 # (each on a node of its own, mostly waiting on it) run side by side, up to three, where
-# the default (GOMAXPROCS, two here) would hold the third back.
+# the default (GOMAXPROCS, two here) would hold the third back. -test.timeout=85m is
+# each binary's bound against a hang, under CI's 90 minutes: the node package's tests
+# alone took about an hour on a loaded machine.
 acc_run() {
   local dir=$1 selection=$2 rc=0 word bin pattern pkg pkgdir; shift 2
   for word in $selection; do
     bin=${word%%=*} pattern=${word#*=}
     read -r pkg pkgdir < <(awk -v b="$bin" '{ n = split($1, p, "/"); if (p[n] ".test" == b) print }' "$dir/packages")
     (cd "$pkgdir" && go tool test2json -t -p "$pkg" "$dir/$bin" \
-      -test.v=test2json -test.count=1 -test.timeout=70m -test.parallel=3 -test.run "$pattern" "$@") || rc=1
+      -test.v=test2json -test.count=1 -test.timeout=85m -test.parallel=3 -test.run "$pattern" "$@") || rc=1
   done
   return $rc
 }
