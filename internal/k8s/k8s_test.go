@@ -276,8 +276,8 @@ func TestDegradedSystemFails(t *testing.T) {
 
 // TestTimeoutSaysWhatSystemdSaid: a pod that runs but never becomes ready ends the wait
 // at its limit, and the error names what systemd last answered to the readiness probe.
-// A fake clientset, for a wait of a fraction of a second; the real node's acceptance
-// test TestAccK8sRolloutRealNode_neverReadyTimesOut shows it end to end.
+// A fake clientset, for a wait of a fraction of a second (a real cluster cannot be made
+// to time out that fast); no acceptance test on the real node shows it yet.
 func TestTimeoutSaysWhatSystemdSaid(t *testing.T) {
 	d := deploymentNotDone()
 	cs := fake.NewClientset(d)
