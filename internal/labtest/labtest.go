@@ -234,3 +234,21 @@ func WaitSwitchRunning(t testing.TB, node Node) {
 	}
 	t.Fatalf("no switch ever ran on %s", node.Instance)
 }
+
+// NewInstanceWithDataVolume is NewInstance with a custom storage volume of its own on
+// the lab pool, attached at /var/lib/fediversity (where modules/tf-incus mounts a
+// node's data); it returns the node and the volume's name. The volume is deleted after
+// the instance (cleanups run last first): Incus refuses to delete a volume an instance
+// still uses.
+func NewInstanceWithDataVolume(t testing.TB, name string) (Node, string) {
+	t.Helper()
+	Require(t)
+	vol := Prefix() + "-t-" + name + "-data"
+	_, _ = IncusErr("storage", "volume", "delete", "lab", vol)
+	// No size: a size would turn on btrfs quotas for the whole shared lab pool.
+	Incus(t, "storage", "volume", "create", "lab", vol)
+	t.Cleanup(func() { _, _ = IncusErr("storage", "volume", "delete", "lab", vol) })
+	node := NewInstance(t, name)
+	Incus(t, "config", "device", "add", node.Instance, "data", "disk", "pool=lab", "source="+vol, "path=/var/lib/fediversity")
+	return node, vol
+}

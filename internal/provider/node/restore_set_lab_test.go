@@ -22,15 +22,7 @@ import (
 // bricked volume aside as its own snapshot, holding the changed marker.
 func TestAccNodeSwitchIncusRestoresDataVolume(t *testing.T) {
 	acctest.Lab(t)
-	// The volume is deleted after the instance (cleanups run last first): Incus
-	// refuses to delete a volume an instance still uses.
-	vol := labtest.Prefix() + "-t-acc-incus-set-data"
-	_, _ = labtest.IncusErr("storage", "volume", "delete", "lab", vol)
-	// No size: a size would turn on btrfs quotas for the whole shared lab pool.
-	labtest.Incus(t, "storage", "volume", "create", "lab", vol)
-	t.Cleanup(func() { _, _ = labtest.IncusErr("storage", "volume", "delete", "lab", vol) })
-	node := labtest.NewInstance(t, "acc-incus-set")
-	labtest.Incus(t, "config", "device", "add", node.Instance, "data", "disk", "pool=lab", "source="+vol, "path=/var/lib/fediversity")
+	node, vol := labtest.NewInstanceWithDataVolume(t, "acc-incus-set")
 	nodeExec(t, node, "printf before > /var/lib/fediversity/marker && sync")
 	snap := "snapshot {\n    keep = 3\n  }"
 	var goodTop string

@@ -15,15 +15,7 @@ import (
 // and never the bricked state kept aside.
 func TestLabSetRotationDeletesWholeSets(t *testing.T) {
 	labtest.Require(t)
-	// The volume is deleted after the instance (cleanups run last first): Incus
-	// refuses to delete a volume an instance still uses.
-	vol := labtest.Prefix() + "-t-incus-sets-data"
-	_, _ = labtest.IncusErr("storage", "volume", "delete", "lab", vol)
-	// No size: a size would turn on btrfs quotas for the whole shared lab pool.
-	labtest.Incus(t, "storage", "volume", "create", "lab", vol)
-	t.Cleanup(func() { _, _ = labtest.IncusErr("storage", "volume", "delete", "lab", vol) })
-	node := labtest.NewInstance(t, "incus-sets")
-	labtest.Incus(t, "config", "device", "add", node.Instance, "data", "disk", "pool=lab", "source="+vol, "path=/var/lib/fediversity")
+	node, vol := labtest.NewInstanceWithDataVolume(t, "incus-sets")
 	tr := labTransport(t, node)
 	ctx := labCtx(t)
 
