@@ -119,7 +119,7 @@ variable "addresses" {
     `<node>.<domain>`; a node not listed gets none. Creating the records is the job of
     the operator's DNS provider. Default: none.
   EOT
-  type        = map(list(string))
-  default     = {}
-  nullable    = false
+  type     = map(list(string))
+  default  = {}
+  nullable = false
 }

@@ -22,6 +22,25 @@ locals {
   nodes  = { for n in data.fediversity_submission.this.enabled_nodes : n => var.nodes[n] }
   # The nodes registered on the SPIRE server: every enabled one, with the operator variant.
   registered = local.method == "tf-incus-operator" ? local.nodes : {}
+  # The DNS lane: the group's domain (every node plan carries it) and, per enabled node,
+  # one record per address the operator gives (var.addresses), in the address's
+  # canonical form (cidrhost of its single-address prefix). The dns_records output's
+  # preconditions refuse what cannot make a record.
+  domain = try(tostring(jsondecode(data.fediversity_submission.this.merged).domain), null)
+  ip_canonical = { for a in distinct(flatten(values(var.addresses))) :
+    a => try(cidrhost("${a}/${length(regexall(":", a)) > 0 ? 128 : 32}", 0), null)
+  }
+  not_ip = flatten([for n, addrs in var.addresses : [for a in addrs : "${n}: ${jsonencode(a)}" if local.ip_canonical[a] == null]])
+  dns_records = flatten([
+    for n in data.fediversity_submission.this.enabled_nodes : [
+      for a in lookup(var.addresses, n, []) : {
+        node  = n
+        name  = local.domain == null ? null : "${n}.${local.domain}"
+        type  = length(regexall(":", a)) > 0 ? "AAAA" : "A"
+        value = local.ip_canonical[a]
+      }
+    ]
+  ])
   # Nodes whose container this module makes.
   containers = { for n, v in local.nodes : n => v if v.instance == null }
   # How each node is reached: the container made here, or the existing instance.
@@ -195,14 +214,4 @@ resource "fediversity_verdict" "node" {
     chain_wait      = var.timings.chain_wait
     no_progress     = var.timings.no_progress
   }
-}
-
-# The DNS lane (docs/design.md, "The DNS lane"): the domain and the records a DNS
-# provider needs.
-module "dns" {
-  source        = "../dns-records"
-  merged        = data.fediversity_submission.this.merged
-  enabled_nodes = data.fediversity_submission.this.enabled_nodes
-  baked_nodes   = keys(local.baked.nodes)
-  addresses     = var.addresses
 }

@@ -1,3 +1,0 @@
-terraform {
-  required_version = ">= 1.5"
-}
