@@ -34,11 +34,13 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
+# Another job of the set-up (the real node's build) may hold the dpkg lock: wait for it.
+apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+apt_get update -qq
 rest=()
 for p in "${need[@]}"; do [ "$p" = incus ] || rest+=("$p"); done
-[ ${#rest[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${rest[@]}"
+[ ${#rest[@]} -eq 0 ] || apt_get install -y -qq --no-install-recommends "${rest[@]}"
 if [[ " ${need[*]} " == *" incus "* ]]; then
-  apt-get install -y -qq -t bookworm-backports incus
+  apt_get install -y -qq -t bookworm-backports incus
 fi
 echo "install-host: installed ${need[*]}"
