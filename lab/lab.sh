@@ -61,6 +61,10 @@ start_incusd() {
 # the dir pool copies the whole root file system (4-9 s each, and CPU that the suites
 # running side by side need; every Incus deploy takes a rollback point).
 init_incus() {
+  # Stopped, incusd waits for its running operations up to core.shutdown_timeout (5
+  # minutes by default): a restart during a deploy (TestAccNodeSwitchIncusdRestart)
+  # would wait for the deploy's exec sessions that long. The lab's daemon waits a minute.
+  [ "$(incus config get core.shutdown_timeout)" = 1 ] || incus config set core.shutdown_timeout 1
   if ! incus storage show "$LAB_POOL" >/dev/null 2>&1; then
     log "creating the btrfs storage pool $LAB_POOL (a sparse loop file of $LAB_POOL_SIZE)"
     incus storage create "$LAB_POOL" btrfs size="$LAB_POOL_SIZE" >/dev/null
