@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -44,7 +45,27 @@ func BuildClosure(t testing.TB, attr string) string {
 // paths no node holds yet (to force a full copy).
 func BuildClosureSeed(t testing.TB, attr, seed string) string {
 	t.Helper()
-	key := attr + "\x00" + seed
+	var args map[string]string
+	if seed != "" {
+		args = map[string]string{"seed": seed}
+	}
+	return buildClosure(t, attr, args)
+}
+
+// BuildSlowSwitch is the slow-switch closure with an activation of the given seconds
+// (15 for ClosureSlowSwitch): for a test whose cut must land inside the switch even
+// when a loaded machine makes the steps before the switch slow.
+func BuildSlowSwitch(t testing.TB, seconds int) string {
+	t.Helper()
+	return buildClosure(t, ClosureSlowSwitch, map[string]string{"switchDelay": strconv.Itoa(seconds)})
+}
+
+func buildClosure(t testing.TB, attr string, args map[string]string) string {
+	t.Helper()
+	key := attr
+	for _, k := range []string{"seed", "switchDelay"} {
+		key += "\x00" + args[k]
+	}
 	if p, ok := closureCache.Load(key); ok {
 		return p.(string)
 	}
@@ -57,10 +78,7 @@ func BuildClosureSeed(t testing.TB, attr, seed string) string {
 	file := filepath.Join(RepoRoot(t), "lab", "closures", "default.nix")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	spec := nixstore.BuildSpec{File: file, Attr: attr}
-	if seed != "" {
-		spec.ArgStr = map[string]string{"seed": seed}
-	}
+	spec := nixstore.BuildSpec{File: file, Attr: attr, ArgStr: args}
 	p, err := nixstore.Build(ctx, spec)
 	if err != nil {
 		t.Fatalf("labtest: building lab closure %q: %v", attr, err)

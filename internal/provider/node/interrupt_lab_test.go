@@ -49,10 +49,10 @@ func pluginOf(pid int) int {
 	return 0
 }
 
-// waitRunning waits (bounded: 120 polls of 0.5 s) until the node runs toplevel.
+// waitRunning waits (bounded: 240 polls, 0.5 s apart) until the node runs toplevel.
 func waitRunning(t *testing.T, node labtest.Node, toplevel string) {
 	t.Helper()
-	for i := 0; i < 120; i++ {
+	for i := 0; i < 240; i++ {
 		if strings.TrimSpace(nodeExec(t, node, "readlink -f /run/current-system")) == toplevel {
 			return
 		}
@@ -99,10 +99,17 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 	acctest.PreCheck(t)
 	good := labtest.BuildClosure(t, labtest.ClosureGood)
 	slow := labtest.BuildClosure(t, labtest.ClosureSlowSwitch) // its activation takes 15 s
+	// The time-out must run out inside the switch, after the steps before it (wait for
+	// the node, lock, copy, start), which take seconds on a quiet machine and were seen
+	// to take more than 8 s in CI with six suites side by side: that cut then came
+	// before the switch, and the node never ran the new system. This fault's switch
+	// takes 45 s, and its time-out is 30 s.
+	slower := labtest.BuildSlowSwitch(t, 45)
 
 	faults := []struct {
 		name  string
 		node  string // each fault has a node of its own, so the three run side by side
+		slow  string // the new system, whose switch the cut interrupts
 		extra string
 		cut   func(cli *exec.Cmd, node labtest.Node)
 		// takeover: "yes" when the cut leaves the node's lock behind (its holder was
@@ -110,11 +117,11 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 		// it; "either" when the plugin may or may not outlive the cut (it is reported).
 		takeover string
 	}{
-		{"SIGKILL of the CLI during the switch", "cli-int-cli", "", func(cli *exec.Cmd, node labtest.Node) {
+		{"SIGKILL of the CLI during the switch", "cli-int-cli", slow, "", func(cli *exec.Cmd, node labtest.Node) {
 			labtest.WaitSwitchRunning(t, node)
 			_ = cli.Process.Signal(syscall.SIGKILL)
 		}, "either"},
-		{"SIGKILL of the provider plugin during the switch", "cli-int-plugin", "", func(cli *exec.Cmd, node labtest.Node) {
+		{"SIGKILL of the provider plugin during the switch", "cli-int-plugin", slow, "", func(cli *exec.Cmd, node labtest.Node) {
 			labtest.WaitSwitchRunning(t, node)
 			plugin := pluginOf(cli.Process.Pid)
 			if plugin == 0 {
@@ -123,7 +130,7 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 			}
 			_ = syscall.Kill(plugin, syscall.SIGKILL)
 		}, "yes"},
-		{"timeouts.update (8s) shorter than the switch (15s)", "cli-int-timeout", "timeouts {\n    update = \"8s\"\n  }", nil, "no"},
+		{"timeouts.update (30s) shorter than the switch (45s)", "cli-int-timeout", slower, "timeouts {\n    update = \"30s\"\n  }", nil, "no"},
 	}
 	// The three faults ran one after the other on one node: 8 to 9 minutes of the nodes
 	// suites' critical path, most of it waiting (the slow switch, the dead holder's lock
@@ -132,6 +139,7 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
+			slow := f.slow
 			node := labtest.NewInstance(t, f.node)
 			c := acctest.NewCLIDir(t)
 			c.Write(cliSwitchConfig(node, good, f.extra))
