@@ -57,6 +57,9 @@ func (e *runEnv) build(ctx context.Context) (built, string, error) {
 // waitForNode waits for the node to answer. silent is true when, in verdict-only mode,
 // it did not (the chain wait samples it then).
 func (e *runEnv) waitForNode(ctx context.Context) (silent bool, note string, err error) {
+	if err := e.resumeRestore(ctx); err != nil {
+		return false, "", err
+	}
 	deadline := e.o.Clock.Now().Add(e.o.Timings.NodeWait)
 	var lastErr error
 	for attempt := 1; attempt <= maxSamples; attempt++ {

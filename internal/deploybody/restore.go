@@ -7,6 +7,7 @@ package deploybody
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -19,6 +20,34 @@ type Restorer interface {
 	// Restore puts the node back on the rollback point taken before the switch. The
 	// transport keeps what happened for its owner to report.
 	Restore(ctx context.Context) error
+}
+
+// RestoreResumer is implemented by a transport whose node an earlier run's restore may
+// have left unfinished (the Incus snapshot guard): the body asks it to finish that
+// restore before it waits for the node, which a stopped instance would never answer.
+type RestoreResumer interface {
+	// ResumeRestore finishes an unfinished restore and says what it did ("" when there
+	// was none).
+	ResumeRestore(ctx context.Context) (string, error)
+}
+
+// resumeRestore runs before the wait for the node: the node lock lives on the node, so
+// an instance stopped by a cut-off restore has none to take. The transport tells a
+// restore still at work from a cut-off one (see its ResumeRestore).
+func (e *runEnv) resumeRestore(ctx context.Context) error {
+	r, ok := e.t.(RestoreResumer)
+	if !ok || e.verdictOnly {
+		return nil
+	}
+	did, err := r.ResumeRestore(ctx)
+	if err != nil {
+		return withHint(fmt.Errorf("an earlier run's restore of the node's rollback point did not finish, and finishing it failed: %w", err),
+			"see the error above; `incus snapshot list` shows the snapshot fediversity-restoring-<time>-from-<set>, whose name says which set was being restored")
+	}
+	if did != "" {
+		e.warn(ctx, PhaseWaitForNode, did)
+	}
+	return nil
 }
 
 // restoreIfUnreachable runs at the end of a deploy that took the node lock, before the

@@ -98,3 +98,64 @@ func TestRestoreAfterTheRunsContextIsDone(t *testing.T) {
 		t.Fatalf("err=%v restores=%d lock at restore %q", err, g.restores, g.lockAtRestore)
 	}
 }
+
+// resumingNode is the fake node behind a RestoreResumer, as the Incus snapshot guard
+// is when an earlier run's restore did not finish: it says what it did, or fails.
+type resumingNode struct {
+	*fakeNode
+	did      string
+	err      error
+	resumed  int
+	runsSeen int // commands the node had run when the resume was asked
+}
+
+func (n *resumingNode) ResumeRestore(context.Context) (string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.resumed++
+	n.runsSeen = len(n.calls)
+	return n.did, n.err
+}
+
+// An earlier run's unfinished restore is finished before anything else touches the
+// node (the instance it stopped would never answer the wait), and the run says so.
+func TestUnfinishedRestoreIsFinishedFirst(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	g := &resumingNode{fakeNode: s.node, did: "An earlier run's restore of rollback point fediversity-gen-2 did not finish: it was restored again"}
+	res, err := Deploy(context.Background(), g, s.opts)
+	if err != nil {
+		t.Fatalf("deploy after finishing the restore: %v", err)
+	}
+	if g.resumed != 1 || g.runsSeen != 0 {
+		t.Fatalf("resumed %d times, after %d node commands; want once, before any", g.resumed, g.runsSeen)
+	}
+	if !strings.Contains(strings.Join(res.Warnings, "\n"), g.did) {
+		t.Fatalf("the run's warnings do not say the restore was finished: %q", res.Warnings)
+	}
+}
+
+// A restore that cannot be finished fails the run in wait-for-node: nothing is
+// copied, switched or locked on a node in that state.
+func TestUnfinishedRestoreThatFailsStopsTheRun(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	g := &resumingNode{fakeNode: s.node, err: errors.New("restore snapshot: daemon gone")}
+	res, err := Deploy(context.Background(), g, s.opts)
+	var de *DeployError
+	if !errors.As(err, &de) || de.Phase != PhaseWaitForNode || !strings.Contains(err.Error(), "did not finish") || !strings.Contains(err.Error(), "daemon gone") {
+		t.Fatalf("err = %v, want a wait-for-node failure naming the unfinished restore and why", err)
+	}
+	if len(s.node.calls) != 0 {
+		t.Fatalf("the node was touched %d times after the failed resume: %v", len(s.node.calls), s.node.calls)
+	}
+	_ = res
+}
+
+// The verdict-only pass never restores anything.
+func TestVerdictOnlyNeverResumesARestore(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	g := &resumingNode{fakeNode: s.node, did: "x"}
+	_, _ = VerdictOnly(context.Background(), g, s.opts)
+	if g.resumed != 0 {
+		t.Fatalf("the verdict-only pass resumed a restore %d times", g.resumed)
+	}
+}

@@ -247,6 +247,7 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 			out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err}
 			return out
 		}
+		guard.SetInterruptedRestore(spec.InterruptedRestore())
 		t = guard
 	}
 	switch {

@@ -47,7 +47,7 @@ func TestRosterSetsEveryNodeField(t *testing.T) {
       "probes": [{"name": "web", "url": "http://10.0.0.5/", "body_regexp": "ok", "timeout": "5s"}]
     },
     "lab": {"host": "127.0.0.1", "insecure_ignore_host_key": true, "keepalive": "0s"},
-    "box": {"incus": {"instance": "box", "project": "tenants"}, "snapshot": {"keep": 2}}
+    "box": {"incus": {"instance": "box", "project": "tenants"}, "snapshot": {"keep": 2, "interrupted_restore": "abort"}}
   }
 }`)
 	creds := Credentials{PrivateKeyFile: "/k"}
@@ -77,7 +77,7 @@ func TestRosterSetsEveryNodeField(t *testing.T) {
 	if o := r.Spec("lab").Options(deploybody.Timings{}); !o.SelfRevert || o.Timings.LockWait != 5*time.Minute {
 		t.Errorf("defaults: self-revert on, the roster's lock_wait: %+v", o)
 	}
-	if box := r.Spec("box"); box.Target().Kind != "incus" || box.Target().Project != "tenants" || box.SnapshotKeep() != 2 || box.Options(deploybody.Timings{}).SelfRevert {
+	if box := r.Spec("box"); box.Target().Kind != "incus" || box.Target().Project != "tenants" || box.SnapshotKeep() != 2 || box.InterruptedRestore() != "abort" || box.Options(deploybody.Timings{}).SelfRevert {
 		t.Errorf("an Incus node with a snapshot guard: %+v", box.Target())
 	}
 	// Every timing a node's run reads is a key the roster accepts.

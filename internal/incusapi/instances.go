@@ -422,6 +422,41 @@ func (c *Client) DeleteSnapshot(ctx context.Context, name, snap string) error {
 	return err
 }
 
+// OperationsOn counts the daemon's running operations that touch instance name (a
+// stop, a snapshot, a restore, a start, an exec), in the client's project.
+func (c *Client) OperationsOn(ctx context.Context, name string) (int, error) {
+	w := where{op: "operation list", instance: name}
+	r, err := c.do(ctx, w, http.MethodGet, "/1.0/operations", url.Values{"recursion": {"1"}}, nil)
+	if err != nil {
+		return 0, err
+	}
+	var byStatus map[string][]Operation // "running", "success", … -> operations
+	if err := json.Unmarshal(r.Metadata, &byStatus); err != nil {
+		return 0, c.apiErr(w, 0, fmt.Sprintf("malformed operation list: %v", err))
+	}
+	n := 0
+	for _, o := range byStatus["running"] {
+		for _, u := range o.Resources["instances"] {
+			u, _, _ = strings.Cut(u, "?")
+			if u == instPath(name) || strings.HasPrefix(u, instPath(name)+"/") {
+				n++
+				break
+			}
+		}
+	}
+	return n, nil
+}
+
+// RenameSnapshot renames snapshot snap of instance name to newName and waits for it. A
+// rename touches no data (and a restore of the instance leaves its snapshots' names as
+// they are), which makes a snapshot's name a record that outlives any restore.
+func (c *Client) RenameSnapshot(ctx context.Context, name, snap, newName string) error {
+	w := where{op: "snapshot rename " + snap, instance: name}
+	_, err := c.runAsync(ctx, w, http.MethodPost, instPath(name, "snapshots", url.PathEscape(snap)), nil,
+		map[string]any{"name": newName}, opTimeout(ctx))
+	return err
+}
+
 // RestoreSnapshot rolls instance name back to snapshot snap (PUT the instance with
 // {"restore": snap}) and waits for it.
 func (c *Client) RestoreSnapshot(ctx context.Context, name, snap string) error {

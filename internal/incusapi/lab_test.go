@@ -391,3 +391,67 @@ func TestLabOperationWaitTimeout(t *testing.T) {
 		t.Fatalf("unknown operation: want not found, got %v", err)
 	}
 }
+
+// OperationsOn sees the running exec of a command on the instance, and nothing once it
+// ended: what tells a restore still at work from one whose run is gone. A snapshot's
+// rename keeps its content and survives a restore of the instance (the restore
+// journal).
+func TestLabOperationsOnAndSnapshotRename(t *testing.T) {
+	c := labClient(t)
+	node := labtest.NewInstance(t, "incusapi-ops")
+	c = c.WithProject(node.Project)
+	ctx := labCtx(t)
+	inst := node.Instance
+	if n, err := c.OperationsOn(ctx, inst); err != nil || n != 0 {
+		t.Fatalf("an idle instance: %d running operations (%v), want 0", n, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, inst, ExecRequest{Command: []string{"sleep", "4"}})
+		done <- err
+	}()
+	seen := 0
+	for i := 0; i < 30 && seen == 0; i++ {
+		time.Sleep(100 * time.Millisecond)
+		seen, _ = c.OperationsOn(ctx, inst)
+	}
+	if seen == 0 {
+		t.Fatal("OperationsOn never saw the running exec")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.OperationsOn(ctx, inst); err != nil || n != 0 {
+		t.Fatalf("after the exec ended: %d running operations (%v), want 0", n, err)
+	}
+
+	if err := c.CreateSnapshot(ctx, inst, "t-journal"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CreateSnapshot(ctx, inst, "t-set"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(ctx, inst, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RestoreSnapshot(ctx, inst, "t-set"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RenameSnapshot(ctx, inst, "t-journal", "t-kept"); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := c.ListSnapshots(ctx, inst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range snaps {
+		names = append(names, s.Name)
+	}
+	if strings.Join(names, ",") != "t-kept,t-set" {
+		t.Fatalf("after a restore and a rename the snapshots are %v, want [t-kept t-set]", names)
+	}
+	if err := c.Start(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -96,6 +96,27 @@ type Incus struct {
 type Snapshot struct {
 	Enabled *bool `json:"enabled,omitempty"`
 	Keep    int   `json:"keep,omitempty"`
+	// InterruptedRestore is what a deploy does first with a restore an earlier run left
+	// unfinished: InterruptedRestoreFinish ("": the default) or InterruptedRestoreAbort.
+	InterruptedRestore string `json:"interrupted_restore,omitempty"`
+}
+
+// The values of Snapshot.InterruptedRestore.
+const (
+	// InterruptedRestoreFinish restores the set the cut-off restore was restoring.
+	InterruptedRestoreFinish = "finish"
+	// InterruptedRestoreAbort puts the instance back on the state kept aside (the
+	// state that stopped answering), for an operator who wants to look at it.
+	InterruptedRestoreAbort = "abort"
+)
+
+// InterruptedRestore is what the run's snapshot guard does with a restore an earlier
+// run left unfinished.
+func (s Spec) InterruptedRestore() string {
+	if s.Snapshot == nil || s.Snapshot.InterruptedRestore == "" {
+		return InterruptedRestoreFinish
+	}
+	return s.Snapshot.InterruptedRestore
 }
 
 // DefaultSnapshotKeep is how many rollback points the snapshot guard keeps.
@@ -162,6 +183,13 @@ func (s Spec) Validate() []Problem {
 		}
 		if s.Snapshot.Keep < 0 {
 			v.bad("snapshot.keep", "Invalid snapshot keep", fmt.Sprintf("%d: want 1 or more rollback points (leave it out for %d)", s.Snapshot.Keep, DefaultSnapshotKeep))
+		}
+		switch s.Snapshot.InterruptedRestore {
+		case "", InterruptedRestoreFinish, InterruptedRestoreAbort:
+		default:
+			v.bad("snapshot.interrupted_restore", "Invalid snapshot interrupted_restore",
+				fmt.Sprintf("%q: want %q (restore the rollback point an earlier run's cut-off restore was restoring; the default) or %q (put the instance back on the state that run kept aside)",
+					s.Snapshot.InterruptedRestore, InterruptedRestoreFinish, InterruptedRestoreAbort))
 		}
 	}
 	if s.Toplevel != "" && !nixstore.ValidStorePath(s.Toplevel) {

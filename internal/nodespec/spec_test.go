@@ -40,6 +40,7 @@ func TestValidateNamesFieldAndRemedy(t *testing.T) {
 		{"flake args", Spec{Build: &Build{Flake: ".#a", Args: map[string]string{"k": "v"}}}, "build.args", "a flake takes no arguments"},
 		{"toplevel", Spec{Toplevel: "/tmp/x"}, "toplevel", "is not a Nix store path"},
 		{"snapshot over ssh", Spec{SSH: &SSH{Host: "h", HostKey: testKey}, Snapshot: &Snapshot{}}, "snapshot", "an SSH node has no native snapshots"},
+		{"interrupted restore", Spec{Incus: &Incus{Instance: "c"}, Snapshot: &Snapshot{InterruptedRestore: "resume"}}, "snapshot.interrupted_restore", `"resume": want "finish"`},
 		{"activation", Spec{Activation: "kexec"}, "activation", `"kexec" is not an activation; want one of "switch", "boot", "reboot-if-needed", "reboot"`},
 		{"check", Spec{Checks: []Check{{Name: "c"}}}, "checks", `check "c": argv is empty`},
 		{"probe pattern", Spec{Probes: []Probe{{Name: "p", TCP: "h:1", BodyRegexp: "("}}}, "checks", `probe "p": body_regexp = "("`},

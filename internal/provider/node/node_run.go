@@ -40,6 +40,9 @@ type nodeRun struct {
 	// snapshotKeep > 0 guards the run with an Incus snapshot taken before the switch and
 	// restored when the switch leaves the node unreachable (keeping that many).
 	snapshotKeep int
+	// interruptedRestore is what the guard does first with a restore an earlier run
+	// left unfinished (nodespec.InterruptedRestoreFinish or ...Abort).
+	interruptedRestore string
 }
 
 // nodeRunOutcome is what a run came to.
@@ -78,6 +81,7 @@ func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, 
 			diags.AddAttributeError(path.Root("snapshot"), "Snapshots need the Incus transport", err.Error())
 			return nodeRunOutcome{err: err}, diags
 		}
+		guard.SetInterruptedRestore(r.interruptedRestore)
 		t = guard
 	}
 

@@ -5,16 +5,19 @@ package node
 // (incustransport.SnapshotGuard).
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 )
@@ -63,6 +66,31 @@ func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, res
 	return diags
 }
 
+// withPendingRestore adds to a read of an Incus node that failed what an earlier run's
+// unfinished restore tells of it (a *pendingRestoreError): the instance that restore
+// stopped does not answer, and the next deploy finishes the restore first.
+func withPendingRestore(ctx context.Context, t deploybody.Transport, err error) error {
+	it, ok := t.(*incustransport.Transport)
+	if !ok {
+		return err
+	}
+	pending, perr := it.PendingRestores(ctx)
+	if perr != nil || len(pending) == 0 {
+		return err
+	}
+	return &pendingRestoreError{err: err, what: pending[len(pending)-1].Describe(it.Instance())}
+}
+
+// pendingRestoreError is a node read that failed on an instance an unfinished restore
+// left stopped; what says so, for the plan.
+type pendingRestoreError struct {
+	err  error
+	what string
+}
+
+func (e *pendingRestoreError) Error() string { return e.err.Error() + "; " + e.what }
+func (e *pendingRestoreError) Unwrap() error { return e.err }
+
 // hostPathDiagnostic warns that the rollback point cannot hold the instance's disk
 // devices that are host paths.
 func hostPathDiagnostic(node string, g *incustransport.SnapshotGuard) diag.Diagnostics {
@@ -76,8 +104,9 @@ func hostPathDiagnostic(node string, g *incustransport.SnapshotGuard) diag.Diagn
 
 // snapshotModel is the `snapshot` block (Incus only).
 type snapshotModel struct {
-	Enabled types.Bool  `tfsdk:"enabled"`
-	Keep    types.Int64 `tfsdk:"keep"`
+	Enabled            types.Bool   `tfsdk:"enabled"`
+	Keep               types.Int64  `tfsdk:"keep"`
+	InterruptedRestore types.String `tfsdk:"interrupted_restore"`
 }
 
 // spec decodes the block into the engine's node spec (nil for no block).
@@ -85,7 +114,7 @@ func (m *snapshotModel) spec() *nodespec.Snapshot {
 	if m == nil {
 		return nil
 	}
-	return &nodespec.Snapshot{Enabled: m.Enabled.ValueBoolPointer(), Keep: int(m.Keep.ValueInt64())}
+	return &nodespec.Snapshot{Enabled: m.Enabled.ValueBoolPointer(), Keep: int(m.Keep.ValueInt64()), InterruptedRestore: m.InterruptedRestore.ValueString()}
 }
 
 func snapshotBlockSchema() schema.SingleNestedBlock {
@@ -103,6 +132,11 @@ func snapshotBlockSchema() schema.SingleNestedBlock {
 			"enabled": schema.BoolAttribute{Optional: true, MarkdownDescription: "Take the snapshot. Default `true` when the block is present."},
 			"keep": schema.Int64Attribute{Optional: true, MarkdownDescription: "How many rollback points (`fediversity-gen-*`) to keep, newest first. Default `3`.",
 				Validators: []validator.Int64{int64validator.AtLeast(1)}},
+			"interrupted_restore": schema.StringAttribute{Optional: true, MarkdownDescription: "What a deploy does first when an earlier run's restore " +
+				"did not finish (it was cut off between stopping the instance and starting it again; the plan warns about it): `finish` (the default) " +
+				"restores the rollback point that restore was restoring and starts the instance; `abort` puts the instance back on the state that " +
+				"stopped answering, kept aside by that restore, and starts it. Either way the state kept aside stays, and the deploy then goes on.",
+				Validators: []validator.String{stringvalidator.OneOf(nodespec.InterruptedRestoreFinish, nodespec.InterruptedRestoreAbort)}},
 		},
 	}
 }

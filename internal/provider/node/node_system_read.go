@@ -51,7 +51,7 @@ func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget
 	defer func() { _ = t.Close() }()
 	res, err := t.Run(ctx, []string{"sh", "-c", readSystemScript}, deploybody.RunOptions{})
 	if err != nil {
-		return ns, err
+		return ns, withPendingRestore(ctx, t, err)
 	}
 	lines := strings.Split(string(res.Stdout), "\n")
 	for len(lines) < 4 {

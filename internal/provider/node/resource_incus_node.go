@@ -28,6 +28,7 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
+	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 )
 
 var (
@@ -683,9 +684,15 @@ func (r *incusNodeResource) Read(ctx context.Context, req resource.ReadRequest, 
 		return
 	}
 	if st := state.Status.ValueString(); st != "Running" {
-		resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s is %s", name, st),
-			fmt.Sprintf("Container %s (project %s) is %s, so a deploy to it cannot reach the node. This resource does not start it again; "+
-				"run `incus start --project %s %s`, or replace it with `-replace`.", name, project, st, project, name))
+		if pending, err := incustransport.ListPendingRestores(ctx, c, name); err == nil && len(pending) > 0 {
+			// Stopped by a restore that did not finish: the deploy finishes it.
+			resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s is %s: a restore did not finish", name, st),
+				fmt.Sprintf("Container %s (project %s) is %s: %s.", name, project, st, pending[len(pending)-1].Describe(name)))
+		} else {
+			resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s is %s", name, st),
+				fmt.Sprintf("Container %s (project %s) is %s, so a deploy to it cannot reach the node. This resource does not start it again; "+
+					"run `incus start --project %s %s`, or replace it with `-replace`.", name, project, st, project, name))
+		}
 	}
 	if state.Image.IsNull() {
 		// Imported: name the image as the operator most likely did, by its alias.

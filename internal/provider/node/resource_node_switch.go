@@ -530,6 +530,13 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		return ns.running == ns.profile && ns.running != m.Toplevel.ValueString() && ns.running != failedToplevel
 	}
 	ns, err := readNodeSystem(ctx, node, target, r.cfg, wantRecord)
+	var pending *pendingRestoreError
+	if errors.As(err, &pending) && interrupted != nil && !m.Toplevel.IsNull() {
+		// A restore cut off in the middle is an unfinished deploy: the next plan
+		// deploys again, whose first step finishes the restore, even when the
+		// configuration names the system the state holds.
+		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: fmt.Sprintf("Node %s does not answer: %s.", node, pending.what)}
+	}
 	if err != nil {
 		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
 			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
@@ -681,7 +688,8 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 
 	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy,
 		prepare: prepare, recordLastGood: true}
-	run.snapshotKeep = (nodespec.Spec{Snapshot: plan.Snapshot.spec()}).SnapshotKeep()
+	snap := nodespec.Spec{Snapshot: plan.Snapshot.spec()}
+	run.snapshotKeep, run.interruptedRestore = snap.SnapshotKeep(), snap.InterruptedRestore()
 	outcome, rdiags := run.run(ctx, r.cfg)
 	diags.Append(rdiags...)
 	res, runErr = outcome.res, outcome.err

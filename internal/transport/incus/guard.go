@@ -48,6 +48,10 @@ type SnapshotGuard struct {
 	// space check included.
 	spaceUnknown []string
 	restoreTook  time.Duration
+	// interrupted is what ResumeRestore does with an earlier run's unfinished restore;
+	// resumed is that restore, once finished.
+	interrupted string
+	resumed     *PendingRestore
 }
 
 var (
@@ -104,9 +108,6 @@ func (g *SnapshotGuard) Set() SetTaken { return g.set }
 // BrickedVolumes are the custom volumes whose bricked state was kept aside as snapshots
 // named Bricked().
 func (g *SnapshotGuard) BrickedVolumes() []SetVolume { return g.brickedVols }
-
-// Instance is the name of the guarded Incus instance.
-func (g *SnapshotGuard) Instance() string { return g.instance }
 
 // Switch takes the snapshot, then switches. A snapshot that cannot be taken stops the
 // deploy before anything changed on the node. A node whose system profile names no
@@ -214,7 +215,7 @@ func (g *SnapshotGuard) NeedsRestore(ctx context.Context, res *deploybody.Result
 // figures, and the node is left as the failed run left it. A check that cannot be made
 // (the daemon does not answer) refuses it too: nothing may change unchecked.
 func (g *SnapshotGuard) Restore(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	rctx, cancel := context.WithTimeout(ctx, restoreBound)
 	defer cancel()
 	g.restored = true
 	start := time.Now()
@@ -231,13 +232,25 @@ func (g *SnapshotGuard) Restore(ctx context.Context) error {
 	if len(unknown) > 0 {
 		g.logPrintf("restore: the storage driver tells no size of %s: counted as 0 in the space check", strings.Join(unknown, ", "))
 	}
-	name := BrickedSnapshotName(time.Now())
-	if vols, err := g.KeepAside(rctx, name); err != nil {
+	// The bricked root disk is kept under its pending name, the restore's journal
+	// (restore_journal.go), until the restore finished: a run cut off in between
+	// leaves the next one that name to finish from.
+	now := time.Now()
+	pending, name := PendingRestoreName(now, g.taken), BrickedSnapshotName(now)
+	if vols, err := g.KeepAside(rctx, pending, name); err != nil {
 		g.brickedErr = err
 	} else {
-		g.bricked, g.brickedVols = name, vols
+		g.bricked, g.brickedVols = pending, vols
 	}
 	g.restoreErr = g.RestoreSnapshot(rctx, g.taken)
+	if g.restoreErr == nil && g.bricked != "" {
+		if err := g.c.RenameSnapshot(rctx, g.instance, pending, name); err != nil {
+			// The node runs its rollback point; the next run closes the journal.
+			g.logPrintf("restore: renaming %s to %s failed (the next deploy does it): %v", pending, name, err)
+		} else {
+			g.bricked = name
+		}
+	}
 	g.logPrintf("restore: set %s restored in %s (error: %v)", g.taken, time.Since(start).Round(time.Millisecond), g.restoreErr)
 	return g.restoreErr
 }

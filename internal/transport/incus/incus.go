@@ -111,6 +111,9 @@ func New(cfg Config) (*Transport, error) {
 // Node is the node's name.
 func (t *Transport) Node() string { return t.node }
 
+// Instance is the name of the node's Incus instance.
+func (t *Transport) Instance() string { return t.instance }
+
 // Close ends the transport's exec session, if one is open. The Incus client belongs to
 // whoever built it (the provider's configuration), and other transports go on using it.
 func (t *Transport) Close() error {

@@ -258,7 +258,7 @@ func TestLabTransport(t *testing.T) {
 			t.Fatal(err)
 		}
 		bricked := BrickedSnapshotName(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-		if _, err := tr.KeepAside(ctx, bricked); err != nil {
+		if _, err := tr.KeepAside(ctx, bricked, bricked); err != nil {
 			t.Fatal(err)
 		}
 		for gen := 1; gen <= 4; gen++ {

@@ -20,7 +20,7 @@ func TestLabSetRotationDeletesWholeSets(t *testing.T) {
 	ctx := labCtx(t)
 
 	bricked := BrickedSnapshotName(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	if kept, err := tr.KeepAside(ctx, bricked); err != nil || len(kept) != 1 || kept[0].Volume != vol {
+	if kept, err := tr.KeepAside(ctx, bricked, bricked); err != nil || len(kept) != 1 || kept[0].Volume != vol {
 		t.Fatalf("KeepAside = %v, %v; want the volume %s kept aside too", kept, err, vol)
 	}
 	for gen := 1; gen <= 4; gen++ {

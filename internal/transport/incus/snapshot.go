@@ -34,7 +34,7 @@ func GenerationSnapshotName(gen int) string {
 
 // BrickedSnapshotName is the name the bricked state taken at t is kept under.
 func BrickedSnapshotName(t time.Time) string {
-	return BrickedPrefix + t.UTC().Format("20060102t150405z")
+	return BrickedPrefix + t.UTC().Format(brickedTimeFormat)
 }
 
 func validSnapshotName(name string) error {
@@ -106,27 +106,33 @@ func (t *Transport) rotate(ctx context.Context, keepName string, keep int) error
 	return errors.Join(errs...)
 }
 
-// KeepAside snapshots the instance's current state as name (a BrickedSnapshotName): its
-// root disk and every custom volume attached to it, so a restore does not destroy the
-// evidence of what went wrong. It returns the volumes kept aside.
-func (t *Transport) KeepAside(ctx context.Context, name string) ([]SetVolume, error) {
-	if err := validSnapshotName(name); err != nil {
-		return nil, t.errorf("keep bricked state", "%v", err)
+// KeepAside snapshots the instance's current state: its root disk as root (the
+// restore's journal, a PendingRestoreName) and every custom volume attached to it as
+// volumes (a BrickedSnapshotName), so a restore does not destroy the evidence of what
+// went wrong. It returns the volumes kept aside.
+func (t *Transport) KeepAside(ctx context.Context, root, volumes string) ([]SetVolume, error) {
+	for _, name := range []string{root, volumes} {
+		if err := validSnapshotName(name); err != nil {
+			return nil, t.errorf("keep bricked state", "%v", err)
+		}
 	}
 	inst, err := t.c.GetInstance(ctx, t.instance)
 	if err != nil {
 		return nil, t.classify(ctx, "keep bricked state", err)
 	}
 	vols, _ := dataDisks(inst.ExpandedDevices)
-	if err := t.c.CreateSnapshot(ctx, t.instance, name); err != nil {
-		return nil, t.classify(ctx, "keep bricked state: create "+name, err)
-	}
+	// The volumes first, the root disk last: the root disk's snapshot is the restore's
+	// journal, and a journal must never name a bricked state that is not all kept (a
+	// run cut off before it changed nothing yet).
 	var kept []SetVolume
 	for _, v := range vols {
-		if err := t.c.CreateVolumeSnapshot(ctx, v.Pool, v.Volume, name); err != nil {
+		if err := t.c.CreateVolumeSnapshot(ctx, v.Pool, v.Volume, volumes); err != nil {
 			return kept, t.classify(ctx, "keep bricked state: snapshot volume "+v.Volume, err)
 		}
 		kept = append(kept, v)
+	}
+	if err := t.c.CreateSnapshot(ctx, t.instance, root); err != nil {
+		return kept, t.classify(ctx, "keep bricked state: create "+root, err)
 	}
 	return kept, nil
 }
@@ -137,16 +143,29 @@ func (t *Transport) KeepAside(ctx context.Context, name string) ([]SetVolume, er
 // back with the instance's configuration, starts it and waits until its systemd answers
 // again.
 func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
-	const phase = "restore snapshot"
 	if name == "" {
-		return t.errorf(phase, "no snapshot name given")
+		return t.errorf("restore snapshot", "no snapshot name given")
 	}
+	return t.restoreFrom(ctx, name, name)
+}
+
+// restoreFrom is RestoreSnapshot from root disk snapshot root and custom volume
+// snapshots volumes (the same name for a set; a bricked state kept aside names them
+// apart). The volumes are those the set's manifest names; without a manifest (a
+// bricked state has none, and a restore cut off after the root disk's restore lost
+// it with the configuration), every attached custom volume that has a snapshot called
+// volumes.
+func (t *Transport) restoreFrom(ctx context.Context, root, volumes string) error {
+	const phase = "restore snapshot"
 	inst, err := t.c.GetInstance(ctx, t.instance)
 	if err != nil {
 		return t.classify(ctx, phase, err)
 	}
 	keep := manifests(inst.Config)
-	m, _ := setManifest(inst.Config, name)
+	vols, err := t.restoreVolumes(ctx, inst, volumes)
+	if err != nil {
+		return t.classify(ctx, phase, err)
+	}
 	st, err := t.stateSettled(ctx)
 	if err != nil {
 		return t.classify(ctx, phase, err)
@@ -161,13 +180,13 @@ func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
 			}
 		}
 	}
-	if err := t.c.RestoreSnapshot(ctx, t.instance, name); err != nil {
+	if err := t.c.RestoreSnapshot(ctx, t.instance, root); err != nil {
 		return t.errorf(phase, "%w (the instance is left stopped; list snapshots with `incus snapshot list %s`)", err, t.instance)
 	}
-	for _, v := range m.Volumes {
-		if err := t.c.RestoreVolume(ctx, v.Pool, v.Volume, name); err != nil {
+	for _, v := range vols {
+		if err := t.c.RestoreVolume(ctx, v.Pool, v.Volume, volumes); err != nil {
 			return t.errorf(phase, "%w (the root disk is restored, the instance is left stopped: restore volume %s by hand with `incus storage volume snapshot restore %s %s %s`, then `incus start %s`)",
-				err, v.Volume, v.Pool, v.Volume, name, t.instance)
+				err, v.Volume, v.Pool, v.Volume, volumes, t.instance)
 		}
 	}
 	if len(keep) > 0 {
@@ -179,6 +198,30 @@ func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
 		return t.classify(ctx, phase+": start", err)
 	}
 	return t.waitReach(ctx, phase, 120)
+}
+
+// restoreVolumes are the custom volumes restored with the root disk from their
+// snapshots called name: those the manifest of set name lists, or, without one, every
+// attached custom volume that has such a snapshot.
+func (t *Transport) restoreVolumes(ctx context.Context, inst *incusapi.Instance, name string) ([]SetVolume, error) {
+	if m, ok := setManifest(inst.Config, name); ok {
+		return m.Volumes, nil
+	}
+	attached, _ := dataDisks(inst.ExpandedDevices)
+	var vols []SetVolume
+	for _, v := range attached {
+		snaps, err := t.c.ListVolumeSnapshots(ctx, v.Pool, v.Volume)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range snaps {
+			if s == name {
+				vols = append(vols, v)
+				break
+			}
+		}
+	}
+	return vols, nil
 }
 
 // waitReach polls Reach about once a second, at most tries times (and within ctx).

@@ -1,0 +1,231 @@
+package incus
+
+// The journal of a restore. A restore stops the instance, restores the root disk and
+// the custom volumes of a set, and starts the instance again; a run cut off in the
+// middle (the plugin killed, the deployer's machine gone) leaves the instance stopped,
+// or restored by half. The next run must know that, and which set was being restored.
+//
+// The journal is the name of the snapshot that keeps the bricked root disk aside: it is
+// taken as fediversity-restoring-<time>-from-<set> before the instance is stopped, and
+// renamed to its kept name, fediversity-bricked-<time>, as the restore's very last
+// step. Not a config key: restoring the root disk rolls the instance's configuration
+// back to the set's, which would drop a journal kept there half-way through. A
+// snapshot's name outlives every step of a restore, and a rename touches no data.
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
+)
+
+// restoringPrefix starts the name of a bricked root disk kept aside by a restore that
+// has not finished (see the file comment).
+const restoringPrefix = SnapshotPrefix + "restoring-"
+
+// restoreBound bounds one restore (space check, keeping the bricked state aside, stop,
+// restore, start, until the node answers). restoreLease is how long a pending restore
+// may still be another live run's: past it, its run is gone.
+const (
+	restoreBound = 5 * time.Minute
+	restoreLease = restoreBound + time.Minute
+)
+
+// brickedTimeFormat is the time in the names of the bricked states.
+const brickedTimeFormat = "20060102t150405z"
+
+// PendingRestoreName is the name the bricked root disk is kept under while the restore
+// of set runs, begun at at.
+func PendingRestoreName(at time.Time, set string) string {
+	return restoringPrefix + at.UTC().Format(brickedTimeFormat) + "-from-" + strings.TrimPrefix(set, SnapshotPrefix)
+}
+
+// PendingRestore is a restore that has not finished: its run is still at work, or was
+// cut off.
+type PendingRestore struct {
+	// Snapshot is the journal: the bricked root disk under its pending name.
+	Snapshot string
+	// Set is the set being restored.
+	Set string
+	// Bricked is the name the bricked state is kept under once the restore finished
+	// (the custom volumes' bricked snapshots have it from the start).
+	Bricked string
+	// Since is when the restore began.
+	Since time.Time
+}
+
+// parsePendingRestore reads a journal snapshot's name.
+func parsePendingRestore(s incusapi.Snapshot) (PendingRestore, bool) {
+	rest, ok := strings.CutPrefix(s.Name, restoringPrefix)
+	if !ok {
+		return PendingRestore{}, false
+	}
+	stamp, set, ok := strings.Cut(rest, "-from-")
+	if !ok || set == "" {
+		return PendingRestore{}, false
+	}
+	at, err := time.Parse(brickedTimeFormat, stamp)
+	if err != nil {
+		return PendingRestore{}, false
+	}
+	since := s.CreatedAt
+	if since.IsZero() {
+		since = at
+	}
+	return PendingRestore{Snapshot: s.Name, Set: SnapshotPrefix + set, Bricked: BrickedPrefix + stamp, Since: since}, true
+}
+
+// PendingRestores lists the restores of this instance that have not finished, oldest
+// first.
+func (t *Transport) PendingRestores(ctx context.Context) ([]PendingRestore, error) {
+	out, err := ListPendingRestores(ctx, t.c, t.instance)
+	if err != nil {
+		return nil, t.classify(ctx, "list snapshots", err)
+	}
+	return out, nil
+}
+
+// ListPendingRestores lists the restores of instance that have not finished, oldest
+// first (for a reader that holds a client and no transport: fediversity_incus_node).
+func ListPendingRestores(ctx context.Context, c *incusapi.Client, instance string) ([]PendingRestore, error) {
+	snaps, err := c.ListSnapshots(ctx, instance)
+	if err != nil {
+		return nil, err
+	}
+	var out []PendingRestore
+	for _, s := range snaps {
+		if p, ok := parsePendingRestore(s); ok {
+			out = append(out, p)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Since.Before(out[j].Since) })
+	return out, nil
+}
+
+// Describe says what a pending restore means for the operator, for the plan's
+// warnings: what was cut off, what the next deploy does, and how to do it by hand.
+func (p PendingRestore) Describe(instance string) string {
+	return fmt.Sprintf("a restore of rollback point %s began at %s and has not finished (its run is still at work or was cut off); "+
+		"the state that stopped answering is kept as snapshot %s. The next deploy to this node finishes it first "+
+		"(with snapshot.interrupted_restore = \"finish\", the default: it restores %s and starts the instance; with \"abort\", it puts the instance back "+
+		"on the state kept aside instead). By hand: `incus snapshot restore %s %s`, `incus start %s`, then "+
+		"`incus snapshot rename %s %s %s`",
+		p.Set, p.Since.UTC().Format(time.RFC3339), p.Snapshot, p.Set, instance, p.Set, instance, instance, p.Snapshot, p.Bricked)
+}
+
+// SetInterruptedRestore chooses what ResumeRestore does with an earlier run's
+// unfinished restore: nodespec.InterruptedRestoreFinish (or "") restores the set it
+// was restoring, nodespec.InterruptedRestoreAbort the state it kept aside.
+func (g *SnapshotGuard) SetInterruptedRestore(mode string) { g.interrupted = mode }
+
+var _ deploybody.RestoreResumer = (*SnapshotGuard)(nil)
+
+// ResumeRestore finishes a restore that an earlier run left unfinished, before this
+// run waits for the node; it returns what it did, for the run's warnings ("" when
+// there was none).
+//
+//   - An instance that runs was started by that restore (the start is its last step but
+//     one): only the journal is closed.
+//   - A stopped instance may be in the hands of another run, still at work: its steps
+//     are daemon operations back to back, so it is taken as gone once the instance has
+//     had no running operation for restoreQuiet, or its journal is older than
+//     restoreLease (whichever comes first; a journal closed meanwhile ends the wait).
+//     Then it is restored again from the set (or, with "abort", from the state kept
+//     aside) and started.
+//
+// Either way the bricked state stays, under its kept name.
+func (g *SnapshotGuard) ResumeRestore(ctx context.Context) (string, error) {
+	const phase = "finish an interrupted restore"
+	pending, err := g.PendingRestores(ctx)
+	if err != nil || len(pending) == 0 {
+		// A list that fails is no reason to stop a deploy: the wait for the node
+		// says what is wrong with it.
+		return "", nil
+	}
+	p := pending[len(pending)-1]
+	st, err := g.stateSettled(ctx)
+	if err != nil {
+		return "", g.classify(ctx, phase, err)
+	}
+	var did string
+	if st.Running() {
+		did = fmt.Sprintf("the instance runs: the cut-off restore of %s had started it", p.Set)
+	} else {
+		gone, err := g.waitUntilGone(ctx, p)
+		if err != nil || !gone {
+			return "", err
+		}
+		if g.interrupted == nodespec.InterruptedRestoreAbort {
+			if err := g.restoreFrom(ctx, p.Snapshot, p.Bricked); err != nil {
+				return "", err
+			}
+			did = fmt.Sprintf("snapshot.interrupted_restore = \"abort\": the instance was put back on the state kept aside (%s) and started, not on %s", p.Snapshot, p.Set)
+		} else {
+			if err := g.RestoreSnapshot(ctx, p.Set); err != nil {
+				return "", err
+			}
+			did = fmt.Sprintf("%s was restored again and the instance started", p.Set)
+		}
+	}
+	for _, other := range pending {
+		if err := g.c.RenameSnapshot(ctx, g.instance, other.Snapshot, other.Bricked); err != nil {
+			return "", g.classify(ctx, phase+": rename "+other.Snapshot, err)
+		}
+	}
+	g.resumed = &p
+	return fmt.Sprintf("An earlier run's restore of rollback point %s (begun %s) did not finish: %s. "+
+		"The state that stopped answering is kept as snapshot %s (`incus copy %s/%s <new-name>`; remove it with `incus snapshot delete %s %s`).",
+		p.Set, p.Since.UTC().Format(time.RFC3339), did, p.Bricked, g.instance, p.Bricked, g.instance, p.Bricked), nil
+}
+
+// Resumed is the restore an earlier run left unfinished that this run finished (nil
+// when none).
+func (g *SnapshotGuard) Resumed() *PendingRestore { return g.resumed }
+
+// restoreQuiet is how long a stopped instance under a journal must go without a running
+// daemon operation before the run that wrote the journal is taken as gone: a live
+// restore's steps follow each other within a round trip.
+const restoreQuiet = 10 * time.Second
+
+// waitUntilGone waits (bounded by the journal's lease) until the run that wrote journal
+// p is gone: the instance has had no running operation for restoreQuiet, or the lease
+// ran out. It returns false when that run closed the journal meanwhile.
+func (g *SnapshotGuard) waitUntilGone(ctx context.Context, p PendingRestore) (bool, error) {
+	quietSince := time.Now()
+	for i := 0; i < int(restoreLease/time.Second)+1; i++ {
+		if time.Since(p.Since) >= restoreLease {
+			return true, nil
+		}
+		if n, err := g.c.OperationsOn(ctx, g.instance); err != nil || n > 0 {
+			quietSince = time.Now() // busy, or unknown: not quiet
+		} else if time.Since(quietSince) >= restoreQuiet {
+			return true, nil
+		}
+		if i == 0 {
+			g.logPrintf("restore: %s (begun %s) may still be another run's: waiting until the instance has been idle %s (at most until %s after its start)",
+				p.Snapshot, p.Since.UTC().Format(time.RFC3339), restoreQuiet, restoreLease)
+		}
+		select {
+		case <-ctx.Done():
+			return false, g.errorf("finish an interrupted restore", "waiting for the restore of %s begun %s: %w", p.Set, p.Since.UTC().Format(time.RFC3339), ctx.Err())
+		case <-time.After(time.Second):
+		}
+		pending, err := g.PendingRestores(ctx)
+		if err != nil {
+			continue
+		}
+		still := false
+		for _, q := range pending {
+			still = still || q.Snapshot == p.Snapshot
+		}
+		if !still {
+			return false, nil
+		}
+	}
+	return true, nil
+}
