@@ -91,11 +91,12 @@ output "summary" {
 			resource.TestStep{
 				// A canary with a failing unit: lenient, its deploy and verdict are created
 				// with the failure in their verdicts, and the gate after wave 1 halts the
-				// apply, naming the canary and why.
+				// apply, naming the canary and why: the deploy's reason, then the
+				// verdict-only pass' (the gate waited for both).
 				PreConfig: func() { g.submit(names, nil) },
 				Config:    config(labtest.ClosureFailedUnit),
 				ExpectError: wrapped(`The rollout halted after wave 1`, `the rollout halted after wave 1 of 2: 1 of the 1 nodes deployed failed (`+a+`), past the failure budget of 0`,
-					a+`: unit fedi-broken.service failed`),
+					a+`: unit fedi-broken.service failed (Result=exit-code, new in this run); unit fedi-broken.service failed (Result=exit-code, already failed when the pass began)`),
 			},
 			resource.TestStep{
 				// Fixed: b and c were not touched (no deploy or verdict in the state: the

@@ -160,13 +160,13 @@ locals {
   verdicts = merge(module.wave_1.verdicts, module.wave_2.verdicts, module.wave_3.verdicts, module.wave_4.verdicts)
 }
 
-# What a gate reads of a wave's verdicts (the deploy's and the verdict-only pass'); one
-# local per wave, since a local that named a later wave would make the gate before it
+# What a gate reads of a wave's verdicts (the deploy's and the verdict-only pass', a
+# reason both give named once in the halt message); one local per wave, since a local that named a later wave would make the gate before it
 # wait for that wave (a cycle).
 locals {
-  verdicts_1 = { for n, v in module.wave_1.verdicts : n => { ok = v.ok, reasons = v.reasons } }
-  verdicts_2 = { for n, v in module.wave_2.verdicts : n => { ok = v.ok, reasons = v.reasons } }
-  verdicts_3 = { for n, v in module.wave_3.verdicts : n => { ok = v.ok, reasons = v.reasons } }
+  verdicts_1 = { for n, v in module.wave_1.verdicts : n => { ok = v.ok, reasons = distinct(v.reasons) } }
+  verdicts_2 = { for n, v in module.wave_2.verdicts : n => { ok = v.ok, reasons = distinct(v.reasons) } }
+  verdicts_3 = { for n, v in module.wave_3.verdicts : n => { ok = v.ok, reasons = distinct(v.reasons) } }
 }
 
 # Today's single block of nodes is the first wave: a state from before rollouts keeps
