@@ -78,9 +78,9 @@ output "summary" {
 		group, sn.SSHHost, sn.SSHPort, sn.HostKey))
 
 	const (
-		registration = "module.group.fediversity_spire_registration.node"
-		sw           = "module.group.fediversity_node_switch.node"
-		verdict      = "module.group.fediversity_verdict.node"
+		registration = "module.group.module.wave_1.fediversity_spire_registration.node"
+		sw           = "module.group.module.wave_1.fediversity_node_switch.node"
+		verdict      = "module.group.module.wave_1.fediversity_verdict.node"
 	)
 	entries := func(n string) string {
 		out, _ := labtest.IncusErr("exec", sn.Name, "--", "spire-server", "entry", "show", "-entryID", spire.IncusEntryPrefix(group, n)+"host")

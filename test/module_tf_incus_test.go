@@ -61,8 +61,8 @@ output "summary" {
 	}
 	const (
 		container = "module.group.fediversity_incus_node.node"
-		sw        = "module.group.fediversity_node_switch.node"
-		verdict   = "module.group.fediversity_verdict.node"
+		sw        = "module.group.module.wave_1.fediversity_node_switch.node"
+		verdict   = "module.group.module.wave_1.fediversity_verdict.node"
 	)
 	runs := func(nodes ...string) labCheck {
 		return func() error {

@@ -14,26 +14,15 @@ output "instances" {
 }
 
 output "verdicts" {
-  description = "Per enabled node: ok (deploy and verdict-only pass both converged), the reasons of each, the toplevel and generation it runs, and both verdicts as text."
-  value = {
-    for n, r in fediversity_node_switch.node : n => {
-      ok           = length(r.verdict.reasons) == 0 && length(fediversity_verdict.node[n].verdict.reasons) == 0
-      reasons      = concat(r.verdict.reasons, fediversity_verdict.node[n].verdict.reasons)
-      toplevel     = r.toplevel
-      generation   = r.generation
-      report       = r.verdict.report
-      verdict_only = fediversity_verdict.node[n].verdict.report
-    }
-  }
+  description = "Per enabled node deployed (every wave the apply reached): ok (deploy and verdict-only pass both converged), the reasons of each, the toplevel and generation it runs, and both verdicts as text."
+  value       = local.verdicts
 }
 
 output "summary" {
   description = "The group: nodes ok, nodes failing with their reasons (only seen in lenient mode: a strict failure fails the apply), and nodes the submission disables (no resources)."
   value = {
-    ok = sort([for n, r in fediversity_node_switch.node : n
-    if length(r.verdict.reasons) == 0 && length(fediversity_verdict.node[n].verdict.reasons) == 0])
-    failing = { for n, r in fediversity_node_switch.node : n => concat(r.verdict.reasons, fediversity_verdict.node[n].verdict.reasons)
-    if length(r.verdict.reasons) + length(fediversity_verdict.node[n].verdict.reasons) > 0 }
+    ok       = sort([for n, v in local.verdicts : n if v.ok])
+    failing  = { for n, v in local.verdicts : n => v.reasons if !v.ok }
     disabled = sort(tolist(setsubtract(keys(local.baked.nodes), data.fediversity_submission.this.enabled_nodes)))
   }
 }

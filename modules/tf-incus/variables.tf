@@ -192,3 +192,39 @@ variable "addresses" {
   default     = {}
   nullable    = false
 }
+
+variable "canary" {
+  description = "Staged rollout: the first wave, a canary of this many nodes (the first by name). 0 (default): no canary. See docs/guides/tf-incus.md#staged-rollouts."
+  type        = number
+  default     = 0
+  validation {
+    condition     = var.canary >= 0 && floor(var.canary) == var.canary
+    error_message = "canary: want a whole count of nodes, 0 or more."
+  }
+}
+
+variable "wave_size" {
+  description = "Staged rollout: the nodes after the canary go in waves of this many, a count (\"2\") or a percentage of the group, rounded up (\"50%\"). Default: one wave of the rest. Not with var.waves. At most 4 waves in all."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.wave_size == null || can(regex("^[1-9][0-9]*%?$", var.wave_size))
+    error_message = "wave_size: want a count of 1 or more (\"2\") or a percentage of the group (\"50%\")."
+  }
+}
+
+variable "waves" {
+  description = "Staged rollout: explicit waves of node names, in order (the first is the canary). Every enabled node must be in exactly one; a node the submission disables is skipped. Not with canary or wave_size. At most 4."
+  type        = list(list(string))
+  default     = []
+  validation {
+    condition     = length(var.waves) == 0 || (var.canary == 0 && var.wave_size == null)
+    error_message = "waves: give either explicit waves or canary/wave_size, not both."
+  }
+}
+
+variable "failure_budget" {
+  description = "Staged rollout: how many nodes may fail before the rollout halts, a count (\"1\") or a percentage of the group, rounded down (\"20%\"). Past it the gate after the wave fails the apply and the nodes of later waves are not touched: nothing is registered, copied to or switched on them (their containers are made up front, before the first wave, as the image makes them). Default: no budget. A budget above 0 needs strict = false (a strict failure fails its own node's resource, and so every later wave)."
+  type        = string
+  default     = null
+}

@@ -36,6 +36,11 @@ module "group" {
   build         = { file = "${path.root}/nodes.nix", attribute = "system" }
   snapshot_keep = 3
   timings       = { settle = "5s", watch = "10s", node_wait = "2m", verdict_watch = "5s" }
+
+  # A staged rollout: the canary (db01, the first by name) first. If it fails, the
+  # rollout halts after it: web01 and web02 are not copied to or switched.
+  canary         = 1
+  failure_budget = "0"
 }
 
 output "summary" {
