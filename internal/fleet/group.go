@@ -289,7 +289,12 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 			out.BuildWarnings = append(out.BuildWarnings, incustransport.HostPathWarning(guard.Instance(), hp))
 		}
 		if restored, rerr := guard.Restored(); restored {
-			out.Err = &deploybody.DeployError{Node: node, Phase: "restore-snapshot", Err: restoredError(guard, rerr),
+			err := restoredError(guard, rerr)
+			if rerr == nil {
+				top, vres, verr := guard.JudgeRestored(ctx, opts)
+				err = fmt.Errorf("%w. %s", err, incustransport.RestoredVerdictText(top, vres, verr))
+			}
+			out.Err = &deploybody.DeployError{Node: node, Phase: "restore-snapshot", Err: err,
 				Hint: "find out why the new system stops the node answering before deploying it again"}
 		}
 	}

@@ -91,7 +91,12 @@ func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, 
 	if guard != nil {
 		diags.Append(hostPathDiagnostic(r.node, guard)...)
 		if restored, rerr := guard.Restored(); restored {
-			diags.Append(snapshotRestoreDiagnostic(r.node, guard, rerr)...)
+			judged := ""
+			if rerr == nil {
+				top, vres, verr := guard.JudgeRestored(ctx, r.opts)
+				judged = incustransport.RestoredVerdictText(top, vres, verr)
+			}
+			diags.Append(snapshotRestoreDiagnostic(r.node, guard, rerr, judged)...)
 			return nodeRunOutcome{res: res, err: errors.Join(runErr, errRestored), restored: true}, diags
 		}
 		if guard.KeptEarlierPoint() {

@@ -23,8 +23,9 @@ import (
 )
 
 // snapshotRestoreDiagnostic says that the guard restored the snapshot it took before the
-// switch (restoreErr == nil), or that restoring it failed.
-func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, restoreErr error) diag.Diagnostics {
+// switch (restoreErr == nil) and what the restored system's verdict is (judged), or that
+// restoring it failed.
+func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, restoreErr error, judged string) diag.Diagnostics {
 	var diags diag.Diagnostics
 	taken := g.Taken()
 	aside := ""
@@ -61,8 +62,8 @@ func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, res
 	}
 	diags.AddError(fmt.Sprintf("Node %s was unreachable after %s: snapshot %s restored", node, after, taken),
 		fmt.Sprintf("Node %s, phase wait-for-node: the node did not answer after %s, so the snapshot %s taken before it was restored "+
-			"and the instance started again (in %s); it runs its previous system.%s Find out why the new closure bricks the node before applying it again.",
-			node, after, taken, g.RestoreTook().Round(100*time.Millisecond), aside))
+			"and the instance started again (in %s); it runs its previous system. %s%s Find out why the new closure bricks the node before applying it again.",
+			node, after, taken, g.RestoreTook().Round(100*time.Millisecond), judged, aside))
 	return diags
 }
 
