@@ -95,15 +95,7 @@ func TestAccNodeSwitchIncusRestoreInterrupted(t *testing.T) {
 			if strings.Contains(strings.Join(snaps, " "), "fediversity-restoring-") || !strings.Contains(strings.Join(snaps, " "), bricked) {
 				t.Fatalf("after the finishing apply the snapshots are %v: want the journal closed, the bricked state kept as %s", snaps, bricked)
 			}
-			aside := vol + "-aside"
-			_, _ = labtest.IncusErr("storage", "volume", "delete", "lab", aside)
-			labtest.Incus(t, "storage", "volume", "copy", "lab/"+vol+"/"+bricked, "lab/"+aside)
-			t.Cleanup(func() { _, _ = labtest.IncusErr("storage", "volume", "delete", "lab", aside) })
-			labtest.Incus(t, "config", "device", "add", node.Instance, "aside", "disk", "pool=lab", "source="+aside, "path=/mnt/aside")
-			if got := strings.TrimSpace(nodeExec(t, node, "cat /mnt/aside/marker")); got != "after" {
-				t.Errorf("the bricked volume kept aside holds marker %q, want \"after\"", got)
-			}
-			labtest.Incus(t, "config", "device", "remove", node.Instance, "aside")
+			checkAsideMarker(t, node, vol, bricked, "after")
 			if _, actions := c.PlanActions(addr); len(actions) != 1 || actions[0] != "no-op" {
 				t.Fatalf("after the finishing apply the plan is %v, want no-op", actions)
 			}

@@ -111,13 +111,20 @@ func TestAccNodeSwitchIncusRestoresDataVolume(t *testing.T) {
 		t.Logf("bricked state kept aside at %s, instance started at %s: %s from the first change to the start",
 			brickedAt.CreatedAt.Format(time.RFC3339Nano), startedAt.LastUsedAt.Format(time.RFC3339Nano), startedAt.LastUsedAt.Sub(brickedAt.CreatedAt))
 	}
+	checkAsideMarker(t, node, vol, bricked, "after")
+}
+
+// checkAsideMarker copies the snapshot bricked of data volume vol out, as the restore's
+// error tells the operator to, mounts the copy on the node and checks its marker file.
+func checkAsideMarker(t *testing.T, node labtest.Node, vol, bricked, want string) {
+	t.Helper()
 	aside := vol + "-aside"
 	_, _ = labtest.IncusErr("storage", "volume", "delete", "lab", aside)
 	labtest.Incus(t, "storage", "volume", "copy", "lab/"+vol+"/"+bricked, "lab/"+aside)
 	t.Cleanup(func() { _, _ = labtest.IncusErr("storage", "volume", "delete", "lab", aside) })
 	labtest.Incus(t, "config", "device", "add", node.Instance, "aside", "disk", "pool=lab", "source="+aside, "path=/mnt/aside")
-	if got := strings.TrimSpace(nodeExec(t, node, "cat /mnt/aside/marker")); got != "after" {
-		t.Errorf("the bricked volume kept aside holds marker %q, want \"after\"", got)
+	if got := strings.TrimSpace(nodeExec(t, node, "cat /mnt/aside/marker")); got != want {
+		t.Errorf("the bricked volume kept aside holds marker %q, want %q", got, want)
 	}
 	labtest.Incus(t, "config", "device", "remove", node.Instance, "aside")
 }
