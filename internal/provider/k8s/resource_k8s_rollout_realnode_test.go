@@ -438,3 +438,60 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 		},
 	})
 }
+
+// TestAccK8sRolloutRealNode_neverReadyTimesOut: the time-out path on the real kubelet.
+// The new image's boot never ends (a unit wanted at boot whose start never finishes), so
+// systemd keeps answering "starting" and the pod runs but never becomes ready. The wait
+// ends at rollout_wait, the error says what systemd last answered and what to look at,
+// the rollout is set back to the previous image, a pod of that image runs again, and the
+// state keeps saying the cluster does not run the new image.
+func TestAccK8sRolloutRealNode_neverReadyTimesOut(t *testing.T) {
+	a := newRealNodeAcc(t)
+	dir := t.TempDir()
+	base, err := tarball.LayerFromFile(filepath.Join(realNodeState(), "node-layer.tar.gz"))
+	if err != nil {
+		t.Fatalf("node image base layer (made by node-up.sh): %v", err)
+	}
+	v1Archive := nodeImage(t, dir, base, "v1", nil)
+	stuck := nodeImage(t, dir, base, "stuck", map[string]string{
+		"etc/systemd/system/fediversity-stuck.service":                         "[Unit]\nDescription=A unit whose start never finishes\n[Service]\nType=oneshot\nExecStart=/bin/sleep infinity\nTimeoutStartSec=infinity\n[Install]\nWantedBy=multi-user.target\n",
+		"etc/systemd/system/multi-user.target.wants/fediversity-stuck.service": "->/etc/systemd/system/fediversity-stuck.service",
+	})
+	var first bootFacts
+	var start time.Time
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: a.config(v1Archive, "v1", "3m"),
+				Check: func(s *terraform.State) error {
+					var err error
+					first, err = a.checkBooted(s, "v1")
+					return err
+				},
+			},
+			{
+				PreConfig:   func() { start = time.Now() },
+				Config:      a.config(stuck, "stuck", "60s"),
+				ExpectError: regexp.MustCompile(`(?s)did\s+not\s+become\s+ready\s+within.*systemd\s+still\s+says\s+"starting".*systemctl\s+list-jobs.*rollout_wait.*set\s+back\s+to\s+the\s+previous\s+image`),
+			},
+			{
+				PreConfig: func() {
+					t.Logf("figure: on the real node, a rollout that never becomes ready failed %s after the apply began (rollout_wait 60s, rollback included)", time.Since(start).Round(100*time.Millisecond))
+					after, err := a.checkPod("v1")
+					if err != nil {
+						t.Fatalf("after the time-out's rollback: %v", err)
+					}
+					if after.podUID == first.podUID || after.machineID != first.machineID {
+						t.Fatalf("after the rollback pod %s (first %s), machine ID %s (want %s): want a new pod of v1 with the same machine ID", after.podUID, first.podUID, after.machineID, first.machineID)
+					}
+				},
+				// The state tells the truth: the cluster runs v1, not the stuck image.
+				Config:             a.config(stuck, "stuck", "60s"),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+			},
+		},
+	})
+}
