@@ -4,7 +4,9 @@ package node_test
 // lab: the container is created with a custom volume at /var/lib/fediversity, a deploy
 // with snapshot {} takes a set that includes the volume, the size changes in place,
 // destroy keeps the volume with the node's data and a container of the same name takes
-// it back, and delete_on_destroy deletes it. Bad input is refused at plan time.
+// it back, delete_on_destroy deletes it, removing the block detaches the volume and keeps
+// it, and adding the block to an existing container is refused. Bad input is refused at
+// plan time.
 
 import (
 	"context"
@@ -96,12 +98,8 @@ func TestAccIncusNodeDataVolume(t *testing.T) {
 		PreCheck:                 func() { acctest.PreCheck(t) },
 		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
 		CheckDestroy: func(*terraform.State) error {
-			// The last step asks for delete_on_destroy: container and volume are gone.
 			if _, err := c.GetInstance(ctx, name); !incusapi.IsNotFound(err) {
 				return fmt.Errorf("after destroy, container %s should be gone; the daemon says %v", name, err)
-			}
-			if _, err := c.GetVolume(ctx, pool, vol); !incusapi.IsNotFound(err) {
-				return fmt.Errorf("after destroy with delete_on_destroy, volume %s/%s should be gone; the daemon says %v", pool, vol, err)
 			}
 			return nil
 		},
@@ -191,6 +189,49 @@ func TestAccIncusNodeDataVolume(t *testing.T) {
 					}
 					return nil
 				},
+			},
+			{
+				// delete_on_destroy: the volume goes with the container.
+				Config:  incusNodeDataVolumeConfig(name, "    size = \"512MiB\"\n    delete_on_destroy = true", ""),
+				Destroy: true,
+			},
+			{
+				// Removing the block detaches the volume in place and keeps it.
+				PreConfig: func() {
+					if _, err := c.GetVolume(ctx, pool, vol); !incusapi.IsNotFound(err) {
+						t.Fatalf("after destroy with delete_on_destroy, volume %s/%s should be gone; the daemon says %v", pool, vol, err)
+					}
+				},
+				Config: incusNodeDataVolumeConfig(name, "", ""),
+				Check: func(*terraform.State) error {
+					inst, err := c.GetInstanceConfig(ctx, name)
+					if err != nil {
+						return err
+					}
+					firstUUID = inst.Config["volatile.uuid"]
+					return volumeSize("")
+				},
+			},
+			{
+				Config: strings.Replace(incusNodeDataVolumeConfig(name, "", ""), "data_volume {", "dynamic \"data_volume\" {\n    for_each = []\n    content {}", 1),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(res, plancheck.ResourceActionUpdate),
+				}},
+				Check: func(*terraform.State) error {
+					inst, err := c.GetInstanceConfig(ctx, name)
+					if err != nil {
+						return err
+					}
+					if _, ok := inst.Devices["fediversity-data"]; ok || inst.Config["volatile.uuid"] != firstUUID {
+						return fmt.Errorf("want the same container without the data volume device, got uuid %s, devices %v", inst.Config["volatile.uuid"], inst.Devices)
+					}
+					return volumeSize("")
+				},
+			},
+			{
+				// Adding it back to the existing container is refused at plan time.
+				Config:      incusNodeDataVolumeConfig(name, "", ""),
+				ExpectError: regexp.MustCompile(`(?s)data_volume cannot be added to an existing container.*` + regexp.QuoteMeta(name) + `.*Nothing was changed`),
 			},
 		},
 	})
