@@ -245,8 +245,8 @@ func prepareDataVolume(ctx context.Context, c *incusapi.Client, name string, dv 
 	}
 	diags.AddWarning(fmt.Sprintf("Incus container %s takes back its kept data volume", name),
 		fmt.Sprintf("%s: volume %s in pool %s was left by a destroyed container of the same name (data_volume keeps it on destroy); "+
-			"it is attached at %s with the data it holds. To start empty instead, delete it first: `incus storage volume delete %s %s`.",
-			subject, vol, pool, dv.Path.ValueString(), pool, vol))
+			"it is attached at %s with the data it holds. To start empty instead, delete it first: `incus storage volume delete --project %s %s %s`.",
+			subject, vol, pool, dv.Path.ValueString(), c.Project(), pool, vol))
 	return false, true
 }
 

@@ -828,8 +828,8 @@ func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateReque
 	} else if old := prior.DataVolume; old != nil {
 		resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s no longer attaches its data volume", name),
 			fmt.Sprintf("%s: data_volume was removed, so volume %s in pool %s is detached from %s and kept, with its data. "+
-				"Delete it by hand if it is no longer needed: `incus storage volume delete %s %s`.",
-				subject, old.Volume.ValueString(), old.Pool.ValueString(), old.Path.ValueString(), old.Pool.ValueString(), old.Volume.ValueString()))
+				"Delete it by hand if it is no longer needed: `incus storage volume delete --project %s %s %s`.",
+				subject, old.Volume.ValueString(), old.Pool.ValueString(), old.Path.ValueString(), project, old.Pool.ValueString(), old.Volume.ValueString()))
 	}
 	next.Profiles = incusStrings(ctx, plan.Profiles, &resp.Diagnostics)
 	if next.Profiles == nil {
