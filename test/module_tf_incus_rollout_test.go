@@ -28,8 +28,9 @@ func TestAccModuleTFIncusRolloutHaltsAtTheGate(t *testing.T) {
 		n := labtest.Prefix() + "-t-mtir-" + s
 		names = append(names, n)
 		roster[n] = map[string]any{}
-		_, _ = labtest.IncusErr("delete", "--force", n)
-		t.Cleanup(func() { _, _ = labtest.IncusErr("delete", "--force", n) })
+		// The module gives each container a data volume, which destroy keeps.
+		removeContainerAndDataVolume(n)
+		t.Cleanup(func() { removeContainerAndDataVolume(n) })
 	}
 	a, b, c := names[0], names[1], names[2] // a is the canary: the first by name
 	g := newGroupSample(t, "tf-incus", names)

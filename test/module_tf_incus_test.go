@@ -26,8 +26,9 @@ func TestAccModuleTFIncus(t *testing.T) {
 		n := labtest.Prefix() + "-t-mti-" + s
 		names = append(names, n)
 		roster[n] = map[string]any{}
-		_, _ = labtest.IncusErr("delete", "--force", n)
-		t.Cleanup(func() { _, _ = labtest.IncusErr("delete", "--force", n) })
+		// The module gives each container a data volume, which destroy keeps.
+		removeContainerAndDataVolume(n)
+		t.Cleanup(func() { removeContainerAndDataVolume(n) })
 	}
 	a, b, c := names[0], names[1], names[2]
 	g := newGroupSample(t, "tf-incus", names)
@@ -127,6 +128,10 @@ output "summary" {
 						if out, err := labtest.IncusErr("info", c); err == nil {
 							return fmt.Errorf("container %s should be gone with its node:\n%s", c, out)
 						}
+						// Its data volume is kept (data_volume's default), with the node's data.
+						if out, err := labtest.IncusErr("storage", "volume", "show", "lab", c+"-data"); err != nil {
+							return fmt.Errorf("the data volume of %s should be kept when its container goes: %v\n%s", c, err, out)
+						}
 						return nil
 					}),
 				},
@@ -163,4 +168,11 @@ output "summary" {
 			},
 		),
 	})
+}
+
+// removeContainerAndDataVolume deletes a container the module made and the data volume
+// it gave it (the container first: a volume in use cannot be deleted).
+func removeContainerAndDataVolume(name string) {
+	_, _ = labtest.IncusErr("delete", "--force", name)
+	_, _ = labtest.IncusErr("storage", "volume", "delete", "lab", name+"-data")
 }

@@ -104,6 +104,18 @@ resource "fediversity_incus_node" "node" {
       properties = device.value.properties
     }
   }
+
+  # The node's data on a custom volume of its own (by default), so that it is in the
+  # node's snapshot sets; a host path disk is in none.
+  dynamic "data_volume" {
+    for_each = each.value.data_volume.enabled ? [each.value.data_volume] : []
+    content {
+      path              = data_volume.value.path
+      pool              = data_volume.value.pool
+      size              = data_volume.value.size
+      delete_on_destroy = data_volume.value.delete_on_destroy
+    }
+  }
 }
 
 # The rollout (docs/design.md#staged-rollouts): the enabled nodes laid out in waves, by

@@ -50,6 +50,16 @@ variable "nodes" {
     `project`): an existing Incus instance, e.g. one another Incus provider manages, which
     this module then only deploys to. And `toplevel` (a prebuilt system) or `build`
     (default var.build). A node the submission enables must be listed.
+
+    A container this module creates gets a data volume by default (`data_volume`, see
+    fediversity_incus_node): a custom storage volume `<container>-data` at
+    /var/lib/fediversity (`path`), in the pool of its root disk (`pool`), with an optional
+    quota (`size`), so that the node's data is in its snapshot sets. It is kept when the
+    container is destroyed unless `delete_on_destroy = true`. `data_volume = { enabled =
+    false }` makes none: then keep the data on a host path device in `devices` if you
+    must (it is in no snapshot set), or on the root disk. A container made before this
+    default existed needs `enabled = false` (or a replacement): a data volume is not added
+    to an existing container.
   EOT
   type = map(object({
     instance  = optional(string)
@@ -64,6 +74,13 @@ variable "nodes" {
       type       = string
       properties = map(string)
     })), [])
+    data_volume = optional(object({
+      enabled           = optional(bool, true)
+      path              = optional(string)
+      pool              = optional(string)
+      size              = optional(string)
+      delete_on_destroy = optional(bool)
+    }), {})
     toplevel = optional(string)
     build = optional(object({
       flake       = optional(string)

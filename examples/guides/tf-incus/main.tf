@@ -21,8 +21,10 @@ module "group" {
   image = "nixos/25.05"
   nodes = {
     web01 = {
-      limits  = { cpu = "2", memory = "2GiB" }
-      devices = [{ name = "data", type = "disk", properties = { source = "/srv/fediversity/web01", path = "/var/lib/fediversity" } }]
+      limits = { cpu = "2", memory = "2GiB" }
+      # Each container gets a data volume (web01-data at /var/lib/fediversity) by
+      # default, so its data is in its snapshot sets; here it gets a quota.
+      data_volume = { size = "20GiB" }
     }
     web02 = {
       profiles = ["default", "fediversity"]

@@ -21,11 +21,12 @@ resource "fediversity_incus_node" "web01" {
     properties = { listen = "tcp:127.0.0.1:2201", connect = "tcp:127.0.0.1:22", bind = "host" }
   }
 
-  # Application data kept on the host across container replacements.
-  device {
-    name       = "data"
-    type       = "disk"
-    properties = { source = "/srv/fediversity/web01", path = "/var/lib/fediversity" }
+  # The node's data on a custom volume of its own (web01-data, in the root disk's pool),
+  # so that a deploy's snapshot set includes it. It is kept when the container is
+  # destroyed or replaced, and the next container of that name takes it back.
+  data_volume {
+    path = "/var/lib/fediversity"
+    size = "20GiB"
   }
 
   # Create returns once systemd in the container answers running or degraded.

@@ -59,19 +59,20 @@ const (
 )
 
 type incusNodeModel struct {
-	ID               types.String       `tfsdk:"id"`
-	Name             types.String       `tfsdk:"name"`
-	Image            types.String       `tfsdk:"image"`
-	Project          types.String       `tfsdk:"project"`
-	Profiles         types.List         `tfsdk:"profiles"`
-	Config           types.Map          `tfsdk:"config"`
-	Limits           types.Map          `tfsdk:"limits"`
-	Devices          []incusDeviceModel `tfsdk:"device"`
-	NodeWait         types.String       `tfsdk:"node_wait"`
-	Instance         types.String       `tfsdk:"instance"`
-	ImageFingerprint types.String       `tfsdk:"image_fingerprint"`
-	Status           types.String       `tfsdk:"status"`
-	Timeouts         timeouts.Value     `tfsdk:"timeouts"`
+	ID               types.String          `tfsdk:"id"`
+	Name             types.String          `tfsdk:"name"`
+	Image            types.String          `tfsdk:"image"`
+	Project          types.String          `tfsdk:"project"`
+	Profiles         types.List            `tfsdk:"profiles"`
+	Config           types.Map             `tfsdk:"config"`
+	Limits           types.Map             `tfsdk:"limits"`
+	Devices          []incusDeviceModel    `tfsdk:"device"`
+	DataVolume       *incusDataVolumeModel `tfsdk:"data_volume"`
+	NodeWait         types.String          `tfsdk:"node_wait"`
+	Instance         types.String          `tfsdk:"instance"`
+	ImageFingerprint types.String          `tfsdk:"image_fingerprint"`
+	Status           types.String          `tfsdk:"status"`
+	Timeouts         timeouts.Value        `tfsdk:"timeouts"`
 }
 
 // nullUnknowns makes the computed values a failed read could not fill null, so that the
@@ -174,7 +175,8 @@ func (r *incusNodeResource) Schema(ctx context.Context, _ resource.SchemaRequest
 				ElementType: types.StringType,
 				Default:     mapdefault.StaticValue(emptyMap),
 				MarkdownDescription: "Instance configuration keys, e.g. `{ \"user.fediversity.node\" = \"web01\", \"security.nesting\" = \"true\" }`. " +
-					"Limits go in `limits`; `volatile.*` and `image.*` keys belong to the daemon and are refused. " +
+					"Limits go in `limits`; `volatile.*` and `image.*` keys belong to the daemon and `user.fediversity.set.*` keys (snapshot set manifests) to the deploy: " +
+					"they are refused, not read back, and kept by an update. " +
 					"The container's own keys are read back, so a key set or removed outside Terraform shows as a change. " + updatesInPlace,
 			},
 			"limits": schema.MapAttribute{
@@ -232,7 +234,8 @@ func (r *incusNodeResource) Schema(ctx context.Context, _ resource.SchemaRequest
 					},
 				},
 			},
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+			"data_volume": dataVolumeBlock(),
+			"timeouts":    timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
 		},
 	}
 }
@@ -274,6 +277,9 @@ func (r *incusNodeResource) ValidateConfig(ctx context.Context, req resource.Val
 		case strings.HasPrefix(key, "volatile.") || strings.HasPrefix(key, "image."):
 			resp.Diagnostics.AddAttributeError(at, "Key belongs to the Incus daemon",
 				fmt.Sprintf("config key %q is set by the daemon itself (volatile.* and image.* keys); remove it.", key))
+		case strings.HasPrefix(key, incustransport.ManifestPrefix):
+			resp.Diagnostics.AddAttributeError(at, "Key belongs to the deploy",
+				fmt.Sprintf("config key %q is the manifest of a snapshot set, written by fediversity_node_switch's snapshot {} (%s* keys); remove it.", key, incustransport.ManifestPrefix))
 		}
 	}
 	for key := range knownStrings(m.Limits) {
@@ -290,6 +296,10 @@ func (r *incusNodeResource) ValidateConfig(ctx context.Context, req resource.Val
 			if msg := deviceNameProblem(name); msg != "" {
 				resp.Diagnostics.AddAttributeError(at.AtName("name"), "Invalid device name", fmt.Sprintf("device %q: %s.", name, msg))
 			}
+			if name == dataVolumeDevice {
+				resp.Diagnostics.AddAttributeError(at.AtName("name"), "Reserved device name",
+					fmt.Sprintf("device %q is the name of the disk that attaches data_volume; give this device another name.", name))
+			}
 			if seen[name] {
 				resp.Diagnostics.AddAttributeError(at.AtName("name"), "Duplicate device name",
 					fmt.Sprintf("Two device blocks are named %q; each device of a container needs its own name.", name))
@@ -300,6 +310,17 @@ func (r *incusNodeResource) ValidateConfig(ctx context.Context, req resource.Val
 			continue
 		}
 		props := knownStrings(d.Properties)
+		if dv := m.DataVolume; dv != nil && d.Type.ValueString() == "disk" && !dv.Path.IsUnknown() {
+			want := dv.Path.ValueString()
+			if dv.Path.IsNull() {
+				want = defaultDataPath
+			}
+			if props["path"] == want {
+				resp.Diagnostics.AddAttributeError(at.AtName("properties"), "Two disks at one path",
+					fmt.Sprintf("device %q mounts at %s, where data_volume is attached. Drop the device (data_volume holds the node's data there, in its snapshot sets), "+
+						"or move data_volume.path.", d.Name.ValueString(), want))
+			}
+		}
 		for _, msg := range deviceProblems(d.Type.ValueString(), props, d.Properties) {
 			resp.Diagnostics.AddAttributeError(at.AtName("properties"), "Invalid "+d.Type.ValueString()+" device",
 				fmt.Sprintf("device %q: %s.", d.Name.ValueString(), msg))
@@ -430,6 +451,7 @@ func (r *incusNodeResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 		}
 		project = types.StringValue(want)
 	}
+	r.planDataVolume(ctx, req, resp)
 	if !req.State.Raw.IsNull() || project.IsUnknown() {
 		return
 	}
@@ -549,12 +571,43 @@ func (r *incusNodeResource) Create(ctx context.Context, req resource.CreateReque
 	if create.Profiles == nil {
 		create.Profiles = []string{}
 	}
+	volumeCreated := false
+	if dv := plan.DataVolume; dv != nil {
+		// The volume is made and attached before the container's first start, so that
+		// the node writes its data onto it from the beginning.
+		if dv.Pool.IsNull() || dv.Pool.IsUnknown() || dv.Pool.ValueString() == "" {
+			pool, err := rootDiskPool(ctx, c, create.Devices, create.Profiles)
+			if err != nil {
+				resp.Diagnostics.AddAttributeError(path.Root("data_volume").AtName("pool"), summary,
+					fmt.Sprintf("%s: %v. Nothing was created.", subject, err))
+				return
+			}
+			dv.Pool = types.StringValue(pool)
+		}
+		dv.Volume = types.StringValue(dataVolumeName(name))
+		created, ok := prepareDataVolume(ctx, c, name, dv, &resp.Diagnostics)
+		if !ok {
+			return
+		}
+		volumeCreated = created
+		create.Devices[dataVolumeDevice] = dataVolumeDeviceOf(dv)
+	}
 	createErr := c.CreateInstance(ctx, create)
 	if createErr != nil {
 		// The daemon may have made the container and failed to start it (a device that
 		// cannot be set up): keep it in state, tainted, so that it is not orphaned.
 		if _, err := c.GetInstanceConfig(ctx, name); err != nil {
-			resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "create", createErr, "Nothing was created; fix the cause and apply again."))
+			detail := "Nothing was created; fix the cause and apply again."
+			if volumeCreated {
+				dv := plan.DataVolume
+				if derr := c.DeleteVolume(ctx, dv.Pool.ValueString(), dv.Volume.ValueString()); derr != nil {
+					detail = fmt.Sprintf("The data volume %s made for it in pool %s could not be deleted again (%v); delete it with `incus storage volume delete %s %s`.",
+						dv.Volume.ValueString(), dv.Pool.ValueString(), derr, dv.Pool.ValueString(), dv.Volume.ValueString())
+				} else {
+					detail = "Nothing was kept (the data volume made for it was deleted again); fix the cause and apply again."
+				}
+			}
+			resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "create", createErr, detail))
 			return
 		}
 		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "start", createErr, fmt.Sprintf(
@@ -615,6 +668,8 @@ func (r *incusNodeResource) refresh(ctx context.Context, m *incusNodeModel, c *i
 	for k, v := range inst.Config {
 		switch {
 		case strings.HasPrefix(k, "volatile.") || strings.HasPrefix(k, "image."):
+		case strings.HasPrefix(k, incustransport.ManifestPrefix):
+			// A snapshot set's manifest, the deploy's own (snapshot {}): not the operator's config.
 		case strings.HasPrefix(k, "limits."):
 			limits[strings.TrimPrefix(k, "limits.")] = types.StringValue(v)
 		default:
@@ -623,7 +678,14 @@ func (r *incusNodeResource) refresh(ctx context.Context, m *incusNodeModel, c *i
 	}
 	m.Config = types.MapValueMust(types.StringType, config)
 	m.Limits = types.MapValueMust(types.StringType, limits)
-	m.Devices = devicesToModel(m.Devices, inst.Devices)
+	devices := map[string]map[string]string{}
+	for n, d := range inst.Devices {
+		if n != dataVolumeDevice {
+			devices[n] = d
+		}
+	}
+	m.Devices = devicesToModel(m.Devices, devices)
+	m.DataVolume = readDataVolume(ctx, c, m.DataVolume, inst.Devices[dataVolumeDevice])
 	return diags, nil
 }
 
@@ -718,8 +780,9 @@ func importedImageRef(ctx context.Context, c *incusapi.Client, fp string) string
 }
 
 func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan incusNodeModel
+	var plan, prior incusNodeModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -746,11 +809,28 @@ func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateReque
 	next := *cur
 	next.Config = instanceConfigFrom(ctx, plan, &resp.Diagnostics)
 	for k, v := range cur.Config {
-		if strings.HasPrefix(k, "volatile.") || strings.HasPrefix(k, "image.") {
+		// The daemon's keys, and the manifests of the snapshot sets a deploy took (a set
+		// without its manifest could not be restored), stay as they are.
+		if strings.HasPrefix(k, "volatile.") || strings.HasPrefix(k, "image.") || strings.HasPrefix(k, incustransport.ManifestPrefix) {
 			next.Config[k] = v
 		}
 	}
 	next.Devices = devicesFrom(ctx, plan.Devices, &resp.Diagnostics)
+	if dv := plan.DataVolume; dv != nil {
+		next.Devices[dataVolumeDevice] = dataVolumeDeviceOf(dv)
+		if s := dv.Size; !s.IsNull() && !s.IsUnknown() && (prior.DataVolume == nil || prior.DataVolume.Size.ValueString() != s.ValueString()) {
+			if err := c.PatchVolumeConfig(ctx, dv.Pool.ValueString(), dv.Volume.ValueString(), map[string]string{"size": s.ValueString()}); err != nil {
+				resp.Diagnostics.AddAttributeError(path.Root("data_volume").AtName("size"), summary, kit.FailureDetail(subject, "resize-data-volume", err,
+					fmt.Sprintf("Nothing was changed: volume %s keeps its size. The driver may refuse to shrink a volume below what it holds.", dv.Volume.ValueString())))
+				return
+			}
+		}
+	} else if old := prior.DataVolume; old != nil {
+		resp.Diagnostics.AddWarning(fmt.Sprintf("Incus container %s no longer attaches its data volume", name),
+			fmt.Sprintf("%s: data_volume was removed, so volume %s in pool %s is detached from %s and kept, with its data. "+
+				"Delete it by hand if it is no longer needed: `incus storage volume delete --project %s %s %s`.",
+				subject, old.Volume.ValueString(), old.Pool.ValueString(), old.Path.ValueString(), project, old.Pool.ValueString(), old.Volume.ValueString()))
+	}
 	next.Profiles = incusStrings(ctx, plan.Profiles, &resp.Diagnostics)
 	if next.Profiles == nil {
 		next.Profiles = []string{}
@@ -793,6 +873,10 @@ func (r *incusNodeResource) Delete(ctx context.Context, req resource.DeleteReque
 		resp.Diagnostics.AddError("Unable to delete Incus container "+name,
 			kit.FailureDetail(fmt.Sprintf("Container %s (project %s)", name, project), "delete", err,
 				fmt.Sprintf("Delete it by hand with `incus delete --force --project %s %s` if it is still there.", project, name)))
+		return
+	}
+	if dv := state.DataVolume; dv != nil {
+		removeDataVolume(ctx, c, name, dv, &resp.Diagnostics)
 	}
 }
 
