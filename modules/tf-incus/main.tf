@@ -157,7 +157,9 @@ locals {
     secret_chain  = var.secret_chain
     loop_budgets  = var.loop_budgets
     snapshot_keep = var.snapshot_keep
-    timings       = var.timings
+    # What a deploy does with an earlier run's cut-off restore.
+    interrupted_restore = var.interrupted_restore
+    timings             = var.timings
   }
   # The SPIRE lane every wave registers its nodes with (tf-incus-operator), its trust
   # bundle read once for the group.

@@ -105,6 +105,16 @@ variable "snapshot_keep" {
   default     = 0
 }
 
+variable "interrupted_restore" {
+  description = "With snapshots (snapshot_keep > 0): what a deploy does first when an earlier run's restore of a node was cut off between stopping its container and starting it again (the plan warns about it): `finish` restores the rollback point that restore was restoring; `abort` puts the container back on the state that stopped answering, kept aside. Either way the deploy then goes on."
+  type        = string
+  default     = "finish"
+  validation {
+    condition     = contains(["finish", "abort"], var.interrupted_restore)
+    error_message = "interrupted_restore must be \"finish\" (restore the rollback point the cut-off restore was restoring) or \"abort\" (put the container back on the state it kept aside)."
+  }
+}
+
 variable "build" {
   description = "How a node's system is built when its roster entry has neither toplevel nor build: `flake` (`<flake ref>#<attribute>`, the node plan handed as the flake input `fediversity-node-plan`), or `installable`, `file` or `expression` (nix-build, the node plan handed as `--argstr planFile <file>`)."
   type = object({

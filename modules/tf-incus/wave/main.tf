@@ -32,7 +32,7 @@ variable "submission_digest" {
 }
 
 variable "settings" {
-  description = "modules/tf-incus's group-wide settings: build, deploy, strict, activation, secret_chain, loop_budgets, snapshot_keep, timings."
+  description = "modules/tf-incus's group-wide settings: build, deploy, strict, activation, secret_chain, loop_budgets, snapshot_keep, interrupted_restore, timings."
   type        = any
 }
 
@@ -116,7 +116,8 @@ resource "fediversity_node_switch" "node" {
   dynamic "snapshot" {
     for_each = var.settings.snapshot_keep > 0 ? [var.settings.snapshot_keep] : []
     content {
-      keep = snapshot.value
+      keep                = snapshot.value
+      interrupted_restore = var.settings.interrupted_restore
     }
   }
 
