@@ -139,11 +139,22 @@ func newInstance(t testing.TB, name string, launchArgs ...string) Node {
 		fmt.Sprintf("listen=tcp:127.0.0.1:%d", port), "connect=tcp:127.0.0.1:22", "bind=host")
 	waitSystemd(t, inst)
 	Incus(t, "file", "push", "--mode", "0600", KeyFile()+".pub", inst+"/root/.ssh/authorized_keys")
-	Incus(t, "exec", inst, "--", "sh", "-c", "test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -A >/dev/null; systemctl restart ssh")
-	key := strings.Fields(Incus(t, "exec", inst, "--", "cat", "/etc/ssh/ssh_host_ed25519_key.pub"))
-	if len(key) < 2 {
-		t.Fatalf("%s: no ed25519 host key", inst)
+	// The image's first boot makes the host keys; under load that may still be under way
+	// (CI once read an empty key): make any that are missing, then read the public key
+	// until it is whole (bounded: 20 tries a second apart).
+	var key []string
+	for i := 0; i < 20 && len(key) < 2; i++ {
+		if i > 0 {
+			time.Sleep(time.Second)
+		}
+		out, _ := IncusErr("exec", inst, "--", "sh", "-c",
+			"test -s /etc/ssh/ssh_host_ed25519_key.pub || ssh-keygen -A >/dev/null; cat /etc/ssh/ssh_host_ed25519_key.pub")
+		key = strings.Fields(out)
 	}
+	if len(key) < 2 {
+		t.Fatalf("%s: no ed25519 host key after 20 tries", inst)
+	}
+	Incus(t, "exec", inst, "--", "systemctl", "restart", "ssh")
 	return Node{Name: inst, Instance: inst, Project: "default", SSHHost: "127.0.0.1", SSHPort: port, HostKey: key[0] + " " + key[1]}
 }
 
