@@ -124,6 +124,16 @@ func nodeImage(t *testing.T, dir string, base v1.Layer, variant string, files ma
 	return p
 }
 
+// nodeBaseLayer is the lab's systemd rootfs layer that node-up.sh keeps gzipped.
+func nodeBaseLayer(t *testing.T) v1.Layer {
+	t.Helper()
+	base, err := tarball.LayerFromFile(filepath.Join(realNodeState(), "node-layer.tar.gz"))
+	if err != nil {
+		t.Fatalf("node image base layer (made by node-up.sh): %v", err)
+	}
+	return base
+}
+
 // realNodeAcc is one test's namespace, registry and static volume on the real node.
 type realNodeAcc struct {
 	*k8sAcc
@@ -347,10 +357,7 @@ func (a *realNodeAcc) checkPod(want string) (bootFacts, error) {
 func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 	a := newRealNodeAcc(t)
 	dir := t.TempDir()
-	base, err := tarball.LayerFromFile(filepath.Join(realNodeState(), "node-layer.tar.gz"))
-	if err != nil {
-		t.Fatalf("node image base layer (made by node-up.sh): %v", err)
-	}
+	base := nodeBaseLayer(t)
 	v1Archive := nodeImage(t, dir, base, "v1", nil)
 	v2Archive := nodeImage(t, dir, base, "v2", nil)
 	failing := nodeImage(t, dir, base, "fails", map[string]string{
@@ -448,10 +455,7 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 func TestAccK8sRolloutRealNode_neverReadyTimesOut(t *testing.T) {
 	a := newRealNodeAcc(t)
 	dir := t.TempDir()
-	base, err := tarball.LayerFromFile(filepath.Join(realNodeState(), "node-layer.tar.gz"))
-	if err != nil {
-		t.Fatalf("node image base layer (made by node-up.sh): %v", err)
-	}
+	base := nodeBaseLayer(t)
 	v1Archive := nodeImage(t, dir, base, "v1", nil)
 	stuck := nodeImage(t, dir, base, "stuck", map[string]string{
 		"etc/systemd/system/fediversity-stuck.service":                         "[Unit]\nDescription=A unit whose start never finishes\n[Service]\nType=oneshot\nExecStart=/bin/sleep infinity\nTimeoutStartSec=infinity\n[Install]\nWantedBy=multi-user.target\n",
