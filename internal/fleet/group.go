@@ -291,8 +291,7 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 		if restored, rerr := guard.Restored(); restored {
 			err := restoredError(guard, rerr)
 			if rerr == nil {
-				top, vres, verr := guard.JudgeRestored(ctx, opts)
-				err = fmt.Errorf("%w. %s", err, incustransport.RestoredVerdictText(top, vres, verr))
+				err = fmt.Errorf("%w. %s", err, guard.JudgeRestored(ctx, opts))
 			}
 			out.Err = &deploybody.DeployError{Node: node, Phase: "restore-snapshot", Err: err,
 				Hint: "find out why the new system stops the node answering before deploying it again"}

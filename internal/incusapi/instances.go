@@ -55,6 +55,17 @@ func instPath(name string, rest ...string) string {
 	return p
 }
 
+// RootDisk finds the root disk among an instance's devices (its own, or expanded with its
+// profiles'): the disk device with path "/".
+func RootDisk(devices map[string]map[string]string) (name string, device map[string]string, ok bool) {
+	for n, d := range devices {
+		if d["type"] == "disk" && d["path"] == "/" {
+			return n, d, true
+		}
+	}
+	return "", nil, false
+}
+
 // GetInstance reads instance name. A missing instance is an *APIError with
 // StatusCode 404 (see IsNotFound).
 func (c *Client) GetInstance(ctx context.Context, name string) (*Instance, error) {

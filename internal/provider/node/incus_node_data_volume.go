@@ -193,12 +193,8 @@ func rootDiskPool(ctx context.Context, c *incusapi.Client, devices map[string]ma
 }
 
 func rootPoolOf(devices map[string]map[string]string) string {
-	for _, d := range devices {
-		if d["type"] == "disk" && d["path"] == "/" && d["pool"] != "" {
-			return d["pool"]
-		}
-	}
-	return ""
+	_, root, _ := incusapi.RootDisk(devices)
+	return root["pool"]
 }
 
 // dataVolumeDeviceOf is the disk device that attaches the data volume.

@@ -93,8 +93,7 @@ func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, 
 		if restored, rerr := guard.Restored(); restored {
 			judged := ""
 			if rerr == nil {
-				top, vres, verr := guard.JudgeRestored(ctx, r.opts)
-				judged = incustransport.RestoredVerdictText(top, vres, verr)
+				judged = guard.JudgeRestored(ctx, r.opts)
 			}
 			diags.Append(snapshotRestoreDiagnostic(r.node, guard, rerr, judged)...)
 			return nodeRunOutcome{res: res, err: errors.Join(runErr, errRestored), restored: true}, diags

@@ -667,9 +667,7 @@ func (r *incusNodeResource) refresh(ctx context.Context, m *incusNodeModel, c *i
 	config, limits := map[string]attr.Value{}, map[string]attr.Value{}
 	for k, v := range inst.Config {
 		switch {
-		case strings.HasPrefix(k, "volatile.") || strings.HasPrefix(k, "image."):
-		case strings.HasPrefix(k, incustransport.ManifestPrefix):
-			// A snapshot set's manifest, the deploy's own (snapshot {}): not the operator's config.
+		case notOperatorKey(k):
 		case strings.HasPrefix(k, "limits."):
 			limits[strings.TrimPrefix(k, "limits.")] = types.StringValue(v)
 		default:
@@ -779,6 +777,14 @@ func importedImageRef(ctx context.Context, c *incusapi.Client, fp string) string
 	return fp
 }
 
+// notOperatorKey tells an instance config key that is not the operator's: the daemon's
+// (volatile.*, image.*) and the deploy's (a snapshot set's manifest, written by
+// fediversity_node_switch's snapshot {}). Such keys are not read back into config, and
+// an update keeps them.
+func notOperatorKey(k string) bool {
+	return strings.HasPrefix(k, "volatile.") || strings.HasPrefix(k, "image.") || strings.HasPrefix(k, incustransport.ManifestPrefix)
+}
+
 func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan, prior incusNodeModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
@@ -811,7 +817,7 @@ func (r *incusNodeResource) Update(ctx context.Context, req resource.UpdateReque
 	for k, v := range cur.Config {
 		// The daemon's keys, and the manifests of the snapshot sets a deploy took (a set
 		// without its manifest could not be restored), stay as they are.
-		if strings.HasPrefix(k, "volatile.") || strings.HasPrefix(k, "image.") || strings.HasPrefix(k, incustransport.ManifestPrefix) {
+		if notOperatorKey(k) {
 			next.Config[k] = v
 		}
 	}

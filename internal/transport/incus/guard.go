@@ -48,10 +48,8 @@ type SnapshotGuard struct {
 	// space check included.
 	spaceUnknown []string
 	restoreTook  time.Duration
-	// interrupted is what ResumeRestore does with an earlier run's unfinished restore;
-	// resumed is that restore, once finished.
+	// interrupted is what ResumeRestore does with an earlier run's unfinished restore.
 	interrupted string
-	resumed     *PendingRestore
 }
 
 var (

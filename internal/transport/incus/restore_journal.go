@@ -177,15 +177,10 @@ func (g *SnapshotGuard) ResumeRestore(ctx context.Context) (string, error) {
 			return "", g.classify(ctx, phase+": rename "+other.Snapshot, err)
 		}
 	}
-	g.resumed = &p
 	return fmt.Sprintf("An earlier run's restore of rollback point %s (begun %s) did not finish: %s. "+
 		"The state that stopped answering is kept as snapshot %s (`incus copy %s/%s <new-name>`; remove it with `incus snapshot delete %s %s`).",
 		p.Set, p.Since.UTC().Format(time.RFC3339), did, p.Bricked, g.instance, p.Bricked, g.instance, p.Bricked), nil
 }
-
-// Resumed is the restore an earlier run left unfinished that this run finished (nil
-// when none).
-func (g *SnapshotGuard) Resumed() *PendingRestore { return g.resumed }
 
 // restoreQuiet is how long a stopped instance under a journal must go without a running
 // daemon operation before the run that wrote the journal is taken as gone: a live

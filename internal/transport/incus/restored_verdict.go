@@ -16,8 +16,13 @@ import (
 
 // JudgeRestored runs the read-only verdict pass (it restarts nothing) on the restored
 // node, judging the system the rollback point's manifest names, with opts' timings,
-// checks and strictness. It returns the system judged and the result.
-func (g *SnapshotGuard) JudgeRestored(ctx context.Context, opts deploybody.Options) (string, *deploybody.Result, error) {
+// checks and strictness, and says what it found (RestoredVerdictText), for the run's
+// error in either front end.
+func (g *SnapshotGuard) JudgeRestored(ctx context.Context, opts deploybody.Options) string {
+	return RestoredVerdictText(g.judgeRestored(ctx, opts))
+}
+
+func (g *SnapshotGuard) judgeRestored(ctx context.Context, opts deploybody.Options) (string, *deploybody.Result, error) {
 	top := g.set.Manifest.Toplevel
 	if top == "" {
 		// A kept earlier point: its manifest is on the instance.

@@ -106,7 +106,7 @@ func (t *Transport) TakeSet(ctx context.Context, name string, gen int, toplevel 
 	if err != nil {
 		return SetTaken{}, t.classify(ctx, phase, err)
 	}
-	_, root, _ := rootDevice(inst.ExpandedDevices)
+	_, root, _ := incusapi.RootDisk(inst.ExpandedDevices)
 	vols, hostPaths := dataDisks(inst.ExpandedDevices)
 	m := Manifest{Name: name, Generation: gen, Toplevel: toplevel, Root: root["pool"], Volumes: vols}
 	// A set of the same name from an earlier attempt: the state before this switch is

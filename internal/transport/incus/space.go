@@ -131,20 +131,10 @@ func checkSpace(members []setMember, free map[string]int64, quota incusapi.DiskQ
 	return pools, q, unknown
 }
 
-// rootDevice finds the instance's root disk: the disk device with path "/".
-func rootDevice(devices map[string]map[string]string) (string, map[string]string, bool) {
-	for name, d := range devices {
-		if d["type"] == "disk" && d["path"] == "/" {
-			return name, d, true
-		}
-	}
-	return "", nil, false
-}
-
 // restoreMembers lists the members of the rollback point snap of inst with their
 // sizes: the root disk and the custom volumes its manifest names.
 func (t *Transport) restoreMembers(ctx context.Context, inst *incusapi.Instance, snap string) ([]setMember, error) {
-	dev, root, ok := rootDevice(inst.ExpandedDevices)
+	dev, root, ok := incusapi.RootDisk(inst.ExpandedDevices)
 	if !ok || root["pool"] == "" {
 		return nil, fmt.Errorf("instance %s has no root disk on a storage pool (no disk device with path / and a pool)", t.instance)
 	}
