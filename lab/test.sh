@@ -9,8 +9,8 @@
 #   acceptance: Terraform, nodes i of N     the lab                  fedtn<i>, 4000+100i
 #   acceptance: OpenTofu, nodes i of N      the lab, OpenTofu        fedon<i>, 4500+100i
 #   k8s and SPIRE lab                       + Kubernetes, SPIRE      fedi, 2200
-#   acceptance: Terraform, k8s and SPIRE    + Kubernetes, SPIRE      fedtk, 2600
-#   acceptance: OpenTofu, k8s and SPIRE     + Kubernetes, SPIRE      fedok, 2700
+#   acceptance: Terraform, k8s and SPIRE i  + Kubernetes, SPIRE      fedtk<i>, 5000+100i
+#   acceptance: OpenTofu, k8s and SPIRE i   + Kubernetes, SPIRE      fedok<i>, 5500+100i
 #   acceptance: Terraform/OpenTofu, alone   the lab, and no other    fedtn1/fedon1
 #                                           suite running ($ALONE_TESTS: incusd restarts)
 #
@@ -238,12 +238,13 @@ nodes_suite() {
   bash lab/lab.sh up >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
   acceptance "$1" "$2" "$5"
 }
-# k8s_suite NAME BINARY PREFIX PORT_BASE: the acceptance tests that need Kubernetes and SPIRE.
+# k8s_suite NAME BINARY PREFIX PORT_BASE SELECTION: acceptance tests that need Kubernetes
+# and SPIRE, on a lab and spire node of their own.
 k8s_suite() {
   wait_for k8s-parts || { blocked "$1" "Kubernetes or SPIRE"; return 1; }
   lab_env "$3" "$4"
   { bash lab/lab.sh up && bash lab/spire/up.sh; } >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
-  acceptance "$1" "$2" "$(acc_select "$K8S_TESTS" "" 1)"
+  acceptance "$1" "$2" "$5"
 }
 tofu_path() { wait_for build-tofu && tail -1 "$logs/build-tofu.log"; }
 
@@ -263,6 +264,18 @@ failed=0
 if wait_for build-provider-tests; then
   acc_list
   mapfile -t shards < <(acc_select '^TestAcc' "$K8S_TESTS|$ALONE_TESTS" "$NODES_SHARDS")
+  # The k8s and SPIRE tests in K8S_SHARDS shards per binary. When the Kubernetes, real
+  # node and SPIRE parts are built by now (they were cached: a warm machine), their
+  # suites start within a minute and end long before the nodes suites: one shard each.
+  # When they are still building (a cold machine), they come up about 45 minutes in and
+  # their suites, the tests one after the other (10 to 11 minutes per binary), are then
+  # the run's critical path: two shards each, side by side. The tests share the control
+  # plane and the real node already (each makes a namespace of its own; the binaries'
+  # suites run side by side), and each shard has a lab and a spire node of its own.
+  parts_built=1
+  for part in build-k8s build-node build-spire; do [ -f "$logs/$part.rc" ] || parts_built=0; done
+  k8s_shards=${K8S_SHARDS:-$((parts_built ? 1 : 2))}
+  mapfile -t k8s_shard_tests < <(acc_select "$K8S_TESTS" "" "$k8s_shards")
   alone=$(acc_select "$ALONE_TESTS" "" 1)
   # Every acceptance test the binaries list is in exactly one suite; a selection that
   # lost tests fails the run here instead of passing with fewer tests.
@@ -272,9 +285,9 @@ if wait_for build-provider-tests; then
     blocked "acceptance: selection" "the acceptance test selection ($selected of $listed tests selected)"
     failed=1
   fi
-  mark "acceptance tests: $listed listed, in ${#shards[@]} nodes shard(s), k8s and SPIRE, and alone"
+  mark "acceptance tests: $listed listed, in ${#shards[@]} nodes shard(s), ${#k8s_shard_tests[@]} k8s and SPIRE shard(s), and alone"
 else
-  shards=() alone=""
+  shards=() alone="" k8s_shard_tests=()
   blocked "acceptance: nodes" "the acceptance test binaries"
   failed=1
 fi
@@ -286,11 +299,14 @@ for i in "${!shards[@]}"; do
     nodes_suite "acceptance: OpenTofu, nodes $n$of" "$tofu" "fedon$n" $((4500 + 100 * n)) "${shards[$i]}" ) &
   pids+=($!)
 done
-( k8s_suite "acceptance: Terraform, k8s and SPIRE" "$TERRAFORM" fedtk 2600 ) &
-pids+=($!)
-( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, k8s and SPIRE" OpenTofu; exit 1; }
-  k8s_suite "acceptance: OpenTofu, k8s and SPIRE" "$tofu" fedok 2700 ) &
-pids+=($!)
+for i in "${!k8s_shard_tests[@]}"; do
+  n=$((i + 1)) of=" $((i + 1)) of ${#k8s_shard_tests[@]}"
+  ( k8s_suite "acceptance: Terraform, k8s and SPIRE$of" "$TERRAFORM" "fedtk$n" $((5000 + 100 * n)) "${k8s_shard_tests[$i]}" ) &
+  pids+=($!)
+  ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, k8s and SPIRE$of" OpenTofu; exit 1; }
+    k8s_suite "acceptance: OpenTofu, k8s and SPIRE$of" "$tofu" "fedok$n" $((5500 + 100 * n)) "${k8s_shard_tests[$i]}" ) &
+  pids+=($!)
+done
 
 for p in "${pids[@]}"; do wait "$p" || failed=1; done
 # The tests that must have the machine to themselves, with each binary in turn, on the
