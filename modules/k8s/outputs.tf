@@ -8,6 +8,11 @@ output "node_plans" {
   value       = data.fediversity_submission.this.node_plans
 }
 
+output "enabled_nodes" {
+  description = "The nodes the submission enables (known at plan). Method k8s-operator: the `nodes` of the namespace's fediversity_spire_handoff, so that a node the submission turns off loses its SPIRE entries with its Deployment."
+  value       = data.fediversity_submission.this.enabled_nodes
+}
+
 output "namespace" {
   description = "The target namespace."
   value       = fediversity_k8s_namespace.this.name
