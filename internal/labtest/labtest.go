@@ -87,7 +87,12 @@ func Incus(t testing.TB, args ...string) string {
 }
 
 // IncusErr runs the incus CLI and returns its combined output.
+// `exec INSTANCE [--project P] -- ARGV…` is run through the daemon's API with its output
+// recorded (see recordedExec for why).
 func IncusErr(args ...string) (string, error) {
+	if out, handled, err := recordedExec(args); handled {
+		return out, err
+	}
 	cmd := exec.Command("incus", args...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
