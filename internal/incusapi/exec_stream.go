@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"time"
 )
 
 // ExecStream is a command running in an instance with its stdin, stdout and stderr
@@ -35,11 +36,33 @@ type ExecStream struct {
 
 // OpenExec starts req in instance name with its streams attached and returns once the
 // websockets are connected. ctx bounds the opening only.
+//
+// An opening whose stdin, stdout and stderr websockets all failed their handshake by
+// its deadline is made once more, as a new exec: the daemon starts the command only
+// once those three are connected, so the first one never ran, and this is the one exec
+// that may be sent twice (see retry.go). Seen in CI under load (eight suites on two
+// cores): the four handshakes of three nodes' copies all hung for the whole 30 s at
+// once, while those nodes' open sessions kept answering.
 func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*ExecStream, error) {
 	w := where{op: "exec (streamed)", instance: name}
 	if len(req.Command) == 0 {
 		return nil, c.apiErr(w, 0, "empty command")
 	}
+	start := time.Now()
+	s, neverRan, err := c.openExecOnce(ctx, w, name, req)
+	if err != nil && neverRan && ctx.Err() == nil {
+		s, _, err = c.openExecOnce(ctx, w, name, req)
+	}
+	if d := time.Since(start); d > SlowCall && c.OnSlow != nil {
+		c.OnSlow(w.op+" open", d)
+	}
+	return s, err
+}
+
+// openExecOnce is one exec with its streams attached. neverRan is true when the
+// opening failed with none of stdin, stdout and stderr connected, every one of them by
+// the handshake's deadline (the command cannot have started).
+func (c *Client) openExecOnce(ctx context.Context, w where, name string, req ExecRequest) (_ *ExecStream, neverRan bool, _ error) {
 	body := execBody{
 		Command:          req.Command,
 		Environment:      req.Environment,
@@ -52,16 +75,16 @@ func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*E
 	}
 	r, err := c.do(ctx, w, http.MethodPost, instPath(name, "exec"), nil, body)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	op, err := c.asyncOp(w, r)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var fds map[string]string
 	if raw, ok := op.Metadata["fds"]; ok {
 		if err := json.Unmarshal(raw, &fds); err != nil {
-			return nil, c.apiErr(w, 0, fmt.Sprintf("malformed exec websocket list: %v", err))
+			return nil, false, c.apiErr(w, 0, fmt.Sprintf("malformed exec websocket list: %v", err))
 		}
 	}
 	s := &ExecStream{c: c, w: w, instance: name, opID: op.ID}
@@ -71,7 +94,7 @@ func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*E
 	}{{"control", &s.control}, {"0", &s.stdin}, {"1", &s.stdout}, {"2", &s.stderr}}
 	for _, fd := range streams {
 		if fds[fd.name] == "" {
-			return nil, c.apiErr(w, 0, "the exec operation offers no websocket for "+fd.name)
+			return nil, false, c.apiErr(w, 0, "the exec operation offers no websocket for "+fd.name)
 		}
 	}
 	// The four websockets are dialled side by side: the command starts once 0, 1 and 2
@@ -86,7 +109,11 @@ func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*E
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		s.Close() // the websockets that did connect: incusd then ends the command
-		return nil, err
+		neverRan := true
+		for _, e := range errs[1:] { // stdin, stdout, stderr
+			neverRan = neverRan && e != nil && errors.Is(e, context.DeadlineExceeded)
+		}
+		return nil, neverRan, err
 	}
 	s.Stdout = &streamReader{ws: s.stdout}
 	s.Stderr = &streamReader{ws: s.stderr}
@@ -94,7 +121,7 @@ func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*E
 	// so the pings are answered and do not pile up unread.
 	go drain(s.control)
 	go drain(s.stdin)
-	return s, nil
+	return s, false, nil
 }
 
 // drain reads ws until it ends, for its pings: incusd sends a client nothing else on

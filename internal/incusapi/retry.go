@@ -13,7 +13,8 @@ import (
 // Transient daemon faults are retried, bounded, and only for calls that are safe to
 // send twice: reads (GET), deletes of a named object, and file pushes that overwrite
 // with a body that can be read again. A command (exec) or a state change is never
-// sent twice: the first may have run. Seen in the lab: with eight nodes deploying at
+// sent twice: the first may have run. The one exception is a streamed exec none of
+// whose data websockets connected (OpenExec): the daemon had not started it. Seen in the lab: with eight nodes deploying at
 // once incusd reset one file push ("connection reset by peer") and answered 5xx while
 // it stalled. A retried DELETE that finds nothing is a success: the first one, whose
 // answer was lost, deleted it.

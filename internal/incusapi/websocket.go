@@ -81,6 +81,10 @@ func (c *Client) DialWebsocket(ctx context.Context, path string, q url.Values) (
 	return c.dialWebsocket(ctx, where{op: "websocket " + path}, path, q)
 }
 
+// handshakeTimeout bounds one websocket handshake (a variable so that a test of a daemon
+// that never answers one need not wait it out).
+var handshakeTimeout = 30 * time.Second
+
 func (c *Client) dialWebsocket(ctx context.Context, w where, path string, q url.Values) (*Websocket, error) {
 	var k [16]byte
 	if _, err := rand.Read(k[:]); err != nil {
@@ -90,7 +94,7 @@ func (c *Client) dialWebsocket(ctx context.Context, w where, path string, q url.
 	// The handshake's own deadline: a context that is not cancelled when the caller's
 	// ends, so the connection stays open once upgraded (net/http watches the request's
 	// context only until the response arrives, but this does not rely on it).
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), handshakeTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel) // a caller that gives up ends the handshake too
 	defer stop()

@@ -1,0 +1,108 @@
+package incusapi
+
+// A fake daemon (httptest on 127.0.0.1) because the real one cannot be made to leave
+// websocket handshakes unanswered on demand; CI saw it do so under load.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// stallingExecDaemon answers every exec with a new operation op-<n>; the websocket
+// handshakes of the operations stall says (by fd: control, 0, 1, 2) hang until the
+// client gives up, the others are completed and held open.
+func stallingExecDaemon(t *testing.T, stalls func(op int, fd string) bool) (*Client, *atomic.Int32) {
+	t.Helper()
+	var posts atomic.Int32
+	var held sync.WaitGroup
+	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/1.0/instances/web01/exec":
+			n := posts.Add(1)
+			reply(t, w, fmt.Sprintf(`{"type":"async","operation":"/1.0/operations/op-%d","metadata":{"id":"op-%d","status_code":103,`+
+				`"metadata":{"fds":{"control":"control","0":"0","1":"1","2":"2"}}}}`, n, n))
+		case strings.HasSuffix(r.URL.Path, "/websocket"):
+			var op int
+			_, _ = fmt.Sscanf(r.URL.Path, "/1.0/operations/op-%d/websocket", &op)
+			if stalls(op, r.URL.Query().Get("secret")) {
+				<-r.Context().Done()
+				return
+			}
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Errorf("hijack: %v", err)
+				return
+			}
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+				acceptKey(r.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n")
+			_ = brw.Flush()
+			held.Add(1)
+			go func() { // held open until the client closes it
+				defer held.Done()
+				buf := make([]byte, 512)
+				for {
+					if _, err := conn.Read(buf); err != nil {
+						_ = conn.Close()
+						return
+					}
+				}
+			}()
+		default:
+			http.NotFound(w, r)
+		}
+	})
+	t.Cleanup(held.Wait)
+	return c, &posts
+}
+
+func shortHandshakes(t *testing.T) {
+	old := handshakeTimeout
+	handshakeTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { handshakeTimeout = old })
+}
+
+// Every handshake of the first exec hangs: that command never ran, so it is opened once
+// more, and the stream of the second exec is what the caller gets.
+func TestOpenExecOpensOnceMoreWhenNoStreamConnected(t *testing.T) {
+	shortHandshakes(t)
+	c, posts := stallingExecDaemon(t, func(op int, _ string) bool { return op == 1 })
+	st, err := c.OpenExec(context.Background(), "web01", ExecRequest{Command: []string{"nix-store", "--import"}})
+	if err != nil {
+		t.Fatalf("OpenExec: %v", err)
+	}
+	st.Close()
+	if got := posts.Load(); got != 2 {
+		t.Fatalf("%d execs sent, want 2 (the stalled one, then one more)", got)
+	}
+}
+
+// Once stdout is connected the command may have started: it is never sent again, and
+// the error names the stalled handshakes. A second stall is not retried either.
+func TestOpenExecNeverResendsACommandThatMayHaveRun(t *testing.T) {
+	shortHandshakes(t)
+	for _, tc := range []struct {
+		name      string
+		stalls    func(op int, fd string) bool
+		wantPosts int32
+	}{
+		{"stdout connected", func(_ int, fd string) bool { return fd != "1" }, 1},
+		{"every exec stalls", func(int, string) bool { return true }, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, posts := stallingExecDaemon(t, tc.stalls)
+			_, err := c.OpenExec(context.Background(), "web01", ExecRequest{Command: []string{"nix-store", "--import"}})
+			if err == nil || !strings.Contains(err.Error(), "context deadline exceeded") {
+				t.Fatalf("OpenExec error = %v, want the handshakes' deadline", err)
+			}
+			if got := posts.Load(); got != tc.wantPosts {
+				t.Fatalf("%d execs sent, want %d", got, tc.wantPosts)
+			}
+		})
+	}
+}
