@@ -91,6 +91,12 @@ func ToplevelImage(ctx context.Context, toplevel string) (v1.Image, []string, er
 	// the termination grace and then kill the node without a clean shutdown, mid-write
 	// for anything in /var/lib (the node's state across replacements).
 	cfg.Config.Cmd = []string{"/sbin/init"}
+	// The image has no /bin or /usr/bin: a command run in the node (the readiness
+	// probe's systemctl, kubectl exec) is found on NixOS's PATH, whose directories the
+	// node's stage 2 makes (/run/current-system -> the toplevel, /run/wrappers).
+	// Without it the runtime's default PATH names only directories that do not exist,
+	// and the probe never finds systemctl.
+	cfg.Config.Env = []string{"PATH=" + NodePath}
 	cfg.Config.StopSignal = "SIGRTMIN+3"
 	cfg.Config.Labels = map[string]string{"org.fediversity.toplevel": toplevel}
 	img, err = mutate.ConfigFile(img, cfg)
@@ -99,6 +105,9 @@ func ToplevelImage(ctx context.Context, toplevel string) (v1.Image, []string, er
 	}
 	return img, paths, nil
 }
+
+// NodePath is the PATH of a node image built from a toplevel: NixOS's system PATH.
+const NodePath = "/run/wrappers/bin:/run/current-system/sw/bin"
 
 // toplevelArch is the image architecture: from the toplevel's `system` file (NixOS
 // writes e.g. x86_64-linux there), else the machine's.

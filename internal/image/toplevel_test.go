@@ -118,6 +118,11 @@ func TestToplevelImageReproducibleAndExact(t *testing.T) {
 	if got := cfg.Config; got.StopSignal != "SIGRTMIN+3" || len(got.Entrypoint) != 0 || strings.Join(got.Cmd, " ") != "/sbin/init" {
 		t.Fatalf("image config: stop signal %q, entrypoint %q, command %q; want SIGRTMIN+3, none, /sbin/init", got.StopSignal, got.Entrypoint, got.Cmd)
 	}
+	// Nothing of the image is at /bin or /usr/bin: commands run in the node are found
+	// on NixOS's PATH.
+	if got := cfg.Config.Env; len(got) != 1 || got[0] != "PATH="+NodePath {
+		t.Fatalf("image config environment %q, want only PATH=%s", got, NodePath)
+	}
 	tag, err := ToplevelTag(top)
 	if err != nil || len(tag) != 32 || !strings.HasPrefix(top, "/nix/store/"+tag+"-") {
 		t.Fatalf("tag %q (%v) of %s", tag, err, top)

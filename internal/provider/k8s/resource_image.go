@@ -69,7 +69,9 @@ func (r *imageResource) Schema(ctx context.Context, _ resource.SchemaRequest, re
 			"The image is either built here from the node's `toplevel` (a store path in the local Nix store), or read from a " +
 			"prebuilt docker-archive (`archive`: what `docker save` and Nix's `dockerTools.buildImage` write). An image built from " +
 			"the toplevel has one layer holding exactly the toplevel's closure (`nix-store -qR`) under /nix/store, and " +
-			"`/sbin/init` pointing at `<toplevel>/init`. It is reproducible: the same toplevel gives the same layer and image digest " +
+			"`/sbin/init` pointing at `<toplevel>/init`, nothing else; its command is `/sbin/init`, its stop signal `SIGRTMIN+3`, and its " +
+			"`PATH` NixOS's (`/run/wrappers/bin:/run/current-system/sw/bin`, made by the system's stage 2), where the readiness probe finds " +
+			"`systemctl`. It is reproducible: the same toplevel gives the same layer and image digest " +
 			"on every build and machine (sorted entries, mtime 1, owner 0:0, a fixed gzip level, no creation time). Its tag is the " +
 			"toplevel's hash part unless `tag` is set, so an unchanged configuration pushes nothing and replaces nothing. Layers " +
 			"the registry already holds are not uploaded again, and the layer is streamed, never held in memory whole.\n\n" +
