@@ -30,6 +30,7 @@ const (
 	ClosureHTTP             = "http"
 	ClosureHTTPBroken       = "http-broken"
 	ClosureSpireChain       = "spire-chain"
+	ClosureBootable         = "bootable"
 )
 
 var closureCache sync.Map // "attr\x00seed" -> store path

@@ -76,6 +76,43 @@ let
     chmod +x $out/bin/*
   '' { };
 
+  # Parts of `bootable` (below): a systemd and a shell in the store, taken from the host.
+  # fedi-systemd is the host's systemd (PID 1, systemd-shutdown and systemctl, and the
+  # mount and umount systemd runs to unmount at shutdown) with every
+  # shared library ldd names copied beside it, the ELF interpreter and the libraries'
+  # search path of each rewritten into the store path (patchelf), so it runs with no /lib
+  # and no /usr: what nixpkgs' systemd is, built from the host instead of from source.
+  bootSystemd = drv "fedi-systemd" ''
+    command -v patchelf >/dev/null || { echo "fedi-systemd: patchelf is missing; run lab/install-host.sh" >&2; exit 1; }
+    mkdir -p $out/bin $out/lib/systemd
+    cp /usr/lib/systemd/systemd /usr/lib/systemd/systemd-shutdown $out/lib/systemd/
+    cp /usr/bin/systemctl /bin/mount /bin/umount $out/bin/
+    for b in /usr/lib/systemd/systemd /usr/lib/systemd/systemd-shutdown /usr/bin/systemctl /bin/mount /bin/umount; do
+      ldd $b | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
+    done | sort -u | while read -r lib; do cp -L "$lib" $out/lib/; done
+    cp -L /lib64/ld-linux-x86-64.so.2 $out/lib/
+    chmod -R u+w $out
+    for b in $out/lib/systemd/systemd $out/lib/systemd/systemd-shutdown $out/bin/*; do
+      patchelf --set-interpreter $out/lib/ld-linux-x86-64.so.2 --set-rpath $out/lib $b
+    done
+    for lib in $out/lib/*.so*; do
+      case $lib in */ld-linux-*) ;; *) patchelf --set-rpath $out/lib "$lib" ;; esac
+    done
+  '' { };
+
+  # fedi-busybox: a static busybox (no interpreter, no libraries) for init's shell and
+  # the node's tools (sh, cat, ls, ...).
+  bootBusybox = drv "fedi-busybox" ''
+    if ! [ -x /bin/busybox ] || ldd /bin/busybox >/dev/null 2>&1; then
+      echo "fedi-busybox: /bin/busybox is missing or not static; run lab/install-host.sh (busybox-static)" >&2; exit 1
+    fi
+    mkdir -p $out/bin
+    cp /bin/busybox $out/bin/busybox
+    for a in sh cat ls mkdir ln rm echo sleep test true false mount ps id readlink find; do
+      ln -s busybox $out/bin/$a
+    done
+  '' { };
+
   payload = drv "fedi-payload" ''
     mkdir -p $out
     yes "fediversity payload $seed" | head -c $((payloadKiB * 1024)) > $out/blob
@@ -253,6 +290,61 @@ in
 
   # Two healthy units: exit 0.
   good = toplevel { scenario = "good"; units = base "1"; wants = baseWants; };
+
+  # A toplevel that boots as a node image's /sbin/init (issue 22): $out/init is a stage 2
+  # as NixOS's is, a script whose shell is in the store (fedi-busybox). It links what the
+  # store systemd reads at its compiled-in paths (/etc/systemd/system, /etc/os-release)
+  # to store paths, links /run/current-system to the toplevel (the image
+  # puts /run/current-system/sw/bin on PATH, for the readiness probe's systemctl), and
+  # execs the store systemd as PID 1. The host's systemd has its helpers' paths compiled
+  # in (/lib/systemd/systemd-shutdown, /bin/mount, /bin/umount), where nixpkgs' names
+  # store paths; init links those few paths to the store at each boot instead. Its units: the host's targets systemd needs to reach
+  # multi-user.target and to halt (SIGRTMIN+3), and fedi-hello.service, a oneshot that
+  # writes /run/fedi-hello. No journald, no udev, no getty, no dbus. On SIGRTMIN+3 (the
+  # image's stop signal) systemd reaches halt.target and execs systemd-shutdown, which
+  # prints "Exiting container." and ends the container.
+  bootable = drv "fedi-system-bootable" ''
+    u=$out/etc/systemd/system
+    mkdir -p $u/multi-user.target.wants $out/sw/bin
+    for t in multi-user.target basic.target sysinit.target sockets.target timers.target \
+      paths.target slices.target local-fs.target local-fs-pre.target swap.target \
+      halt.target systemd-halt.service shutdown.target final.target umount.target; do
+      sed 's|^ExecStart=systemctl |ExecStart=${bootSystemd}/bin/systemctl |' /usr/lib/systemd/system/$t > $u/$t
+    done
+    ln -s multi-user.target $u/default.target
+    cat > $u/fedi-hello.service <<EOF
+    [Unit]
+    Description=The stand-in system's one unit
+    [Service]
+    Type=oneshot
+    RemainAfterExit=yes
+    ExecStart=${bootBusybox}/bin/sh -c 'echo "hello from the closure" > /run/fedi-hello'
+    EOF
+    ln -s ../fedi-hello.service $u/multi-user.target.wants/fedi-hello.service
+    for b in ${bootBusybox}/bin/*; do ln -s $b $out/sw/bin/; done
+    ln -s ${bootSystemd}/bin/systemctl $out/sw/bin/systemctl
+    printf 'NAME="Fediversity lab stand-in"\nID=fediversity-standin\nVERSION_ID=1\nPRETTY_NAME="Fediversity lab stand-in (bootable)"\n' > $out/etc/os-release
+    echo "bootable-1" > $out/nixos-version
+    echo "${system}" > $out/system
+    cat > $out/init <<EOF
+    #!${bootBusybox}/bin/sh
+    # Stage 2 of the lab's bootable stand-in (lab/closures/default.nix).
+    set -e
+    PATH=${bootBusybox}/bin
+    mkdir -p /etc/systemd /lib /bin /var/log /run /tmp
+    # /var/run is a directory already when the pod mounts its service-account token
+    # under /var/run/secrets before init runs; otherwise it is NixOS's link to /run.
+    [ -e /var/run ] || ln -s /run /var/run
+    ln -sfn $out/etc/systemd/system /etc/systemd/system
+    ln -sfn $out/etc/os-release /etc/os-release
+    ln -sfn ${bootSystemd}/lib/systemd /lib/systemd
+    ln -sfn ${bootSystemd}/bin/mount /bin/mount
+    ln -sfn ${bootSystemd}/bin/umount /bin/umount
+    ln -sfn $out /run/current-system
+    exec ${bootSystemd}/lib/systemd/systemd "\$@"
+    EOF
+    chmod +x $out/init
+  '' { };
 
   # Same units, another toplevel (fedi-web's unit file changed: it is restarted).
   good-v2 = toplevel { scenario = "good"; version = "2"; units = base "2"; wants = baseWants; };
