@@ -53,7 +53,8 @@ resource "fediversity_k8s_rollout" "web01" {
 // bootable) boots on the real kubelet node. The image holds the closure and /sbin/init
 // and nothing else; the pod's PID 1 is the store's systemd, in the pod's own user
 // namespace; the pod becomes ready only once systemd says "running"; the stand-in's one
-// unit ran; the machine ID is the state's container_uuid.
+// unit ran; the machine ID is the state's container_uuid. A second toplevel then
+// replaces the pod, and the old one's systemd halts cleanly on the image's stop signal.
 func TestAccK8sRolloutRealNode_toplevelImageBoots(t *testing.T) {
 	a := newRealNodeAcc(t)
 	top := labtest.BuildClosure(t, labtest.ClosureBootable)
