@@ -2,7 +2,7 @@
 # Installs, idempotently, what the lab and the tests need on a fresh Debian 12 machine
 # of this project's kind: incus (bookworm-backports), debootstrap, nix-bin, openssh-client,
 # openssl, xz, btrfs-progs (the lab's storage pool); for the real Kubernetes node, the CNI plugins (containernetworking-plugins)
-# and libseccomp-dev (runc is built with seccomp); patchelf and busybox-static (the bootable stand-in system of
+# and libseccomp-dev (runc is built with seccomp); patchelf, busybox-static and systemd (the bootable stand-in system of
 # lab/closures copies the host's systemd and busybox into the store); xmllint (libxml2-utils), with which the tests validate the
 # `fediversity` command's JUnit file against the vendored JUnit schema. Safe to run again; does nothing that is
 # already done.
@@ -22,6 +22,7 @@ command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ] || need+=(openssh-serve
 command -v xmllint >/dev/null 2>&1 || need+=(libxml2-utils)
 command -v patchelf >/dev/null 2>&1 || need+=(patchelf)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+[ -x /lib/systemd/systemd ] || need+=(systemd) # the bootable stand-in's systemd
 [ ${#need[@]} -eq 0 ] && { echo "install-host: all present"; exit 0; }
 
 src=/etc/apt/sources.list.d/bookworm-backports.sources
