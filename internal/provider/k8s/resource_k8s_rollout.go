@@ -50,6 +50,7 @@ type k8sRolloutModel struct {
 	LastGoodImageRef types.String      `tfsdk:"last_good_image_ref"`
 	Status           types.String      `tfsdk:"status"`
 	SpireHandoff     types.String      `tfsdk:"spire_handoff"`
+	FailWhenNotReady types.Bool        `tfsdk:"fail_when_not_ready"`
 	SubDigest        types.String      `tfsdk:"submission_digest"`
 	SubFile          types.String      `tfsdk:"submission_file"`
 	Timings          *kit.TimingsModel `tfsdk:"timings"`
@@ -156,6 +157,16 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "The last image whose pod became ready (empty before the first successful rollout). " +
 					"It mirrors the record on the Deployment (annotation `" + k8s.LastGoodAnnotation + "`, the whole pod template), which is the rollback target: " +
 					"a record in the cluster survives an apply killed during its wait and a rollback the apiserver refused.",
+			},
+			"fail_when_not_ready": schema.BoolAttribute{
+				Optional: true,
+				MarkdownDescription: "Whether a rollout whose pod does not become ready fails the apply. Default (unset or `true`): it does. " +
+					"`false` (a staged rollout with a failure budget, as modules/k8s's `strict = false` sets it): the apply records the outcome and " +
+					"ends with a warning naming the node and the reason instead, so a `fediversity_rollout_gate` can count the node against the budget. " +
+					"The state stays true either way: after a rollback `status` is `rolled_back` and `image_ref` and `running_image_ref` hold the previous " +
+					"image the cluster runs, so the next plan shows the rollout of the configured image again; with nothing to go back to `status` is " +
+					"`failed` (the resource is not tainted) and the next plan waits again. Errors other than a pod that did not become ready (the cluster's " +
+					"API, another writer, a refused submission) fail the apply whatever this says. Changing it alone rolls nothing out.",
 			},
 			rolloutSpireAttr:    rolloutSpireAttribute(),
 			"submission_digest": kit.SubmissionCheckAttributes("Changing them rolls nothing out.")["submission_digest"],
@@ -306,16 +317,37 @@ func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, pr
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
 		diags.AddError("Unable to apply node "+node, kit.FailureDetail("Node "+node, "apply", err, "The cluster still runs what it ran; fix the cause and apply again."))
 	case rerr.RolledBack:
-		// The truth: the cluster runs the previous image. image_ref says so, so the next
-		// plan shows the change back to the configured image, and the next apply retries.
-		m.ImageRef = types.StringValue(out.Running)
+		// The truth: the cluster runs the previous image. A failed apply puts it in
+		// image_ref, so the next plan shows the change back to the configured image, and
+		// the next apply retries. An apply that succeeds (fail_when_not_ready = false)
+		// must return the image_ref it planned (Terraform refuses any other), so there
+		// running_image_ref and status say it, and status plans the retry (ModifyPlan);
+		// the next refresh reads the previous image into image_ref as well.
+		if lenient := !m.FailWhenNotReady.IsNull() && !m.FailWhenNotReady.ValueBool(); !lenient {
+			m.ImageRef = types.StringValue(out.Running)
+		}
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutRolledBack)
-		diags.AddError(fmt.Sprintf("Node %s did not become ready; rolled back", node), rerr.Error())
+		notReady(&diags, *m, fmt.Sprintf("Node %s did not become ready; rolled back", node), rerr.Error())
 	default:
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
-		diags.AddError(fmt.Sprintf("Node %s did not become ready", node), rerr.Error())
+		notReady(&diags, *m, fmt.Sprintf("Node %s did not become ready", node), rerr.Error())
 	}
 	return diags
+}
+
+// notReady reports a rollout whose pod did not become ready: an error, or, with
+// fail_when_not_ready = false, a warning, so that the apply goes on and a rollout gate
+// judges the node by its status. The state written is the same either way (what the
+// cluster runs), which is what keeps a lenient rollback from looking converged: the
+// rolled-back image_ref differs from the configured one, and a status other than ready
+// plans a new wait (ModifyPlan).
+func notReady(diags *diag.Diagnostics, m k8sRolloutModel, summary, detail string) {
+	if m.FailWhenNotReady.IsNull() || m.FailWhenNotReady.ValueBool() {
+		diags.AddError(summary, detail)
+		return
+	}
+	diags.AddWarning(summary, detail+" fail_when_not_ready is false: the apply goes on, and the state records status "+
+		m.Status.ValueString()+"; the next plan rolls the node out again.")
 }
 
 func (r *k8sRolloutResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
