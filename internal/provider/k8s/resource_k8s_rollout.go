@@ -102,6 +102,7 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"apply fails saying the readiness could not be read, and nothing is rolled back. A first deploy has nothing to go back to and just fails (the resource is then tainted, " +
 			"and the next apply makes it again). After a rollback the state tells the truth: `image_ref` holds the image the " +
 			"cluster runs, so the next plan shows the difference to the configured image and the next apply tries the rollout again. " +
+			"With `fail_when_not_ready = false` such an apply warns instead of failing (see that attribute). " +
 			"Read always reports the image the Deployment names, and plans a new wait when its pod is not ready.\n\n" +
 			"The kubeconfig is the provider's `kube_config_path`, else `KUBE_CONFIG_PATH`; it is never stored. Destroy deletes the " +
 			"Deployment, the service account and the claim (the node's /var/lib is lost when the StorageClass deletes the volume).",
@@ -163,9 +164,10 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "Whether a rollout whose pod does not become ready fails the apply. Default (unset or `true`): it does. " +
 					"`false` (a staged rollout with a failure budget, as modules/k8s's `strict = false` sets it): the apply records the outcome and " +
 					"ends with a warning naming the node and the reason instead, so a `fediversity_rollout_gate` can count the node against the budget. " +
-					"The state stays true either way: after a rollback `status` is `rolled_back` and `image_ref` and `running_image_ref` hold the previous " +
-					"image the cluster runs, so the next plan shows the rollout of the configured image again; with nothing to go back to `status` is " +
-					"`failed` (the resource is not tainted) and the next plan waits again. Errors other than a pod that did not become ready (the cluster's " +
+					"The state stays true either way: after a rollback `status` is `rolled_back` and `running_image_ref` holds the previous image the " +
+					"cluster runs (`image_ref` keeps the configured image, as planned, until the next refresh reads the previous one into it), and the " +
+					"next plan rolls the configured image out again; with nothing to go back to `status` is `failed` (the resource is not tainted) and " +
+					"the next plan rolls it out again. Errors other than a pod that did not become ready (the cluster's " +
 					"API, another writer, a refused submission) fail the apply whatever this says. Changing it alone rolls nothing out.",
 			},
 			rolloutSpireAttr:    rolloutSpireAttribute(),
@@ -203,6 +205,9 @@ func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.Va
 // an unchanged configuration tries again (docs/design.md#k8s).
 func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	defer kit.KeepSubmissionOfUnchangedNode(req, resp)()
+	if !req.Plan.Raw.IsNull() && req.State.Raw.IsNull() {
+		r.warnIfDeploymentExists(ctx, req, resp)
+	}
 	if req.Plan.Raw.IsNull() || req.State.Raw.IsNull() {
 		return
 	}
@@ -216,6 +221,37 @@ func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.Modify
 			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(a), types.StringUnknown())...)
 		}
 	}
+}
+
+// warnIfDeploymentExists warns, at plan, when a node this plan creates already has its
+// Deployment: the create takes it over, but when the node's rollout only moved to a new
+// address (in modules/k8s a changed rollout layout moves nodes between the wave modules,
+// which no static moved block can follow), the destroy of its old address in the same
+// run deletes the Deployment and the claim. Only a warning: a Deployment left by an apply
+// that was cut off before it saved its state is taken over as it should be. Nothing is
+// said when the namespace or node is not known yet, or the cluster cannot be read.
+func (r *k8sRolloutResource) warnIfDeploymentExists(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	var plan k8sRolloutModel
+	if r.cfg == nil || req.Plan.Get(ctx, &plan).HasError() || plan.Namespace.IsUnknown() || plan.Node.IsUnknown() {
+		return
+	}
+	ns, node := plan.Namespace.ValueString(), plan.Node.ValueString()
+	c, diags := kit.K8sClient(r.cfg, node)
+	if diags.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, rolloutReadTimeout)
+	defer cancel()
+	st, err := c.GetNode(ctx, ns, node)
+	if err != nil || !st.Exists {
+		return
+	}
+	resp.Diagnostics.AddWarning(fmt.Sprintf("Node %s already has a Deployment, which this plan creates", node),
+		fmt.Sprintf("The Deployment %s exists in namespace %s (image %s), but no fediversity_k8s_rollout at this address holds it in the state; "+
+			"the apply takes it over. If the node's rollout only moved here from another address (in modules/k8s, a changed canary, wave_size or "+
+			"waves moves a node to another wave's module), the destroy of its old address in the same apply deletes the Deployment and the "+
+			"claim %s-state with the node's data: do not apply, move its state instead (terraform state mv '<old address>' '<this address>') "+
+			"and plan again. Otherwise import it (terraform import <address> %s/%s).", node, ns, st.Image, node, ns, node))
 }
 
 func (r *k8sRolloutResource) spec(m k8sRolloutModel, wait time.Duration) k8s.NodeSpec {

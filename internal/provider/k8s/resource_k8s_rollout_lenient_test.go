@@ -3,7 +3,8 @@ package k8s_test
 // fail_when_not_ready = false, run by the CLI under test (TF_ACC_TERRAFORM_PATH) so that
 // its warning is seen as a user sees it: a rollout whose pod does not become ready is
 // rolled back and the apply succeeds with a warning naming the node and the reason; the
-// state says what the cluster runs, and the next plan rolls the node out again.
+// state says what the cluster runs, and the next plan rolls the node out again. And the
+// plan's warning about a create whose Deployment already exists.
 
 import (
 	"encoding/json"
@@ -84,5 +85,16 @@ func TestAccK8sRollout_lenientRollbackKeepsTheTruth(t *testing.T) {
 		if code != 2 || !strings.Contains(out, "fediversity_k8s_rollout.web01 will be updated in-place") {
 			t.Fatalf("%v after the lenient rollback: exit %d, want 2 with web01's rollout updated (it must not look converged)\n%s", args, code, out)
 		}
+	}
+
+	// A rollout at an address with no state whose Deployment exists (as after a changed
+	// rollout layout in modules/k8s, which moves a node to another wave's module): the
+	// plan warns, naming the node and what to do.
+	if code, out := r.run("state", "rm", "-no-color", "fediversity_k8s_rollout.web01"); code != 0 {
+		t.Fatalf("state rm: exit %d\n%s", code, out)
+	}
+	code, out = r.run("plan", "-no-color", "-input=false")
+	if code != 0 || !regexp.MustCompile(`(?s)Warning: Node web01 already has a Deployment, which this plan\s+creates.*terraform state mv`).MatchString(out) {
+		t.Fatalf("plan of a rollout whose Deployment exists: exit %d, want 0 with a warning naming web01 and terraform state mv\n%s", code, out)
 	}
 }
