@@ -65,8 +65,8 @@ output "summary" {
 `, modulePath(t, "k8s"), g.file, hcl(g.baked()), hcl(roster)))
 
 	const (
-		img     = "module.group.fediversity_image.node"
-		rollout = "module.group.fediversity_k8s_rollout.node"
+		img     = "module.group.module.wave_1.fediversity_image.node" // unstaged: every node is in wave 1
+		rollout = "module.group.module.wave_1.fediversity_k8s_rollout.node"
 	)
 	// runsPlan: the image each node's Deployment names was built from a toplevel that
 	// holds that node's plan, with the words given.

@@ -133,8 +133,8 @@ output "summary" {
 	v1 := map[string]string{n1: "v1", n2: "v1", n3: "v1"}
 	v2 := map[string]string{n1: "v1", n2: "v2", n3: "v1"}
 	const (
-		img     = "module.group.fediversity_image.node"
-		rollout = "module.group.fediversity_k8s_rollout.node"
+		img     = "module.group.module.wave_1.fediversity_image.node" // unstaged: every node is in wave 1
+		rollout = "module.group.module.wave_1.fediversity_k8s_rollout.node"
 		handoff = "fediversity_spire_handoff.group"
 	)
 	every := func(action plancheck.ResourceActionType) map[string]plancheck.ResourceActionType {

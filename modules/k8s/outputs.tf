@@ -19,9 +19,9 @@ output "namespace" {
 }
 
 output "verdicts" {
-  description = "Per enabled node: ok (its pod became ready on the configured image), the rollout status (ready, not_ready, rolled_back, failed), the image it runs and its machine ID."
+  description = "Per enabled node rolled out (every wave the apply reached): ok (its pod became ready on the configured image), the rollout status (ready, not_ready, rolled_back, failed), the image it runs and its machine ID."
   value = {
-    for n, r in fediversity_k8s_rollout.node : n => {
+    for n, r in local.rollouts : n => {
       ok                = r.status == "ready"
       reasons           = r.status == "ready" ? [] : ["rollout ${r.status}"]
       status            = r.status
@@ -32,10 +32,10 @@ output "verdicts" {
 }
 
 output "summary" {
-  description = "The group: nodes ok, nodes failing with their rollout status, and nodes the submission disables (no Deployment, no claim)."
+  description = "The group: nodes ok, nodes failing with their rollout status (only seen with strict = false: a strict failure fails the apply), and nodes the submission disables (no Deployment, no claim)."
   value = {
-    ok       = sort([for n, r in fediversity_k8s_rollout.node : n if r.status == "ready"])
-    failing  = { for n, r in fediversity_k8s_rollout.node : n => ["rollout ${r.status}"] if r.status != "ready" }
+    ok       = sort([for n, r in local.rollouts : n if r.status == "ready"])
+    failing  = { for n, r in local.rollouts : n => ["rollout ${r.status}"] if r.status != "ready" }
     disabled = sort(tolist(setsubtract(keys(local.baked.nodes), data.fediversity_submission.this.enabled_nodes)))
   }
 }

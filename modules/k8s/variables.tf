@@ -119,7 +119,50 @@ variable "addresses" {
     `<node>.<domain>`; a node not listed gets none. Creating the records is the job of
     the operator's DNS provider. Default: none.
   EOT
-  type     = map(list(string))
-  default  = {}
-  nullable = false
+  type        = map(list(string))
+  default     = {}
+  nullable    = false
+}
+
+variable "strict" {
+  description = "Strict (default): a node whose rollout does not end ready (rolled back, or failed with nothing to go back to) fails the apply. false: the apply goes on with a warning naming the node and the reason; the rollout's state says what runs (status rolled_back or failed, running_image_ref), the node shows as failing in the summary, the next plan rolls it out again, and a staged rollout's gate counts it against failure_budget (fediversity_k8s_rollout's fail_when_not_ready)."
+  type        = bool
+  default     = true
+  nullable    = false
+}
+
+variable "canary" {
+  description = "Staged rollout: the first wave, a canary of this many nodes (the first by name). 0 (default): no canary. See docs/guides/k8s.md#staged-rollouts: changing the layout of a group already rolled out moves nodes between waves, which deletes their Deployment and claim unless their state is moved first."
+  type        = number
+  default     = 0
+  validation {
+    condition     = var.canary >= 0 && floor(var.canary) == var.canary
+    error_message = "canary: want a whole count of nodes, 0 or more."
+  }
+}
+
+variable "wave_size" {
+  description = "Staged rollout: the nodes after the canary go in waves of this many, a count (\"2\") or a percentage of the group, rounded up (\"50%\"). Default: one wave of the rest. Not with var.waves. At most 4 waves in all."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.wave_size == null || can(regex("^[1-9][0-9]*%?$", var.wave_size))
+    error_message = "wave_size: want a count of 1 or more (\"2\") or a percentage of the group (\"50%\")."
+  }
+}
+
+variable "waves" {
+  description = "Staged rollout: explicit waves of node names, in order (the first is the canary). Every enabled node must be in exactly one; a node the submission disables is skipped. Not with canary or wave_size. At most 4."
+  type        = list(list(string))
+  default     = []
+  validation {
+    condition     = length(var.waves) == 0 || (var.canary == 0 && var.wave_size == null)
+    error_message = "waves: give either explicit waves or canary/wave_size, not both."
+  }
+}
+
+variable "failure_budget" {
+  description = "Staged rollout: how many nodes may fail (a rollout that did not end ready) before the rollout halts, a count (\"1\") or a percentage of the group, rounded down (\"20%\"). Past it the gate after the wave fails the apply and the nodes of later waves are not touched: no image is built or pushed for them, and their Deployment and claim are neither made nor changed. Default: no budget. A budget above 0 needs strict = false (a strict failure fails its own node's rollout, and so every later wave)."
+  type        = string
+  default     = null
 }

@@ -32,6 +32,12 @@ module "group" {
   storage_class = "local-path"
   storage_size  = "10Gi"
   timings       = { rollout_wait = "5m", pull_grace = "20s" }
+
+  # A staged rollout: the canary (web01, the first by name) first. If its pod does not
+  # become ready, it goes back to its previous image and the rollout halts after it:
+  # web02 gets no new image and keeps what it runs.
+  canary         = 1
+  failure_budget = "0"
 }
 
 output "summary" {

@@ -50,6 +50,7 @@ type k8sRolloutModel struct {
 	LastGoodImageRef types.String      `tfsdk:"last_good_image_ref"`
 	Status           types.String      `tfsdk:"status"`
 	SpireHandoff     types.String      `tfsdk:"spire_handoff"`
+	FailWhenNotReady types.Bool        `tfsdk:"fail_when_not_ready"`
 	SubDigest        types.String      `tfsdk:"submission_digest"`
 	SubFile          types.String      `tfsdk:"submission_file"`
 	Timings          *kit.TimingsModel `tfsdk:"timings"`
@@ -101,6 +102,7 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"apply fails saying the readiness could not be read, and nothing is rolled back. A first deploy has nothing to go back to and just fails (the resource is then tainted, " +
 			"and the next apply makes it again). After a rollback the state tells the truth: `image_ref` holds the image the " +
 			"cluster runs, so the next plan shows the difference to the configured image and the next apply tries the rollout again. " +
+			"With `fail_when_not_ready = false` such an apply warns instead of failing (see that attribute). " +
 			"Read always reports the image the Deployment names, and plans a new wait when its pod is not ready.\n\n" +
 			"The kubeconfig is the provider's `kube_config_path`, else `KUBE_CONFIG_PATH`; it is never stored. Destroy deletes the " +
 			"Deployment, the service account and the claim (the node's /var/lib is lost when the StorageClass deletes the volume).",
@@ -157,6 +159,17 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 					"It mirrors the record on the Deployment (annotation `" + k8s.LastGoodAnnotation + "`, the whole pod template), which is the rollback target: " +
 					"a record in the cluster survives an apply killed during its wait and a rollback the apiserver refused.",
 			},
+			"fail_when_not_ready": schema.BoolAttribute{
+				Optional: true,
+				MarkdownDescription: "Whether a rollout whose pod does not become ready fails the apply. Default (unset or `true`): it does. " +
+					"`false` (a staged rollout with a failure budget, as modules/k8s's `strict = false` sets it): the apply records the outcome and " +
+					"ends with a warning naming the node and the reason instead, so a `fediversity_rollout_gate` can count the node against the budget. " +
+					"The state stays true either way: after a rollback `status` is `rolled_back` and `running_image_ref` holds the previous image the " +
+					"cluster runs (`image_ref` keeps the configured image, as planned, until the next refresh reads the previous one into it), and the " +
+					"next plan rolls the configured image out again; with nothing to go back to `status` is `failed` (the resource is not tainted) and " +
+					"the next plan rolls it out again. Errors other than a pod that did not become ready (the cluster's " +
+					"API, another writer, a refused submission) fail the apply whatever this says. Changing it alone rolls nothing out.",
+			},
 			rolloutSpireAttr:    rolloutSpireAttribute(),
 			"submission_digest": kit.SubmissionCheckAttributes("Changing them rolls nothing out.")["submission_digest"],
 			"submission_file":   kit.SubmissionCheckAttributes("Changing them rolls nothing out.")["submission_file"],
@@ -192,6 +205,9 @@ func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.Va
 // an unchanged configuration tries again (docs/design.md#k8s).
 func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	defer kit.KeepSubmissionOfUnchangedNode(req, resp)()
+	if !req.Plan.Raw.IsNull() && req.State.Raw.IsNull() {
+		r.warnIfDeploymentExists(ctx, req, resp)
+	}
 	if req.Plan.Raw.IsNull() || req.State.Raw.IsNull() {
 		return
 	}
@@ -205,6 +221,37 @@ func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.Modify
 			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(a), types.StringUnknown())...)
 		}
 	}
+}
+
+// warnIfDeploymentExists warns, at plan, when a node this plan creates already has its
+// Deployment: the create takes it over, but when the node's rollout only moved to a new
+// address (in modules/k8s a changed rollout layout moves nodes between the wave modules,
+// which no static moved block can follow), the destroy of its old address in the same
+// run deletes the Deployment and the claim. Only a warning: a Deployment left by an apply
+// that was cut off before it saved its state is taken over as it should be. Nothing is
+// said when the namespace or node is not known yet, or the cluster cannot be read.
+func (r *k8sRolloutResource) warnIfDeploymentExists(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	var plan k8sRolloutModel
+	if r.cfg == nil || req.Plan.Get(ctx, &plan).HasError() || plan.Namespace.IsUnknown() || plan.Node.IsUnknown() {
+		return
+	}
+	ns, node := plan.Namespace.ValueString(), plan.Node.ValueString()
+	c, diags := kit.K8sClient(r.cfg, node)
+	if diags.HasError() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, rolloutReadTimeout)
+	defer cancel()
+	st, err := c.GetNode(ctx, ns, node)
+	if err != nil || !st.Exists {
+		return
+	}
+	resp.Diagnostics.AddWarning(fmt.Sprintf("Node %s already has a Deployment, which this plan creates", node),
+		fmt.Sprintf("The Deployment %s exists in namespace %s (image %s), but no fediversity_k8s_rollout at this address holds it in the state; "+
+			"the apply takes it over. If the node's rollout only moved here from another address (in modules/k8s, a changed canary, wave_size or "+
+			"waves moves a node to another wave's module), the destroy of its old address in the same apply deletes the Deployment and the "+
+			"claim %s-state with the node's data: do not apply, move its state instead (terraform state mv '<old address>' '<this address>') "+
+			"and plan again. Otherwise import it (terraform import <address> %s/%s).", node, ns, st.Image, node, ns, node))
 }
 
 func (r *k8sRolloutResource) spec(m k8sRolloutModel, wait time.Duration) k8s.NodeSpec {
@@ -306,16 +353,37 @@ func (r *k8sRolloutResource) rollout(ctx context.Context, m *k8sRolloutModel, pr
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
 		diags.AddError("Unable to apply node "+node, kit.FailureDetail("Node "+node, "apply", err, "The cluster still runs what it ran; fix the cause and apply again."))
 	case rerr.RolledBack:
-		// The truth: the cluster runs the previous image. image_ref says so, so the next
-		// plan shows the change back to the configured image, and the next apply retries.
-		m.ImageRef = types.StringValue(out.Running)
+		// The truth: the cluster runs the previous image. A failed apply puts it in
+		// image_ref, so the next plan shows the change back to the configured image, and
+		// the next apply retries. An apply that succeeds (fail_when_not_ready = false)
+		// must return the image_ref it planned (Terraform refuses any other), so there
+		// running_image_ref and status say it, and status plans the retry (ModifyPlan);
+		// the next refresh reads the previous image into image_ref as well.
+		if lenient := !m.FailWhenNotReady.IsNull() && !m.FailWhenNotReady.ValueBool(); !lenient {
+			m.ImageRef = types.StringValue(out.Running)
+		}
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutRolledBack)
-		diags.AddError(fmt.Sprintf("Node %s did not become ready; rolled back", node), rerr.Error())
+		notReady(&diags, *m, fmt.Sprintf("Node %s did not become ready; rolled back", node), rerr.Error())
 	default:
 		m.RunningImageRef, m.Status = types.StringValue(out.Running), types.StringValue(rolloutFailed)
-		diags.AddError(fmt.Sprintf("Node %s did not become ready", node), rerr.Error())
+		notReady(&diags, *m, fmt.Sprintf("Node %s did not become ready", node), rerr.Error())
 	}
 	return diags
+}
+
+// notReady reports a rollout whose pod did not become ready: an error, or, with
+// fail_when_not_ready = false, a warning, so that the apply goes on and a rollout gate
+// judges the node by its status. The state written is the same either way (what the
+// cluster runs), which is what keeps a lenient rollback from looking converged: the
+// rolled-back image_ref differs from the configured one, and a status other than ready
+// plans a new wait (ModifyPlan).
+func notReady(diags *diag.Diagnostics, m k8sRolloutModel, summary, detail string) {
+	if m.FailWhenNotReady.IsNull() || m.FailWhenNotReady.ValueBool() {
+		diags.AddError(summary, detail)
+		return
+	}
+	diags.AddWarning(summary, detail+" fail_when_not_ready is false: the apply goes on, and the state records status "+
+		m.Status.ValueString()+"; the next plan rolls the node out again.")
 }
 
 func (r *k8sRolloutResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {

@@ -1,0 +1,105 @@
+# One wave of modules/k8s's group: per node, its image pushed to the provider's registry
+# (fediversity_image) and its Deployment and state claim rolled out to it
+# (fediversity_k8s_rollout), as the group had before rollouts were staged
+# (docs/design.md#staged-rollouts). modules/k8s instantiates it once per wave, each wave
+# after the first behind a fediversity_rollout_gate, because Terraform orders blocks and
+# not the instances of one for_each. The namespace is not here: modules/k8s makes it up
+# front, for every wave. Not meant to be called on its own: its inputs are modules/k8s's,
+# already checked there.
+#
+# modules/tf/wave and modules/tf-incus/wave hold the same idea for their methods; nothing
+# is shared, because a module called by a local path may not reach outside its own
+# package ("../").
+
+variable "nodes" {
+  description = "The wave's nodes: modules/k8s's var.nodes entries of the nodes in this wave."
+  type        = any
+}
+
+variable "node_plans" {
+  description = "The node plan of every enabled node (fediversity_submission.node_plans)."
+  type        = map(string)
+}
+
+variable "submission_file" {
+  description = "modules/k8s's var.submission_file."
+  type        = string
+}
+
+variable "submission_digest" {
+  description = "The digest every node checks at apply."
+  type        = string
+}
+
+variable "namespace" {
+  description = "The target namespace and its RuntimeClass (modules/k8s's fediversity_k8s_namespace)."
+  type        = object({ name = string, runtime_class = string })
+}
+
+variable "settings" {
+  description = "modules/k8s's group-wide settings: storage_class, storage_size, spire_handoff, strict, timings."
+  type        = any
+}
+
+output "rollouts" {
+  description = "Per node of the wave: its fediversity_k8s_rollout (status, running_image_ref, machine_id)."
+  value       = fediversity_k8s_rollout.node
+}
+
+resource "fediversity_image" "node" {
+  for_each = var.nodes
+
+  namespace = var.namespace.name
+  node      = each.key
+  toplevel  = each.value.toplevel
+  archive   = each.value.archive
+  tag       = each.value.tag
+  node_plan = each.value.build != null ? var.node_plans[each.key] : null
+
+  dynamic "build" {
+    for_each = each.value.build != null ? [each.value.build] : []
+    content {
+      flake       = build.value.flake
+      installable = build.value.installable
+      file        = build.value.file
+      attribute   = build.value.attribute
+      expression  = build.value.expression
+      args        = build.value.args
+    }
+  }
+
+  submission_digest = var.submission_digest
+  submission_file   = var.submission_file
+
+  # A new toplevel replaces the push. The new image is pushed first: a push refused at
+  # apply (a changed submission) then leaves the old one in the state, and the node's
+  # rollout keeps its image.
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+resource "fediversity_k8s_rollout" "node" {
+  for_each = var.nodes
+
+  namespace     = var.namespace.name
+  node          = each.key
+  image_ref     = fediversity_image.node[each.key].image_ref
+  runtime_class = var.namespace.runtime_class
+  storage_class = var.settings.storage_class
+  storage_size  = each.value.storage_size != null ? each.value.storage_size : var.settings.storage_size
+  spire_handoff = var.settings.spire_handoff
+  # Lenient (strict = false): a pod that does not become ready is recorded (status
+  # rolled_back or failed) with a warning instead of failing the apply, so the gate
+  # after this wave counts it against the failure budget. Unset when strict, so a
+  # state from before this setting plans no change.
+  fail_when_not_ready = var.settings.strict ? null : false
+
+  submission_digest = var.submission_digest
+  submission_file   = var.submission_file
+
+  timings {
+    rollout_wait = var.settings.timings.rollout_wait
+    pull_grace   = var.settings.timings.pull_grace
+  }
+}
