@@ -89,7 +89,8 @@ func ToplevelImage(ctx context.Context, toplevel string) (v1.Image, []string, er
 	// gives it), and its stop signal SIGRTMIN+3: systemd as PID 1 takes SIGTERM as
 	// "re-execute", not "shut down", so a pod replacement or a rollback would wait out
 	// the termination grace and then kill the node without a clean shutdown, mid-write
-	// for anything in /var/lib (the node's state across replacements).
+	// for anything in /var/lib (the node's state across replacements). Both are shown on
+	// a real kubelet by TestAccK8sRolloutRealNode_cleanStop* (internal/provider/k8s).
 	cfg.Config.Cmd = []string{"/sbin/init"}
 	// The image has no /bin or /usr/bin: a command run in the node (the readiness
 	// probe's systemctl, kubectl exec) is found on NixOS's PATH, whose directories the

@@ -77,7 +77,15 @@ func requireRealNode(t *testing.T) {
 // nodeImage writes a docker archive of the lab's systemd rootfs (the base layer that
 // node-up.sh keeps gzipped) with one small layer on top: /etc/fediversity-variant naming
 // the variant, and the extra files given (path -> content; content "->target" is a symlink).
+// Its stop signal is SIGRTMIN+3, as the image builder (internal/image) sets it.
 func nodeImage(t *testing.T, dir string, base v1.Layer, variant string, files map[string]string) string {
+	t.Helper()
+	return nodeImageStoppedBy(t, dir, base, variant, files, "SIGRTMIN+3")
+}
+
+// nodeImageStoppedBy is nodeImage with the image's stop signal given; "" sets none, so
+// the runtime stops the container with SIGTERM.
+func nodeImageStoppedBy(t *testing.T, dir string, base v1.Layer, variant string, files map[string]string, stopSignal string) string {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -111,8 +119,9 @@ func nodeImage(t *testing.T, dir string, base v1.Layer, variant string, files ma
 		t.Fatal(err)
 	}
 	// SIGRTMIN+3 asks systemd to halt: the old pod of a Recreate rollout stops at once
-	// instead of at the end of its grace period.
-	img, err = mutate.Config(img, v1.Config{Cmd: []string{"/sbin/init"}, StopSignal: "SIGRTMIN+3"})
+	// instead of at the end of its grace period (SIGTERM, with no stop signal, makes
+	// systemd re-execute itself; see resource_k8s_rollout_realnode_stop_test.go).
+	img, err = mutate.Config(img, v1.Config{Cmd: []string{"/sbin/init"}, StopSignal: stopSignal})
 	if err != nil {
 		t.Fatal(err)
 	}
