@@ -36,7 +36,7 @@ type oldPodStop struct {
 	consoleErr error  // why following the console ended, when not at the container's exit
 	terminated corev1.ContainerStateTerminated
 	grace      int64     // the termination grace the pod was deleted with, in seconds
-	stopAsked  time.Time // when the pod was deleted (its deletionTimestamp less the grace)
+	stopAsked  time.Time // when the watch first saw the pod deleted (deletionTimestamp set)
 	exitSeen   time.Time // when the watch first saw its container terminated
 }
 
@@ -111,9 +111,11 @@ func (a *realNodeAcc) watchUntilTerminated(ctx context.Context, pod *corev1.Pod)
 				continue
 			}
 			rv = p.ResourceVersion
-			if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil {
+			// Times are taken on this clock when the watch sees each change: the
+			// apiserver's timestamps have second precision.
+			if p.DeletionTimestamp != nil && p.DeletionGracePeriodSeconds != nil && out.stopAsked.IsZero() {
 				out.grace = *p.DeletionGracePeriodSeconds
-				out.stopAsked = p.DeletionTimestamp.Add(-time.Duration(out.grace) * time.Second)
+				out.stopAsked = time.Now()
 			}
 			if len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Terminated != nil {
 				out.exitSeen = time.Now()
@@ -209,9 +211,9 @@ func cleanStopCase(t *testing.T, stopSignal string, check func(stop oldPodStop) 
 					t.Logf("old pod %s: container terminated with exit code %d, reason %q, signal %d, finished %s; deleted with grace %ds",
 						stop.pod, stop.terminated.ExitCode, stop.terminated.Reason, stop.terminated.Signal, stop.terminated.FinishedAt.UTC().Format(time.TimeOnly), stop.grace)
 					if !stop.exitSeen.IsZero() && !stop.stopAsked.IsZero() {
-						t.Logf("figure: on the real node, stop signal %s, grace %ds: from the apply's start to the old pod's exit %s (the apply asked it to stop %s after its start; from that to the container's finish %s, second precision)",
+						t.Logf("figure: on the real node, stop signal %s, grace %ds: from the apply's start to the old pod's exit %s (the pod was deleted %s after the apply's start and exited %s after that; as seen by a watch)",
 							signal, stop.grace, stop.exitSeen.Sub(applyStart).Round(100*time.Millisecond),
-							stop.stopAsked.Sub(applyStart).Round(time.Second), stop.terminated.FinishedAt.Sub(stop.stopAsked).Round(time.Second))
+							stop.stopAsked.Sub(applyStart).Round(100*time.Millisecond), stop.exitSeen.Sub(stop.stopAsked).Round(100*time.Millisecond))
 					}
 					if stop.consoleErr != nil {
 						return fmt.Errorf("following old pod %s's console ended before its container exited: %v", stop.pod, stop.consoleErr)
