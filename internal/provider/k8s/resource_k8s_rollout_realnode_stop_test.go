@@ -43,6 +43,18 @@ type oldPodStop struct {
 // ansiEscape matches the colour and cursor escape codes systemd writes to a TTY console.
 var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
 
+// streamingClient is a client for following a pod's console: the provider's client ends
+// every request after 30 s, which would cut the stream before a pod killed at the end of
+// a 30 s grace exits.
+func (a *realNodeAcc) streamingClient() (kubernetes.Interface, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", a.Kc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 0
+	return kubernetes.NewForConfig(cfg)
+}
+
 // followOldPodStop follows the console of web01's ready pod from since on (client-go,
 // Follow: the stream ends when the container exits) and watches the pod until the kubelet
 // reports its container terminated. It reports once both have ended, within 5 minutes.
@@ -51,15 +63,7 @@ func (a *realNodeAcc) followOldPodStop(since time.Time) (<-chan oldPodStop, *cor
 	if err != nil {
 		return nil, nil, err
 	}
-	// The console is followed with a client of its own: the provider's client ends every
-	// request after 30 s, which would cut the stream before a pod killed at the end of a
-	// 30 s grace exits.
-	cfg, err := clientcmd.BuildConfigFromFlags("", a.Kc)
-	if err != nil {
-		return nil, nil, err
-	}
-	cfg.Timeout = 0
-	logs, err := kubernetes.NewForConfig(cfg)
+	logs, err := a.streamingClient()
 	if err != nil {
 		return nil, nil, err
 	}

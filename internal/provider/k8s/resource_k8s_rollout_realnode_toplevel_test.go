@@ -198,7 +198,12 @@ func (a *realNodeAcc) followConsole(pod *corev1.Pod) <-chan string {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
-		stream, err := a.C.CS.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: k8s.ContainerName, Follow: true}).Stream(ctx)
+		logs, err := a.streamingClient()
+		if err != nil {
+			out <- "(console not readable: " + err.Error() + ")"
+			return
+		}
+		stream, err := logs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: k8s.ContainerName, Follow: true}).Stream(ctx)
 		if err != nil {
 			out <- "(console not readable: " + err.Error() + ")"
 			return
