@@ -177,18 +177,7 @@ func cleanStopCase(t *testing.T, stopSignal string, check func(stop oldPodStop) 
 		Steps: []resource.TestStep{
 			{
 				Config: a.config(aArchive, "a", "3m"),
-				Check: func(s *terraform.State) error {
-					var err error
-					if first, err = a.checkBooted(s, "a"); err != nil {
-						return err
-					}
-					pod, err := a.ReadyPod()
-					if err != nil {
-						return err
-					}
-					_, err = a.exec(pod, "sh", "-c", "echo "+token+" > /var/lib/fediversity-probe && sync")
-					return err
-				},
+				Check:  a.checkBootedAndWrite("a", token, &first),
 			},
 			{
 				PreConfig: func() {

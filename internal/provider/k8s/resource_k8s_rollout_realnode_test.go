@@ -386,18 +386,7 @@ func TestAccK8sRolloutRealNode_bootKeepStateRollBack(t *testing.T) {
 		Steps: []resource.TestStep{
 			{
 				Config: a.config(v1Archive, "v1", "3m"),
-				Check: func(s *terraform.State) error {
-					var err error
-					if first, err = a.checkBooted(s, "v1"); err != nil {
-						return err
-					}
-					pod, err := a.ReadyPod()
-					if err != nil {
-						return err
-					}
-					_, err = a.exec(pod, "sh", "-c", "echo "+token+" > /var/lib/fediversity-probe && sync")
-					return err
-				},
+				Check:  a.checkBootedAndWrite("v1", token, &first),
 			},
 			{
 				// A changed image replaces the pod: the new one has the old /var/lib and machine ID.
@@ -510,4 +499,22 @@ func TestAccK8sRolloutRealNode_neverReadyTimesOut(t *testing.T) {
 			},
 		},
 	})
+}
+
+// checkBootedAndWrite checks that the rollout of variant booted (its facts into *first)
+// and writes token to /var/lib/fediversity-probe in its pod, synced, for the next pod
+// to find: /var/lib is the node's state across replacements.
+func (a *realNodeAcc) checkBootedAndWrite(variant, token string, first *bootFacts) resource.TestCheckFunc {
+	return func(s *terraform.State) error {
+		var err error
+		if *first, err = a.checkBooted(s, variant); err != nil {
+			return err
+		}
+		pod, err := a.ReadyPod()
+		if err != nil {
+			return err
+		}
+		_, err = a.exec(pod, "sh", "-c", "echo "+token+" > /var/lib/fediversity-probe && sync")
+		return err
+	}
 }
