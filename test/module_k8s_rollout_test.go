@@ -107,13 +107,29 @@ output "summary" {
 			resource.TestStep{
 				// Fixed (the cluster lets the canary start): web02 and web03 were not
 				// touched (no Deployment; the plan creates their image and rollout, so the
-				// state has none), and the apply resumes: the canary is rolled out again
-				// (its status was failed), the gates judge, waves 2 and 3 roll out.
+				// state has none), and the apply resumes: the canary is rolled out again,
+				// the gates judge, waves 2 and 3 roll out.
+				// Once the refusal is lifted the cluster makes the canary's pod by itself,
+				// ready with no apply waiting for it; the test waits for that (as it
+				// happened in a cold CI run). The refresh then finds it ready, but nothing
+				// recorded it as the last good template: the plan must still roll it out,
+				// so that its wait records it, or the rollback of step 4 would have nothing
+				// to go back to.
 				PreConfig: func() {
 					if err := noDeployment(); err != nil {
 						t.Fatal(err)
 					}
 					liftPodRefusal(t, a, n1)
+					for i := 0; ; i++ { // bounded: 180 polls of 1 s
+						d, err := deployments.Get(context.Background(), n1, metav1.GetOptions{})
+						if err == nil && d.Status.ReadyReplicas >= 1 {
+							break
+						}
+						if i == 180 {
+							t.Fatalf("the cluster did not make %s's pod ready by itself within 3 minutes of the refusal's lift (last error %v)", n1, err)
+						}
+						time.Sleep(time.Second)
+					}
 				},
 				Config: config("v1", "0"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: concatChecks(

@@ -103,7 +103,9 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"and the next apply makes it again). After a rollback the state tells the truth: `image_ref` holds the image the " +
 			"cluster runs, so the next plan shows the difference to the configured image and the next apply tries the rollout again. " +
 			"With `fail_when_not_ready = false` such an apply warns instead of failing (see that attribute). " +
-			"Read always reports the image the Deployment names, and plans a new wait when its pod is not ready.\n\n" +
+			"Read always reports the image the Deployment names, and plans a new wait when its pod is not ready, or when it is ready on a " +
+			"template that is not the last good record (a pod the cluster made ready by itself after a failed rollout's wait had ended): " +
+			"that wait records it, so a later failed rollout has it to go back to.\n\n" +
 			"The kubeconfig is the provider's `kube_config_path`, else `KUBE_CONFIG_PATH`; it is never stored. Destroy deletes the " +
 			"Deployment, the service account and the claim (the node's /var/lib is lost when the StorageClass deletes the volume).",
 		Attributes: map[string]schema.Attribute{
@@ -202,7 +204,9 @@ func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.Va
 }
 
 // ModifyPlan plans a new wait when the last rollout did not end ready, so an apply with
-// an unchanged configuration tries again (docs/design.md#k8s).
+// an unchanged configuration tries again (docs/design.md#k8s); and when the node runs
+// ready a template that is not its last good record (unrecordedReady), so that the wait
+// records it: a later failed rollout goes back to the last good record only.
 func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	defer kit.KeepSubmissionOfUnchangedNode(req, resp)()
 	if !req.Plan.Raw.IsNull() && req.State.Raw.IsNull() {
@@ -216,11 +220,21 @@ func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.Modify
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if state.Status.ValueString() != rolloutReady {
+	if state.Status.ValueString() != rolloutReady || unrecordedReady(state) {
 		for _, a := range []string{"running_image_ref", "last_good_image_ref", "status"} {
 			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(a), types.StringUnknown())...)
 		}
 	}
+}
+
+// unrecordedReady tells whether the node runs ready a template that was never recorded
+// as its last good one. It happens when a pod becomes ready on its own after the
+// rollout's wait had ended (a first rollout that failed, and the cluster created the pod
+// once the cause went away: Read then finds it ready). Without the record, a later failed
+// rollout would have nothing to go back to, although a good template ran.
+func unrecordedReady(m k8sRolloutModel) bool {
+	return m.Status.ValueString() == rolloutReady && m.RunningImageRef.ValueString() != "" &&
+		m.LastGoodImageRef.ValueString() != m.RunningImageRef.ValueString()
 }
 
 // warnIfDeploymentExists warns, at plan, when a node this plan creates already has its
@@ -434,7 +448,7 @@ func (r *k8sRolloutResource) Update(ctx context.Context, req resource.UpdateRequ
 	same := plan.ImageRef.Equal(state.ImageRef) && plan.RuntimeClass.Equal(state.RuntimeClass) &&
 		plan.StorageClass.Equal(state.StorageClass) && plan.StorageSize.Equal(state.StorageSize) &&
 		plan.SpireHandoff.Equal(state.SpireHandoff)
-	if same && state.Status.ValueString() == rolloutReady {
+	if same && state.Status.ValueString() == rolloutReady && !unrecordedReady(state) {
 		// Only timings or timeouts changed: nothing to roll out.
 		plan.RunningImageRef, plan.LastGoodImageRef, plan.Status = state.RunningImageRef, state.LastGoodImageRef, state.Status
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
