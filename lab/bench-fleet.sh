@@ -7,6 +7,8 @@
 #   hand       `apply` of a hand-written graph of N fediversity_node_switch blocks,
 #              from an empty state, with closures new to the nodes (the module's baseline)
 #   cli        `fediversity deploy` of the same group (closures new to the nodes)
+#   cli_4w     the same again with closures new to the nodes, staged in 4 waves
+#              (`--wave-size 25%`): what waves cost against one wave of every node
 #   rss_mb     peak RSS (VmHWM) of the provider and of the CLI over all runs of this N
 # and the ratios of fresh, changed and cli to the 1-node figures and to the module.
 # Every deploy settles SETTLE s and watches WATCH s (the verdict's deliberate waiting),
@@ -230,7 +232,7 @@ tf() { # dir args…
   "$TF" -chdir="$dir" "$@"
 }
 
-printf '%-4s %8s %8s %8s %8s %8s %10s %10s\n' N fresh plan changed hand cli rss_prov_mb rss_cli_mb
+printf '%-4s %8s %8s %8s %8s %8s %8s %10s %10s\n' N fresh plan changed hand cli cli_4w rss_prov_mb rss_cli_mb
 declare -A fresh changed
 for n in $sizes; do
   echo 0 >"$peak_p"
@@ -256,12 +258,18 @@ for n in $sizes; do
     "$d/cli/roster.json" >"$d/cli/roster2.json"
   cli=$(timed "$d/cli/deploy.log" "$root/bin/fediversity" deploy --roster "$d/cli/roster2.json" \
     --submission "$d/cli/submission.json" --baked "$d/cli/baked.json" --method tf --parallel "$par")
+  # Again, with closures new to the nodes, in 4 waves (a staged run deploys a node again
+  # only when its system changed, so a new seed).
+  jq --arg f "$closures" --arg s "w$n-$stamp" '.build = {file: $f, attribute: "good", args: {seed: $s}}' \
+    "$d/cli/roster.json" >"$d/cli/roster3.json"
+  waves=$(timed "$d/cli/waves.log" "$root/bin/fediversity" deploy --roster "$d/cli/roster3.json" \
+    --submission "$d/cli/submission.json" --baked "$d/cli/baked.json" --method tf --parallel "$par" --wave-size 25%)
 
   tf "$d/module" destroy -input=false -auto-approve >/dev/null 2>&1 || true
   tf "$d/hand" destroy -input=false -auto-approve >/dev/null 2>&1 || true
-  printf '%-4s %8s %8s %8s %8s %8s %10s %10s\n' "$n" "${fresh[$n]}" "$plan" "${changed[$n]}" "$hand" "$cli" \
+  printf '%-4s %8s %8s %8s %8s %8s %8s %10s %10s\n' "$n" "${fresh[$n]}" "$plan" "${changed[$n]}" "$hand" "$cli" "$waves" \
     "$(($(cat "$peak_p") / 1024))" "$(($(cat "$peak_c") / 1024))"
-  echo "N=$n module/hand $(echo "scale=2; ${fresh[$n]} / $hand" | bc)  cli/module $(echo "scale=2; $cli / ${fresh[$n]}" | bc)"
+  echo "N=$n module/hand $(echo "scale=2; ${fresh[$n]} / $hand" | bc)  cli/module $(echo "scale=2; $cli / ${fresh[$n]}" | bc)  cli 4 waves/one wave $(echo "scale=2; $waves / $cli" | bc)"
 done
 first=$(echo "$sizes" | awk '{print $1}')
 for n in $sizes; do
