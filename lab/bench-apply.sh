@@ -41,7 +41,9 @@ inst=${LAB_PREFIX:-fedi}-t-bench-h6
 port=$((${LAB_PORT_BASE:-2200} + 99))
 
 [ -f "$state/nodes.json" ] || bash lab/lab.sh up >/dev/null
-go build -trimpath -o "$root/bin/terraform-provider-fediversity" .
+# Built as the release builds it (.goreleaser.yml: no cgo, no symbol tables), so the
+# figures are those of the binary operators install: 6 MB less resident at start.
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/bin/terraform-provider-fediversity" .
 
 work=$(mktemp -d /tmp/fediversity-bench.XXXXXX)
 cleanup() {
@@ -61,7 +63,7 @@ for _ in $(seq 60); do
   sleep 1
 done
 incus file push --mode 0600 "$key.pub" "$inst/root/.ssh/authorized_keys" >/dev/null
-incus exec "$inst" -- sh -c 'test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -A >/dev/null; systemctl restart ssh'
+incus exec "$inst" -- sh -c "$(cat lab/host-key-whole.sh); systemctl restart ssh"
 hostkey=$(incus exec "$inst" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')
 echo "[127.0.0.1]:$port $hostkey" >"$work/known_hosts"
 sshopts="-p $port -i $key -o UserKnownHostsFile=$work/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes"

@@ -20,9 +20,28 @@
 # provider process). Timings are measurements, not assertions:
 # the machine is shared and noisy, so prefer the medians of many rounds.
 #
+# `fleet` measures instead the unchanged plan of modules/tf over SSH (as
+# lab/bench-fleet.sh deploys it) at 1, 8 and 16 nodes (or the sizes given), on
+# throwaway nodes <LAB_PREFIX>-pb-<i> (SSH proxies on 127.0.0.1:$((LAB_PORT_BASE+70+i))),
+# Terraform with -parallelism=max(10, N). Per size, medians of BENCH_ROUNDS rounds:
+#   plan       the unchanged plan
+#   norefresh  the same with -refresh=false (no node is read): plan - norefresh is
+#              what refreshing the nodes costs
+#   default10  the plan with Terraform's default -parallelism (10), for N over 10: the
+#              nodes are then read and planned ten at a time
+#   read_ms    one node's refresh (Read) in the provider, median and slowest over the
+#              nodes of logged plans (TF_LOG_PROVIDER=DEBUG, "node read")
+#   dials      SSH connections one refresh made (each a TCP connect, a key exchange, a
+#              host key check and a login), commands: sessions it ran on the node
+#   eval_ms    one node's plan-time evaluation (a cache hit: the tree hash and lookup)
+#   rss_mb     peak RSS (VmHWM) of the provider over the plans of that size
+# and the load average before and after.
+#
 #   bash lab/bench-plan.sh
 #   BENCH_NODES=4 BENCH_ROUNDS=3 bash lab/bench-plan.sh
 #   TF=$(bash lab/build-tofu.sh) bash lab/bench-plan.sh
+#   LAB_PREFIX=me LAB_PORT_BASE=3100 LAB_STATE=/var/lib/fediversity-lab-me bash lab/bench-plan.sh fleet
+#   BENCH_ROUNDS=3 bash lab/bench-plan.sh fleet 1 16
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # This machine reaches no binary cache: tell nix not to ask one (each build otherwise
@@ -35,7 +54,92 @@ ROUNDS=${BENCH_ROUNDS:-5}
 prefix=${LAB_PREFIX:-fedi}
 
 [ -f "${LAB_STATE:-/var/lib/fediversity-lab}/nodes.json" ] || bash lab/lab.sh up >/dev/null
-go build -trimpath -o "$root/bin/terraform-provider-fediversity" .
+# Built as the release builds it (.goreleaser.yml: no cgo, no symbol tables), so the
+# figures are those of the binary operators install: 6 MB less resident at start.
+CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/bin/terraform-provider-fediversity" .
+
+now() { date +%s.%N; }
+median() { sort -n | awk '{v[NR]=$1} END {print (NR == 0 ? "nan" : NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
+
+if [ "${1:-}" = fleet ]; then
+  shift
+  sizes=${*:-1 8 16}
+  port_base=${LAB_PORT_BASE:-2200}
+  state=${LAB_STATE:-/var/lib/fediversity-lab}
+  SETTLE=${BENCH_SETTLE:-1} WATCH=${BENCH_WATCH:-2}
+  ROUNDS=${BENCH_ROUNDS:-5}
+  max=0
+  for n in $sizes; do [ "$n" -gt "$max" ] && max=$n; done
+  # shellcheck source=lab/bench-nodes.sh
+  . lab/bench-nodes.sh
+  bench_raise_limits "$max"
+  work=$(mktemp -d /tmp/fediversity-bench-plan-fleet.XXXXXX)
+  cleanup() {
+    [ -n "${sampler:-}" ] && kill "$sampler" 2>/dev/null || true
+    if [ -n "${BENCH_KEEP:-}" ]; then
+      echo "nodes and logs kept in $work"
+    else
+      for i in $(seq 1 "$max"); do incus delete --force "$prefix-pb-$i" >/dev/null 2>&1 || true; done
+      rm -rf "$work"
+    fi
+  }
+  trap cleanup EXIT
+  echo "launching $max nodes ($prefix-pb-1 … $prefix-pb-$max)" >&2
+  bench_launch "$prefix-pb" 70 "$max"
+  bench_tfrc
+  export XDG_CACHE_HOME=$work/cache
+  # Every size deploys the same systems (one seed): the nodes the sizes share run what
+  # each size's state says, so every plan is unchanged.
+  seed="plan-$(date +%s)"
+  for n in $sizes; do
+    d=$work/n$n
+    bench_group "$d" "$n" "$prefix-pb" 70
+    bench_module_config "$d" "$seed"
+    "$TF" -chdir="$d" get >"$d/get.log" 2>&1 || { echo "terraform get failed in $d" >&2; exit 1; }
+    "$TF" -chdir="$d" apply -input=false -auto-approve -parallelism=$((n > 10 ? n : 10)) >"$d/apply.log" 2>&1 ||
+      { echo "apply of $n nodes failed:" >&2; tail -30 "$d/apply.log" >&2; exit 1; }
+  done
+  plan() { # N log [args…]: seconds of an unchanged plan; fails loudly on any change
+    local n=$1 log=$2 t0 t1 rc=0
+    shift 2
+    t0=$(now)
+    "$TF" -chdir="$work/n$n" plan -input=false -lock=false -detailed-exitcode -parallelism=$((n > 10 ? n : 10)) "$@" >"$log" 2>&1 || rc=$?
+    t1=$(now)
+    [ "$rc" = 0 ] || { echo "plan of $n nodes was not empty (exit $rc):" >&2; tail -30 "$log" >&2; exit 1; }
+    echo "$t1 - $t0" | bc -l
+  }
+  field() { grep -o "\"$1\":[0-9.e+-]*\| $1=[0-9.e+-]*" | grep -o '[0-9.e+-]*$'; }
+  load0=$(cut -d' ' -f1-3 /proc/loadavg)
+  printf '\n=== unchanged plan of modules/tf over SSH (%s, medians of %d rounds)\n' "$("$TF" version | head -1)" "$ROUNDS"
+  for n in $sizes; do
+    d=$work/n$n
+    peak=$work/peak-$n
+    sampler=$(bench_peak_rss "$peak" "$root/bin/terraform-provider-fediversity")
+    : >"$d/rows"
+    for round in $(seq "$ROUNDS"); do
+      p=$(plan "$n" "$d/plan-$round.out")
+      nr=$(plan "$n" "$d/norefresh-$round.out" -refresh=false)
+      p10=0
+      [ "$n" -gt 10 ] && p10=$(plan "$n" "$d/default10-$round.out" -parallelism=10)
+      TF_LOG_PROVIDER=DEBUG TF_LOG_PATH=$d/logged-$round.log plan "$n" "$d/logged-$round.out" >/dev/null
+      echo "$p $nr $p10" >>"$d/rows"
+    done
+    kill "$sampler" 2>/dev/null || true
+    sampler=
+    reads=$(cat "$d"/logged-*.log | grep '"node read"\|node read:' || true)
+    evals=$(cat "$d"/logged-*.log | grep 'node evaluated' || true)
+    printf '%s\n' "$reads" >"$d/reads"
+    [ "$n" -gt 10 ] && printf 'N=%-3s default10 %.2fs  (the plan with -parallelism=10)\n' "$n" "$(awk '{print $3}' "$d/rows" | median)"
+    printf 'N=%-3s plan %.2fs  norefresh %.2fs  refresh %.2fs  read_ms %.1f (max %.1f)  dials %s  commands %s  eval_ms %.1f  rss_mb %d\n' "$n" \
+      "$(awk '{print $1}' "$d/rows" | median)" "$(awk '{print $2}' "$d/rows" | median)" \
+      "$(awk '{print $1 - $2}' "$d/rows" | median)" \
+      "$(field ms <"$d/reads" | median)" "$(field ms <"$d/reads" | sort -n | tail -1 | grep . || echo nan)" \
+      "$(field dials <"$d/reads" | median)" "$(field commands <"$d/reads" | median)" \
+      "$(printf '%s\n' "$evals" | field seconds | awk '{print $1 * 1000}' | median)" "$(($(cat "$peak") / 1024))"
+  done
+  printf 'load average before %s, after %s; every plan: -parallelism=max(10, N), read_ms and eval_ms from the logged plans\n' "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)"
+  exit 0
+fi
 
 work=$(mktemp -d /tmp/fediversity-bench-plan.XXXXXX)
 insts=()
@@ -131,8 +235,6 @@ for v in eval base flake; do
     { echo "apply ($v) failed:"; tail -30 "$work/$v.apply"; exit 1; }
 done
 
-now() { date +%s.%N; }
-median() { sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 plan() { # variant log
   local t0 t1 rc=0
   t0=$(now)

@@ -193,7 +193,7 @@ launch_node() {
     wait_running "$name" || log "$name: still not running cleanly; tests that judge its units will say so"
   fi
   incus file push --mode 0600 "$STATE/id_ed25519.pub" "$name/root/.ssh/authorized_keys" >/dev/null
-  incus exec "$name" -- sh -c "test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -A >/dev/null; systemctl restart ssh; echo $name >/etc/hostname; hostname $name"
+  incus exec "$name" -- sh -c "$(cat "$HERE/host-key-whole.sh"); systemctl restart ssh; echo $name >/etc/hostname; hostname $name"
 }
 
 write_state() {
@@ -202,6 +202,11 @@ write_state() {
     name=$LAB_PREFIX-n$i
     port=$((LAB_PORT_BASE + i))
     key=$(incus exec "$name" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')
+    # Never pin an empty key: a test would read it as "no pin" and fail for the lab's sake.
+    case $key in
+      ssh-ed25519\ ?*) ;;
+      *) echo "lab.sh: $name has no whole ed25519 host key (read: '$key')" >&2; return 1 ;;
+    esac
     kh+="[127.0.0.1]:$port $key"$'\n'
     [ $first = 1 ] || json+=","
     first=0

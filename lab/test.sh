@@ -95,8 +95,12 @@ background_early() { # background_early NAME CMD…: as background, niced to 19 
   local name=$1; shift
   background "$name" nice -n 19 "$@"; early[$name]=$!
 }
-renice_tree() { # renice_tree PRIO PID: PID and every process below it
-  renice -n "$1" -p "$2" >/dev/null 2>&1 || true
+renice_tree() { # renice_tree PRIO PID: PID and every process below it, every thread of each
+  # Linux keeps a niceness per thread, and `renice -p PID` sets the main thread's only: a
+  # Go build's other threads, which start its compilers, stayed at 19, so on a cold CI
+  # run the Kubernetes build crawled under the nodes suites for 50 minutes.
+  local task
+  for task in /proc/"$2"/task/*; do renice -n "$1" -p "${task##*/}" >/dev/null 2>&1 || true; done
   local child
   for child in $(pgrep -P "$2"); do renice_tree "$1" "$child"; done
 }
@@ -106,10 +110,13 @@ background_early build-node bash lab/k8s/node-build.sh
 background_early build-spire bash lab/spire/build.sh
 if [ "$mode" != setup ]; then
   # One binary per package, named after its last element (go test -c -o DIR/); beside
-  # them, each package's import path and directory, for test2json and the working dir.
-  mkdir -p "$logs/acc"
+  # them, each package's import path and directory, for test2json and the working dir,
+  # and the provider the CLI tests run under Terraform and OpenTofu (built once here for
+  # every suite, from the packages the test binaries just compiled:
+  # FEDIVERSITY_CLI_PROVIDER_DIR).
+  mkdir -p "$logs/acc/cli-provider"
   background_early build-provider-tests sh -c 'go list -f "{{.ImportPath}} {{.Dir}}" "$@" >"$0/packages" &&
-    go test -c -o "$0/" "$@"' "$logs/acc" "${ACC_PKGS[@]}"
+    go test -c -o "$0/" "$@" && go build -o "$0/cli-provider/terraform-provider-fediversity" .' "$logs/acc" "${ACC_PKGS[@]}"
 fi
 if [ "$mode" = all ]; then
   # Nothing waits on the linters but the end of the run: they stay niced.
@@ -140,10 +147,33 @@ if ! ls "$sudo_debs"/sudo_*.deb >/dev/null 2>&1; then
 fi
 
 # 3. Kubernetes (control plane, then the real node) and the lab's spire node, once built.
+# A part that does not come up is taken down, its state wiped, and brought up once more
+# from scratch: a whole CI run's Kubernetes and SPIRE suites must not be lost to one
+# failed start (one was: kube-apiserver exited on a loaded start, beside every lab
+# instance booting at once and the test builds), nor to state a part left behind. A build that failed (a module download cut off) is run once more the same way.
+# The first attempt's log stays in this part's log.
+part_up() { # part_up NAME RESET UP…: run UP; when it fails, RESET and run UP once more
+  local name=$1 reset=$2; shift 2
+  "$@" && return 0
+  mark "$name did not come up (exit $?): taking it down and trying once more from scratch"
+  bash -c "$reset" || true
+  "$@"
+}
+built() { # built NAME SCRIPT: NAME's background build ended well, or SCRIPT, run once more, does
+  wait_for "$1" && return 0
+  mark "$1 failed: building once more"
+  bash "$2" >/dev/null
+}
 k8s_parts_up() {
-  wait_for build-k8s && bash lab/k8s/up.sh && mark "kubernetes control plane up" &&
-    wait_for build-node && bash lab/k8s/node-up.sh && mark "kubernetes real node up" &&
-    wait_for build-spire && bash lab/spire/up.sh && mark "spire node up"
+  built build-k8s lab/k8s/build.sh &&
+    part_up "the kubernetes control plane" "bash lab/k8s/node-down.sh; bash lab/k8s/down.sh; rm -rf --one-file-system \"\${FEDIVERSITY_K8S_STATE:-/var/lib/fediversity-k8s}/pki\"" bash lab/k8s/up.sh &&
+    mark "kubernetes control plane up" &&
+    built build-node lab/k8s/node-build.sh &&
+    part_up "the kubernetes real node" "bash lab/k8s/node-down.sh; rm -rf --one-file-system \"\${FEDIVERSITY_K8S_NODE_STATE:-/var/lib/fediversity-k8s-node}\"" bash lab/k8s/node-up.sh &&
+    mark "kubernetes real node up" &&
+    built build-spire lab/spire/build.sh &&
+    part_up "the spire node" "bash lab/spire/down.sh" bash lab/spire/up.sh &&
+    mark "spire node up"
 }
 background k8s-parts k8s_parts_up
 
@@ -166,9 +196,11 @@ suite() { # suite NAME CMD…: run one suite (CMD prints go test -json) and reco
   flock "$logs/print.lock" sh -c 'printf "\n=== log of %s\n" "$1"; cat "$2"' _ "$name" "$logs/suite-$name.log"
   return $rc
 }
-blocked() { # blocked NAME PART: record NAME as failed because PART could not be made
+blocked() { # blocked NAME PART [LOG]: record NAME as failed because PART could not be made
+  # The end of PART's log goes into the record, so that the summary at the run's end
+  # says why (CI may show only the end of the output).
   "$logs/testsummary" run -suite "$1" -record "$logs/suites" -- \
-    sh -c 'echo "not run: $0 could not be brought up (its log is printed above)"; exit 1' "$2" >/dev/null 2>&1
+    sh -c 'echo "not run: $0 could not be brought up (its log is printed above)"; [ -z "$1" ] || tail -n 5 "$1"; exit 1' "$2" "${3:-}" >/dev/null 2>&1
   mark "end:   $1: not run, $2 failed"
 }
 # lab_env PREFIX PORT_BASE: point this (sub)shell at a lab of its own (nodes, state, ports).
@@ -225,8 +257,8 @@ acc_count() { printf '%s\n' "$@" | tr ' ' '\n' | sed -n 's/^[^=]*=^(\(.*\))\$$/\
 # from the test binaries built once.
 acceptance() {
   local name=$1 bin=$2 selection=$3
-  wait_for build-provider-tests || { blocked "$name" "the acceptance test binaries"; return 1; }
-  export TF_ACC=1 TF_ACC_TERRAFORM_PATH=$bin
+  wait_for build-provider-tests || { blocked "$name" "the acceptance test binaries" "$logs/build-provider-tests.log"; return 1; }
+  export TF_ACC=1 TF_ACC_TERRAFORM_PATH=$bin FEDIVERSITY_CLI_PROVIDER_DIR=$logs/acc/cli-provider
   if [ "$bin" != "$TERRAFORM" ]; then
     export TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org
   fi
@@ -235,15 +267,15 @@ acceptance() {
 # nodes_suite NAME BINARY PREFIX PORT_BASE SELECTION: nodes tests on a lab of their own.
 nodes_suite() {
   lab_env "$3" "$4"
-  bash lab/lab.sh up >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
+  bash lab/lab.sh up >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3" "$logs/lab-$3.log"; return 1; }
   acceptance "$1" "$2" "$5"
 }
 # k8s_suite NAME BINARY PREFIX PORT_BASE SELECTION: acceptance tests that need Kubernetes
 # and SPIRE, on a lab and spire node of their own.
 k8s_suite() {
-  wait_for k8s-parts || { blocked "$1" "Kubernetes or SPIRE"; return 1; }
+  wait_for k8s-parts || { blocked "$1" "Kubernetes or SPIRE" "$logs/k8s-parts.log"; return 1; }
   lab_env "$3" "$4"
-  { bash lab/lab.sh up && bash lab/spire/up.sh; } >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3"; return 1; }
+  { bash lab/lab.sh up && part_up "spire node $3" "bash lab/spire/down.sh" bash lab/spire/up.sh; } >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3" "$logs/lab-$3.log"; return 1; }
   acceptance "$1" "$2" "$5"
 }
 tofu_path() { wait_for build-tofu && tail -1 "$logs/build-tofu.log"; }
@@ -256,7 +288,7 @@ if [ "$mode" = all ]; then
   ( wait_for build-provider-tests || true
     suite "unit and lab" go test -json -count=1 -timeout 40m $(go list ./... | grep -v -e '/internal/k8s$' -e '/internal/spire$') ) &
   pids+=($!)
-  ( wait_for k8s-parts || { blocked "k8s and SPIRE lab" "Kubernetes or SPIRE"; exit 1; }
+  ( wait_for k8s-parts || { blocked "k8s and SPIRE lab" "Kubernetes or SPIRE" "$logs/k8s-parts.log"; exit 1; }
     suite "k8s and SPIRE lab" go test -json -count=1 -timeout 40m ./internal/k8s/ ./internal/spire/ ) &
   pids+=($!)
 fi
@@ -288,14 +320,14 @@ if wait_for build-provider-tests; then
   mark "acceptance tests: $listed listed, in ${#shards[@]} nodes shard(s), ${#k8s_shard_tests[@]} k8s and SPIRE shard(s), and alone"
 else
   shards=() alone="" k8s_shard_tests=()
-  blocked "acceptance: nodes" "the acceptance test binaries"
+  blocked "acceptance: nodes" "the acceptance test binaries" "$logs/build-provider-tests.log"
   failed=1
 fi
 for i in "${!shards[@]}"; do
   n=$((i + 1)) of=" of ${#shards[@]}"
   ( nodes_suite "acceptance: Terraform, nodes $n$of" "$TERRAFORM" "fedtn$n" $((4000 + 100 * n)) "${shards[$i]}" ) &
   pids+=($!)
-  ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, nodes $n$of" OpenTofu; exit 1; }
+  ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, nodes $n$of" OpenTofu "$logs/build-tofu.log"; exit 1; }
     nodes_suite "acceptance: OpenTofu, nodes $n$of" "$tofu" "fedon$n" $((4500 + 100 * n)) "${shards[$i]}" ) &
   pids+=($!)
 done
@@ -303,7 +335,7 @@ for i in "${!k8s_shard_tests[@]}"; do
   n=$((i + 1)) of=" $((i + 1)) of ${#k8s_shard_tests[@]}"
   ( k8s_suite "acceptance: Terraform, k8s and SPIRE$of" "$TERRAFORM" "fedtk$n" $((5000 + 100 * n)) "${k8s_shard_tests[$i]}" ) &
   pids+=($!)
-  ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, k8s and SPIRE$of" OpenTofu; exit 1; }
+  ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, k8s and SPIRE$of" OpenTofu "$logs/build-tofu.log"; exit 1; }
     k8s_suite "acceptance: OpenTofu, k8s and SPIRE$of" "$tofu" "fedok$n" $((5500 + 100 * n)) "${k8s_shard_tests[$i]}" ) &
   pids+=($!)
 done
@@ -312,7 +344,7 @@ for p in "${pids[@]}"; do wait "$p" || failed=1; done
 # The tests that must have the machine to themselves, with each binary in turn, on the
 # labs of the first nodes shards.
 ( lab_env fedtn1 4100; acceptance "acceptance: Terraform, alone" "$TERRAFORM" "$alone" ) || failed=1
-( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, alone" OpenTofu; exit 1; }
+( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, alone" OpenTofu "$logs/build-tofu.log"; exit 1; }
   lab_env fedon1 4600; acceptance "acceptance: OpenTofu, alone" "$tofu" "$alone" ) || failed=1
 if [ "$mode" = all ]; then
   wait_for lint && mark "make lint passed" || { mark "make lint failed"; cat "$logs/lint.log"; failed=1; }

@@ -128,9 +128,23 @@ output "summary" {
 }
 
 // deployedNodePlan is the node plan inside the toplevel of the image node's Deployment
-// names: the image's toplevel label, read from the registry, and the plan the build
-// copied into that toplevel, read from the local store.
+// names (deployedToplevel), as the build copied it into that toplevel, read from the
+// local store.
 func deployedNodePlan(a *acctest.K8s, node string) (string, error) {
+	top, err := deployedToplevel(a, node)
+	if err != nil {
+		return "", err
+	}
+	plan, err := os.ReadFile(filepath.Join(top, "etc", "fediversity", "node-plan.json"))
+	if err != nil {
+		return "", fmt.Errorf("%s's image (toplevel %q): %w", node, top, err)
+	}
+	return string(plan), nil
+}
+
+// deployedToplevel is the toplevel of the image node's Deployment names: the image's
+// toplevel label, read from the registry.
+func deployedToplevel(a *acctest.K8s, node string) (string, error) {
 	d, err := a.C.CS.AppsV1().Deployments(a.Ns).Get(context.Background(), node, metav1.GetOptions{})
 	if err != nil {
 		return "", err
@@ -148,9 +162,8 @@ func deployedNodePlan(a *acctest.K8s, node string) (string, error) {
 		return "", err
 	}
 	top := cfg.Config.Labels["org.fediversity.toplevel"]
-	plan, err := os.ReadFile(filepath.Join(top, "etc", "fediversity", "node-plan.json"))
-	if err != nil {
-		return "", fmt.Errorf("%s's image %s (toplevel %q): %w", node, ref, top, err)
+	if top == "" {
+		return "", fmt.Errorf("%s's image %s has no label org.fediversity.toplevel", node, ref)
 	}
-	return string(plan), nil
+	return top, nil
 }

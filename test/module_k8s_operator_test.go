@@ -8,10 +8,10 @@ package test
 // the trust bundle, on the first rollout and on every one after it. Named TestAccSpire…
 // so that CI runs it in the suite that has a spire node.
 //
-// Not here: a SPIRE agent attesting from inside a node's pod. kwok runs no containers,
-// and the real node's runtime runs none of this provider's node images with a SPIRE
-// agent; TestAccSpireHandoff_attestRotateRemakeDestroy attests with a real agent beside
-// the lab, with the token the apiserver issues for the node's pod.
+// Not here: a SPIRE agent attesting from inside a node's pod. kwok runs no containers;
+// TestAccK8sRolloutRealNode_spireAgentAttestsInPod (internal/provider/k8s) has the agent
+// of a node's pod attest on the lab's real kubelet node, with the resources this module
+// wires, not through the module.
 
 import (
 	"context"
@@ -376,11 +376,11 @@ func carriesSpire(d *appsv1.Deployment, n string) error {
 	return nil
 }
 
-// hasEntries: the server holds node n's alias (k8s_psat selectors of the namespace's
-// cluster and node-<n>) and its host entry parented to the alias.
+// hasEntries: the server holds node n's alias (k8s_psat selectors of the node's cluster
+// and node-<n>) and its host entry parented to the alias.
 func hasEntries(spireExec func(...string) (string, error), ns, n string) error {
 	out, err := spireExec("entry", "show", "-spiffeID", spire.AliasID(ns, n))
-	for _, sel := range []string{"k8s_psat:cluster:" + ns, "k8s_psat:agent_ns:" + ns, "k8s_psat:agent_sa:node-" + n} {
+	for _, sel := range []string{"k8s_psat:cluster:" + spire.K8sCluster(ns, n), "k8s_psat:agent_ns:" + ns, "k8s_psat:agent_sa:node-" + n} {
 		if err != nil || !strings.Contains(out, "Selector         : "+sel) {
 			return fmt.Errorf("%s: the alias entry lacks %s: %v\n%s", n, sel, err, out)
 		}
@@ -393,25 +393,29 @@ func hasEntries(spireExec func(...string) (string, error), ns, n string) error {
 }
 
 // attestorAccepts: the spire node's k8s_psat clusters (the file spire-server reads, which
-// the hand-off writes) give the namespace's cluster the audience of the pods' token and
-// allow (or, with allowed false, no longer allow) the service account of each node.
+// the hand-off writes) have each node's cluster (spire.K8sCluster), which takes the
+// audience of the pods' token and allows the node's service account only (or, with
+// allowed false, no longer have the node's cluster).
 func attestorAccepts(sn labtest.SpireNode, ns string, nodes []string, allowed bool) error {
 	out, err := labtest.IncusErr("exec", sn.Name, "--", "cat", "/var/lib/spire/fediversity/k8s_psat.hcl")
 	if err != nil {
 		return fmt.Errorf("k8s_psat clusters on the spire node: %v %s", err, out)
 	}
-	_, block, found := strings.Cut(out, fmt.Sprintf("%q = {", ns))
-	block, _, _ = strings.Cut(block, "}")
-	if !found {
-		return fmt.Errorf("the k8s_psat attestor has no cluster %s:\n%s", ns, out)
-	}
-	if !strings.Contains(block, fmt.Sprintf("audience = [%q]", k8s.SpireAudience)) {
-		return fmt.Errorf("cluster %s of the k8s_psat attestor does not take the pods' token audience %q:\n%s", ns, k8s.SpireAudience, block)
-	}
 	for _, n := range nodes {
-		sa := fmt.Sprintf("%q", ns+":"+k8s.ServiceAccountName(n))
-		if strings.Contains(block, sa) != allowed {
-			return fmt.Errorf("cluster %s of the k8s_psat attestor: service account %s allowed = %v, want %v:\n%s", ns, sa, !allowed, allowed, block)
+		cluster := spire.K8sCluster(ns, n)
+		_, block, found := strings.Cut(out, fmt.Sprintf("%q = {", cluster))
+		block, _, _ = strings.Cut(block, "}")
+		if found != allowed {
+			return fmt.Errorf("the k8s_psat attestor has cluster %s: %v, want %v:\n%s", cluster, found, allowed, out)
+		}
+		if !allowed {
+			continue
+		}
+		if !strings.Contains(block, fmt.Sprintf("audience = [%q]", k8s.SpireAudience)) {
+			return fmt.Errorf("cluster %s of the k8s_psat attestor does not take the pods' token audience %q:\n%s", cluster, k8s.SpireAudience, block)
+		}
+		if sa := fmt.Sprintf("service_account_allow_list = [%q]", ns+":"+k8s.ServiceAccountName(n)); !strings.Contains(block, sa) {
+			return fmt.Errorf("cluster %s of the k8s_psat attestor does not allow only %s:\n%s", cluster, ns+":"+k8s.ServiceAccountName(n), block)
 		}
 	}
 	return nil

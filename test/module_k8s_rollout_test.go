@@ -246,44 +246,12 @@ func (addr stateAttrs) check(f func(map[string]any) error) statecheck.StateCheck
 // allowed (when given). It returns when the policy is in force.
 func refusePods(t *testing.T, a *acctest.K8s, node, allowed string) {
 	t.Helper()
-	ctx := context.Background()
-	api := a.C.CS.AdmissionregistrationV1()
-	name := "refuse-pods-" + a.Ns + "-" + node
-	_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-	_ = api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
 	repo := "/" + a.Ns + "/" + node + "@"
-	fail := admissionv1.Fail
-	pol := &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-				},
-			}}},
-			Validations: []admissionv1.Validation{{
-				Expression: fmt.Sprintf(`!object.spec.containers.exists(c, c.image.contains(%q) && c.image != %q)`, repo, allowed),
-				Message:    "test policy: the pods of " + node + " are refused",
-			}},
-		},
-	}
-	if _, err := api.ValidatingAdmissionPolicies().Create(ctx, pol, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	bind := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: name, ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-		},
-	}
-	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, bind, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+	// Written before the module makes the namespace: the image's repository names it.
+	a.AdmissionPolicy(acctest.Refusal{
+		Name: "refuse-pods-" + a.Ns + "-" + node, Op: admissionv1.Create, Resource: "pods", AnyNamespace: true,
+		Expression: fmt.Sprintf(`!object.spec.containers.exists(c, c.image.contains(%q) && c.image != %q)`, repo, allowed),
+		Message:    "test policy: the pods of " + node + " are refused",
 	})
 	waitPodRefusal(t, a, node, true)
 }

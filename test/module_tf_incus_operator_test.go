@@ -32,27 +32,9 @@ func TestAccSpireModuleTFIncusOperator(t *testing.T) {
 	// so every step's provider block (and the last, empty root's) stays empty.
 	t.Setenv("SSH_PRIVATE_KEY_FILE", labtest.KeyFile())
 
-	var names []string
-	roster := map[string]any{}
-	for _, s := range []string{"a", "b", "c"} {
-		node := labtest.NewInstance(t, "mop-"+s)
-		// What a real node's configuration and host give it: the agent binary, and the
-		// SPIRE server at its own 127.0.0.1:8081 (here a proxy device to the spire node).
-		labtest.Incus(t, "config", "device", "add", node.Instance, "spire", "proxy", "listen=tcp:127.0.0.1:8081",
-			fmt.Sprintf("connect=tcp:127.0.0.1:%d", sn.ServerPort), "bind=instance")
-		labtest.Incus(t, "file", "push", "--mode", "0755", agent, node.Instance+"/usr/local/bin/spire-agent")
-		names = append(names, node.Instance)
-		roster[node.Instance] = map[string]any{"instance": node.Instance}
-	}
-	a, b, c := names[0], names[1], names[2]
 	group := "op" + strings.ReplaceAll(labtest.Prefix(), "-", "")
-	t.Cleanup(func() {
-		for _, n := range names {
-			for _, id := range []string{"alias", "host"} {
-				_, _ = labtest.IncusErr("exec", sn.Name, "--", "spire-server", "entry", "delete", "-entryID", spire.IncusEntryPrefix(group, n)+id)
-			}
-		}
-	})
+	names, roster := operatorNodes(t, sn, agent, group, "mop")
+	a, b, c := names[0], names[1], names[2]
 	g := newGroupSample(t, "tf-incus-operator", names)
 	closures := labtest.RepoRoot(t) + "/lab/closures/default.nix"
 	config := acctest.Config(`provider "fediversity" {}` + fmt.Sprintf(`
@@ -82,30 +64,8 @@ output "summary" {
 		sw           = "module.group.module.wave_1.fediversity_node_switch.node"
 		verdict      = "module.group.module.wave_1.fediversity_verdict.node"
 	)
-	entries := func(n string) string {
-		out, _ := labtest.IncusErr("exec", sn.Name, "--", "spire-server", "entry", "show", "-entryID", spire.IncusEntryPrefix(group, n)+"host")
-		return out
-	}
-	// attested: each node's agent holds the SVID of its own host entry, and the secret
-	// chain's product, which app.service needs, is there.
-	attested := func(nodes ...string) labCheck {
-		return func() error {
-			for _, n := range nodes {
-				out, err := labtest.IncusErr("exec", n, "--", "/usr/local/bin/spire-agent", "api", "fetch", "x509", "-socketPath", "/run/spire-agent/api.sock")
-				if err != nil || !strings.Contains(out, spire.HostID(group, n)) {
-					journal, _ := labtest.IncusErr("exec", n, "--", "journalctl", "-u", "fedi-spire-agent", "--no-pager", "-n", "20")
-					return fmt.Errorf("the agent of %s holds no SVID of %s (%v):\n%s\n%s", n, spire.HostID(group, n), err, out, journal)
-				}
-				if _, err := labtest.IncusErr("exec", n, "--", "test", "-e", "/run/secret"); err != nil {
-					return fmt.Errorf("%s: the secret chain's product /run/secret is missing", n)
-				}
-				if !strings.Contains(entries(n), spire.HostID(group, n)) {
-					return fmt.Errorf("%s: no host entry on the server", n)
-				}
-			}
-			return nil
-		}
-	}
+	entries := func(n string) string { return hostEntry(sn, group, n) }
+	attested := func(nodes ...string) labCheck { return attestedWithSecret(sn, group, nodes...) }
 	every := func(action plancheck.ResourceActionType) map[string]plancheck.ResourceActionType {
 		return map[string]plancheck.ResourceActionType{a: action, b: action, c: action}
 	}
@@ -168,4 +128,57 @@ output "summary" {
 			},
 		),
 	})
+}
+
+// hostEntry is what the spire node shows of node's host entry in group ("" or an error
+// text when there is none).
+func hostEntry(sn labtest.SpireNode, group, node string) string {
+	out, _ := labtest.IncusErr("exec", sn.Name, "--", "spire-server", "entry", "show", "-entryID", spire.IncusEntryPrefix(group, node)+"host")
+	return out
+}
+
+// attestedWithSecret: each node's agent holds the SVID of its own host entry, the server
+// has that entry, and the secret chain's product, which app.service needs, is there.
+func attestedWithSecret(sn labtest.SpireNode, group string, nodes ...string) labCheck {
+	return func() error {
+		for _, n := range nodes {
+			out, err := labtest.IncusErr("exec", n, "--", "/usr/local/bin/spire-agent", "api", "fetch", "x509", "-socketPath", "/run/spire-agent/api.sock")
+			if err != nil || !strings.Contains(out, spire.HostID(group, n)) {
+				journal, _ := labtest.IncusErr("exec", n, "--", "journalctl", "-u", "fedi-spire-agent", "--no-pager", "-n", "20")
+				return fmt.Errorf("the agent of %s holds no SVID of %s (%v):\n%s\n%s", n, spire.HostID(group, n), err, out, journal)
+			}
+			if _, err := labtest.IncusErr("exec", n, "--", "test", "-e", "/run/secret"); err != nil {
+				return fmt.Errorf("%s: the secret chain's product /run/secret is missing", n)
+			}
+			if !strings.Contains(hostEntry(sn, group, n), spire.HostID(group, n)) {
+				return fmt.Errorf("%s: no host entry on the server", n)
+			}
+		}
+		return nil
+	}
+}
+
+// operatorNodes makes three lab containers, prefix-a to prefix-c, as a real node's
+// configuration and host give them: the agent binary, and the SPIRE server at their own
+// 127.0.0.1:8081 (here a proxy device to the spire node). It returns their names and a
+// roster naming each by its instance; their entries in group go with the test.
+func operatorNodes(t *testing.T, sn labtest.SpireNode, agent, group, prefix string) ([]string, map[string]any) {
+	var names []string
+	roster := map[string]any{}
+	for _, s := range []string{"a", "b", "c"} {
+		node := labtest.NewInstance(t, prefix+"-"+s)
+		labtest.Incus(t, "config", "device", "add", node.Instance, "spire", "proxy", "listen=tcp:127.0.0.1:8081",
+			fmt.Sprintf("connect=tcp:127.0.0.1:%d", sn.ServerPort), "bind=instance")
+		labtest.Incus(t, "file", "push", "--mode", "0755", agent, node.Instance+"/usr/local/bin/spire-agent")
+		names = append(names, node.Instance)
+		roster[node.Instance] = map[string]any{"instance": node.Instance}
+	}
+	t.Cleanup(func() {
+		for _, n := range names {
+			for _, id := range []string{"alias", "host"} {
+				_, _ = labtest.IncusErr("exec", sn.Name, "--", "spire-server", "entry", "delete", "-entryID", spire.IncusEntryPrefix(group, n)+id)
+			}
+		}
+	})
+	return names, roster
 }

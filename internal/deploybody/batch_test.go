@@ -22,13 +22,12 @@ type batchingNode struct {
 }
 
 func (b *batchingNode) Run(ctx context.Context, argv []string, opts RunOptions) (RunResult, error) {
-	b.roundTrips++
+	b.count(nil)
 	return b.fakeNode.Run(ctx, argv, opts)
 }
 
 func (b *batchingNode) RunBatch(ctx context.Context, cmds [][]string, opts RunOptions) ([]RunResult, error) {
-	b.roundTrips++
-	b.batches = append(b.batches, cmds)
+	b.count(cmds)
 	out := make([]RunResult, 0, len(cmds))
 	for _, c := range cmds {
 		res, err := b.fakeNode.Run(ctx, c, opts)
@@ -38,6 +37,17 @@ func (b *batchingNode) RunBatch(ctx context.Context, cmds [][]string, opts RunOp
 		out = append(out, res)
 	}
 	return out, nil
+}
+
+// count counts a round trip (and keeps a batch's commands) under the node's lock: the
+// snapshot's read runs beside the push.
+func (b *batchingNode) count(batch [][]string) {
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
+	b.roundTrips++
+	if batch != nil {
+		b.batches = append(b.batches, batch)
+	}
 }
 
 // The verdict must not depend on whether the transport batches its reads, and a
@@ -144,11 +154,20 @@ type slowNode struct {
 }
 
 func (s *slowNode) Run(ctx context.Context, argv []string, opts RunOptions) (RunResult, error) {
-	s.clock.now = s.clock.now.Add(s.cost)
+	s.roundTrip()
 	return s.batchingNode.Run(ctx, argv, opts)
 }
 
 func (s *slowNode) RunBatch(ctx context.Context, cmds [][]string, opts RunOptions) ([]RunResult, error) {
-	s.clock.now = s.clock.now.Add(s.cost)
+	s.roundTrip()
 	return s.batchingNode.RunBatch(ctx, cmds, opts)
+}
+
+// roundTrip advances the simulated clock by one round trip's cost, under the node's
+// and the clock's locks: the snapshot's read runs beside the push.
+func (s *slowNode) roundTrip() {
+	s.stateMu.Lock()
+	defer s.stateMu.Unlock()
+	defer s.clock.hold()()
+	s.clock.now = s.clock.now.Add(s.cost)
 }

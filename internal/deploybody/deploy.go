@@ -48,12 +48,18 @@ func newRunEnv(t Transport, o Options, verdictOnly bool) *runEnv {
 type flow struct {
 	res *Result // the record the run returns: the steps copy the phases' outputs into it
 
-	toplevel   string       // build (verdict-only: the options, or the snapshot)
-	nodeSilent bool         // wait-for-node (verdict-only: the node did not answer)
-	lock       *nodeLock    // lock-node
-	before     snapshot     // snapshot-unit-states
-	switched   switched     // switch
-	armed      *armedRevert // switch, until the revert is settled
+	toplevel   string    // build (verdict-only: the options, or the snapshot)
+	nodeSilent bool      // wait-for-node (verdict-only: the node did not answer)
+	lock       *nodeLock // lock-node
+	before     snapshot  // snapshot-unit-states
+	// ahead is the snapshot's read, taken beside the push (push-closure), until the
+	// snapshot phase takes it.
+	ahead *snapshotAhead
+	// changesAhead is the summary of changes, computed during the settle and the
+	// watch, until the report takes it.
+	changesAhead *changesAhead
+	switched     switched     // switch
+	armed        *armedRevert // switch, until the revert is settled
 	// login is the confirming login (switch), until awaitLogin waited for it.
 	login      *confirmingLogin
 	afterwards *RunResult // detect-unconfirmed-switch: the failed units, for the restart
@@ -106,6 +112,9 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhasePushClosure, func(ctx context.Context) (note string, err error) {
+			if e.snapshotBesidePush() {
+				f.ahead = e.startSnapshotAhead(ctx, f.toplevel)
+			}
 			f.res.Copy, note, err = e.pushClosure(ctx, f.toplevel)
 			return note, err
 		}},
@@ -118,7 +127,8 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseSnapshotUnitStates, func(ctx context.Context) (note string, err error) {
-			f.before, note, err = e.snapshotUnitStates(ctx, f.toplevel)
+			f.before, note, err = e.snapshotUnitStates(ctx, f.toplevel, f.ahead)
+			f.ahead = nil
 			if e.verdictOnly {
 				f.res.RunningSystem = f.before.running
 			} else {
@@ -169,6 +179,11 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseSettle, func(ctx context.Context) (string, error) {
+			if !e.verdictOnly {
+				// Everything the summary is made of is known since the snapshot and it
+				// reads only the deployer: made while the settle and the watch wait.
+				f.changesAhead = e.startChanges(ctx, f.changesIn())
+			}
 			note, err := e.settle(ctx)
 			if err != nil {
 				return note, err
@@ -201,9 +216,11 @@ func (e *runEnv) steps(f *flow) []step {
 		}},
 		{PhaseReport, func(ctx context.Context) (string, error) {
 			if !e.verdictOnly {
-				f.res.Changes = e.computeChanges(ctx, changesIn{
-					previous: f.res.PreviousSystem, toplevel: f.toplevel, copied: f.res.Copy, previousUnits: f.before.unitDigests,
-				})
+				f.res.Changes = f.changesAhead.take()
+				f.changesAhead = nil
+				if f.res.Changes == nil {
+					f.res.Changes = e.computeChanges(ctx, f.changesIn())
+				}
 			}
 			var note string
 			f.res.Report, note = e.report(ctx, f.res.Verdict, f.res.Changes)
@@ -219,6 +236,20 @@ func (e *runEnv) steps(f *flow) []step {
 		}},
 		{PhaseConclude, func(context.Context) (string, error) { return conclude(f.failed) }},
 	}
+}
+
+// abandonAhead stops and waits for the reads started beside a phase that no later
+// phase took, because the run stops.
+func (f *flow) abandonAhead() {
+	f.ahead.abandon()
+	f.ahead = nil
+	f.changesAhead.abandon()
+	f.changesAhead = nil
+}
+
+// changesIn is what the summary of changes is made of, all known since the snapshot.
+func (f *flow) changesIn() changesIn {
+	return changesIn{previous: f.res.PreviousSystem, toplevel: f.toplevel, copied: f.res.Copy, previousUnits: f.before.unitDigests}
 }
 
 func (f *flow) setToplevel(toplevel string) {
@@ -288,6 +319,9 @@ func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
 			}()
 		}
 		if err != nil {
+			// Nothing this run started beside its phases is left on the node when it
+			// unlocks (the deferred unlock runs after this return).
+			f.abandonAhead()
 			// A run that stops here (a lost lock) still waits for its confirming login,
 			// whose verdict comes first, as when the login ran in its own phase.
 			if loginErr := e.awaitLogin(ctx, f); loginErr != nil {

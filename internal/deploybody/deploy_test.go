@@ -347,6 +347,46 @@ func TestDeployUnreachableDuringWatch(t *testing.T) {
 	}
 }
 
+// A switched system that powers the node off: on a busy host the node answers the
+// first samples while systemd stops its units, then none. The verdict says it was
+// shutting down, first, and fails in lenient mode too; it does not pass off the units
+// the shutdown stopped as the news.
+func TestDeployShuttingDownDuringWatch(t *testing.T) {
+	for _, gone := range []time.Duration{0, 9 * time.Second} {
+		s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+		s.opts.Strict = false
+		s.node.stoppingAfterSwitch = true
+		s.node.goneAfterSwitch = gone
+		res, err := s.deploy()
+		if err == nil {
+			t.Fatalf("gone after %s: a node that shut down after the switch passed the lenient verdict", gone)
+		}
+		v := res.Verdict
+		if v == nil || !v.ShuttingDown || v.Unreachable || v.OK || v.Answered == 0 {
+			t.Fatalf("gone after %s: verdict = %+v", gone, v)
+		}
+		if gone > 0 && v.Answered == v.Samples {
+			t.Fatalf("gone after %s: every one of %d samples answered; the scenario needs the node to go dark during the watch", gone, v.Samples)
+		}
+		if len(v.Reasons) == 0 || !strings.Contains(v.Reasons[0], "the node was shutting down") {
+			t.Fatalf("gone after %s: the first reason does not say the node was shutting down: %q", gone, v.Reasons)
+		}
+		if gone > 0 {
+			// The boot entry is set after the verdict; a node gone by then fails
+			// that phase as unreachable (which the snapshot guard restores), and the
+			// error still carries the verdict.
+			if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "the node was shutting down") {
+				t.Fatalf("gone after %s: error %v", gone, err)
+			}
+			continue
+		}
+		de := deployErr(t, err, PhaseVerdict)
+		if !strings.Contains(de.Hint, "power off or reboot") {
+			t.Fatalf("gone after %s: hint %q", gone, de.Hint)
+		}
+	}
+}
+
 func TestDeployFailsWhenNodeNeverAnswers(t *testing.T) {
 	s := newScenario(t, nil)
 	s.node.unreachable = true

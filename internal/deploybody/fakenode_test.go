@@ -119,6 +119,8 @@ type fakeNode struct {
 	unreachable          bool
 	unreachableAtSwitch  bool          // stops answering right after the switch
 	goneAfterSwitch      time.Duration // stops answering this long after the switch (0: never)
+	stoppingAfterSwitch  bool          // systemd says "stopping" after the switch (the new system powers the node off)
+	stopping             bool
 	goneAt               time.Time
 	switchNeverActivates bool
 	switchReconnects     bool
@@ -132,7 +134,10 @@ type fakeNode struct {
 
 	calls []call
 
-	mu        sync.Mutex // calls and the lock: the lock's heartbeat runs beside the phases
+	mu sync.Mutex // calls and the lock: the lock's heartbeat runs beside the phases
+	// stateMu guards the node's store and units between a command and the copy: the
+	// snapshot's read runs beside the push.
+	stateMu   sync.Mutex
 	lockToken string
 	// lockTakenAtSwitch, if set, is the token of another run that takes the node's lock
 	// while this run switches (as one that saw this run's heartbeat stop would).
@@ -324,6 +329,8 @@ func (n *fakeNode) Reach(ctx context.Context) error {
 func (n *fakeNode) Close() error { return nil }
 
 func (n *fakeNode) CopyClosure(ctx context.Context, storePath string) (CopyStats, error) {
+	n.stateMu.Lock()
+	defer n.stateMu.Unlock()
 	n.record(call{what: "copy", argv: []string{storePath}})
 	if n.isUnreachable() {
 		return CopyStats{}, errFakeUnreachable
@@ -369,6 +376,7 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 	defer func() {
 		n.busSevered = n.busSevered || n.severBusAtSwitch
 		n.unreachable = n.unreachable || n.unreachableAtSwitch
+		n.stopping = n.stopping || n.stoppingAfterSwitch
 		if n.goneAfterSwitch > 0 {
 			n.goneAt = n.clock.now.Add(n.goneAfterSwitch)
 		}
@@ -445,6 +453,8 @@ func (n *fakeNode) resolves(path []string) bool {
 }
 
 func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (RunResult, error) {
+	n.stateMu.Lock()
+	defer n.stateMu.Unlock()
 	n.record(call{what: "run", argv: append([]string{}, argv...), path: append([]string{}, opts.Path...)})
 	if n.isUnreachable() {
 		return RunResult{}, errFakeUnreachable
@@ -557,6 +567,9 @@ func (n *fakeNode) systemctl(args []string) RunResult {
 		}
 		return RunResult{Stdout: []byte(b.String())}
 	case "is-system-running":
+		if n.stopping {
+			return RunResult{ExitCode: 1, Stdout: []byte("stopping\n")}
+		}
 		for _, u := range n.units {
 			if n.state(u).ActiveState == "failed" {
 				return RunResult{ExitCode: 1, Stdout: []byte("degraded\n")}

@@ -29,6 +29,7 @@ func (e *runEnv) classify(ctx context.Context, in judgeIn, checks *checkRun) (*V
 			v.Unread = append(v.Unread, "system state: "+unread)
 		} else {
 			v.SystemState = state
+			v.ShuttingDown = v.ShuttingDown || state == systemStopping
 		}
 	}
 	v.Checks = checks.results()
@@ -61,6 +62,10 @@ func (e *runEnv) verdict(ctx context.Context, v *Verdict, rb *Reboot) (note stri
 func (e *runEnv) verdictHint(v *Verdict, rb *Reboot) string {
 	if v.Unreachable {
 		return "check that the node is running and reachable; the verdict could not be taken"
+	}
+	if v.ShuttingDown {
+		return "find what asked the node to power off or reboot: a unit or the activation of the new system (the switch's output above, `journalctl -b -1` on the node once it is back), or someone else; " +
+			BootEntryAfterFailedVerdict(rb)
 	}
 	hint := "read `journalctl -u <unit>` on the node, fix the configuration and apply again; strict = false keeps the names but only warns"
 	if failed := FailedChecks(v); len(failed) > 0 && len(v.Failed) == 0 && len(v.NeverSpawnedClosure) == 0 {

@@ -96,6 +96,36 @@ func ReadLastGood(ctx context.Context, t Transport) (*LastGood, error) {
 	return &rec, nil
 }
 
+// LastGoodReadScript prints one line: "last-good:" and the node's record of its last
+// good system as it is on disk ("last-good:none" when there is none), or
+// "last-good?" when this login cannot read the record (it is root's only: an SSH user
+// other than root, whose reads run without sudo). Read runs it in its one round trip,
+// so that the plan of `deploy = "last-good"` takes the record the refresh saw.
+var LastGoodReadScript = `f=` + LastGoodFile + `; if [ -r "$f" ]; then printf 'last-good:%s\n' "$(cat "$f")"; ` +
+	`elif [ -e "$f" ] || { [ -d "${f%/*}" ] && [ ! -x "${f%/*}" ]; }; then echo 'last-good?'; else echo 'last-good:none'; fi`
+
+// ParseLastGoodLine reads LastGoodReadScript's line: the last good system ("" when the
+// node has none, or its record is not one this version reads, as ReadLastGood), and
+// whether the line told (false: unreadable, not such a line, or a record that is not
+// JSON, whose error a read of its own reports).
+func ParseLastGoodLine(line string) (toplevel string, read bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "last-good:")
+	if !ok {
+		return "", false
+	}
+	if rest == "none" {
+		return "", true
+	}
+	var rec LastGood
+	if json.Unmarshal([]byte(rest), &rec) != nil {
+		return "", false
+	}
+	if rec.Version != lastGoodVersion || !strings.HasPrefix(rec.Toplevel, "/nix/store/") {
+		return "", true
+	}
+	return rec.Toplevel, true
+}
+
 // LastGoodToplevel is the node's last good system, or a DeployError (phase
 // PhaseReadLastGood) when the node does not answer or has none (ErrNoLastGood).
 func LastGoodToplevel(ctx context.Context, t Transport, node string) (string, error) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -93,5 +94,53 @@ func TestRecordAndReadLastGood(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(n.dir, "fediversity")); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("the record's directory: %v %v, want mode 0700", fi, err)
+	}
+}
+
+// Read's line tells the record the apply reads (RecordLastGood's), none, or that it
+// could not tell: the plan then asks the node itself. The script runs under the real
+// sh against a temporary directory in place of the node's /var/lib/fediversity; this
+// test runs as root, so the unreadable record of an SSH user other than root is shown
+// by its line only.
+func TestLastGoodReadScriptTellsTheRecord(t *testing.T) {
+	dir := t.TempDir()
+	n := &localNode{dir: dir}
+	file := filepath.Join(dir, filepath.Base(filepath.Dir(LastGoodFile)), filepath.Base(LastGoodFile))
+	read := func() (string, bool) {
+		t.Helper()
+		script := strings.ReplaceAll(LastGoodReadScript, LastGoodFile, file)
+		out, err := exec.Command("sh", "-c", script).Output()
+		if err != nil {
+			t.Fatalf("the read script: %v", err)
+		}
+		return ParseLastGoodLine(string(out))
+	}
+	if top, ok := read(); top != "" || !ok {
+		t.Fatalf("a node that never recorded: (%q, %v), want none, told", top, ok)
+	}
+	good := "/nix/store/00000000000000000000000000000000-good"
+	RecordLastGood(context.Background(), n, &Result{Toplevel: good, RunningSystem: good, Verdict: &Verdict{OK: true}}, time.Now())
+	if top, ok := read(); top != good || !ok {
+		t.Fatalf("after a clean verdict recorded: (%q, %v), want (%q, true)", top, ok, good)
+	}
+	if rec, err := ReadLastGood(context.Background(), n); err != nil || rec == nil || rec.Toplevel != good {
+		t.Fatalf("the apply's read: %+v, %v, want %s as Read's line", rec, err, good)
+	}
+	if err := os.WriteFile(file, []byte("{half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if top, ok := read(); top != "" || ok {
+		t.Fatalf("a record that is not JSON: (%q, %v), want not told (the plan's own read reports it)", top, ok)
+	}
+	if err := os.WriteFile(file, []byte(`{"version":99,"toplevel":"/nix/store/x"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if top, ok := read(); top != "" || !ok {
+		t.Fatalf("a record of another version: (%q, %v), want none, as ReadLastGood", top, ok)
+	}
+	for _, line := range []string{"last-good?", "", "none"} {
+		if top, ok := ParseLastGoodLine(line); top != "" || ok {
+			t.Fatalf("line %q: (%q, %v), want not told", line, top, ok)
+		}
 	}
 }

@@ -146,6 +146,12 @@ type Verdict struct {
 	SystemState string
 	// Unreachable: the node answered none of the samples.
 	Unreachable bool
+	// ShuttingDown: systemd answered "stopping" to a sample (or to the last read of
+	// the system state): the node was powering off or rebooting, as a switched
+	// system that asks for it does. Units it stops then are not the verdict's news,
+	// and the node may stop answering at any moment, so such a verdict always fails
+	// and a transport with a rollback point probes the node before it trusts it.
+	ShuttingDown bool
 	// Unread lists the sources that could not be read, each with its reason, e.g.
 	// "unit states: Failed to connect to bus: No such file or directory".
 	Unread []string

@@ -65,6 +65,7 @@ func classify(in classifyInput) *Verdict {
 		return v
 	}
 	v.SystemState = in.SystemState
+	v.ShuttingDown = in.SystemState == systemStopping || stoppingSamples(answered) > 0
 	if in.SystemStateError != "" {
 		v.SystemState = "unread"
 		v.Unread = append(v.Unread, "system state: "+in.SystemStateError)
@@ -99,6 +100,20 @@ func classify(in classifyInput) *Verdict {
 		v.StaleJobs = staleStartJobs(obs.lastJobs, in.JobFirstSeen, in.Now, in.StaleJob)
 	}
 	return v
+}
+
+// systemStopping is what `systemctl is-system-running` says while the node shuts down.
+const systemStopping = "stopping"
+
+// stoppingSamples counts the answered samples in which systemd said it was stopping.
+func stoppingSamples(answered []sample) int {
+	n := 0
+	for _, s := range answered {
+		if s.SystemState == systemStopping {
+			n++
+		}
+	}
+	return n
 }
 
 func answeredSamples(samples []sample) []sample {
@@ -345,6 +360,11 @@ func decide(v *Verdict) (reasons []string, fails bool) {
 	if v.Unreachable {
 		return []string{fmt.Sprintf("the node answered none of the %d samples: unreachable", v.Samples)}, true
 	}
+	if v.ShuttingDown {
+		// First, and failing in lenient mode too: whatever else the samples saw, the
+		// node was going down, and the units it stopped were stopped by the shutdown.
+		reasons = append(reasons, fmt.Sprintf("the node was shutting down (systemd said %q; %d of %d samples answered): a poweroff or reboot began during the watch", systemStopping, v.Answered, v.Samples))
+	}
 	for _, u := range v.Unread {
 		reasons = append(reasons, "could not read "+u)
 	}
@@ -365,7 +385,7 @@ func decide(v *Verdict) (reasons []string, fails bool) {
 		}
 	}
 	reasons = append(reasons, checkReasons(v.Checks, len(reasons) == 0)...)
-	return reasons, v.Strict && len(reasons) > 0
+	return reasons, v.ShuttingDown || v.Strict && len(reasons) > 0
 }
 
 // describeFailure words a failed unit's result and origin. A verdict-only pass switches

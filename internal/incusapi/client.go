@@ -185,19 +185,7 @@ type APIError struct {
 
 func (e *APIError) Error() string {
 	var b strings.Builder
-	b.WriteString("incus ")
-	b.WriteString(e.Op)
-	if e.Instance != "" {
-		b.WriteString(" on instance ")
-		b.WriteString(e.Instance)
-	}
-	p := e.Project
-	if p == "" {
-		p = "default"
-	}
-	b.WriteString(" (project ")
-	b.WriteString(p)
-	b.WriteString(")")
+	b.WriteString(subject(e.Op, e.Instance, e.Project))
 	fmt.Fprintf(&b, ": %d", e.StatusCode)
 	if e.Message != "" {
 		b.WriteString(": ")
@@ -309,15 +297,7 @@ type TransportError struct {
 }
 
 func (e *TransportError) Error() string {
-	p := e.Project
-	if p == "" {
-		p = "default"
-	}
-	s := "incus " + e.Op
-	if e.Instance != "" {
-		s += " on instance " + e.Instance
-	}
-	return s + " (project " + p + "): cannot reach the daemon: " + e.Err.Error()
+	return subject(e.Op, e.Instance, e.Project) + ": cannot reach the daemon: " + e.Err.Error()
 }
 
 func (e *TransportError) Unwrap() error { return e.Err }
@@ -367,6 +347,7 @@ type Operation struct {
 	Status     string                     `json:"status"`
 	StatusCode int                        `json:"status_code"`
 	Err        string                     `json:"err"`
+	CreatedAt  time.Time                  `json:"created_at"`
 	MayCancel  bool                       `json:"may_cancel"`
 	Metadata   map[string]json.RawMessage `json:"metadata"`
 	Resources  map[string][]string        `json:"resources"`
@@ -401,6 +382,10 @@ func (c *Client) asyncOp(w where, r *response) (*Operation, error) {
 // test can make an operation span several rounds).
 var waitHold = 30 * time.Second
 
+// waitSlack is how long past its hold one wait request may go unanswered before it is
+// asked again (a variable so a test of a stalled daemon need not wait 10 s).
+var waitSlack = 10 * time.Second
+
 // DefaultOperationTimeout bounds an operation wait when the caller's context has no
 // deadline.
 const DefaultOperationTimeout = 10 * time.Minute
@@ -433,13 +418,20 @@ func (c *Client) waitOp(ctx context.Context, w where, id string, timeout time.Du
 		if secs < 1 {
 			secs = 1
 		}
-		rctx, cancel := context.WithTimeout(ctx, hold+10*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, hold+waitSlack)
 		r, err := c.do(rctx, w, http.MethodGet, "/1.0/operations/"+url.PathEscape(id)+"/wait",
 			url.Values{"timeout": {fmt.Sprint(secs)}}, nil)
+		stalled := errors.Is(rctx.Err(), context.DeadlineExceeded)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, c.transportErr(w, ctx.Err())
+		case err != nil && stalled:
+			// The daemon did not answer this request within its own bound: a daemon
+			// that is busy (CI saw incusd answer nothing for over 10 s while four
+			// labs made instances), not one that is gone (that refuses the
+			// connection). A wait asks nothing of the daemon, so it is asked again,
+			// until the wait's deadline.
 		case err != nil && !waitTimedOut(err):
 			return nil, err
 		case err != nil:
@@ -490,16 +482,20 @@ type OperationTimeoutError struct {
 }
 
 func (e *OperationTimeoutError) Error() string {
-	p := e.Project
-	if p == "" {
-		p = "default"
+	return fmt.Sprintf("%s: operation %s still running after %s; it may still finish on the daemon (see `incus operation show %s`)",
+		subject(e.Op, e.Instance, e.Project), e.ID, e.Timeout, e.ID)
+}
+
+// subject is how an error names the call: "incus <op> [on instance <i>] (project <p>)".
+func subject(op, instance, project string) string {
+	if project == "" {
+		project = "default"
 	}
-	s := "incus " + e.Op
-	if e.Instance != "" {
-		s += " on instance " + e.Instance
+	s := "incus " + op
+	if instance != "" {
+		s += " on instance " + instance
 	}
-	return fmt.Sprintf("%s (project %s): operation %s still running after %s; it may still finish on the daemon (see `incus operation show %s`)",
-		s, p, e.ID, e.Timeout, e.ID)
+	return s + " (project " + project + ")"
 }
 
 // runAsync sends a request that answers an operation and waits for it.
@@ -515,8 +511,25 @@ func (c *Client) runAsync(ctx context.Context, w where, method, path string, q u
 	if err != nil {
 		return nil, err
 	}
-	return c.waitOp(ctx, w, op.ID, timeout)
+	pauseBeforeWait()
+	done, err := c.waitOp(ctx, w, op.ID, timeout)
+	return done, c.forgotten(w, op, err)
 }
+
+// forgotten turns a not-found from the wait of operation op, which the daemon itself
+// had just answered, into an OperationGoneError: the daemon forgot it, it did not fail
+// to find the object. A wait for an operation named by anyone else (WaitOperation) keeps
+// the not-found.
+func (c *Client) forgotten(w where, op *Operation, err error) error {
+	if !IsNotFound(err) {
+		return err
+	}
+	return &OperationGoneError{ID: op.ID, Op: w.op, Instance: w.instance, Project: c.project, Created: op.CreatedAt}
+}
+
+// pauseBeforeWait runs between an asynchronous request and its wait: a lab test makes
+// it outlast the daemon's memory of an ended operation (see OperationGoneError).
+var pauseBeforeWait = func() {}
 
 func opTimeout(ctx context.Context) time.Duration {
 	if d, ok := ctx.Deadline(); ok {

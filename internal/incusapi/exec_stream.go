@@ -37,12 +37,16 @@ type ExecStream struct {
 // OpenExec starts req in instance name with its streams attached and returns once the
 // websockets are connected. ctx bounds the opening only.
 //
-// An opening whose stdin, stdout and stderr websockets all failed their handshake by
-// its deadline is made once more, as a new exec: the daemon starts the command only
-// once those three are connected, so the first one never ran, and this is the one exec
-// that may be sent twice (see retry.go). Seen in CI under load (eight suites on two
-// cores): the four handshakes of three nodes' copies all hung for the whole 30 s at
-// once, while those nodes' open sessions kept answering.
+// An opening none of whose stdin, stdout and stderr websockets connected is made once
+// more, as a new exec: the daemon starts the command only once those three are
+// connected, so the first one never ran, and this is the one exec that may be sent
+// twice (see retry.go). A websocket did not connect when its handshake ran out its
+// deadline, or when the daemon no longer knew the operation: incusd fails an exec
+// whose websockets have not all connected within seconds (10 s in Incus 6) and forgets
+// it five seconds later. Both seen in CI under load (eight suites on two cores): the
+// handshakes of three nodes' copies all hung for the whole 30 s at once, while those
+// nodes' open sessions kept answering; and one copy's four handshakes were all
+// answered "404: Operation not found".
 func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*ExecStream, error) {
 	w := where{op: "exec (streamed)", instance: name}
 	if len(req.Command) == 0 {
@@ -60,8 +64,9 @@ func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*E
 }
 
 // openExecOnce is one exec with its streams attached. neverRan is true when the
-// opening failed with none of stdin, stdout and stderr connected, every one of them by
-// the handshake's deadline (the command cannot have started).
+// opening failed with none of stdin, stdout and stderr connected, each one by the
+// handshake's deadline or by the daemon having dropped the exec (the command cannot
+// have started).
 func (c *Client) openExecOnce(ctx context.Context, w where, name string, req ExecRequest) (_ *ExecStream, neverRan bool, _ error) {
 	body := execBody{
 		Command:          req.Command,
@@ -99,6 +104,7 @@ func (c *Client) openExecOnce(ctx context.Context, w where, name string, req Exe
 	}
 	// The four websockets are dialled side by side: the command starts once 0, 1 and 2
 	// are connected, and each dial is a round trip of its own.
+	pauseBeforeDial(op.ID)
 	var wg sync.WaitGroup
 	errs := make([]error, len(streams))
 	for i, fd := range streams {
@@ -109,9 +115,16 @@ func (c *Client) openExecOnce(ctx context.Context, w where, name string, req Exe
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		s.Close() // the websockets that did connect: incusd then ends the command
-		neverRan := true
+		neverRan, dropped := true, false
 		for _, e := range errs[1:] { // stdin, stdout, stderr
-			neverRan = neverRan && e != nil && errors.Is(e, context.DeadlineExceeded)
+			neverRan = neverRan && e != nil && (errors.Is(e, context.DeadlineExceeded) || IsNotFound(e))
+			dropped = dropped || IsNotFound(e)
+		}
+		if neverRan && dropped {
+			// The daemon's not-found is about the operation, never the instance: said in
+			// words of its own, so that no caller reads it as "no such instance".
+			return nil, true, c.apiErr(w, 0, "the daemon dropped the exec before its streams connected, "+
+				"so the command did not run (incusd waits only seconds for an exec's websockets; the daemon or the machine was too slow)")
 		}
 		return nil, neverRan, err
 	}
@@ -123,6 +136,10 @@ func (c *Client) openExecOnce(ctx context.Context, w where, name string, req Exe
 	go drain(s.stdin)
 	return s, false, nil
 }
+
+// pauseBeforeDial runs between an exec's request and the dials of its websockets: a
+// lab test makes it outlast the daemon's patience with them.
+var pauseBeforeDial = func(opID string) {}
 
 // drain reads ws until it ends, for its pings: incusd sends a client nothing else on
 // the control and stdin websockets.
@@ -155,7 +172,7 @@ func (s *ExecStream) CloseStdin() error {
 func (s *ExecStream) Wait(ctx context.Context) (int, error) {
 	done, err := s.c.waitOp(ctx, s.w, s.opID, opTimeout(ctx))
 	if err != nil {
-		return -1, err
+		return -1, s.c.forgotten(s.w, &Operation{ID: s.opID}, err)
 	}
 	raw, ok := done.Metadata["return"]
 	if !ok {

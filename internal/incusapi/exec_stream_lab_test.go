@@ -9,6 +9,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
+	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -69,14 +71,19 @@ func TestLabExecStreamRoundTrip(t *testing.T) {
 	streamRoundTrip(t, labCtx(t), c, node.Instance, nil)
 }
 
+// scratchPath is a file name under the node's /tmp no other test run uses.
+func scratchPath(prefix string) string {
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	return "/tmp/" + prefix + "-" + hex.EncodeToString(r[:])
+}
+
 func TestLabExecStreamCloseEndsARunningCommand(t *testing.T) {
 	c := labClient(t)
 	node := labtest.Nodes(t)[0]
 	c = c.WithProject(node.Project)
 	ctx := labCtx(t)
-	var r [6]byte
-	_, _ = rand.Read(r[:])
-	pidFile := "/tmp/fedi-stream-" + hex.EncodeToString(r[:])
+	pidFile := scratchPath("fedi-stream")
 	s, err := c.OpenExec(ctx, node.Instance, ExecRequest{Command: []string{"sh", "-c", `echo $$ > "$0"; echo started; exec sleep 300`, pidFile}})
 	if err != nil {
 		t.Fatal(err)
@@ -105,5 +112,64 @@ func TestLabExecStreamMissingInstanceIsNotFound(t *testing.T) {
 	_, err := c.OpenExec(labCtx(t), labtest.Prefix()+"-t-no-such-instance", ExecRequest{Command: []string{"true"}})
 	if !IsNotFound(err) {
 		t.Fatalf("err = %v, want not found", err)
+	}
+}
+
+// The real incusd fails an exec whose websockets do not all connect within seconds, and
+// forgets it five seconds later; a CI run under load met it as "404: Operation not
+// found" on all four handshakes of a closure copy. Here the first exec's dials wait
+// until the daemon has forgotten it: that command never ran, so it is opened once more,
+// and the command runs once in all.
+func TestLabExecDroppedBeforeItsStreamsConnectIsOpenedOnceMore(t *testing.T) {
+	c := labClient(t)
+	node := labtest.Nodes(t)[0]
+	c = c.WithProject(node.Project)
+	ctx := labCtx(t)
+	runs := scratchPath("fedi-dropped")
+	t.Cleanup(func() {
+		_, _ = c.Exec(context.Background(), node.Instance, ExecRequest{Command: []string{"rm", "-f", runs}})
+	})
+
+	var waited time.Duration
+	first := true
+	pauseBeforeDial = func(opID string) {
+		if !first {
+			return
+		}
+		first = false
+		start := time.Now()
+		for time.Since(start) < time.Minute { // the daemon's 10 s, its 5 s memory, and slack
+			_, err := c.do(ctx, where{op: "operation poll"}, http.MethodGet, "/1.0/operations/"+url.PathEscape(opID), nil, nil)
+			if IsNotFound(err) {
+				waited = time.Since(start)
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		t.Errorf("the daemon still knew exec %s after a minute without its websockets", opID)
+	}
+	t.Cleanup(func() { pauseBeforeDial = func(string) {} })
+
+	s, err := c.OpenExec(ctx, node.Instance, ExecRequest{Command: []string{"sh", "-c", `echo ran >> "$0"; cat`, runs}})
+	if err != nil {
+		t.Fatalf("OpenExec after the daemon dropped the first exec: %v", err)
+	}
+	t.Logf("the daemon dropped the first exec %s after its request", waited.Round(time.Second))
+	if _, err := s.Write([]byte("through\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(s.Stdout)
+	if err != nil || string(out) != "through\n" {
+		t.Fatalf("stdout %q (err %v), want the stdin back", out, err)
+	}
+	if code, err := s.Wait(ctx); err != nil || code != 0 {
+		t.Fatalf("exit %d, err %v", code, err)
+	}
+	res, err := c.Exec(ctx, node.Instance, ExecRequest{Command: []string{"cat", runs}})
+	if err != nil || string(res.Stdout) != "ran\n" {
+		t.Fatalf("the command's runs: %q (err %v), want exactly one", res.Stdout, err)
 	}
 }

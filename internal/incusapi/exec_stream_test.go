@@ -1,7 +1,9 @@
 package incusapi
 
 // A fake daemon (httptest on 127.0.0.1) because the real one cannot be made to leave
-// websocket handshakes unanswered on demand; CI saw it do so under load.
+// websocket handshakes unanswered on demand; CI saw it do so under load. The daemon's
+// dropping of an exec whose websockets came late is shown on the real incusd too
+// (exec_stream_lab_test.go).
 
 import (
 	"context"
@@ -14,10 +16,20 @@ import (
 	"time"
 )
 
-// stallingExecDaemon answers every exec with a new operation op-<n>; the websocket
-// handshakes of the operations stall says (by fd: control, 0, 1, 2) hang until the
-// client gives up, the others are completed and held open.
-func stallingExecDaemon(t *testing.T, stalls func(op int, fd string) bool) (*Client, *atomic.Int32) {
+// handshake is how the fake daemon answers one websocket handshake.
+type handshake int
+
+const (
+	connects handshake = iota // completed and held open
+	hangs                     // unanswered until the client gives up
+	dropped                   // "404: Operation not found": the daemon dropped the exec
+)
+
+func (h handshake) String() string { return [...]string{"connect", "hang", "are dropped"}[h] }
+
+// stallingExecDaemon answers every exec with a new operation op-<n>, and each of its
+// websocket handshakes (by fd: control, 0, 1, 2) as answer says.
+func stallingExecDaemon(t *testing.T, answer func(op int, fd string) handshake) (*Client, *atomic.Int32) {
 	t.Helper()
 	var posts atomic.Int32
 	var held sync.WaitGroup
@@ -30,8 +42,13 @@ func stallingExecDaemon(t *testing.T, stalls func(op int, fd string) bool) (*Cli
 		case strings.HasSuffix(r.URL.Path, "/websocket"):
 			var op int
 			_, _ = fmt.Sscanf(r.URL.Path, "/1.0/operations/op-%d/websocket", &op)
-			if stalls(op, r.URL.Query().Get("secret")) {
+			switch answer(op, r.URL.Query().Get("secret")) {
+			case hangs:
 				<-r.Context().Done()
+				return
+			case dropped:
+				w.WriteHeader(http.StatusNotFound)
+				reply(t, w, `{"type":"error","error":"Operation not found","error_code":404}`)
 				return
 			}
 			conn, brw, err := http.NewResponseController(w).Hijack()
@@ -71,14 +88,35 @@ func shortHandshakes(t *testing.T) {
 // more, and the stream of the second exec is what the caller gets.
 func TestOpenExecOpensOnceMoreWhenNoStreamConnected(t *testing.T) {
 	shortHandshakes(t)
-	c, posts := stallingExecDaemon(t, func(op int, _ string) bool { return op == 1 })
-	st, err := c.OpenExec(context.Background(), "web01", ExecRequest{Command: []string{"nix-store", "--import"}})
-	if err != nil {
-		t.Fatalf("OpenExec: %v", err)
+	for _, first := range []handshake{hangs, dropped} {
+		c, posts := stallingExecDaemon(t, func(op int, _ string) handshake {
+			if op == 1 {
+				return first
+			}
+			return connects
+		})
+		st, err := c.OpenExec(context.Background(), "web01", ExecRequest{Command: []string{"nix-store", "--import"}})
+		if err != nil {
+			t.Fatalf("first exec's handshakes %v: OpenExec: %v", first, err)
+		}
+		st.Close()
+		if got := posts.Load(); got != 2 {
+			t.Fatalf("first exec's handshakes %v: %d execs sent, want 2 (the one that never ran, then one more)", first, got)
+		}
 	}
-	st.Close()
+}
+
+// An exec the daemon dropped twice fails with words of its own: the daemon's
+// not-found is about the operation, and must not read as "no such instance".
+func TestOpenExecDroppedTwiceSaysTheCommandDidNotRun(t *testing.T) {
+	shortHandshakes(t)
+	c, posts := stallingExecDaemon(t, func(int, string) handshake { return dropped })
+	_, err := c.OpenExec(context.Background(), "web01", ExecRequest{Command: []string{"nix-store", "--import"}})
+	if err == nil || IsNotFound(err) || !strings.Contains(err.Error(), "the command did not run") {
+		t.Fatalf("OpenExec error = %v, want one that says the command did not run, not a not-found", err)
+	}
 	if got := posts.Load(); got != 2 {
-		t.Fatalf("%d execs sent, want 2 (the stalled one, then one more)", got)
+		t.Fatalf("%d execs sent, want 2", got)
 	}
 }
 
@@ -88,14 +126,19 @@ func TestOpenExecNeverResendsACommandThatMayHaveRun(t *testing.T) {
 	shortHandshakes(t)
 	for _, tc := range []struct {
 		name      string
-		stalls    func(op int, fd string) bool
+		answer    func(op int, fd string) handshake
 		wantPosts int32
 	}{
-		{"stdout connected", func(_ int, fd string) bool { return fd != "1" }, 1},
-		{"every exec stalls", func(int, string) bool { return true }, 2},
+		{"stdout connected", func(_ int, fd string) handshake {
+			if fd == "1" {
+				return connects
+			}
+			return hangs
+		}, 1},
+		{"every exec stalls", func(int, string) handshake { return hangs }, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, posts := stallingExecDaemon(t, tc.stalls)
+			c, posts := stallingExecDaemon(t, tc.answer)
 			_, err := c.OpenExec(context.Background(), "web01", ExecRequest{Command: []string{"nix-store", "--import"}})
 			if err == nil || !strings.Contains(err.Error(), "context deadline exceeded") {
 				t.Fatalf("OpenExec error = %v, want the handshakes' deadline", err)

@@ -151,6 +151,48 @@ func TestOperationWaitEndsAtTimeout(t *testing.T) {
 	}
 }
 
+// A daemon that answers one wait request not at all (busy: CI saw incusd stall for over
+// 10 s under load) is asked again within the wait's deadline, and the wait ends in the
+// operation's result, not in "cannot reach the daemon".
+func TestOperationWaitAsksAgainAfterAStalledRequest(t *testing.T) {
+	defer func(h, s time.Duration) { waitHold, waitSlack = h, s }(waitHold, waitSlack)
+	waitHold, waitSlack = time.Second, 200*time.Millisecond
+	var waits atomic.Int32
+	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
+		if waits.Add(1) == 1 {
+			<-r.Context().Done() // the first request gets no answer
+			return
+		}
+		reply(t, w, `{"type":"sync","metadata":{"id":"op-5","status":"Success","status_code":200}}`)
+	})
+	op, err := c.WaitOperation(context.Background(), "op-5", time.Minute)
+	if err != nil || op.ID != "op-5" {
+		t.Fatalf("wait after a stalled request: %+v, %v", op, err)
+	}
+	if n := waits.Load(); n != 2 {
+		t.Fatalf("wait requests = %d, want 2 (the stalled one, then its answer)", n)
+	}
+}
+
+// A daemon that never answers ends the wait at its deadline, as an operation still
+// running would: the stalls are bounded by it.
+func TestOperationWaitOnAStalledDaemonEndsAtTheDeadline(t *testing.T) {
+	defer func(h, s time.Duration) { waitHold, waitSlack = h, s }(waitHold, waitSlack)
+	waitHold, waitSlack = time.Second, 100*time.Millisecond
+	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+	})
+	start := time.Now()
+	_, err := c.WaitOperation(context.Background(), "op-6", 3*time.Second)
+	var te *OperationTimeoutError
+	if !errors.As(err, &te) {
+		t.Fatalf("want OperationTimeoutError, got %v", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("the wait on a stalled daemon took %s, past its 3 s deadline by far", took)
+	}
+}
+
 func TestOperationWaitHonoursContext(t *testing.T) {
 	c := fakeClient(t, func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done() // hold the request like a long daemon wait

@@ -106,7 +106,21 @@ type StateChange struct {
 func (c *Client) SetState(ctx context.Context, name string, ch StateChange) error {
 	w := where{op: "instance " + ch.Action, instance: name}
 	_, err := c.runAsync(ctx, w, http.MethodPut, instPath(name, "state"), nil, ch, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, func(ctx context.Context, _ *OperationGoneError) (bool, error) {
+		st, err := c.GetInstanceState(ctx, name)
+		if err != nil {
+			return false, err
+		}
+		switch ch.Action {
+		case "start", "restart":
+			// A restart that left it running may still have failed to stop it first;
+			// running is what a caller needs from either.
+			return st.Running(), nil
+		case "stop":
+			return st.StatusCode == 102 || st.Status == "Stopped", nil
+		}
+		return false, nil
+	})
 }
 
 // Start starts instance name (nothing to do when it runs already).
@@ -173,6 +187,7 @@ func (c *Client) Exec(ctx context.Context, name string, req ExecRequest) (*ExecR
 		return nil, err
 	}
 	done, err := c.waitOp(ctx, w, op.ID, opTimeout(ctx))
+	err = c.forgotten(w, op, err)
 	if err != nil {
 		// Output logs are named after the operation id; remove them even when no
 		// result names them: at once for a failed exec (e.g. "Command not found"), or,
@@ -185,7 +200,7 @@ func (c *Client) Exec(ctx context.Context, name string, req ExecRequest) (*ExecR
 		}
 		var ae *APIError
 		switch {
-		case errors.As(err, &ae):
+		case errors.As(err, &ae) || IsOperationGone(err):
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			cleanup(dctx)
@@ -403,7 +418,13 @@ func (c *Client) CreateSnapshot(ctx context.Context, name, snap string) error {
 	w := where{op: "snapshot create " + snap, instance: name}
 	_, err := c.runAsync(ctx, w, http.MethodPost, instPath(name, "snapshots"), nil,
 		map[string]any{"name": snap, "stateful": false}, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, madeByIt(func(ctx context.Context) (time.Time, error) {
+		s, err := c.GetSnapshot(ctx, name, snap)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return s.CreatedAt, nil
+	}))
 }
 
 // ListSnapshots lists the snapshots of instance name, oldest first as the daemon
@@ -430,7 +451,10 @@ func (c *Client) ListSnapshots(ctx context.Context, name string) ([]Snapshot, er
 func (c *Client) DeleteSnapshot(ctx context.Context, name, snap string) error {
 	w := where{op: "snapshot delete " + snap, instance: name}
 	_, err := c.runAsync(ctx, w, http.MethodDelete, instPath(name, "snapshots", url.PathEscape(snap)), nil, nil, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, goneAfterDelete(func(ctx context.Context) error {
+		_, err := c.GetSnapshot(ctx, name, snap)
+		return err
+	}))
 }
 
 // OperationsOn counts the daemon's running operations that touch instance name (a
@@ -465,7 +489,15 @@ func (c *Client) RenameSnapshot(ctx context.Context, name, snap, newName string)
 	w := where{op: "snapshot rename " + snap, instance: name}
 	_, err := c.runAsync(ctx, w, http.MethodPost, instPath(name, "snapshots", url.PathEscape(snap)), nil,
 		map[string]any{"name": newName}, opTimeout(ctx))
-	return err
+	// Renamed: the old name is gone and the new one is there (a taken new name is
+	// refused inside the operation, and leaves the old name in place).
+	return settleGone(ctx, err, func(ctx context.Context, _ *OperationGoneError) (bool, error) {
+		if _, err := c.GetSnapshot(ctx, name, snap); !IsNotFound(err) {
+			return false, err
+		}
+		_, err := c.GetSnapshot(ctx, name, newName)
+		return err == nil, err
+	})
 }
 
 // RestoreSnapshot rolls instance name back to snapshot snap (PUT the instance with

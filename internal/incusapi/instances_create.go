@@ -153,7 +153,13 @@ func (c *Client) CreateInstance(ctx context.Context, in InstanceCreate) error {
 		delete(body, "profiles")
 	}
 	_, err := c.runAsync(ctx, w, http.MethodPost, "/1.0/instances", nil, body, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, func(ctx context.Context, gone *OperationGoneError) (bool, error) {
+		inst, err := c.GetInstance(ctx, in.Name)
+		if err != nil {
+			return false, err
+		}
+		return !inst.CreatedAt.Before(gone.Created) && !gone.Created.IsZero() && (!in.Start || inst.Running()), nil
+	})
 }
 
 // UpdateInstance replaces the instance's own config, devices, profiles and the other
@@ -181,7 +187,10 @@ func (c *Client) UpdateInstance(ctx context.Context, name string, cfg InstanceCo
 func (c *Client) DeleteInstance(ctx context.Context, name string) error {
 	w := where{op: "delete instance", instance: name}
 	_, err := c.runAsync(ctx, w, http.MethodDelete, instPath(name), nil, nil, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, goneAfterDelete(func(ctx context.Context) error {
+		_, err := c.GetInstance(ctx, name)
+		return err
+	}))
 }
 
 // RemoveInstance stops instance name (cleanly within cleanStop, then by force) and

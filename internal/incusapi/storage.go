@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // PoolSpace is the space of a storage pool on one server, in bytes.
@@ -129,7 +130,24 @@ func volPath(pool, vol string, rest ...string) string {
 func (c *Client) CreateVolumeSnapshot(ctx context.Context, pool, vol, snap string) error {
 	w := where{op: "volume snapshot create " + pool + "/" + vol + "/" + snap}
 	_, err := c.runAsync(ctx, w, http.MethodPost, volPath(pool, vol, "snapshots"), nil, map[string]any{"name": snap}, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, madeByIt(func(ctx context.Context) (time.Time, error) {
+		return c.volumeSnapshotCreated(ctx, pool, vol, snap)
+	}))
+}
+
+func (c *Client) volumeSnapshotCreated(ctx context.Context, pool, vol, snap string) (time.Time, error) {
+	w := where{op: "volume snapshot get " + pool + "/" + vol + "/" + snap}
+	r, err := c.do(ctx, w, http.MethodGet, volPath(pool, vol, "snapshots", url.PathEscape(snap)), nil, nil)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var s struct {
+		CreatedAt time.Time `json:"created_at"`
+	}
+	if err := json.Unmarshal(r.Metadata, &s); err != nil {
+		return time.Time{}, c.apiErr(w, 0, fmt.Sprintf("malformed volume snapshot: %v", err))
+	}
+	return s.CreatedAt, nil
 }
 
 // ListVolumeSnapshots names the snapshots of custom volume vol of pool.
@@ -160,7 +178,10 @@ func (c *Client) ListVolumeSnapshots(ctx context.Context, pool, vol string) ([]s
 func (c *Client) DeleteVolumeSnapshot(ctx context.Context, pool, vol, snap string) error {
 	w := where{op: "volume snapshot delete " + pool + "/" + vol + "/" + snap}
 	_, err := c.runAsync(ctx, w, http.MethodDelete, volPath(pool, vol, "snapshots", url.PathEscape(snap)), nil, nil, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, goneAfterDelete(func(ctx context.Context) error {
+		_, err := c.volumeSnapshotCreated(ctx, pool, vol, snap)
+		return err
+	}))
 }
 
 // RestoreVolume rolls custom volume vol of pool back to its snapshot snap (PUT the volume

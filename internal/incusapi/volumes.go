@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // Volume is a custom storage volume as the daemon reports it.
@@ -17,6 +18,7 @@ type Volume struct {
 	Type        string            `json:"type"`
 	ContentType string            `json:"content_type"`
 	Config      map[string]string `json:"config"`
+	CreatedAt   time.Time         `json:"created_at"`
 	Description string            `json:"description"`
 	// UsedBy lists the instances (and profiles) that attach the volume, as API paths.
 	UsedBy []string `json:"used_by"`
@@ -31,7 +33,13 @@ func (c *Client) CreateVolume(ctx context.Context, pool, vol, description string
 	}
 	body := map[string]any{"name": vol, "type": "custom", "content_type": "filesystem", "config": config, "description": description}
 	_, err := c.runAsync(ctx, w, http.MethodPost, "/1.0/storage-pools/"+url.PathEscape(pool)+"/volumes/custom", nil, body, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, madeByIt(func(ctx context.Context) (time.Time, error) {
+		v, err := c.GetVolume(ctx, pool, vol)
+		if err != nil {
+			return time.Time{}, err
+		}
+		return v.CreatedAt, nil
+	}))
 }
 
 // GetVolume reads custom volume vol of pool; a missing one is a not-found error
@@ -62,7 +70,10 @@ func (c *Client) PatchVolumeConfig(ctx context.Context, pool, vol string, config
 func (c *Client) DeleteVolume(ctx context.Context, pool, vol string) error {
 	w := where{op: "volume delete " + pool + "/" + vol}
 	_, err := c.runAsync(ctx, w, http.MethodDelete, volPath(pool, vol), nil, nil, opTimeout(ctx))
-	return err
+	return settleGone(ctx, err, goneAfterDelete(func(ctx context.Context) error {
+		_, err := c.GetVolume(ctx, pool, vol)
+		return err
+	}))
 }
 
 // ProfileDevices reads the devices of profile name in the client's project.

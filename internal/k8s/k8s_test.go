@@ -376,6 +376,33 @@ func TestWaitRetriesAPIErrors(t *testing.T) {
 	}
 }
 
+// A read that the wait's own limit cuts short, after reads that answered, is the limit,
+// not an API outage: the wait ends as a timeout (which the rollout answers with a
+// rollback), never as "readiness unknown" (no rollback). A CI run on the real node met
+// it: a never-ready pod was left without its rollback. Fake clientset: a real API cannot
+// be made to be in the middle of a read exactly when the limit runs out.
+func TestWaitLimitCuttingAReadIsTheLimit(t *testing.T) {
+	d := deploymentNotDone()
+	cs := fake.NewClientset(d)
+	start := time.Now()
+	const limit, poll = 500 * time.Millisecond, 200 * time.Millisecond
+	cs.PrependReactor("get", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if time.Since(start) > limit-poll/2 {
+			// The read the limit cuts: it answers just after the limit, as client-go
+			// does when its context ends.
+			time.Sleep(time.Until(start.Add(limit + 20*time.Millisecond)))
+			return true, nil, context.DeadlineExceeded
+		}
+		return false, nil, nil
+	})
+	c := &Client{CS: cs, Poll: poll}
+	err := c.Wait(context.Background(), testSpec(), writtenBy(d), WaitOptions{Limit: limit})
+	var rerr *RolloutError
+	if !errors.As(err, &rerr) || rerr.Reason != ReasonTimeout {
+		t.Fatalf("err = %v, want a RolloutError with reason %s (a timeout, which rolls back)", err, ReasonTimeout)
+	}
+}
+
 func TestRollbackTarget(t *testing.T) {
 	tpl := func(img string) *corev1.PodTemplateSpec {
 		s := testSpec()

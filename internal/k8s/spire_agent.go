@@ -12,7 +12,8 @@ import (
 //     root in the pod can read it;
 //   - the ConfigMap spire-agent (the trust bundle), mounted read-only at SpireBundleDir.
 //
-// The node configuration must run the agent with k8s_psat and cluster <namespace>, give
+// The node configuration must run the agent with k8s_psat and cluster <namespace>.<node>
+// (spire.K8sCluster), give
 // it a copy of SpireTokenDir/token (the agent's token_path) and make that copy again, as
 // root, well within SpireTokenLifetime (e.g. a timer every 10 minutes), and use
 // SpireBundleDir/bundle.crt as its trust bundle.

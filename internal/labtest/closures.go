@@ -2,9 +2,11 @@ package labtest
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -30,7 +32,10 @@ const (
 	ClosureHTTP             = "http"
 	ClosureHTTPBroken       = "http-broken"
 	ClosureSpireChain       = "spire-chain"
+	ClosureSpireChainBroken = "spire-chain-broken"
 	ClosureBootable         = "bootable"
+	// ClosureBootableSpireAgent needs its SPIRE arguments: BuildBootableSpireAgent.
+	ClosureBootableSpireAgent = "bootable-spire-agent"
 )
 
 var closureCache sync.Map // "attr\x00seed" -> store path
@@ -61,11 +66,21 @@ func BuildSlowSwitch(t testing.TB, seconds int) string {
 	return buildClosure(t, ClosureSlowSwitch, map[string]string{"switchDelay": strconv.Itoa(seconds)})
 }
 
+// BuildBootableSpireAgent is the bootable stand-in with the SPIRE agent of a k8s node
+// (ClosureBootableSpireAgent): lab/spire/build.sh's spire-agent in the store, attesting
+// with k8s_psat as cluster (the namespace) to the spire-server at server:port.
+func BuildBootableSpireAgent(t testing.TB, cluster, server string, port int) string {
+	t.Helper()
+	return buildClosure(t, ClosureBootableSpireAgent, map[string]string{
+		"spireAgent": SpireAgentBinary(t), "spireCluster": cluster, "spireServer": server, "spireServerPort": strconv.Itoa(port),
+	})
+}
+
 func buildClosure(t testing.TB, attr string, args map[string]string) string {
 	t.Helper()
 	key := attr
-	for _, k := range []string{"seed", "switchDelay"} {
-		key += "\x00" + args[k]
+	for _, k := range slices.Sorted(maps.Keys(args)) {
+		key += "\x00" + k + "=" + args[k]
 	}
 	if p, ok := closureCache.Load(key); ok {
 		return p.(string)

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -94,11 +95,62 @@ func run(ctx context.Context, stdout io.Writer, name string, args ...string) err
 }
 
 // Closure returns the closure of path (path and everything it references, recursively)
-// as nix-store -qR prints it: dependencies before the paths that use them.
+// as nix-store -qR prints it: dependencies before the paths that use them. The answer
+// is asked of nix-store once per process and path (closures): a store path's
+// references never change while it is valid, and the nodes of a group that deploy one
+// system each ask for its closure at about the same time.
 func Closure(ctx context.Context, path string) ([]string, error) {
 	if err := checkPaths([]string{path}); err != nil {
 		return nil, fmt.Errorf("closure: %w", err)
 	}
+	return closures.get(ctx, path)
+}
+
+// closures is this process's memory of the closures nix-store printed. A 16-node
+// `fediversity deploy` of one system started nix-store 51 times, about three per node,
+// two of them the same closure query; each start cost about 28 ms of CPU, most of it
+// the dynamic linker loading Nix's libraries, on the cores the deploy shares with
+// everything else. With the memory it starts nix-store 20 to 23 times (perf, in the
+// design page's fleet benchmark).
+var closures = &closureMemo{exists: func(p string) bool { _, err := os.Lstat(p); return err == nil }}
+
+// closureMemoMax bounds how many closures a process remembers; past it the memory
+// starts afresh (a long-lived process deploys few distinct systems at a time).
+const closureMemoMax = 64
+
+type closureMemo struct {
+	flight Flight
+	exists func(string) bool // a remembered closure is used only while its path is in the store
+	mu     sync.Mutex
+	known  map[string][]string
+}
+
+func (m *closureMemo) get(ctx context.Context, path string) ([]string, error) {
+	m.mu.Lock()
+	paths, ok := m.known[path]
+	m.mu.Unlock()
+	if ok && m.exists(path) {
+		return append([]string(nil), paths...), nil
+	}
+	joined, _, err := m.flight.Do(ctx, path, func() (string, error) {
+		paths, err := queryClosure(ctx, path)
+		return strings.Join(paths, "\n"), err
+	})
+	if err != nil {
+		return nil, err
+	}
+	paths = strings.Split(joined, "\n") // store paths hold no newline (checkPaths)
+	m.mu.Lock()
+	if m.known == nil || len(m.known) >= closureMemoMax {
+		m.known = map[string][]string{}
+	}
+	m.known[path] = paths
+	m.mu.Unlock()
+	return append([]string(nil), paths...), nil
+}
+
+// queryClosure asks nix-store for the closure of path.
+func queryClosure(ctx context.Context, path string) ([]string, error) {
 	var out bytes.Buffer
 	if err := run(ctx, &out, NixStoreBin, "--query", "--requisites", path); err != nil {
 		return nil, fmt.Errorf("closure of %s (is it built and in the local store?): %w", path, err)

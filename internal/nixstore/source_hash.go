@@ -71,7 +71,7 @@ func SourceRoot(spec BuildSpec, dir string) (string, error) {
 // nothing nix sees), never that an edit under root is missed.
 func HashTree(root string) (string, error) {
 	h := sha256.New()
-	t := &treeHash{h: h, root: root, seen: map[string]bool{}}
+	t := &treeHash{h: h, root: root, seen: map[string]bool{}, buf: make([]byte, 32<<10)}
 	if err := t.dir(root, "."); err != nil {
 		return "", fmt.Errorf("hashing the source tree %s: %w", root, err)
 	}
@@ -84,6 +84,9 @@ type treeHash struct {
 	files int
 	size  int64
 	seen  map[string]bool // directories walked, by their real path
+	// buf is the one read buffer of the walk: copying each file with its own (what
+	// io.Copy of an *os.File does) allocated a quarter of all a 16-node plan did.
+	buf []byte
 }
 
 // entry writes one line; writing to a hash never fails.
@@ -177,7 +180,9 @@ func (t *treeHash) file(p, rel string, fi os.FileInfo) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(t.h, f)
+	// The file hidden behind io.Reader, so that its WriteTo (a fresh buffer per file)
+	// is not used.
+	_, err = io.CopyBuffer(t.h, struct{ io.Reader }{f}, t.buf)
 	_ = f.Close() // read-only: a close error loses nothing
 	return err
 }

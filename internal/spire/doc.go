@@ -17,8 +17,10 @@
 //   - The drop-files are the spire node's record of the hand-off: one file per node under
 //     /var/lib/spire/fediversity/k8s/<namespace>/nodes/<node>, next to the namespace's
 //     kubeconfig. The k8s_psat attestor's clusters are generated on the spire node from
-//     that tree (cluster <namespace>, allow list <namespace>:node-<node> for each
-//     drop-file, audience spire-server, the namespace's kubeconfig) into the attestor's
+//     that tree (per drop-file the cluster <namespace>.<node>, allow list
+//     <namespace>:node-<node> only, audience spire-server, the namespace's kubeconfig:
+//     one cluster per node, since k8s_psat names an agent after its cluster and kubelet
+//     node, and two nodes of a namespace may share a kubelet node) into the attestor's
 //     plugin_data_file, and spire-server is told to reload it (SIGUSR1). A new namespace
 //     or node so needs no restart of the server, and the attestor reads the kubeconfig
 //     at each TokenReview, so a new token is taken up at once.

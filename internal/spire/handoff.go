@@ -11,8 +11,19 @@ import (
 // Audience is the audience of the node tokens the k8s_psat attestor accepts.
 const Audience = "spire-server"
 
+// K8sCluster is the k8s_psat cluster of one node of a namespace, "<namespace>.<node>",
+// whose allow list holds only the node's service account node-<node>. One cluster per
+// node, not per namespace: k8s_psat names an agent after its cluster and the UID of the
+// kubelet node its pod runs on (spiffe://<td>/spire/agent/k8s_psat/<cluster>/<node UID>),
+// and every node runs an agent of its own. With one cluster per namespace, two nodes of a
+// namespace on one kubelet node were one agent to the server: each attestation replaced
+// the other's selectors, and one node's pod was given the other's host SVID (found by
+// TestAccK8sRolloutRealNode_spireAgentsOfTwoNodesOnOneKubelet). A namespace is a DNS
+// label, so the dot cannot be part of it and the name is unambiguous.
+func K8sCluster(namespace, node string) string { return namespace + "." + node }
+
 // AliasID is the node alias of a k8s node: the SPIFFE ID its agent gets through the
-// k8s_psat selectors of cluster <namespace>, agent namespace <namespace> and agent
+// k8s_psat selectors of cluster <namespace>.<node>, agent namespace <namespace> and agent
 // service account node-<node>.
 func AliasID(namespace, node string) string {
 	return fmt.Sprintf("spiffe://%s/k8s/%s/%s/node-%s", TrustDomain, namespace, namespace, node)
@@ -46,7 +57,7 @@ func (h HandOff) Entries() []Entry {
 			Entry{
 				ID: prefix + n + ".alias", SpiffeID: AliasID(h.Namespace, n), ParentID: ServerID,
 				Selectors: sortedCopy([]string{
-					"k8s_psat:cluster:" + h.Namespace,
+					"k8s_psat:cluster:" + K8sCluster(h.Namespace, n),
 					"k8s_psat:agent_ns:" + h.Namespace,
 					"k8s_psat:agent_sa:node-" + n,
 				}),
@@ -127,8 +138,8 @@ for f in "$d"/*.json.new; do [ -e "$f" ] || continue; mv -f "$f" "${f%.new}"; do
 	return nil
 }
 
-// syncClusters regenerates the k8s_psat attestor's clusters from the hand-off tree on
-// the spire node and signals the server (SIGUSR1 reloads plugin_data_file) only when the
+// syncClusters regenerates the k8s_psat attestor's clusters (one per drop-file:
+// K8sCluster) from the hand-off tree on the spire node and signals the server (SIGUSR1 reloads plugin_data_file) only when the
 // file changed. It holds a lock, so two namespaces applied at once do not lose one.
 func (s *Server) syncClusters(ctx context.Context) error {
 	const script = `set -e; umask 077; root=$1; svc=$2; out="$root/k8s_psat.hcl"; mkdir -p "$root/k8s"
@@ -137,13 +148,12 @@ exec 9>"$root/.lock"; if command -v flock >/dev/null; then flock 9; fi
   echo 'clusters = {'
   for d in "$root"/k8s/*; do
     [ -f "$d/kubeconfig" ] || continue
-    ns=$(basename "$d"); allow=""; sep=""
+    ns=$(basename "$d")
     for f in "$d"/nodes/*.json; do
       [ -e "$f" ] || continue
-      n=$(basename "$f" .json); allow="$allow$sep\"$ns:node-$n\""; sep=", "
+      n=$(basename "$f" .json)
+      printf '  "%s.%s" = {\n    service_account_allow_list = ["%s:node-%s"]\n    audience = ["spire-server"]\n    kube_config_file = "%s"\n  }\n' "$ns" "$n" "$ns" "$n" "$d/kubeconfig"
     done
-    [ -n "$allow" ] || continue
-    printf '  "%s" = {\n    service_account_allow_list = [%s]\n    audience = ["spire-server"]\n    kube_config_file = "%s"\n  }\n' "$ns" "$allow" "$d/kubeconfig"
   done
   echo '}'
 } >"$out.tmp"
@@ -216,9 +226,23 @@ func (st HandOffState) RegisteredNodes(namespace string) []string {
 }
 
 // K8sAgentPrefix is the SPIFFE ID prefix of the agents that attested with k8s_psat in
-// the namespace's cluster.
+// the clusters of the namespace's nodes (K8sCluster), and in the namespace's own cluster
+// as hand-offs before one cluster per node named it ("<namespace>/").
 func K8sAgentPrefix(namespace string) string {
-	return "spiffe://" + TrustDomain + "/spire/agent/k8s_psat/" + namespace + "/"
+	return "spiffe://" + TrustDomain + "/spire/agent/k8s_psat/" + namespace
+}
+
+// IsK8sAgentOf reports whether the agent (a SPIFFE ID) attested in a cluster of the
+// namespace.
+func IsK8sAgentOf(agent, namespace string) bool {
+	rest, ok := strings.CutPrefix(agent, K8sAgentPrefix(namespace))
+	return ok && (strings.HasPrefix(rest, ".") || strings.HasPrefix(rest, "/"))
+}
+
+// K8sAgentID is the SPIFFE ID of the agent of node of the namespace on the kubelet node
+// with UID kubeletNodeUID.
+func K8sAgentID(namespace, node, kubeletNodeUID string) string {
+	return "spiffe://" + TrustDomain + "/spire/agent/k8s_psat/" + K8sCluster(namespace, node) + "/" + kubeletNodeUID
 }
 
 // RetireHandOff removes the namespace from the spire node: its cluster leaves the
@@ -245,7 +269,7 @@ func (s *Server) RetireHandOff(ctx context.Context, namespace string) (Changes, 
 		return ch, err
 	}
 	for _, a := range agents {
-		if strings.HasPrefix(a, K8sAgentPrefix(namespace)) {
+		if IsK8sAgentOf(a, namespace) {
 			if err := s.EvictAgent(ctx, a); err != nil {
 				return ch, err
 			}

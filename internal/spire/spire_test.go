@@ -118,10 +118,10 @@ func TestHandOffEntries(t *testing.T) {
 	got := HandOff{Namespace: "ops", Nodes: []string{"web", "db"}}.Entries()
 	want := []Entry{
 		{ID: "fediversity.k8s.ops.db.alias", SpiffeID: "spiffe://fediversity/k8s/ops/ops/node-db", ParentID: "spiffe://fediversity/spire/server",
-			Selectors: []string{"k8s_psat:agent_ns:ops", "k8s_psat:agent_sa:node-db", "k8s_psat:cluster:ops"}},
+			Selectors: []string{"k8s_psat:agent_ns:ops", "k8s_psat:agent_sa:node-db", "k8s_psat:cluster:ops.db"}},
 		{ID: "fediversity.k8s.ops.db.host", SpiffeID: "spiffe://fediversity/host/ops-db", ParentID: "spiffe://fediversity/k8s/ops/ops/node-db", Selectors: []string{"unix:uid:0"}},
 		{ID: "fediversity.k8s.ops.web.alias", SpiffeID: "spiffe://fediversity/k8s/ops/ops/node-web", ParentID: "spiffe://fediversity/spire/server",
-			Selectors: []string{"k8s_psat:agent_ns:ops", "k8s_psat:agent_sa:node-web", "k8s_psat:cluster:ops"}},
+			Selectors: []string{"k8s_psat:agent_ns:ops", "k8s_psat:agent_sa:node-web", "k8s_psat:cluster:ops.web"}},
 		{ID: "fediversity.k8s.ops.web.host", SpiffeID: "spiffe://fediversity/host/ops-web", ParentID: "spiffe://fediversity/k8s/ops/ops/node-web", Selectors: []string{"unix:uid:0"}},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -244,12 +244,17 @@ func TestDropFilesMakeTheClusters(t *testing.T) {
 	apply("shop", "n1")
 	hcl, _ := os.ReadFile(filepath.Join(dir, "k8s_psat.hcl"))
 	want := `clusters = {
-  "ops" = {
-    service_account_allow_list = ["ops:node-db", "ops:node-web"]
+  "ops.db" = {
+    service_account_allow_list = ["ops:node-db"]
     audience = ["spire-server"]
     kube_config_file = "` + dir + `/k8s/ops/kubeconfig"
   }
-  "shop" = {
+  "ops.web" = {
+    service_account_allow_list = ["ops:node-web"]
+    audience = ["spire-server"]
+    kube_config_file = "` + dir + `/k8s/ops/kubeconfig"
+  }
+  "shop.n1" = {
     service_account_allow_list = ["shop:node-n1"]
     audience = ["spire-server"]
     kube_config_file = "` + dir + `/k8s/shop/kubeconfig"
@@ -288,7 +293,7 @@ func TestDropFilesMakeTheClusters(t *testing.T) {
 		t.Fatal(err)
 	}
 	hcl, _ = os.ReadFile(filepath.Join(dir, "k8s_psat.hcl"))
-	if strings.Contains(string(hcl), `"ops"`) || !strings.Contains(string(hcl), `"shop"`) {
+	if strings.Contains(string(hcl), `"ops.`) || !strings.Contains(string(hcl), `"shop.n1"`) {
 		t.Fatalf("after retiring ops:\n%s", hcl)
 	}
 }
@@ -314,5 +319,22 @@ func TestIncusEntries(t *testing.T) {
 	if es[0].ParentID != "spiffe://fediversity/spire/agent/join_token/tok" || es[0].SpiffeID != "spiffe://fediversity/incus/g/node-n1" ||
 		es[1].SpiffeID != "spiffe://fediversity/host/g-n1" || es[1].ParentID != es[0].SpiffeID {
 		t.Fatalf("%+v", es)
+	}
+}
+
+func TestK8sAgentOfNamespace(t *testing.T) {
+	for agent, want := range map[string]bool{
+		K8sAgentID("ops", "web", "uid-1"):                        true,
+		"spiffe://fediversity/spire/agent/k8s_psat/ops/uid-1":    true, // a hand-off's agent before one cluster per node
+		K8sAgentID("ops2", "web", "uid-1"):                       false,
+		"spiffe://fediversity/spire/agent/join_token/ops.web":    false,
+		"spiffe://fediversity/spire/agent/k8s_psat/opsweb/uid-1": false,
+	} {
+		if got := IsK8sAgentOf(agent, "ops"); got != want {
+			t.Errorf("IsK8sAgentOf(%s, ops) = %v, want %v", agent, got, want)
+		}
+	}
+	if got := K8sAgentID("ops", "web", "uid-1"); got != "spiffe://fediversity/spire/agent/k8s_psat/ops.web/uid-1" {
+		t.Errorf("K8sAgentID = %s", got)
 	}
 }

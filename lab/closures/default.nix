@@ -11,6 +11,9 @@
 #
 # seed: any string; a different seed gives different store paths for every derivation,
 #   so a test can force a copy of a closure the node has never seen.
+# planFile: a node plan (JSON) that `bootable` copies to $out/etc/fediversity/node-plan.json,
+#   as the provider hands it to a build (--argstr planFile): a node image built from a
+#   submission (modules/k8s with a `build`) then carries its own node's plan. Empty: none.
 # switchDelay: seconds the slow-switch activation takes.
 # payloadKiB: size of the payload path (for copy benchmarks).
 #
@@ -19,7 +22,8 @@
 # progress counter to /run/fediversity-chain/<unit>.progress; the chain's product is
 # /run/secret, which app.service needs (it exits 1 without it). $out/activate removes
 # /run/secret and /run/fediversity-chain, so each switch starts the chain afresh.
-{ seed ? "", switchDelay ? "15", payloadKiB ? "256", system ? builtins.currentSystem }:
+{ seed ? "", switchDelay ? "15", payloadKiB ? "256", planFile ? "", system ? builtins.currentSystem
+, spireAgent ? "", spireCluster ? "", spireServer ? "", spireServerPort ? "" }:
 let
   drv = name: script: attrs: derivation ({
     inherit name system seed;
@@ -112,6 +116,69 @@ let
       ln -s busybox $out/bin/$a
     done
   '' { };
+
+  # spire-agent for bootable-spire-agent: the binary of lab/spire/build.sh (a path that
+  # names its version) with its shared libraries beside it, its ELF interpreter and
+  # each library it needs named by its store path. (Not a search path, as fedi-systemd
+  # has: patchelf's --set-rpath leaves this stripped Go binary crashing at start.)
+  bootSpireAgent = drv "fedi-spire-agent" ''
+    [ -x "${spireAgent}" ] || { echo "fedi-spire-agent: spireAgent \"${spireAgent}\" is not an executable (lab/spire/build.sh prints its path)" >&2; exit 1; }
+    mkdir -p $out/bin $out/lib
+    cp "${spireAgent}" $out/bin/spire-agent
+    cp -L /lib64/ld-linux-x86-64.so.2 $out/lib/
+    chmod u+w $out/bin/spire-agent
+    patchelf --set-interpreter $out/lib/ld-linux-x86-64.so.2 $out/bin/spire-agent
+    ldd "${spireAgent}" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | while read -r soname lib; do
+      cp -L "$lib" $out/lib/
+      patchelf --replace-needed "$soname" "$out/lib/$(basename "$lib")" $out/bin/spire-agent
+    done
+    chmod -R u+w $out
+    $out/bin/spire-agent --version
+  '' { };
+
+  # The script of `bootable` (see there), which bootable-spire-agent extends.
+  bootableScript = ''
+    u=$out/etc/systemd/system
+    mkdir -p $u/multi-user.target.wants $out/sw/bin
+    for t in multi-user.target basic.target sysinit.target sockets.target timers.target \
+      paths.target slices.target local-fs.target local-fs-pre.target swap.target \
+      halt.target systemd-halt.service shutdown.target final.target umount.target; do
+      sed 's|^ExecStart=systemctl |ExecStart=${bootSystemd}/bin/systemctl |' /usr/lib/systemd/system/$t > $u/$t
+    done
+    ln -s multi-user.target $u/default.target
+    cat > $u/fedi-hello.service <<EOF
+    [Unit]
+    Description=The stand-in system's one unit
+    [Service]
+    Type=oneshot
+    RemainAfterExit=yes
+    ExecStart=${bootBusybox}/bin/sh -c 'echo "hello from the closure" > /run/fedi-hello'
+    EOF
+    ln -s ../fedi-hello.service $u/multi-user.target.wants/fedi-hello.service
+    for b in ${bootBusybox}/bin/*; do ln -s $b $out/sw/bin/; done
+    ln -s ${bootSystemd}/bin/systemctl $out/sw/bin/systemctl
+    printf 'NAME="Fediversity lab stand-in"\nID=fediversity-standin\nVERSION_ID=1\nPRETTY_NAME="Fediversity lab stand-in (bootable)"\n' > $out/etc/os-release
+    echo "bootable-1" > $out/nixos-version
+    echo "${system}" > $out/system
+    cat > $out/init <<EOF
+    #!${bootBusybox}/bin/sh
+    # Stage 2 of the lab's bootable stand-in (lab/closures/default.nix).
+    set -e
+    PATH=${bootBusybox}/bin
+    mkdir -p /etc/systemd /lib /bin /var/log /run /tmp
+    # /var/run is a directory already when the pod mounts its service-account token
+    # under /var/run/secrets before init runs; otherwise it is NixOS's link to /run.
+    [ -e /var/run ] || ln -s /run /var/run
+    ln -sfn $out/etc/systemd/system /etc/systemd/system
+    ln -sfn $out/etc/os-release /etc/os-release
+    ln -sfn ${bootSystemd}/lib/systemd /lib/systemd
+    ln -sfn ${bootSystemd}/bin/mount /bin/mount
+    ln -sfn ${bootSystemd}/bin/umount /bin/umount
+    ln -sfn $out /run/current-system
+    exec ${bootSystemd}/lib/systemd/systemd "\$@"
+    EOF
+    chmod +x $out/init
+  '';
 
   payload = drv "fedi-payload" ''
     mkdir -p $out
@@ -250,6 +317,61 @@ let
     wants = baseWants ++ [ "fedi-http.socket" "fedi-warmup.service" ];
     activate = "rm -f /run/fedi-http-ready /run/fedi-warm-seen";
   };
+
+  # The SPIRE lane's toplevel (see spire-chain below), with extra units.
+  spireChain = scenario: extra: let
+    agentConf = drv "fedi-spire-agent-conf" ''
+      cat > $out <<'EOF'
+      agent {
+        data_dir = "/var/lib/spire/agent/data"
+        server_address = "127.0.0.1"
+        server_port = "8081"
+        socket_path = "/run/spire-agent/api.sock"
+        trust_bundle_path = "/var/lib/spire/agent/bundle.crt"
+        trust_domain = "fediversity"
+        join_token_file = "/var/lib/spire/agent/join-token"
+      }
+      plugins {
+        NodeAttestor "join_token" {
+          plugin_data {}
+        }
+        KeyManager "disk" {
+          plugin_data { directory = "/var/lib/spire/agent/data" }
+        }
+        WorkloadAttestor "unix" {
+          plugin_data {}
+        }
+      }
+      EOF
+    '' { };
+    # At most 120 tries a second apart, so a node whose agent never attests fails the
+    # chain instead of holding the switch.
+    fetch = "/bin/sh -c 'd=/run/fediversity-chain; mkdir -p $d/svid; i=0; until /usr/local/bin/spire-agent api fetch x509 -socketPath /run/spire-agent/api.sock -write $d/svid >/dev/null 2>&1; do i=$((i + 1)); [ $i -le 120 ] || exit 1; echo $i > $d/secret-chain-fetch.service.progress; sleep 1; done; touch $d/secret-chain-fetch.service.done'";
+    oneshot = exec: extraUnit: service { type = "oneshot"; inherit exec extraUnit; extraService = "RemainAfterExit=yes"; };
+  in toplevel {
+    inherit scenario;
+    # As a NixOS service that needs its secrets is ordered: app.service requires the
+    # chain, whose members are oneshots in order, the first after the agent; the switch's
+    # start of app.service waits for the whole chain.
+    units = base "1" // extra // {
+      "fedi-spire-agent.service" = service {
+        exec = "/usr/local/bin/spire-agent run -config ${agentConf}";
+        extraService = "RuntimeDirectory=spire-agent";
+      };
+      "secret-chain-fetch.service" = oneshot fetch "Wants=fedi-spire-agent.service\nAfter=fedi-spire-agent.service";
+      "secret-chain-install.service" = oneshot
+        "@out@/sw/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret"
+        "Requires=secret-chain-fetch.service\nAfter=secret-chain-fetch.service";
+      "app.service" = service {
+        exec = "@out@/sw/bin/fedi-idle";
+        extraUnit = "Requires=secret-chain-install.service\nAfter=secret-chain-install.service";
+        extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
+      };
+    };
+    wants = baseWants ++ builtins.attrNames extra ++ [ "fedi-spire-agent.service" "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];
+    chain = [ "secret-chain-fetch.service" "secret-chain-install.service" ];
+    activate = "rm -rf /run/secret /run/fediversity-chain";
+  };
 in
 {
   inherit tools payload;
@@ -302,49 +424,89 @@ in
   # multi-user.target and to halt (SIGRTMIN+3), and fedi-hello.service, a oneshot that
   # writes /run/fedi-hello. No journald, no udev, no getty, no dbus. On SIGRTMIN+3 (the
   # image's stop signal) systemd reaches halt.target and execs systemd-shutdown, which
-  # prints "Exiting container." and ends the container.
-  bootable = drv "fedi-system-bootable" ''
+  # prints "Exiting container." and ends the container. Given a planFile, it carries the
+  # node plan in $out/etc/fediversity/node-plan.json (so /run/current-system/etc/...);
+  # without one, its derivation is what it was before planFile existed.
+  bootable = drv "fedi-system-bootable" (bootableScript + (if planFile == "" then "" else ''
+    mkdir -p $out/etc/fediversity
+    printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
+  '')) (if planFile == "" then { } else { plan = builtins.readFile planFile; });
+
+  # bootable with the SPIRE agent of a k8s-operator node (issue 22, "the agent inside a
+  # pod"): what a NixOS node's configuration does with what fediversity_k8s_rollout's
+  # `spire_handoff` gives its pod (internal/k8s/spire_agent.go). fedi-spire-token copies
+  # the pod's projected token (/run/spire-agent/token/token, root only, renewed by the
+  # kubelet) to the agent's token_path, at boot and every 10 minutes (a timer);
+  # fedi-spire-agent runs spire-agent (lab/spire/build.sh's, copied into the store as
+  # fedi-systemd is) with the k8s_psat node attestor, cluster spireCluster (the node's
+  # k8s_psat cluster, which the hand-off names), the trust bundle of the ConfigMap
+  # spire-agent (/run/spire-agent/bundle/bundle.crt), and the server at
+  # spireServer:spireServerPort. Its log is /run/spire-agent/agent.log (the stand-in has
+  # no journald). Build with
+  #   --argstr spireAgent <path> --argstr spireCluster <cluster>
+  #   --argstr spireServer <address> --argstr spireServerPort <port>
+  bootable-spire-agent = let
+    agentConf = drv "fedi-spire-agent-k8s-conf" ''
+      cat > $out <<'EOF'
+      agent {
+        data_dir = "/var/lib/spire/agent"
+        log_file = "/run/spire-agent/agent.log"
+        server_address = "${spireServer}"
+        server_port = "${spireServerPort}"
+        socket_path = "/run/spire-agent/api.sock"
+        trust_bundle_path = "/run/spire-agent/bundle/bundle.crt"
+        trust_domain = "fediversity"
+      }
+      plugins {
+        NodeAttestor "k8s_psat" {
+          plugin_data {
+            cluster = "${spireCluster}"
+            token_path = "/run/spire-agent/node-token"
+          }
+        }
+        KeyManager "disk" {
+          plugin_data { directory = "/var/lib/spire/agent" }
+        }
+        WorkloadAttestor "unix" {
+          plugin_data {}
+        }
+      }
+      EOF
+    '' { };
+    bb = "${bootBusybox}/bin/busybox";
+    need = arg: v: if v == "" then throw "bootable-spire-agent: --argstr ${arg} is needed" else v;
+  in assert need "spireAgent" spireAgent != "" && need "spireCluster" spireCluster != ""
+    && need "spireServer" spireServer != "" && need "spireServerPort" spireServerPort != "";
+  drv "fedi-system-bootable-spire-agent" (bootableScript + ''
     u=$out/etc/systemd/system
-    mkdir -p $u/multi-user.target.wants $out/sw/bin
-    for t in multi-user.target basic.target sysinit.target sockets.target timers.target \
-      paths.target slices.target local-fs.target local-fs-pre.target swap.target \
-      halt.target systemd-halt.service shutdown.target final.target umount.target; do
-      sed 's|^ExecStart=systemctl |ExecStart=${bootSystemd}/bin/systemctl |' /usr/lib/systemd/system/$t > $u/$t
-    done
-    ln -s multi-user.target $u/default.target
-    cat > $u/fedi-hello.service <<EOF
+    cat > $u/fedi-spire-token.service <<EOF
     [Unit]
-    Description=The stand-in system's one unit
+    Description=Copy the pod's projected SPIRE token to the agent's token_path
     [Service]
     Type=oneshot
-    RemainAfterExit=yes
-    ExecStart=${bootBusybox}/bin/sh -c 'echo "hello from the closure" > /run/fedi-hello'
+    ExecStart=${bb} sh -c '${bb} cp /run/spire-agent/token/token /run/spire-agent/node-token.tmp && ${bb} chmod 600 /run/spire-agent/node-token.tmp && ${bb} mv /run/spire-agent/node-token.tmp /run/spire-agent/node-token'
     EOF
-    ln -s ../fedi-hello.service $u/multi-user.target.wants/fedi-hello.service
-    for b in ${bootBusybox}/bin/*; do ln -s $b $out/sw/bin/; done
-    ln -s ${bootSystemd}/bin/systemctl $out/sw/bin/systemctl
-    printf 'NAME="Fediversity lab stand-in"\nID=fediversity-standin\nVERSION_ID=1\nPRETTY_NAME="Fediversity lab stand-in (bootable)"\n' > $out/etc/os-release
-    echo "bootable-1" > $out/nixos-version
-    echo "${system}" > $out/system
-    cat > $out/init <<EOF
-    #!${bootBusybox}/bin/sh
-    # Stage 2 of the lab's bootable stand-in (lab/closures/default.nix).
-    set -e
-    PATH=${bootBusybox}/bin
-    mkdir -p /etc/systemd /lib /bin /var/log /run /tmp
-    # /var/run is a directory already when the pod mounts its service-account token
-    # under /var/run/secrets before init runs; otherwise it is NixOS's link to /run.
-    [ -e /var/run ] || ln -s /run /var/run
-    ln -sfn $out/etc/systemd/system /etc/systemd/system
-    ln -sfn $out/etc/os-release /etc/os-release
-    ln -sfn ${bootSystemd}/lib/systemd /lib/systemd
-    ln -sfn ${bootSystemd}/bin/mount /bin/mount
-    ln -sfn ${bootSystemd}/bin/umount /bin/umount
-    ln -sfn $out /run/current-system
-    exec ${bootSystemd}/lib/systemd/systemd "\$@"
+    cat > $u/fedi-spire-token.timer <<EOF
+    [Unit]
+    Description=Copy the projected SPIRE token again well within its hour
+    [Timer]
+    OnUnitActiveSec=10min
     EOF
-    chmod +x $out/init
-  '' { };
+    cat > $u/fedi-spire-agent.service <<EOF
+    [Unit]
+    Description=SPIRE agent (k8s_psat)
+    Requires=fedi-spire-token.service
+    After=fedi-spire-token.service
+    [Service]
+    ExecStart=${bootSpireAgent}/bin/spire-agent run -config ${agentConf}
+    Restart=on-failure
+    RestartSec=2
+    EOF
+    for w in fedi-spire-token.service fedi-spire-token.timer fedi-spire-agent.service; do
+      ln -s ../$w $u/multi-user.target.wants/$w
+    done
+    ln -s ${bootSpireAgent}/bin/spire-agent $out/sw/bin/spire-agent
+  '') { };
 
   # Same units, another toplevel (fedi-web's unit file changed: it is restarted).
   good-v2 = toplevel { scenario = "good"; version = "2"; units = base "2"; wants = baseWants; };
@@ -426,57 +588,12 @@ in
   # device to the lab's spire node); the chain's first member fetches the node's X.509
   # SVID from the agent (each try is a step of progress) before the second writes
   # /run/secret, which app.service needs.
-  spire-chain = let
-    agentConf = drv "fedi-spire-agent-conf" ''
-      cat > $out <<'EOF'
-      agent {
-        data_dir = "/var/lib/spire/agent/data"
-        server_address = "127.0.0.1"
-        server_port = "8081"
-        socket_path = "/run/spire-agent/api.sock"
-        trust_bundle_path = "/var/lib/spire/agent/bundle.crt"
-        trust_domain = "fediversity"
-        join_token_file = "/var/lib/spire/agent/join-token"
-      }
-      plugins {
-        NodeAttestor "join_token" {
-          plugin_data {}
-        }
-        KeyManager "disk" {
-          plugin_data { directory = "/var/lib/spire/agent/data" }
-        }
-        WorkloadAttestor "unix" {
-          plugin_data {}
-        }
-      }
-      EOF
-    '' { };
-    # At most 120 tries a second apart, so a node whose agent never attests fails the
-    # chain instead of holding the switch.
-    fetch = "/bin/sh -c 'd=/run/fediversity-chain; mkdir -p $d/svid; i=0; until /usr/local/bin/spire-agent api fetch x509 -socketPath /run/spire-agent/api.sock -write $d/svid >/dev/null 2>&1; do i=$((i + 1)); [ $i -le 120 ] || exit 1; echo $i > $d/secret-chain-fetch.service.progress; sleep 1; done; touch $d/secret-chain-fetch.service.done'";
-    oneshot = exec: extraUnit: service { type = "oneshot"; inherit exec extraUnit; extraService = "RemainAfterExit=yes"; };
-  in toplevel {
-    scenario = "spire-chain";
-    # As a NixOS service that needs its secrets is ordered: app.service requires the
-    # chain, whose members are oneshots in order, the first after the agent; the switch's
-    # start of app.service waits for the whole chain.
-    units = base "1" // {
-      "fedi-spire-agent.service" = service {
-        exec = "/usr/local/bin/spire-agent run -config ${agentConf}";
-        extraService = "RuntimeDirectory=spire-agent";
-      };
-      "secret-chain-fetch.service" = oneshot fetch "Wants=fedi-spire-agent.service\nAfter=fedi-spire-agent.service";
-      "secret-chain-install.service" = oneshot
-        "@out@/sw/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret"
-        "Requires=secret-chain-fetch.service\nAfter=secret-chain-fetch.service";
-      "app.service" = service {
-        exec = "@out@/sw/bin/fedi-idle";
-        extraUnit = "Requires=secret-chain-install.service\nAfter=secret-chain-install.service";
-        extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
-      };
+  spire-chain = spireChain "spire-chain" { };
+  # The same, with fedi-broken.service failing (a canary that breaks on this lane).
+  spire-chain-broken = spireChain "spire-chain-broken" {
+    "fedi-broken.service" = service {
+      type = "oneshot";
+      exec = "/bin/sh -c 'echo broken >&2; exit 1'";
     };
-    wants = baseWants ++ [ "fedi-spire-agent.service" "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];
-    chain = [ "secret-chain-fetch.service" "secret-chain-install.service" ];
-    activate = "rm -rf /run/secret /run/fediversity-chain";
   };
 }

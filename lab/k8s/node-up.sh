@@ -58,6 +58,13 @@ node_ready() {
 
 [[ -s $KUBECONFIG_CP ]] || { log "no control plane: run lab/k8s/up.sh first"; exit 1; }
 command -v curl >/dev/null || { log "curl is needed"; exit 1; }
+# The pod bridge and the host's address in it exist from the start, not only from the
+# first pod on (the CNI bridge plugin takes the bridge as it finds it): a test can then
+# open a lab service to the pods, listening on that address, before any pod ran (the
+# SPIRE agent test, internal/provider/k8s/resource_k8s_rollout_realnode_spire_test.go).
+ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+ip -4 addr show dev "$BRIDGE" | grep -F " ${POD_SUBNET%.*/*}.1/24 " >/dev/null || ip addr add "${POD_SUBNET%.*/*}.1/24" dev "$BRIDGE"
+ip link set "$BRIDGE" up
 if alive containerd && alive kubelet && node_ready; then echo "$NODE"; exit 0; fi
 bash "$HERE/node-down.sh" >&2 || true
 
@@ -167,10 +174,10 @@ run() { # name binary args... : start in background, save PID
 
 rm -f "$SOCK" "$SOCK.ttrpc" # a stale socket would look like a containerd that answers
 run containerd "${BIN[containerd]}" --config "$STATE/containerd.toml"
-for i in $(seq 1 100); do
+for i in $(seq 1 300); do
   [[ -S $SOCK ]] && "${BIN[ctr]}" --address "$SOCK" version >/dev/null 2>&1 && break
   running containerd || { log "containerd exited; see $LOGS/containerd.log"; tail -20 "$LOGS/containerd.log" >&2; exit 1; }
-  [[ $i == 100 ]] && { log "containerd not answering after 20s"; exit 1; }
+  [[ $i == 300 ]] && { log "containerd not answering after 60s"; exit 1; }
   sleep 0.2
 done
 
@@ -224,12 +231,12 @@ run kubelet "${BIN[kubelet]}" --config "$STATE/kubelet.yaml" --kubeconfig "$KUBE
   --root-dir "$STATE/kubelet" --hostname-override "$NODE" --node-ip 127.0.0.1 \
   --node-labels "fediversity.org/real-node=true"
 
-for i in $(seq 1 300); do
+for i in $(seq 1 900); do
   node_ready && break
   for c in containerd kubelet; do
     running "$c" || { log "$c exited; see $LOGS/$c.log"; tail -30 "$LOGS/$c.log" >&2; exit 1; }
   done
-  [[ $i == 300 ]] && { log "node $NODE not Ready after 60s; see $LOGS/kubelet.log"; tail -30 "$LOGS/kubelet.log" >&2; exit 1; }
+  [[ $i == 900 ]] && { log "node $NODE not Ready after 180s; see $LOGS/kubelet.log"; tail -30 "$LOGS/kubelet.log" >&2; exit 1; }
   sleep 0.2
 done
 

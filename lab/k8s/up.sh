@@ -117,7 +117,18 @@ run etcd --name lab --data-dir "$STATE/etcd-data" \
   --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
   --initial-cluster "lab=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
 
-for _ in $(seq 1 100); do curl -fsS --max-time 1 "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
+# kube-apiserver gives up and exits 20 s after its start when etcd does not answer
+# ("error creating storage factory: context deadline exceeded"), so it starts only once
+# etcd is healthy. On a loaded machine (a CI run starts this beside the lab's instances
+# booting and the test builds) etcd took longer than the 10 s this loop once allowed,
+# and the apiserver started beside it exited: a whole run lost its Kubernetes suites.
+for i in $(seq 1 600); do
+  curl -fsS --max-time 1 "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1 && break
+  # Only whether its PID lives: in the first moments it may not have exec'd etcd yet.
+  kill -0 "$(cat "$PIDS/etcd.pid")" 2>/dev/null || { log "etcd exited; see $LOGS/etcd.log"; tail -20 "$LOGS/etcd.log" >&2; exit 1; }
+  [[ $i == 600 ]] && { log "etcd not healthy after 120s; see $LOGS/etcd.log"; tail -20 "$LOGS/etcd.log" >&2; exit 1; }
+  sleep 0.2
+done
 
 run kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
@@ -128,10 +139,10 @@ run kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --service-cluster-ip-range 10.96.0.0/16 --authorization-mode RBAC \
   --endpoint-reconciler-type none --enable-priority-and-fairness=false
 
-for i in $(seq 1 300); do
+for i in $(seq 1 900); do
   ready && break
-  alive kube-apiserver || { log "kube-apiserver exited; see $LOGS/kube-apiserver.log"; tail -20 "$LOGS/kube-apiserver.log" >&2; exit 1; }
-  [[ $i == 300 ]] && { log "kube-apiserver not ready after 60s"; exit 1; }
+  alive kube-apiserver || { log "kube-apiserver exited; see $LOGS/kube-apiserver.log"; grep -E '^[EF][0-9]{4} ' "$LOGS/kube-apiserver.log" | tail -5 >&2; tail -10 "$LOGS/kube-apiserver.log" >&2; exit 1; }
+  [[ $i == 900 ]] && { log "kube-apiserver not ready after 180s"; exit 1; }
   sleep 0.2
 done
 

@@ -58,7 +58,7 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 incus file push --mode 0600 "$STATE/id_ed25519.pub" "$NAME/root/.ssh/authorized_keys" >/dev/null
-incus exec "$NAME" -- sh -c "test -s /etc/ssh/ssh_host_ed25519_key || ssh-keygen -A >/dev/null; systemctl restart ssh; echo $NAME >/etc/hostname; hostname $NAME"
+incus exec "$NAME" -- sh -c "$(cat "$HERE/../host-key-whole.sh"); systemctl restart ssh; echo $NAME >/etc/hostname; hostname $NAME"
 
 # The binaries: pushed only when they differ from the cached build.
 want=$(sha256sum "${BIN[spire-server]}" | cut -c1-64)
@@ -119,7 +119,7 @@ UNIT
 systemctl daemon-reload
 systemctl enable --now spire-server.service >/dev/null 2>&1
 '
-for _ in $(seq 1 30); do healthy && break; sleep 1; done
+for _ in $(seq 1 120); do healthy && break; sleep 1; done
 healthy || { log "spire-server is not healthy:"; incus exec "$NAME" -- journalctl -u spire-server --no-pager -n 30 >&2; exit 1; }
 
 key=$(incus exec "$NAME" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')

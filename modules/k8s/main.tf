@@ -97,6 +97,7 @@ locals {
     storage_size  = var.storage_size
     spire_handoff = var.spire_handoff
     strict        = var.strict
+    deploy        = var.deploy
     timings       = var.timings
   }
   # Every node's rollout, whichever wave it is in (the verdicts and summary outputs).

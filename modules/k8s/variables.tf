@@ -124,6 +124,17 @@ variable "addresses" {
   nullable    = false
 }
 
+variable "deploy" {
+  description = "Which image every node runs: configured (default: the image built or given for it in var.nodes) or last-good (its last good template, the last pod template seen ready, which every ready rollout records on the node's Deployment; as modules/tf's `deploy` and `fediversity rollback --to last-good`). The plan shows each node's image_ref going back to that template's image; a node with none fails the plan, naming it. The images of var.nodes are still pushed, but no node runs them. Set it back to configured to roll the configured images out again (see fediversity_k8s_rollout's `deploy`)."
+  type        = string
+  default     = "configured"
+  nullable    = false
+  validation {
+    condition     = contains(["configured", "last-good"], var.deploy)
+    error_message = "deploy must be \"configured\" or \"last-good\"."
+  }
+}
+
 variable "strict" {
   description = "Strict (default): a node whose rollout does not end ready (rolled back, or failed with nothing to go back to) fails the apply. false: the apply goes on with a warning naming the node and the reason; the rollout's state says what runs (status rolled_back or failed, running_image_ref), the node shows as failing in the summary, the next plan rolls it out again, and a staged rollout's gate counts it against failure_budget (fediversity_k8s_rollout's fail_when_not_ready)."
   type        = bool

@@ -91,8 +91,15 @@ func runCommand(args []string, out io.Writer) (int, error) {
 		result.ExitError = waitErr.Error()
 		if result.Failed == 0 {
 			// Nothing named failed, yet the command did: say so as a failure of its own.
-			result.Failures = append(result.Failures, "the command itself: "+strings.Join(argv, " ")+": "+waitErr.Error())
+			failure := "the command itself: " + strings.Join(argv, " ") + ": " + waitErr.Error()
+			result.Failures = append(result.Failures, failure)
 			result.Failed++
+			if len(result.Loose) > 0 {
+				if result.FailureEnds == nil {
+					result.FailureEnds = map[string][]string{}
+				}
+				result.FailureEnds[failure] = result.Loose
+			}
 		}
 	}
 	if err := result.Save(*record); err != nil {

@@ -26,16 +26,24 @@ type event struct {
 // Suite is what one suite proved. It is saved as JSON so `report` can add up the suites
 // of a run after they ran, each in its own process.
 type Suite struct {
-	Suite     string
-	Start     time.Time // when the suite's command started: suites may run side by side
-	Wall      time.Duration
-	Passed    int
-	Failed    int
-	Skipped   int
-	Skips     []Skip   // every skipped test, with its reason
-	Failures  []string // every failed test (package/Test), and packages that failed outside a test
-	Slowest   []Timed  // the suite's slowest top-level tests, slowest first (at most slowestKept)
-	ExitError string   `json:",omitempty"`
+	Suite    string
+	Start    time.Time // when the suite's command started: suites may run side by side
+	Wall     time.Duration
+	Passed   int
+	Failed   int
+	Skipped  int
+	Skips    []Skip   // every skipped test, with its reason
+	Failures []string // every failed test (package/Test), and packages that failed outside a test
+	// FailureEnds holds, per entry of Failures, the last lines its test (or the
+	// command) printed: the report repeats them, so that the end of a run's output
+	// says why it failed even when the whole logs above are cut off.
+	FailureEnds map[string][]string `json:",omitempty"`
+	Slowest     []Timed             // the suite's slowest top-level tests, slowest first (at most slowestKept)
+	ExitError   string              `json:",omitempty"`
+	// Loose holds the last lines the command printed that were not go test events (a
+	// suite whose lab part could not be brought up prints only such lines); run names
+	// them under the command's failure, so they are not saved with the suite.
+	Loose []string `json:"-"`
 }
 
 // Skip is one skipped test and the reason it printed (its t.Skip message).
@@ -66,6 +74,7 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 	var s Suite
 	buffered := map[string][]string{} // output of each running test, printed if it fails
 	failedIn := map[string]bool{}     // packages with at least one failed test
+	var loose []string                // the last lines that were not go test events
 	scanner := bufio.NewScanner(r)
 	scanner.Buffer(make([]byte, 1<<20), 16<<20)
 	for scanner.Scan() {
@@ -73,6 +82,9 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 		var e event
 		if len(line) == 0 || line[0] != '{' || json.Unmarshal(line, &e) != nil {
 			fmt.Fprintf(out, "%s\n", line)
+			if loose = append(loose, string(line)); len(loose) > failureEndLines {
+				loose = loose[1:]
+			}
 			continue
 		}
 		key := e.Package + "\x00" + e.Test
@@ -102,8 +114,10 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 			delete(buffered, key)
 		case "fail":
 			if e.Test != "" {
+				failure := name(e)
 				s.Failed++
-				s.Failures = append(s.Failures, name(e))
+				s.Failures = append(s.Failures, failure)
+				s.failureEnd(failure, buffered[key])
 				s.timed(e)
 				failedIn[e.Package] = true
 				if !verbose {
@@ -117,8 +131,10 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 			} else if !failedIn[e.Package] {
 				// The package failed with no failed test: TestMain, init, a panic
 				// outside a test, a timeout.
+				failure := shortPackage(e.Package) + " (package failed outside a test)"
 				s.Failed++
-				s.Failures = append(s.Failures, shortPackage(e.Package)+" (package failed outside a test)")
+				s.Failures = append(s.Failures, failure)
+				s.failureEnd(failure, buffered[key])
 			}
 			delete(buffered, key)
 		}
@@ -127,7 +143,46 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 		s.Failed++
 		s.Failures = append(s.Failures, "reading go test output: "+err.Error())
 	}
+	s.Loose = lastLines(loose, failureEndLines)
 	return s
+}
+
+// failureEndLines is how many of a failure's last lines the report repeats.
+const failureEndLines = 6
+
+// failureEnd keeps the last lines a failed test printed, without test2json's framing
+// and each cut to a readable width.
+func (s *Suite) failureEnd(failure string, output []string) {
+	var lines []string
+	for _, o := range output {
+		t := strings.TrimRight(o, "\n")
+		if strings.TrimSpace(t) == "" || strings.HasPrefix(strings.TrimSpace(t), "--- FAIL") || strings.HasPrefix(t, "=== ") {
+			continue
+		}
+		lines = append(lines, t)
+	}
+	if len(lines) == 0 {
+		return
+	}
+	if s.FailureEnds == nil {
+		s.FailureEnds = map[string][]string{}
+	}
+	s.FailureEnds[failure] = lastLines(lines, failureEndLines)
+}
+
+// lastLines keeps the last n lines, each cut to 240 characters.
+func lastLines(lines []string, n int) []string {
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		if len(l) > 240 {
+			l = l[:240] + "…"
+		}
+		out[i] = l
+	}
+	return out
 }
 
 // timed keeps a top-level test's time when it is among the slowest (subtests are in
@@ -234,8 +289,8 @@ func Load(dir string) ([]Suite, error) {
 	return suites, nil
 }
 
-// Report prints the table of suites, the failed tests, the skipped tests grouped by
-// their reason, and a last line with the totals; it returns the totals.
+// Report prints the table of suites, the skipped tests grouped by their reason, the
+// failed tests, and a last line with the totals; it returns the totals.
 func Report(suites []Suite, out io.Writer) Suite {
 	var total Suite
 	width := len("suite")
@@ -269,15 +324,6 @@ func Report(suites []Suite, out io.Writer) Suite {
 	fmt.Fprintf(out, "%-*s  %7d  %7d  %7d  %9s\n", width, "total", total.Passed, total.Failed, total.Skipped, total.Wall.Round(time.Second))
 
 	for _, s := range suites {
-		if len(s.Failures) == 0 {
-			continue
-		}
-		fmt.Fprintf(out, "\nfailed in %s:\n", s.Suite)
-		for _, f := range s.Failures {
-			fmt.Fprintf(out, "  %s\n", f)
-		}
-	}
-	for _, s := range suites {
 		if len(s.Skips) == 0 {
 			continue
 		}
@@ -294,6 +340,20 @@ func Report(suites []Suite, out io.Writer) Suite {
 			fmt.Fprintf(out, "  %s (%d):\n", r, len(byReason[r]))
 			for _, t := range byReason[r] {
 				fmt.Fprintf(out, "    %s\n", t)
+			}
+		}
+	}
+	// The failures come last, just above the totals: CI often shows only the end of the
+	// output, and a long list of skips must not push them out of it.
+	for _, s := range suites {
+		if len(s.Failures) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "\nfailed in %s:\n", s.Suite)
+		for _, f := range s.Failures {
+			fmt.Fprintf(out, "  %s\n", f)
+			for _, l := range s.FailureEnds[f] {
+				fmt.Fprintf(out, "      | %s\n", l)
 			}
 		}
 	}

@@ -54,6 +54,16 @@ func TestReadCountsEveryOutcome(t *testing.T) {
 	if strings.Contains(out, "TestPasses") || strings.Contains(out, "sshd not found") {
 		t.Errorf("output shows tests that did not fail:\n%s", out)
 	}
+	// The end of the failed test's output is kept for the report, without the framing.
+	wantEnd := []string{"    tp_test.go:8: the node answered 503", "    tp_test.go:9: unit nginx.service failed on web01"}
+	if got := s.FailureEnds["example.test/tp.TestFails"]; !reflect.DeepEqual(got, wantEnd) {
+		t.Errorf("failure end = %q, want %q", got, wantEnd)
+	}
+	var report bytes.Buffer
+	Report([]Suite{s}, &report)
+	if !strings.Contains(report.String(), "| "+wantEnd[1]) {
+		t.Errorf("the report does not repeat why the test failed:\n%s", report.String())
+	}
 }
 
 func TestReadVerbosePrintsEveryLine(t *testing.T) {
@@ -113,6 +123,11 @@ func TestReportAddsUpSuitesAndEndsWithTotals(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
+	}
+	// CI may show only the end of the output: the failures come after the skips, just
+	// above the totals.
+	if f, k := strings.Index(out.String(), "failed in acceptance:"), strings.Index(out.String(), "skipped in unit:"); f < k {
+		t.Errorf("the failures come before the skips:\n%s", out.String())
 	}
 }
 
@@ -174,6 +189,13 @@ func TestRunFailsWhenTheCommandFails(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "not json") {
 		t.Errorf("a line that is not JSON was not passed through: %q", out.String())
+	}
+	// A suite that never ran a test (its lab part could not be brought up) says why in
+	// the report: the lines its command printed.
+	var report bytes.Buffer
+	Report(suites, &report)
+	if !strings.Contains(report.String(), "| not json") {
+		t.Errorf("the report does not repeat what the failed command printed:\n%s", report.String())
 	}
 }
 

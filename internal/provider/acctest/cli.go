@@ -21,16 +21,28 @@ var cliProvider struct {
 }
 
 // cliProviderDir builds the provider once per test process into a directory that
-// dev_overrides points at.
+// dev_overrides points at. A run of many test processes (lab/test.sh) builds it once
+// for all of them and names the directory in FEDIVERSITY_CLI_PROVIDER_DIR: each
+// process building its own made the first CLI test of every binary pay a whole
+// compile, about two minutes each on CI's cold, loaded machine. Built with the flags
+// the test binaries are built with, so that it reuses the packages they compiled.
 func cliProviderDir(t *testing.T) string {
 	t.Helper()
 	cliProvider.once.Do(func() {
+		if dir := os.Getenv("FEDIVERSITY_CLI_PROVIDER_DIR"); dir != "" {
+			if _, err := os.Stat(filepath.Join(dir, "terraform-provider-fediversity")); err != nil {
+				cliProvider.err = fmt.Errorf("FEDIVERSITY_CLI_PROVIDER_DIR names %s, which holds no provider binary: %v", dir, err)
+				return
+			}
+			cliProvider.dir = dir
+			return
+		}
 		dir, err := os.MkdirTemp("", "fediversity-cli-provider-")
 		if err != nil {
 			cliProvider.err = err
 			return
 		}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(dir, "terraform-provider-fediversity"), ".")
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "terraform-provider-fediversity"), ".")
 		cmd.Dir = labtest.RepoRoot(t)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			cliProvider.err = fmt.Errorf("go build: %v: %s", err, out)

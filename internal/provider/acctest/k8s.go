@@ -202,8 +202,11 @@ func (a *K8s) DeploymentImage() (string, string, error) {
 }
 
 // ReadyPod returns the one ready, non-terminating pod of web01.
-func (a *K8s) ReadyPod() (*corev1.Pod, error) {
-	list, err := a.C.CS.CoreV1().Pods(a.Ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.NodeLabel + "=web01"})
+func (a *K8s) ReadyPod() (*corev1.Pod, error) { return a.ReadyPodOf("web01") }
+
+// ReadyPodOf returns the one ready, non-terminating pod of node.
+func (a *K8s) ReadyPodOf(node string) (*corev1.Pod, error) {
+	list, err := a.C.CS.CoreV1().Pods(a.Ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.NodeLabel + "=" + node})
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +217,7 @@ func (a *K8s) ReadyPod() (*corev1.Pod, error) {
 		}
 	}
 	if len(out) != 1 {
-		return nil, fmt.Errorf("want one pod of web01, found %d", len(out))
+		return nil, fmt.Errorf("want one pod of %s, found %d", node, len(out))
 	}
 	for _, c := range out[0].Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {

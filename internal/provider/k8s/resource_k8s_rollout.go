@@ -41,6 +41,7 @@ type k8sRolloutModel struct {
 	Namespace        types.String      `tfsdk:"namespace"`
 	Node             types.String      `tfsdk:"node"`
 	ImageRef         types.String      `tfsdk:"image_ref"`
+	Deploy           types.String      `tfsdk:"deploy"`
 	RuntimeClass     types.String      `tfsdk:"runtime_class"`
 	StorageClass     types.String      `tfsdk:"storage_class"`
 	StorageSize      types.String      `tfsdk:"storage_size"`
@@ -124,13 +125,17 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "Node name: names the Deployment, the claim `<node>-state` and the service account `node-<node>`. Changing it replaces the node (a new claim: its state is lost).",
 			},
 			"image_ref": schema.StringAttribute{
-				Required: true,
+				// Optional and computed, as fediversity_node_switch's toplevel: with
+				// deploy = "last-good" the plan sets it (rollout_last_good.go).
+				Optional: true, Computed: true,
 				Validators: []validator.String{stringvalidator.RegexMatches(kit.DigestRefRE,
 					"must name the image by digest (<repository>@sha256:<64 hex>), e.g. fediversity_image.<x>.image_ref")},
-				MarkdownDescription: "The image to run, by digest, usually `fediversity_image.<x>.image_ref`. After apply and refresh " +
+				MarkdownDescription: "The image to run, by digest, usually `fediversity_image.<x>.image_ref`; required unless `deploy = \"last-good\"`, " +
+					"which plans it as the image of the node's last good template (and then it must be unset). After apply and refresh " +
 					"it holds the image the Deployment names: after a rollback, the previous image, so the next plan shows the change back " +
 					"to the configured image and the next apply retries. " + rollsOut,
 			},
+			"deploy": rolloutDeployAttribute(),
 			"runtime_class": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(defaultRuntimeClass),
 				MarkdownDescription: "RuntimeClass of the pod, usually `fediversity_k8s_namespace.<x>.runtime_class`. Default `fediversity`. " + rollsOut,
@@ -192,7 +197,8 @@ func (r *k8sRolloutResource) Configure(_ context.Context, req resource.Configure
 	kit.ConfigureObject(&r.cfg, req.ProviderData, "fediversity_k8s_rollout", &resp.Diagnostics)
 }
 
-// ValidateConfig checks the timings at plan, not first at apply.
+// ValidateConfig checks the timings at plan, not first at apply, and that image_ref is
+// given exactly when the configured image is rolled out (deploy).
 func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
 	var m k8sRolloutModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
@@ -201,6 +207,7 @@ func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.Va
 	}
 	_, diags := m.Timings.ToTimings(path.Root("timings"))
 	resp.Diagnostics.Append(diags...)
+	validateDeploy(m, &resp.Diagnostics)
 }
 
 // ModifyPlan plans a new wait when the last rollout did not end ready, so an apply with
@@ -211,6 +218,12 @@ func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.Modify
 	defer kit.KeepSubmissionOfUnchangedNode(req, resp)()
 	if !req.Plan.Raw.IsNull() && req.State.Raw.IsNull() {
 		r.warnIfDeploymentExists(ctx, req, resp)
+	}
+	if !req.Plan.Raw.IsNull() {
+		// deploy = "last-good": image_ref is the last good template's image.
+		if r.planLastGood(ctx, req, resp); resp.Diagnostics.HasError() {
+			return
+		}
 	}
 	if req.Plan.Raw.IsNull() || req.State.Raw.IsNull() {
 		return
@@ -419,6 +432,9 @@ func (r *k8sRolloutResource) Create(ctx context.Context, req resource.CreateRequ
 	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "roll out", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
 		return
 	}
+	if resp.Diagnostics.Append(checkLastGoodUnchanged(ctx, r, plan)...); resp.Diagnostics.HasError() {
+		return
+	}
 	rdiags := r.rollout(ctx, &plan, "")
 	resp.Diagnostics.Append(rdiags...)
 	if rdiags.HasError() && plan.Status.IsUnknown() {
@@ -442,6 +458,10 @@ func (r *k8sRolloutResource) Update(ctx context.Context, req resource.UpdateRequ
 	defer cancel()
 	plan.ContainerUUID, plan.MachineID = state.ContainerUUID, state.MachineID
 	if resp.Diagnostics.Append(submissionRefused(plan.SubDigest, plan.SubFile, "roll out", plan.Node.ValueString())...); resp.Diagnostics.HasError() {
+		resp.Diagnostics.Append(resp.State.Set(ctx, state)...) // nothing changed
+		return
+	}
+	if resp.Diagnostics.Append(checkLastGoodUnchanged(ctx, r, plan)...); resp.Diagnostics.HasError() {
 		resp.Diagnostics.Append(resp.State.Set(ctx, state)...) // nothing changed
 		return
 	}

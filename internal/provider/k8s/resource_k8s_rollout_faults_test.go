@@ -255,56 +255,21 @@ func killedApply(t *testing.T, whole bool) {
 // when the policy is in force (a server-side dry run is refused).
 func (a *k8sAcc) refuseRollbacks(t *testing.T) (lift func()) {
 	t.Helper()
-	ctx := context.Background()
-	name := "refuse-rollback-" + a.Ns
-	fail := admissionv1.Fail
-	pol := &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Update},
-					Rule:       admissionv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
-				},
-			}}},
-			Validations: []admissionv1.Validation{{
-				Expression: `object.spec.template.spec.containers.all(c, c.image.contains("broken"))`,
-				Message:    "test policy: this Deployment may only be moved to a broken image",
-			}},
-		},
-	}
-	api := a.C.CS.AdmissionregistrationV1()
-	if _, err := api.ValidatingAdmissionPolicies().Create(ctx, pol, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	bind := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        name,
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{"kubernetes.io/metadata.name": a.Ns}}},
-		},
-	}
-	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, bind, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	lift = func() {
-		_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
-		a.waitPolicy(t, false)
-	}
-	t.Cleanup(func() {
-		_ = api.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = api.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+	remove := a.AdmissionPolicy(acctest.Refusal{
+		Name: "refuse-rollback-" + a.Ns, Op: admissionv1.Update, APIGroup: "apps", Resource: "deployments",
+		Expression: `object.spec.template.spec.containers.all(c, c.image.contains("broken"))`,
+		Message:    "test policy: this Deployment may only be moved to a broken image",
 	})
 	a.waitPolicy(t, true)
-	return lift
+	return func() {
+		remove()
+		a.waitPolicy(t, false)
+	}
 }
 
-// waitPolicy waits until a dry-run update of web01 (to its own template) is refused
-// (inForce) or allowed.
+// waitPolicy waits until a dry-run update of web01 to an image without "broken" is
+// refused (inForce) or allowed. The probe must not be the Deployment's own template: the
+// policy allows that while it names a broken image, and "lifted" would be seen too early.
 func (a *k8sAcc) waitPolicy(t *testing.T, inForce bool) {
 	t.Helper()
 	deps := a.C.CS.AppsV1().Deployments(a.Ns)
@@ -313,6 +278,7 @@ func (a *k8sAcc) waitPolicy(t *testing.T, inForce bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		d.Spec.Template.Spec.Containers[0].Image = "127.0.0.1:1/policy-probe:v1"
 		_, err = deps.Update(context.Background(), d, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 		refused := apierrors.IsInvalid(err) || (err != nil && strings.Contains(err.Error(), "test policy"))
 		if refused == inForce && (refused || err == nil || apierrors.IsConflict(err)) {

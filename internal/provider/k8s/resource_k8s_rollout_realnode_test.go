@@ -32,47 +32,11 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	corev1 "k8s.io/api/core/v1"
-	k8sresource "k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/k8s"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
 )
-
-const (
-	realNodeName         = "fediversity-real-0"
-	realNodeRuntimeClass = "fediversity-real"
-	realNodeStorageClass = "fediversity-real"
-)
-
-func realNodeState() string {
-	if d := os.Getenv("FEDIVERSITY_K8S_NODE_STATE"); d != "" {
-		return d
-	}
-	return "/var/lib/fediversity-k8s-node"
-}
-
-// requireRealNode skips unless the real node is asked for, and fails when it is asked
-// for but is not Ready.
-func requireRealNode(t *testing.T) {
-	t.Helper()
-	if os.Getenv("TF_ACC") == "" || os.Getenv("FEDIVERSITY_K8S_NODE") != "1" {
-		t.Skip("real-node test: needs TF_ACC=1 and FEDIVERSITY_K8S_NODE=1 after `bash lab/k8s/node-up.sh`")
-	}
-	c, _ := acctest.AccK8s(t)
-	n, err := c.CS.CoreV1().Nodes().Get(context.Background(), realNodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("FEDIVERSITY_K8S_NODE=1 but node %s: %v (run `bash lab/k8s/node-up.sh`)", realNodeName, err)
-	}
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
-			t.Fatalf("FEDIVERSITY_K8S_NODE=1 but node %s is not Ready: %s (run `bash lab/k8s/node-up.sh`)", realNodeName, cond.Message)
-		}
-	}
-}
 
 // nodeImage writes a docker archive of the lab's systemd rootfs (the base layer that
 // node-up.sh keeps gzipped) with one small layer on top: /etc/fediversity-variant naming
@@ -136,7 +100,7 @@ func nodeImageStoppedBy(t *testing.T, dir string, base v1.Layer, variant string,
 // nodeBaseLayer is the lab's systemd rootfs layer that node-up.sh keeps gzipped.
 func nodeBaseLayer(t *testing.T) v1.Layer {
 	t.Helper()
-	base, err := tarball.LayerFromFile(filepath.Join(realNodeState(), "node-layer.tar.gz"))
+	base, err := tarball.LayerFromFile(filepath.Join(acctest.RealNodeState(), "node-layer.tar.gz"))
 	if err != nil {
 		t.Fatalf("node image base layer (made by node-up.sh): %v", err)
 	}
@@ -150,32 +114,9 @@ type realNodeAcc struct {
 }
 
 func newRealNodeAcc(t *testing.T) *realNodeAcc {
-	requireRealNode(t)
+	acctest.RequireRealNode(t)
 	a := &realNodeAcc{k8sAcc: newK8sAcc(t)}
-	// A static PV bound to the claim the provider makes: the host directory outlives
-	// every pod, as a cluster's volume would.
-	a.volume = filepath.Join(realNodeState(), "volumes", a.Ns+"-web01")
-	if err := os.MkdirAll(a.volume, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: a.Ns + "-web01"},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: k8sresource.MustParse("1Gi")},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              realNodeStorageClass,
-			ClaimRef:                      &corev1.ObjectReference{Namespace: a.Ns, Name: k8s.ClaimName("web01")},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: a.volume}},
-		},
-	}
-	if _, err := a.C.CS.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = a.C.CS.CoreV1().PersistentVolumes().Delete(context.Background(), pv.Name, metav1.DeleteOptions{})
-		_ = os.RemoveAll(a.volume)
-	})
+	a.volume = a.RealNodeVolume("web01")
 	return a
 }
 
@@ -202,29 +143,7 @@ resource "fediversity_k8s_rollout" "web01" {
     rollout_wait = %q
   }
 }
-`, realNodeRuntimeClass, tag, archive, realNodeStorageClass, rolloutWait))
-}
-
-// exec runs a command in the pod's container through the apiserver and the real
-// kubelet, and returns its standard output.
-func (a *realNodeAcc) exec(pod *corev1.Pod, cmd ...string) (string, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", a.Kc)
-	if err != nil {
-		return "", err
-	}
-	req := a.C.CS.CoreV1().RESTClient().Post().Resource("pods").Namespace(pod.Namespace).Name(pod.Name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: k8s.ContainerName, Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
-	if err != nil {
-		return "", err
-	}
-	var out, errOut bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil {
-		return out.String(), fmt.Errorf("exec %v in %s: %w (stderr %q)", cmd, pod.Name, err, errOut.String())
-	}
-	return strings.TrimSpace(out.String()), nil
+`, acctest.RealNodeRuntimeClass, tag, archive, acctest.RealNodeStorageClass, rolloutWait))
 }
 
 // hostUIDMap is /proc/<pid>/uid_map, read on the host, of the pod's PID 1.
@@ -233,7 +152,7 @@ func (a *realNodeAcc) hostUIDMap(pod *corev1.Pod) (string, error) {
 		return "", fmt.Errorf("pod %s has %d container statuses", pod.Name, len(pod.Status.ContainerStatuses))
 	}
 	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
-	pid, err := os.ReadFile(filepath.Join(realNodeState(), "run/containerd/io.containerd.runtime.v2.task/k8s.io", id, "init.pid"))
+	pid, err := os.ReadFile(filepath.Join(acctest.RealNodeState(), "run/containerd/io.containerd.runtime.v2.task/k8s.io", id, "init.pid"))
 	if err != nil {
 		return "", fmt.Errorf("host PID of container %s: %w", id, err)
 	}
@@ -309,34 +228,11 @@ func (a *realNodeAcc) checkPod(want string) (bootFacts, error) {
 		return f, err
 	}
 	f.podUID = string(pod.UID)
-	if pod.Spec.NodeName != realNodeName {
-		return f, fmt.Errorf("pod %s runs on %q, want the real node %s", pod.Name, pod.Spec.NodeName, realNodeName)
-	}
-	if comm, err := a.exec(pod, "cat", "/proc/1/comm"); err != nil || comm != "systemd" {
-		return f, fmt.Errorf("PID 1 is %q (err %v), want systemd", comm, err)
-	}
-	if f.state, err = a.exec(pod, "systemctl", "is-system-running"); err != nil || f.state != "running" {
-		return f, fmt.Errorf("systemctl is-system-running says %q (err %v) in a ready pod", f.state, err)
-	}
-	// Ready only after the boot finished: systemd's FinishTimestamp is when it reached
-	// the default target; the kubelet's Ready transition (second precision) is not before it.
-	finish, err := a.exec(pod, "systemctl", "show", "-p", "FinishTimestamp", "--timestamp=unix", "--value")
+	finished, ready, err := a.SystemdBooted(pod)
 	if err != nil {
 		return f, err
 	}
-	var sec int64
-	if _, err := fmt.Sscanf(strings.TrimPrefix(finish, "@"), "%d", &sec); err != nil {
-		return f, fmt.Errorf("FinishTimestamp %q: %v", finish, err)
-	}
-	var ready time.Time
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			ready = c.LastTransitionTime.Time
-		}
-	}
-	if ready.Unix() < sec {
-		return f, fmt.Errorf("pod became ready at %s, before systemd finished booting at %s", ready.UTC(), time.Unix(sec, 0).UTC())
-	}
+	f.state = "running"
 	m, err := a.hostUIDMap(pod)
 	if err != nil {
 		return f, err
@@ -348,18 +244,18 @@ func (a *realNodeAcc) checkPod(want string) (bootFacts, error) {
 	if first, n, err := subordinateRange("/etc/subuid", "kubelet"); err != nil || host < first || host+size > first+n {
 		return f, fmt.Errorf("uid_map of the pod's PID 1 on the host is %q: want a range inside the kubelet's subordinate IDs (%d+%d, err %v), away from the host's other users", m, first, n, err)
 	}
-	if f.machineID, err = a.exec(pod, "cat", "/etc/machine-id"); err != nil {
+	if f.machineID, err = a.Exec(pod, "cat", "/etc/machine-id"); err != nil {
 		return f, err
 	}
 	// want "" is an image with no variant file (one built from a toplevel).
 	if want != "" {
-		if f.variant, err = a.exec(pod, "cat", "/etc/fediversity-variant"); err != nil || f.variant != want {
+		if f.variant, err = a.Exec(pod, "cat", "/etc/fediversity-variant"); err != nil || f.variant != want {
 			return f, fmt.Errorf("the pod runs image variant %q (err %v), want %q", f.variant, err, want)
 		}
 	}
-	f.probe, _ = a.exec(pod, "cat", "/var/lib/fediversity-probe")
+	f.probe, _ = a.Exec(pod, "cat", "/var/lib/fediversity-probe")
 	a.T.Logf("pod %s (image %s) on %s: PID 1 systemd says %q; boot finished %s, Ready %s; uid_map on the host %q; machine ID %s; /var/lib/fediversity-probe %q",
-		pod.Name, f.variant, pod.Spec.NodeName, f.state, time.Unix(sec, 0).UTC().Format(time.TimeOnly), ready.UTC().Format(time.TimeOnly), m, f.machineID, f.probe)
+		pod.Name, f.variant, pod.Spec.NodeName, f.state, finished.UTC().Format(time.TimeOnly), ready.UTC().Format(time.TimeOnly), m, f.machineID, f.probe)
 	return f, nil
 }
 
@@ -514,7 +410,7 @@ func (a *realNodeAcc) checkBootedAndWrite(variant, token string, first *bootFact
 		if err != nil {
 			return err
 		}
-		_, err = a.exec(pod, "sh", "-c", "echo "+token+" > /var/lib/fediversity-probe && sync")
+		_, err = a.Exec(pod, "sh", "-c", "echo "+token+" > /var/lib/fediversity-probe && sync")
 		return err
 	}
 }

@@ -45,7 +45,7 @@ resource "fediversity_k8s_rollout" "web01" {
     rollout_wait = "3m"
   }
 }
-`, realNodeRuntimeClass, toplevel, realNodeStorageClass))
+`, acctest.RealNodeRuntimeClass, toplevel, acctest.RealNodeStorageClass))
 }
 
 // TestAccK8sRolloutRealNode_toplevelImageBoots: an image that fediversity_image builds
@@ -130,15 +130,15 @@ func TestAccK8sRolloutRealNode_toplevelImageBoots(t *testing.T) {
 					return fmt.Errorf("the pod runs image %s, want %s", id, digest)
 				}
 				// PID 1's command line (its exe link needs a ptrace right the exec lacks).
-				cmdline, err := a.exec(pod, "cat", "/proc/1/cmdline")
+				cmdline, err := a.Exec(pod, "cat", "/proc/1/cmdline")
 				exe, _, _ := strings.Cut(cmdline, "\x00")
 				if err != nil || !strings.HasPrefix(exe, "/nix/store/") || !strings.HasSuffix(exe, "-fedi-systemd/lib/systemd/systemd") {
 					return fmt.Errorf("PID 1 runs %q (err %v), want the closure's systemd", exe, err)
 				}
-				if hello, err := a.exec(pod, "cat", "/run/fedi-hello"); err != nil || hello != "hello from the closure" {
+				if hello, err := a.Exec(pod, "cat", "/run/fedi-hello"); err != nil || hello != "hello from the closure" {
 					return fmt.Errorf("the stand-in's unit fedi-hello.service wrote %q (err %v), want \"hello from the closure\"", hello, err)
 				}
-				if cur, err := a.exec(pod, "readlink", "/run/current-system"); err != nil || cur != top {
+				if cur, err := a.Exec(pod, "readlink", "/run/current-system"); err != nil || cur != top {
 					return fmt.Errorf("/run/current-system is %q (err %v), want the toplevel %s", cur, err, top)
 				}
 				return nil
@@ -167,7 +167,7 @@ func TestAccK8sRolloutRealNode_toplevelImageBoots(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if cur, err := a.exec(pod, "readlink", "/run/current-system"); err != nil || cur != top2 {
+				if cur, err := a.Exec(pod, "readlink", "/run/current-system"); err != nil || cur != top2 {
 					return fmt.Errorf("/run/current-system is %q (err %v), want the new toplevel %s", cur, err, top2)
 				}
 				var console string

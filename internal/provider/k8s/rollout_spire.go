@@ -27,7 +27,7 @@ func rolloutSpireAttribute() schema.StringAttribute {
 			"When set, the pod gets a projected token of the service account `node-<node>` with audience `spire-server` and a one-hour life " +
 			"(renewed by the kubelet), mounted read-only with mode 0400 at `" + k8s.SpireTokenDir + "/" + k8s.SpireTokenFile + "` so only root " +
 			"in the pod can read it, and the ConfigMap `spire-agent` (the trust bundle) at `" + k8s.SpireBundleDir + "`. " +
-			"The node configuration must run the SPIRE agent with the `k8s_psat` attestor (cluster `<namespace>`), give it a copy of " +
+			"The node configuration must run the SPIRE agent with the `k8s_psat` attestor (cluster `<namespace>.<node>`), give it a copy of " +
 			"the token that a root service makes again well within the hour (e.g. every 10 minutes), and trust `" + k8s.SpireBundleDir + "/" +
 			k8s.SpireBundleKey + "`. Setting or clearing it rolls the node out again."}
 }

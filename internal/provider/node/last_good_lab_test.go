@@ -161,3 +161,40 @@ func TestAccNodeSwitchDeploysLastGoodSystem(t *testing.T) {
 		},
 	})
 }
+
+// The plan of `deploy = "last-good"` takes the record its refresh read, and the apply
+// reads the node's record again: one changed between a saved plan and its apply
+// (another deployer's clean deploy in between; here written by the test) is refused by
+// the apply with the provider's own message, naming both systems and what to do, and
+// the node is left as it was. When the plan read the node itself, Terraform's own plan
+// at apply read the new record and failed the apply as an "inconsistent final plan", a
+// message that blames the provider. Run by the CLI under test, for a saved plan.
+func TestAccNodeSwitchLastGoodChangedSinceThePlanIsRefused(t *testing.T) {
+	acctest.Lab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	bad := labtest.BuildClosure(t, labtest.ClosureFailedUnit)
+	node := labtest.NewInstance(t, "acc-last-good-race")
+	c := acctest.NewCLIDir(t)
+	c.Write(switchConfig(node, sshBlock(node), good, ""))
+	c.MustApply("deploy the good system")
+	c.Write(switchConfig(node, sshBlock(node), bad, "strict = false"))
+	c.MustApply("deploy a failed unit leniently")
+
+	c.Write(lastGoodConfig(node))
+	if out, code := c.Run("plan", "-no-color", "-input=false", "-out=back.plan"); code != 0 || !strings.Contains(out, `"`+bad+`" -> "`+good+`"`) {
+		t.Fatalf("plan of deploy = last-good: exit %d, want 0 with toplevel going from %s back to %s\n%s", code, bad, good, out)
+	}
+	// Another deployer's clean deploy since the plan recorded another system.
+	rec := fmt.Sprintf(`{"version":1,"toplevel":%q,"at":%q}`, bad, time.Now().UTC().Format(time.RFC3339))
+	nodeExec(t, node, fmt.Sprintf("printf '%%s' '%s' > %s", rec, deploybody.LastGoodFile))
+
+	out, code := c.Run("apply", "-no-color", "-input=false", "back.plan")
+	if code == 0 || strings.Contains(out, "inconsistent final plan") ||
+		!regexp.MustCompile(`(?s)`+regexp.QuoteMeta(node.Name)+`.*read-last-good.*last\s+good\s+system\s+is\s+`+regexp.QuoteMeta(bad)+`\s+now,\s+but\s+the\s+plan\s+showed\s+`+
+			regexp.QuoteMeta(good)+`.*[Pp]lan\s+again.*left\s+untouched`).MatchString(out) {
+		t.Fatalf("apply of a plan whose record changed since: exit %d, want the provider's refusal naming %s, both systems and what to do\n%s", code, node.Name, out)
+	}
+	if got := nodeRuns(t, node); got != bad {
+		t.Fatalf("after the refused apply the node runs %s, want %s as it was", got, bad)
+	}
+}

@@ -6,21 +6,24 @@ package node
 // engine functions (deploybody.ReadLastGood, deploybody.RecordLastGood), so they agree
 // on what it is.
 //
-// The plan reads the node's record and plans `toplevel` as the system it names, so the
-// plan shows which nodes change and to what; the apply reads it again, over the
-// deploy's own connection, and refuses when it changed since the plan.
+// The plan plans `toplevel` as the system the node's record names, so the plan shows
+// which nodes change and to what; the apply reads it again, over the deploy's own
+// connection, and refuses when it changed since the plan. The plan takes the record the
+// refresh read (private state), not the node's again: Terraform plans again at apply
+// and fails an apply whose plan changed with "inconsistent final plan", a message that
+// blames the provider, where a record changed between plan and apply must fail with the
+// apply's own refusal. A node not in the state yet, or whose record the refresh could
+// not read (an SSH user other than root: the record is root's), is asked by the plan.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
-	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
@@ -28,10 +31,10 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
-// The values of `deploy`.
+// The values of `deploy`, shared with fediversity_k8s_rollout.
 const (
-	deployConfigured = "configured"
-	deployLastGood   = "last-good"
+	deployConfigured = kit.DeployConfigured
+	deployLastGood   = kit.DeployLastGood
 )
 
 func deploySchemaAttribute() schema.StringAttribute {
@@ -41,11 +44,12 @@ func deploySchemaAttribute() schema.StringAttribute {
 			"`last-good`: the node's last good system instead, as `fediversity rollback --to last-good` does: the toplevel whose verdict was last clean " +
 			"(ok with no reason, so a lenient pass over a failed unit does not count), which every deploy with such a verdict records on the node " +
 			"(`" + deploybody.LastGoodFile + "`) and pins against garbage collection (`" + deploybody.LastGoodRoot + "`). " +
-			"The plan reads the node's record and shows `toplevel` changing to that system; a node with no record fails the plan, naming it. " +
+			"The plan takes the node's record as the refresh before it read it and shows `toplevel` changing to that system; a node with no record fails the plan, naming it; " +
+			"the apply reads the record again and refuses, leaving the node untouched, when it changed since the plan. " +
 			"`toplevel` must then be unset (a module passes `null`), since the plan sets it; a `build` block may stay and is not built. " +
 			"The deploy is judged as any other (`strict` applies), and its clean verdict records the system again. " +
 			"Set it back to `configured` to deploy the configured system again. See docs/design.md#last-good-system.",
-		Validators: []validator.String{stringvalidator.OneOf(deployConfigured, deployLastGood)},
+		Validators: kit.DeployValidators,
 	}
 }
 
@@ -97,7 +101,7 @@ func (r *nodeSwitchResource) planLastGood(ctx context.Context, req resource.Modi
 	if resp.Diagnostics.Append(tdiags...); resp.Diagnostics.HasError() {
 		return true
 	}
-	top, err := readLastGood(ctx, name, target, r.cfg)
+	top, err := r.lastGoodAtPlan(ctx, req, target, name)
 	if err != nil {
 		resp.Diagnostics.Append(lastGoodDiagnostic(name, err))
 		return true
@@ -121,6 +125,38 @@ func markRedeploy(ctx context.Context, resp *resource.ModifyPlanResponse) {
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("generation"), types.Int64Unknown())...)
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("verdict"), types.ObjectUnknown(verdictAttrTypes))...)
 	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("changes"), types.ObjectUnknown(changesAttrTypes))...)
+}
+
+// privateLastGood is the node's last good system as the last Read found it ("none":
+// it has none; no key: not read, or a deploy ran since).
+const privateLastGood = "last_good_toplevel"
+
+// recordLastGoodRead keeps what Read found of the node's last good system in private
+// state (nil: not read, which removes what an earlier Read found).
+func recordLastGoodRead(ctx context.Context, p privateSetter, lastGood *string) diag.Diagnostics {
+	switch {
+	case lastGood == nil:
+		return setPrivateString(ctx, p, privateLastGood, "")
+	case *lastGood == "":
+		return setPrivateString(ctx, p, privateLastGood, "none")
+	default:
+		return setPrivateString(ctx, p, privateLastGood, *lastGood)
+	}
+}
+
+// lastGoodAtPlan is the node's last good system as the plan sees it: the one the
+// refresh before the plan read, or, when it has none to give, the node's record read now.
+func (r *nodeSwitchResource) lastGoodAtPlan(ctx context.Context, req resource.ModifyPlanRequest, target kit.TransportTarget, node string) (string, error) {
+	if !req.State.Raw.IsNull() {
+		switch read := privateString(ctx, req.Private, privateLastGood); read {
+		case "":
+		case "none":
+			return "", &deploybody.DeployError{Node: node, Phase: deploybody.PhaseReadLastGood, Err: deploybody.ErrNoLastGood, Hint: deploybody.NoLastGoodHint}
+		default:
+			return read, nil
+		}
+	}
+	return readLastGood(ctx, node, target, r.cfg)
 }
 
 // readLastGood asks the node for its last good system, over a connection of its own.

@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
+	"github.com/fediversity/terraform-provider-fediversity/internal/transport/remote"
 )
 
 // nodeSystem is what a node says about its system.
@@ -30,36 +33,44 @@ type nodeSystem struct {
 	// node printed no such line.
 	booted     deploybody.BootParts
 	bootedRead bool
+	// lastGood is the node's last good system ("" when it has none); lastGoodRead is
+	// false when the login could not read its record (deploybody.LastGoodReadScript).
+	lastGood     string
+	lastGoodRead bool
 }
 
 // readSystemScript prints /run/current-system, the system profile (both resolved;
 // -e: every component must exist, and a node that booted without a NixOS system, or
 // whose /run was cleared, has no /run/current-system: that is not "drift") and the
 // profile's own link (system-<generation>-link), then the booted system's parts
-// (deploybody.BootedPartsScript: what the next plan compares a new toplevel with).
+// (deploybody.BootedPartsScript: what the next plan compares a new toplevel with), then
+// the record of its last good system (what a plan of `deploy = "last-good"` deploys).
 var readSystemScript = `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)" "$(readlink /nix/var/nix/profiles/system)"; ` +
-	deploybody.BootedPartsScript
+	deploybody.BootedPartsScript + "; " + deploybody.LastGoodReadScript
 
 // readNodeSystem asks the node what it runs and boots, in one round trip, and, when
 // wantRecord says so, reads its verdict record over the same connection.
-func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget, cfg *kit.Config, wantRecord func(nodeSystem) bool) (nodeSystem, error) {
+func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget, cfg *kit.Config, wantRecord func(nodeSystem) bool) (_ nodeSystem, err error) {
 	var ns nodeSystem
-	t, err := kit.OpenTransport(ctx, node, target, cfg)
+	opened, err := kit.OpenTransport(ctx, node, target, cfg)
 	if err != nil {
 		return ns, err
 	}
-	defer func() { _ = t.Close() }()
+	defer func() { _ = opened.Close() }()
+	t := &countedTransport{Transport: opened}
+	defer logNodeRead(ctx, node, target, opened, time.Now(), dialsOf(opened), t, &err)
 	res, err := t.Run(ctx, []string{"sh", "-c", readSystemScript}, deploybody.RunOptions{})
 	if err != nil {
-		return ns, withPendingRestore(ctx, t, err)
+		return ns, withPendingRestore(ctx, opened, err)
 	}
 	lines := strings.Split(string(res.Stdout), "\n")
-	for len(lines) < 4 {
+	for len(lines) < 5 {
 		lines = append(lines, "")
 	}
 	ns.running, ns.profile = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
 	ns.generation = profileGeneration(strings.TrimSpace(lines[2]))
 	ns.booted, ns.bootedRead = deploybody.ParseBootedParts(lines[3])
+	ns.lastGood, ns.lastGoodRead = deploybody.ParseLastGoodLine(lines[4])
 	if res.ExitCode != 0 || ns.running == "" {
 		return nodeSystem{}, fmt.Errorf("readlink /run/current-system found no system (exit %d, %s): the node runs no NixOS system", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
@@ -67,6 +78,41 @@ func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget
 		ns.record, ns.recordErr = deploybody.ReadVerdictRecord(ctx, t)
 	}
 	return ns, nil
+}
+
+// countedTransport counts the commands a read runs on the node: each is a round trip
+// (an SSH session, or an Incus exec).
+type countedTransport struct {
+	deploybody.Transport
+	commands int
+}
+
+func (c *countedTransport) Run(ctx context.Context, argv []string, opts deploybody.RunOptions) (deploybody.RunResult, error) {
+	c.commands++
+	return c.Transport.Run(ctx, argv, opts)
+}
+
+// dialsOf is how many connections the transport's client has made so far (0 for a
+// transport that does not count them: Incus).
+func dialsOf(t deploybody.Transport) uint64 {
+	if d, ok := t.(remote.Redials); ok {
+		return d.Dials()
+	}
+	return 0
+}
+
+// logNodeRead logs what one node's read cost: its time, the connections it made (an
+// SSH dial is a TCP connect, a key exchange, a host key check and a login) and the
+// commands it ran. lab/bench-plan.sh reads these lines.
+func logNodeRead(ctx context.Context, node string, target kit.TransportTarget, t deploybody.Transport, start time.Time, dials0 uint64, c *countedTransport, err *error) {
+	tflog.Debug(ctx, "node read", map[string]any{
+		"node":      node,
+		"transport": target.Kind,
+		"ms":        float64(time.Since(start).Microseconds()) / 1000,
+		"dials":     dialsOf(t) - dials0,
+		"commands":  c.commands,
+		"failed":    *err != nil,
+	})
 }
 
 // profileGeneration is N of a system profile link "system-N-link" (0 when it is not one).

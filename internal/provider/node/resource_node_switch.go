@@ -94,6 +94,9 @@ type nodeSwitchModel struct {
 	// bootedParts is what Read found the node booted (BootedPartsScript's line; nil:
 	// not read), recorded in private state for the next plan (planReboot).
 	bootedParts *string
+	// lastGood is the node's last good system as Read found it ("" none, nil: not
+	// read), recorded in private state for the next plan (planLastGood).
+	lastGood *string
 }
 
 func (r *nodeSwitchResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -308,6 +311,7 @@ func (r *nodeSwitchResource) Create(ctx context.Context, req resource.CreateRequ
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, res.Toplevel)...)
 	}
 	resp.Diagnostics.Append(recordBootAfterDeploy(ctx, resp.Private, res, runErr)...)
+	resp.Diagnostics.Append(recordLastGoodRead(ctx, resp.Private, nil)...)
 }
 
 func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -342,6 +346,8 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 	out, res, diags, runErr := r.deploy(ctx, plan)
 	resp.Diagnostics.Append(diags...)
 	resp.Diagnostics.Append(recordBootAfterDeploy(ctx, resp.Private, res, runErr)...)
+	// A deploy may have recorded another last good system: the next refresh reads it.
+	resp.Diagnostics.Append(recordLastGoodRead(ctx, resp.Private, nil)...)
 	if runErr != nil || out == nil {
 		// The same on update (docs/design.md#failed-deploy): the prior state stays (the framework starts from it), so
 		// the next plan deploys again. Remember what the node now runs so Read does not
@@ -452,6 +458,7 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 	if state.bootedParts != nil {
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateBootedParts, *state.bootedParts)...)
 	}
+	resp.Diagnostics.Append(recordLastGoodRead(ctx, resp.Private, state.lastGood)...)
 	if imported && !state.Toplevel.IsNull() {
 		// An imported node: what it runs now is what this resource "deployed".
 		resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateDeployed, state.Toplevel.ValueString())...)
@@ -548,6 +555,9 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		booted = ""
 	}
 	m.bootedParts = &booted
+	if ns.lastGoodRead {
+		m.lastGood = &ns.lastGood
+	}
 	running, profile := ns.running, ns.profile
 	if running == m.Toplevel.ValueString() {
 		return diags, nil

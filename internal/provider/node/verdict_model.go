@@ -303,6 +303,10 @@ func verdictDiagnostic(node string, r *deploybody.Result, runErr error, lenientH
 		fmt.Fprintf(&detail, "\n\n%s", strings.TrimSpace(r.Report))
 	}
 	switch {
+	case runErr != nil && !v.OK && v.ShuttingDown:
+		detail.WriteString("\n\nThe node was powering off or rebooting during the watch: find what asked it to (a unit or the activation of the new system, " +
+			"or someone else; `journalctl -b -1` on the node once it is back) before applying again; " + deploybody.BootEntryAfterFailedVerdict(r.Reboot) + ".")
+		diags.AddError(verdictSummary(node, v), strings.TrimSpace(detail.String()))
 	case runErr != nil && !v.OK && len(units) == 0 && len(deploybody.FailedChecks(v)) > 0:
 		detail.WriteString("\n\nThe units are up but the checks named above failed: run them by hand to see why, fix the service and apply again; " +
 			deploybody.BootEntryAfterFailedVerdict(r.Reboot) + ". " + lenientHint)
@@ -335,6 +339,8 @@ func verdictSummary(node string, v *deploybody.Verdict) string {
 	switch {
 	case v.Unreachable:
 		return fmt.Sprintf("Node %s is unreachable", node)
+	case v.ShuttingDown:
+		return fmt.Sprintf("Node %s was shutting down", node)
 	case len(v.Failed) > 0:
 		names := make([]string, 0, len(v.Failed))
 		for _, f := range v.Failed {

@@ -71,9 +71,10 @@ func (r *spireHandoffResource) Schema(ctx context.Context, _ resource.SchemaRequ
 			"In the cluster it makes the service account `spire-server` of the namespace, bound to a ClusterRole that may create " +
 			"TokenReviews and read pods and nodes, and asks the TokenRequest API for a token of it. On the spire node, over SSH, it " +
 			"writes a kubeconfig of the cluster with that token (through stdin: the token is never an argument, never in state, " +
-			"a plan or a log), one drop-file per node, and from them the k8s_psat cluster `<namespace>` of the attestor, which " +
-			"spire-server reloads. Through the spire-server CLI it registers, per node, the alias " +
-			"`spiffe://fediversity/k8s/<namespace>/<namespace>/node-<node>` (k8s_psat selectors cluster, agent_ns, agent_sa " +
+			"a plan or a log), one drop-file per node, and from them one k8s_psat cluster per node, `<namespace>.<node>`, " +
+			"that allows only the service account `node-<node>` (k8s_psat names an agent after its cluster and kubelet node, so " +
+			"two nodes of a namespace on one kubelet node stay two agents), which spire-server reloads. Through the spire-server CLI it registers, per node, the alias " +
+			"`spiffe://fediversity/k8s/<namespace>/<namespace>/node-<node>` (k8s_psat selectors cluster `<namespace>.<node>`, agent_ns, agent_sa " +
 			"`node-<node>`) and the host entry `spiffe://fediversity/host/<namespace>-<node>` parented to it; entries of nodes " +
 			"that left `nodes` are deleted. The trust bundle goes into the ConfigMap `spire-agent`.\n\n" +
 			"Apply it before the rollouts (give each `fediversity_k8s_rollout` `spire_handoff = <this>.id`). Destroy retires " +

@@ -213,7 +213,7 @@ func (a *spireAcc) checkEntries(s *terraform.State) error {
 		return fmt.Errorf("host entry: %v\n%s", err, out)
 	}
 	out, err = a.spireExec("spire-server", "entry", "show", "-spiffeID", spire.AliasID(a.Ns, "web01"))
-	for _, sel := range []string{"k8s_psat:cluster:" + a.Ns, "k8s_psat:agent_ns:" + a.Ns, "k8s_psat:agent_sa:node-web01"} {
+	for _, sel := range []string{"k8s_psat:cluster:" + spire.K8sCluster(a.Ns, "web01"), "k8s_psat:agent_ns:" + a.Ns, "k8s_psat:agent_sa:node-web01"} {
 		if err != nil || !strings.Contains(out, "Selector         : "+sel) {
 			return fmt.Errorf("alias entry lacks %s: %v\n%s", sel, err, out)
 		}
@@ -307,7 +307,7 @@ plugins {
     plugin_data {}
   }
 }
-`, dir, a.sn.ServerPort, a.Ns)} {
+`, dir, a.sn.ServerPort, spire.K8sCluster(a.Ns, "web01"))} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 			return err
 		}
@@ -342,7 +342,7 @@ plugins {
 	if err != nil {
 		return fmt.Errorf("agent list: %v %s", err, list)
 	}
-	agentID := fmt.Sprintf("spiffe://fediversity/spire/agent/k8s_psat/%s/", a.Ns)
+	agentID := fmt.Sprintf("spiffe://fediversity/spire/agent/k8s_psat/%s/", spire.K8sCluster(a.Ns, "web01"))
 	if !regexp.MustCompile(`(?s)` + regexp.QuoteMeta(agentID) + `\S+\s*\n\s*Attestation type\s*:\s*k8s_psat`).MatchString(list) {
 		return fmt.Errorf("spire-server agent list does not show %s… with attestor k8s_psat:\n%s", agentID, list)
 	}
@@ -410,13 +410,13 @@ func TestAccSpireHandoff_attestRotateRemakeDestroy(t *testing.T) {
 			if out, err := a.spireExec("test", "-e", "/var/lib/spire/fediversity/k8s/"+a.Ns); err == nil {
 				return fmt.Errorf("kubeconfig and drop-files of %s left on the spire node %s", a.Ns, out)
 			}
-			if out, _ := a.spireExec("cat", "/var/lib/spire/fediversity/k8s_psat.hcl"); strings.Contains(out, `"`+a.Ns+`"`) {
+			if out, _ := a.spireExec("cat", "/var/lib/spire/fediversity/k8s_psat.hcl"); strings.Contains(out, `"`+a.Ns) {
 				return fmt.Errorf("cluster %s left in the k8s_psat attestor:\n%s", a.Ns, out)
 			}
 			if _, err := a.C.CS.RbacV1().ClusterRoleBindings().Get(context.Background(), k8s.SpireRoleName(a.Ns), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("ClusterRoleBinding %s left after destroy (%v)", k8s.SpireRoleName(a.Ns), err)
 			}
-			if list, _ := a.spireExec("spire-server", "agent", "list"); strings.Contains(list, spire.K8sAgentPrefix(a.Ns)) {
+			if list, _ := a.spireExec("spire-server", "agent", "list"); strings.Contains(list, spire.K8sAgentPrefix(a.Ns)+".") || strings.Contains(list, spire.K8sAgentPrefix(a.Ns)+"/") {
 				return fmt.Errorf("the agent of %s was not evicted:\n%s", a.Ns, list)
 			}
 			if err := a.checkArgvLog(); err != nil {

@@ -279,16 +279,25 @@ func unreachableAfterSwitch(res *deploybody.Result, runErr error) bool {
 }
 
 // mayBeUnreachable reports whether a failed run after the switch needs a reachability
-// probe: any error except a verdict the node answered (a failed unit is never restored).
+// probe: any error except a verdict the node answered to the end, up and not shutting
+// down (a failed unit is never restored). A node that powers itself off still answers
+// for a moment, the longer the busier its host: its verdict then saw systemd
+// "stopping", or lost the node after the first samples, and the probe decides.
 func mayBeUnreachable(res *deploybody.Result, runErr error) bool {
 	if runErr == nil || !switched(res) {
 		return false
 	}
 	var de *deploybody.DeployError
-	if errors.As(runErr, &de) && de.Phase == deploybody.PhaseVerdict && res.Verdict != nil && !res.Verdict.Unreachable {
+	if errors.As(runErr, &de) && de.Phase == deploybody.PhaseVerdict && res.Verdict != nil && answeredToTheEnd(res.Verdict) {
 		return false
 	}
 	return true
+}
+
+// answeredToTheEnd tells whether a verdict's node answered every sample and never said
+// it was shutting down.
+func answeredToTheEnd(v *deploybody.Verdict) bool {
+	return !v.Unreachable && !v.ShuttingDown && v.Answered == v.Samples
 }
 
 // answers polls the node until it answers twice in a row, interval apart, with a

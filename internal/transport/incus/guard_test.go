@@ -35,8 +35,8 @@ func TestUnreachableAfterSwitch(t *testing.T) {
 	}
 }
 
-// After the switch, any failure except a verdict the node answered is probed for
-// reachability; a failed unit never is: it keeps its new boot entry.
+// After the switch, any failure except a verdict the node answered to the end, up, is
+// probed for reachability; a failed unit never is: it keeps its new boot entry.
 func TestMayBeUnreachable(t *testing.T) {
 	switched := []deploybody.PhaseTiming{{Name: deploybody.PhaseSwitch}}
 	verdictErr := &deploybody.DeployError{Node: "n", Phase: deploybody.PhaseVerdict, Err: errors.New("unit failed")}
@@ -48,6 +48,11 @@ func TestMayBeUnreachable(t *testing.T) {
 		want bool
 	}{
 		{"failed unit", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, verdictErr, false},
+		{"failed unit, every sample answered", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Samples: 6, Answered: 6, Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, verdictErr, false},
+		// A node that powers itself off answers for a while on a busy host (seen in CI:
+		// the verdict named the units the shutdown stopped, and the node was not restored).
+		{"shutting down, every sample answered", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Samples: 6, Answered: 6, ShuttingDown: true, Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, verdictErr, true},
+		{"gone after the first samples", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Samples: 6, Answered: 2, SystemState: "unread"}}, verdictErr, true},
 		{"error after the switch", &deploybody.Result{Phases: switched}, watchErr, true},
 		{"no error", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{OK: true}}, nil, false},
 		{"error before the switch", &deploybody.Result{}, watchErr, false},

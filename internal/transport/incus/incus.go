@@ -162,9 +162,9 @@ func (t *Transport) classify(ctx context.Context, phase string, err error) error
 	if errors.As(err, &te) {
 		return t.unreachable(phase, err, "check that incusd is running and the socket or remote address is right")
 	}
-	if incusapi.IsNotFound(err) {
-		return t.unreachable(phase, err, "the instance does not exist in this project")
-	}
+	// A not-found is asked of the instance itself before it is said to be missing: the
+	// daemon answers 404 for an operation it dropped too (an exec whose websockets came
+	// late), on an instance that runs.
 	var ae *incusapi.APIError
 	var lost *sessionLostError
 	if errors.As(err, &ae) || errors.As(err, &lost) {

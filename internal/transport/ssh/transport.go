@@ -35,6 +35,9 @@ func newTransport(node string, c *Client, cfg Config, log remote.Logger) *Transp
 // Client is the node's connection (a remote.Runner).
 func (t *Transport) Client() *Client { return t.client }
 
+// Dials counts the connections the node's client has made (remote.Redials).
+func (t *Transport) Dials() uint64 { return t.client.Dials() }
+
 // Pool hands out one Client per target (user, host, port, jump chain), so every
 // resource of one node shares its connection. The zero value is ready to use.
 type Pool struct {

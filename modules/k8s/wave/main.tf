@@ -37,7 +37,7 @@ variable "namespace" {
 }
 
 variable "settings" {
-  description = "modules/k8s's group-wide settings: storage_class, storage_size, spire_handoff, strict, timings."
+  description = "modules/k8s's group-wide settings: storage_class, storage_size, spire_handoff, strict, deploy, timings."
   type        = any
 }
 
@@ -82,9 +82,13 @@ resource "fediversity_image" "node" {
 resource "fediversity_k8s_rollout" "node" {
   for_each = var.nodes
 
-  namespace     = var.namespace.name
-  node          = each.key
-  image_ref     = fediversity_image.node[each.key].image_ref
+  namespace = var.namespace.name
+  node      = each.key
+  # deploy = "last-good": the plan sets image_ref to the node's last good template's
+  # image, so it must be unset here. Unset too when configured, so a state from before
+  # this setting plans no change.
+  image_ref     = var.settings.deploy == "last-good" ? null : fediversity_image.node[each.key].image_ref
+  deploy        = var.settings.deploy == "last-good" ? "last-good" : null
   runtime_class = var.namespace.runtime_class
   storage_class = var.settings.storage_class
   storage_size  = each.value.storage_size != null ? each.value.storage_size : var.settings.storage_size

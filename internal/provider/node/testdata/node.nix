@@ -15,14 +15,17 @@
 #             point's snapshot alone, so the driver counts them in its size).
 #   marker    a string a bricking `switch` writes to /var/lib/fediversity/marker before
 #             it powers the node off (the data volume restore test).
+#   slowStop  seconds: a bricking `switch` first starts a unit whose stop takes that
+#             long, so the node is seen shutting down (systemd says "stopping") for
+#             the whole watch, as a loaded host's slow poweroff is.
 #   seed      any string, for fresh store paths.
-{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", seed ? "", system ? builtins.currentSystem }:
+{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", seed ? "", system ? builtins.currentSystem }:
 let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
 in
 derivation {
   name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
-  inherit system seed plan brick lockout drop marker;
+  inherit system seed plan brick lockout drop marker slowStop;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
@@ -53,6 +56,9 @@ derivation {
       echo "bricking the node" >&2
       if [ -n "$drop" ]; then rm -f "$drop"; sync; fi
       if [ -n "$marker" ]; then printf '%s' "$marker" > /var/lib/fediversity/marker; sync; fi
+      if [ -n "$slowStop" ]; then
+        systemd-run --unit=fedi-slow-stop --property=ExecStop="/bin/sleep $slowStop" --property=TimeoutStopSec=$((slowStop + 30)) /bin/sleep infinity
+      fi
       systemctl --no-block poweroff
       exit 0
     fi

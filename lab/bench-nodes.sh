@@ -1,0 +1,131 @@
+# Sourced by lab/bench-fleet.sh and lab/bench-plan.sh: throwaway lab nodes reached over
+# SSH, and the modules/tf group that deploys them. The caller sets root (the
+# repository), work (its work directory), prefix, port_base and state (the lab's
+# LAB_PREFIX, LAB_PORT_BASE and LAB_STATE), SETTLE and WATCH (seconds).
+
+# bench_raise_limits N: many nodes need a higher fs.inotify.max_user_instances (each
+# systemd boot takes about 12); raised when lower than 64 per node plus 256.
+bench_raise_limits() {
+  local want=$(($1 * 64 + 256))
+  if [ "$(sysctl -n fs.inotify.max_user_instances)" -lt "$want" ]; then
+    sysctl -qw fs.inotify.max_user_instances=$want
+    [ "$(sysctl -n fs.inotify.max_user_watches)" -ge 1048576 ] || sysctl -qw fs.inotify.max_user_watches=1048576
+  fi
+}
+
+# bench_launch NAME OFFSET N: N throwaway nodes <NAME>-<i> like labtest.NewInstance (the
+# lab key authorised, a fresh host key), each with its SSH proxy on
+# 127.0.0.1:$((port_base+OFFSET+i)); their host keys in $work/known_hosts.
+bench_launch() {
+  local name=$1 offset=$2 max=$3 i n s hk
+  : >"$work/known_hosts"
+  for i in $(seq 1 "$max"); do
+    n=$name-$i
+    incus delete --force "$n" >/dev/null 2>&1 || true
+    incus launch lab/debian "$n" >/dev/null
+    incus config device add "$n" ssh proxy "listen=tcp:127.0.0.1:$((port_base + offset + i))" connect=tcp:127.0.0.1:22 bind=host >/dev/null
+  done
+  for i in $(seq 1 "$max"); do
+    n=$name-$i
+    for _ in $(seq 90); do
+      s=$(incus exec "$n" -- systemctl is-system-running 2>/dev/null || true)
+      [ "$s" = running ] || [ "$s" = degraded ] && break
+      sleep 1
+    done
+    incus file push --mode 0600 "$state/id_ed25519.pub" "$n/root/.ssh/authorized_keys" >/dev/null
+    incus exec "$n" -- sh -c "$(cat "$root/lab/host-key-whole.sh"); systemctl restart ssh"
+    # The host key, read out of band through Incus. The incus CLI now and then returns an
+    # empty output under load: ask again (bounded).
+    hk=
+    for _ in 1 2 3 4 5; do
+      hk=$(incus exec "$n" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{print $1" "$2}')
+      [ -n "${hk// /}" ] && break
+      sleep 1
+    done
+    [ -n "${hk// /}" ] || { echo "no host key from $n" >&2; return 1; }
+    echo "[127.0.0.1]:$((port_base + offset + i)) $hk" >>"$work/known_hosts"
+  done
+}
+
+# bench_tfrc: Terraform and OpenTofu take the provider from $root/bin (dev_overrides).
+bench_tfrc() {
+  cat >"$work/tfrc" <<RC
+provider_installation {
+  dev_overrides {
+    "registry.terraform.io/fediversity/fediversity" = "$root/bin"
+    "registry.opentofu.org/fediversity/fediversity" = "$root/bin"
+  }
+  direct {}
+}
+RC
+  export TF_CLI_CONFIG_FILE=$work/tfrc CHECKPOINT_DISABLE=1 SSH_PRIVATE_KEY_FILE=$state/id_ed25519
+}
+
+# bench_group DIR N NAME OFFSET: the group of the first N nodes of bench_launch NAME
+# OFFSET: baked configuration, submission, roster (module and CLI).
+bench_group() {
+  local dir=$1 n=$2 name=$3 offset=$4 i
+  mkdir -p "$dir"
+  {
+    printf '{"nodes":{'
+    for i in $(seq 1 "$n"); do printf '%s"%s":{"applications":["app%d"]}' "$([ "$i" = 1 ] || echo ,)" "$name-$i" "$i"; done
+    printf '},"applications":{'
+    for i in $(seq 1 "$n"); do printf '%s"app%d":{"enable":false}' "$([ "$i" = 1 ] || echo ,)" "$i"; done
+    printf '}}\n'
+  } >"$dir/baked.json"
+  {
+    printf '{"applications":{'
+    for i in $(seq 1 "$n"); do printf '%s"app%d":{"enable":true}' "$([ "$i" = 1 ] || echo ,)" "$i"; done
+    printf '}}\n'
+  } >"$dir/submission.json"
+  {
+    printf '{"timings":{"settle":"%ss","watch":"%ss","sample_interval":"1s"},"nodes":{' "$SETTLE" "$WATCH"
+    for i in $(seq 1 "$n"); do
+      printf '%s"%s":{"host":"127.0.0.1","port":%d,"known_hosts_file":"%s"}' "$([ "$i" = 1 ] || echo ,)" \
+        "$name-$i" "$((port_base + offset + i))" "$work/known_hosts"
+    done
+    printf '}}\n'
+  } >"$dir/roster.json"
+}
+
+# bench_module_config DIR SEED: modules/tf deploying the group in DIR, every node built
+# from lab/closures with SEED.
+bench_module_config() {
+  cat >"$1/main.tf" <<TF
+terraform {
+  required_providers {
+    fediversity = { source = "fediversity/fediversity" }
+  }
+}
+provider "fediversity" {}
+module "group" {
+  source          = "$root/modules/tf"
+  submission_file = "\${path.root}/submission.json"
+  baked_json      = file("\${path.root}/baked.json")
+  nodes           = jsondecode(file("\${path.root}/roster.json")).nodes
+  build           = { file = "$root/lab/closures/default.nix", attribute = "good", args = { seed = "$2" } }
+  timings         = { settle = "${SETTLE}s", watch = "${WATCH}s", sample_interval = "1s" }
+}
+TF
+}
+
+# bench_peak_rss FILE PATTERN…: in the background, keeps in FILE the highest VmHWM (kB)
+# of any process whose command line starts with a PATTERN (reset by writing 0 to FILE).
+# Prints the sampler's pid.
+bench_peak_rss() {
+  local file=$1
+  shift
+  echo 0 >"$file"
+  (
+    while :; do
+      for pat in "$@"; do
+        for pid in $(pgrep -f "^$pat" 2>/dev/null || true); do
+          hwm=$(awk '/VmHWM/{print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+          [ "${hwm:-0}" -gt "$(cat "$file")" ] && echo "$hwm" >"$file"
+        done
+      done
+      sleep 0.2
+    done
+  ) >/dev/null 2>&1 &
+  echo $!
+}
