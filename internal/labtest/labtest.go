@@ -274,7 +274,13 @@ func NewInstanceWithDataVolume(t testing.TB, name string) (Node, string) {
 	t.Helper()
 	Require(t)
 	vol := Prefix() + "-t-" + name + "-data"
-	_, _ = IncusErr("storage", "volume", "delete", "lab", vol)
+	// A run killed before its cleanups (a CI job cut off, a developer's Ctrl-C) leaves
+	// the instance and its volume behind, the volume still attached: Incus refuses to
+	// delete a volume an instance uses, so the instance goes first.
+	_, _ = IncusErr("delete", "--force", Prefix()+"-t-"+name)
+	if out, err := IncusErr("storage", "volume", "delete", "lab", vol); err != nil && !strings.Contains(out, "not found") {
+		t.Fatalf("deleting the volume %s left by an earlier run: %v\n%s", vol, err, out)
+	}
 	// No size: a size would turn on btrfs quotas for the whole shared lab pool.
 	Incus(t, "storage", "volume", "create", "lab", vol)
 	t.Cleanup(func() { _, _ = IncusErr("storage", "volume", "delete", "lab", vol) })
