@@ -90,7 +90,7 @@ func (e *runEnv) snapshotCommands() [][]string {
 // snapshotBesidePush says whether the snapshot's reads may be taken while the closure
 // is pushed, on a session of their own, instead of after the push (one round trip off
 // the deploy's critical path). They may when nothing between the two instants can
-// change a unit: the push only adds store paths (nix-store --import as root, no
+// change a unit: the push only adds store paths (nix-store --serve --write as root, no
 // daemon, no unit), and the lock is already held, so no other run switches or
 // restarts. A secret chain wait sits between push and snapshot and its members do
 // change (they start, finish or fail while it waits), so with a secret chain the

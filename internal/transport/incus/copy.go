@@ -15,18 +15,18 @@ import (
 )
 
 // CopyClosure makes the node's store hold the closure of storePath. It asks the node
-// which paths of the closure it lacks, and streams `nix-store --export` of only those
-// into `nix-store --import` on the node, over the stdin of an exec of its own
-// (streamImport), as a hand-run `nix-store --export … | incus exec node -- nix-store
-// --import` does: no file on either side. The same exec then prints which paths of
-// the closure the node still lacks (remote.ImportScript).
+// which paths of the closure it lacks, and streams only those
+// (nixstore.AddToStoreStream) into `nix-store --serve --write` on the node, over the
+// stdin of an exec of its own (streamImport), as `nix copy --to ssh://` streams into
+// the same command over SSH: no file on either side. The same exec then prints which
+// paths of the closure the node still lacks (remote.ImportScript).
 //
-// A break (the stream cut, incusd gone, the export failing, the deploy cancelled)
-// leaves the node's store consistent: nix-store --import reads each path whole into
-// memory and adds it in a transaction of its own, in the export's order (a path after
-// the paths it references), so the node holds every path whose bytes all arrived and
-// none of the one cut; a path killed halfway through its write stays invalid and is
-// overwritten by the next import. The next copy asks again and sends only the rest.
+// A break (the stream cut, incusd gone, the local store failing, the deploy cancelled)
+// leaves the node's store consistent: the node adds each path once its archive arrived
+// whole and hashed right, in a transaction of its own, in the closure's order (a path
+// after the paths it references), so it holds every path whose bytes all arrived and
+// none of the one cut; a path cut halfway through its write stays invalid and is
+// overwritten by the next copy. The next copy asks again and sends only the rest.
 func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybody.CopyStats, error) {
 	const phase = "copy closure"
 	var stats deploybody.CopyStats
@@ -75,7 +75,7 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 		return stats, t.classify(ctx, phase, fmt.Errorf("%w (the node keeps the paths that arrived whole; the next apply sends only the rest)", err))
 	}
 	if res.exitCode != 0 {
-		return stats, t.errorf(phase, "nix-store --import exited %d: %s (is Nix installed on the node and is its store writable?)",
+		return stats, t.errorf(phase, "nix-store --serve --write exited %d: %s (is Nix installed on the node and is its store writable?)",
 			res.exitCode, trim(res.stderr))
 	}
 	stats.PathsMissing, stats.Sent = len(missing), missing
@@ -136,9 +136,8 @@ const (
 //     its own on the cut stream; the error names the export's failure and the node's.
 //   - A write to stdin failed (the websocket or incusd gone): the export is stopped
 //     and the error says how many bytes had gone.
-//   - The command ended before the export did (the import failed on the node, or read
-//     the end marker before the export process exited): the export is stopped, and
-//     the result is the command's.
+//   - The command ended before the export did (the import failed on the node): the
+//     export is stopped, and the result is the command's.
 //   - ctx ended: the export is stopped and stdin ended, so the import keeps what
 //     arrived whole; the command is killed if it does not end by itself.
 //
@@ -210,8 +209,7 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 	select {
 	case exportErr = <-exportDone:
 	case err := <-outDone:
-		// The command ended before the export did: it failed early, or it read the
-		// export's end marker before the export process exited. No more bytes are
+		// The command ended before the export did: it failed early. No more bytes are
 		// wanted: once the rest of its output is read, the export is stopped (closing
 		// the stream first, as a write may be blocked on it).
 		outputsEnded++
@@ -229,9 +227,9 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 		return interrupted(true)
 	}
 	if w.err == nil && !endedFirst {
-		// The end of stdin: after a whole export the import reads its end marker; after a
-		// failed one it meets the end of its input and fails on its own. An error here
-		// is a broken stream, seen again below.
+		// The end of stdin: after a whole stream the node's command ends; after a failed
+		// one it meets the end of its input, in the middle of an object or between two,
+		// and ends on its own. An error here is a broken stream, seen again below.
 		if err := st.CloseStdin(); err != nil {
 			w.err = err
 		}
@@ -254,11 +252,14 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 		switch {
 		case err != nil:
 			outErr = err
-		case code == 0:
-			// The import read the export's end marker, so the whole export arrived
-			// (whatever the export process said afterwards); what the node holds is
-			// checked by the caller.
+		case code == 0 && (endedFirst || exportErr == nil && w.err == nil):
+			// The whole stream went and the node added all of it (or the node ended
+			// first, well): what the node holds is checked by the caller either way.
 			return res, nil
+		case code == 0:
+			// The node's command ends well at the end of its input when the stream broke
+			// between two store objects: the break is the error (reported below), and
+			// the node keeps the objects before it.
 		default:
 			res.exitCode = code
 			if endedFirst || (exportErr == nil && w.err == nil) {
@@ -272,7 +273,7 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 	}
 	node := nodeSide(ended, outErr, res)
 	if w.err != nil {
-		return res, fmt.Errorf("the stream into the node's nix-store --import broke after %d bytes: %w; node side: %s", w.sent, w.err, node)
+		return res, fmt.Errorf("the stream into the node's nix-store --serve --write broke after %d bytes: %w; node side: %s", w.sent, w.err, node)
 	}
 	return res, fmt.Errorf("local %w (after %d bytes were sent); node side: %s", exportErr, w.sent, node)
 }
@@ -281,13 +282,13 @@ func streamImport(ctx context.Context, st importExec, stdout, stderr io.Reader, 
 func nodeSide(ended bool, outErr error, res importResult) string {
 	switch {
 	case !ended:
-		return fmt.Sprintf("nix-store --import had not ended %s after its input did, and was killed", importEndGrace)
+		return fmt.Sprintf("nix-store --serve --write had not ended %s after its input did, and was killed", importEndGrace)
 	case outErr != nil:
 		return fmt.Sprintf("its output ended with %v", outErr)
 	case res.exitCode == 0:
-		return "nix-store --import exited 0"
+		return "nix-store --serve --write exited 0"
 	}
-	return fmt.Sprintf("nix-store --import exited %d: %s", res.exitCode, trim(res.stderr))
+	return fmt.Sprintf("nix-store --serve --write exited %d: %s", res.exitCode, trim(res.stderr))
 }
 
 // stdinWriter writes the export into the command's stdin, counting what went; its

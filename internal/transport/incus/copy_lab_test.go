@@ -20,18 +20,18 @@ type countWriter struct{ n int64 }
 
 func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
-// cutExport is a real nix-store --export whose stream is cut after the bytes cutAt
-// picks (from the export's whole size): the deploy's context is cancelled there, as an
+// cutExport is the real stream of the copy (nixstore.AddToStoreStream) cut after the
+// bytes cutAt picks (from the stream's whole size): the deploy's context is cancelled there, as an
 // interrupted apply does, and nothing more reaches the node.
 func cutExport(t *testing.T, cancel context.CancelFunc, cutAt func(size int64) int64) func(context.Context, []string, io.Writer) error {
 	return func(ctx context.Context, paths []string, w io.Writer) error {
 		var size countWriter
-		if err := nixstore.Export(ctx, paths, &size); err != nil {
+		if err := nixstore.AddToStoreStream(ctx, paths, &size); err != nil {
 			return err
 		}
 		limit := cutAt(size.n)
-		t.Logf("export of %d paths is %d bytes; cut after %d", len(paths), size.n, limit)
-		return nixstore.Export(ctx, paths, &cutWriter{w: w, left: limit, cut: cancel})
+		t.Logf("the stream of %d paths is %d bytes; cut after %d", len(paths), size.n, limit)
+		return nixstore.AddToStoreStream(ctx, paths, &cutWriter{w: w, left: limit, cut: cancel})
 	}
 }
 
@@ -58,7 +58,7 @@ func (c *cutWriter) Write(p []byte) (int, error) {
 
 // nodeHolds checks the node's store after a cut: it lacks what lacks says, the paths it
 // holds pass nix-store --verify-path (the cut left nothing half-registered), and no
-// nix-store --import of the cut stream is left running. It returns the missing paths.
+// nix-store --serve of the cut stream is left running. It returns the missing paths.
 func nodeHolds(t *testing.T, tr *Transport, closure []string) []string {
 	t.Helper()
 	ctx := labCtx(t)
@@ -79,7 +79,7 @@ func nodeHolds(t *testing.T, tr *Transport, closure []string) []string {
 		}
 	}
 	for i := 0; ; i++ {
-		res, err := tr.Run(ctx, []string{"pgrep", "-f", "^nix-store --import"}, deploybody.RunOptions{})
+		res, err := tr.Run(ctx, []string{"pgrep", "-f", "^nix-store --serve"}, deploybody.RunOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +87,7 @@ func nodeHolds(t *testing.T, tr *Transport, closure []string) []string {
 			break
 		}
 		if i == 50 {
-			t.Fatalf("the cut stream's nix-store --import still runs on the node: %s", res.Stdout)
+			t.Fatalf("the cut stream's nix-store --serve still runs on the node: %s", res.Stdout)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -129,7 +129,7 @@ func TestLabCopyCutMidStreamThenRetrySendsOnlyTheRest(t *testing.T) {
 		t.Fatalf("after a cut half-way the node lacks %v, want at least the toplevel", missing)
 	}
 
-	// Cut 2: in the last 512 bytes, inside the toplevel (exported after what it uses).
+	// Cut 2: in the last 512 bytes, inside the toplevel (streamed after what it uses).
 	if err := copyCut(func(size int64) int64 { return size - 512 }); !errors.Is(err, context.Canceled) {
 		t.Fatalf("second cut copy: want an interrupted copy, got %v", err)
 	}

@@ -13,11 +13,11 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 )
 
-// fakeImport stands in for the node's nix-store --import behind a streamed exec. A fake
-// is used because the faults tested cannot be had from the real parts on demand: the
-// stdin websocket dropped by incusd in the middle of a stream (the lab's incusd is
-// shared and cannot be stopped for one test), and a local export that fails halfway
-// (nix-store --export fails only on a corrupt store). The lab test
+// fakeImport stands in for the node's nix-store --serve --write behind a streamed exec.
+// A fake is used because the faults tested cannot be had from the real parts on demand:
+// the stdin websocket dropped by incusd in the middle of a stream (the lab's incusd is
+// shared and cannot be stopped for one test), and a local stream that fails halfway
+// (it fails only on a modified or corrupt local store). The lab test
 // TestLabCopyCutMidStreamThenRetrySendsOnlyTheRest cuts a real stream.
 type fakeImport struct {
 	mu       sync.Mutex
@@ -29,6 +29,7 @@ type fakeImport struct {
 	killed   bool // Close was called before the command ended
 	ended    bool
 	code     int
+	eofCode  int // the exit code at the end of its input: 1 in the middle of an object, 0 between two
 
 	stdout, stderr *io.PipeWriter
 }
@@ -36,7 +37,7 @@ type fakeImport struct {
 func newFakeImport(breakAt int64) (*fakeImport, io.Reader, io.Reader) {
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
-	return &fakeImport{breakAt: breakAt, failAt: -1, stdout: outW, stderr: errW, closedCh: make(chan struct{})}, outR, errR
+	return &fakeImport{breakAt: breakAt, failAt: -1, eofCode: 1, stdout: outW, stderr: errW, closedCh: make(chan struct{})}, outR, errR
 }
 
 var errDropped = &incusapi.TransportError{Op: "exec (streamed)", Instance: "node", Err: io.ErrUnexpectedEOF}
@@ -86,8 +87,9 @@ func (f *fakeImport) end(code int, stderr string, err error) {
 	}()
 }
 
-// CloseStdin: a cut stream makes nix-store --import fail on its own, as the real one
-// does ("error: unexpected end-of-file").
+// CloseStdin: a stream cut in the middle of an object makes nix-store --serve --write
+// fail on its own, as the real one does ("error: unexpected end-of-file"); cut between
+// two objects, it ends well (eofCode 0).
 func (f *fakeImport) CloseStdin() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -95,7 +97,11 @@ func (f *fakeImport) CloseStdin() error {
 		return errDropped
 	}
 	f.stdinEOF = true
-	f.end(1, "error: unexpected end-of-file\n", nil)
+	if f.eofCode == 0 {
+		f.end(0, "", nil)
+		return nil
+	}
+	f.end(f.eofCode, "error: unexpected end-of-file\n", nil)
 	return nil
 }
 
@@ -141,7 +147,7 @@ func (e *fakeExport) run(ctx context.Context, w io.Writer) error {
 			return e.err
 		}
 		if e.failAt > 0 && e.wrote >= e.failAt {
-			e.err = errors.New("export of 3 paths: nix-store --export: exit status 1: error: hash of path '/nix/store/x' has changed")
+			e.err = errors.New("add to store: the archive of /nix/store/x is 1000 bytes where the local store registered 1200 (is the store path modified?)")
 			return e.err
 		}
 		n, err := w.Write(chunk[:min(int64(len(chunk)), e.size-e.wrote)])
@@ -192,6 +198,24 @@ func TestStreamImportBreakMidStreamFailsCleanly(t *testing.T) {
 	}
 }
 
+// A stream that fails between two store objects: the node's command ends well at the
+// end of its input, having added the objects before the break. The copy is an error
+// all the same, never a success that the check of the closure alone would catch.
+func TestStreamImportExportFailingBetweenObjectsIsAnError(t *testing.T) {
+	imp, out, errOut := newFakeImport(-1)
+	imp.eofCode = 0
+	exp := &fakeExport{size: 8 << 20, failAt: 1 << 20}
+	_, err := streamImport(context.Background(), imp, out, errOut, 1<<20, exp.run, nil)
+	if err == nil {
+		t.Fatal("a stream that failed between two objects was a success")
+	}
+	for _, want := range []string{"local add to store", "after 1048576 bytes were sent", "node side: nix-store --serve --write exited 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
 func TestStreamImportFailedExportEndsTheImportCleanly(t *testing.T) {
 	imp, out, errOut := newFakeImport(-1)
 	exp := &fakeExport{size: 8 << 20, failAt: 1 << 20}
@@ -199,8 +223,8 @@ func TestStreamImportFailedExportEndsTheImportCleanly(t *testing.T) {
 	if err == nil {
 		t.Fatal("a failed export was not an error")
 	}
-	for _, want := range []string{"local export of 3 paths", "has changed", "after 1048576 bytes were sent",
-		"node side: nix-store --import exited 1: error: unexpected end-of-file"} {
+	for _, want := range []string{"local add to store: the archive of /nix/store/x", "after 1048576 bytes were sent",
+		"node side: nix-store --serve --write exited 1: error: unexpected end-of-file"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

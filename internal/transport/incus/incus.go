@@ -72,7 +72,8 @@ type Transport struct {
 	// Commands run through a session and with a recorded exec, for the log and tests.
 	viaSession, viaRecorded atomic.Int64
 
-	// exportPaths writes `nix-store --export` of paths (nixstore.Export); a lab test
+	// exportPaths writes the stream that adds paths to the node's store
+	// (nixstore.AddToStoreStream); a lab test
 	// wraps it to cut the copy's stream after a given number of bytes.
 	exportPaths func(ctx context.Context, paths []string, w io.Writer) error
 }
@@ -104,7 +105,7 @@ func New(cfg Config) (*Transport, error) {
 		switchOpts: switchDefaults(cfg.Switch),
 		noSession:  cfg.RecordedExecOnly,
 
-		exportPaths: nixstore.Export,
+		exportPaths: nixstore.AddToStoreStream,
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -58,16 +59,17 @@ func InvalidPaths(out string, paths []string) []string {
 // command as its import (ImportScript): its paths fit one command line.
 func VerifyInline(closure []string) bool { return len(closure) <= checkBatch }
 
-// ImportScript imports a `nix-store --export` stream and then prints which of its
-// arguments (the closure's paths) the store still lacks: the import and its check in
-// one round trip. The stream is its stdin, over SSH and over Incus alike (the Incus
-// copy no longer stages a file).
-const ImportScript = `nix-store --import >/dev/null || exit; ` +
+// ImportScript adds the store objects of a nixstore.AddToStoreStream to the node's store
+// (nixstore.ServeCommand, its answers dropped: the stream does not wait for them) and
+// then prints which of its arguments (the closure's paths) the store still lacks: the
+// import and its check in one round trip. The stream is its stdin, over SSH and over
+// Incus alike (no file on either side).
+const ImportScript = `nix-store --serve --write >/dev/null || exit; ` +
 	`exec nix-store --check-validity --print-invalid "$@"`
 
-// CopyClosure makes the node hold the closure of storePath: it exports, from the local
-// store, only the paths the node lacks and streams them into `nix-store --import` on
-// the node, then checks that the node now holds the whole closure.
+// CopyClosure makes the node hold the closure of storePath: it streams, from the local
+// store, only the paths the node lacks into `nix-store --serve --write` on the node
+// (nixstore.AddToStoreStream), then checks that the node now holds the whole closure.
 func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (deploybody.CopyStats, error) {
 	closure, err := nixstore.Closure(ctx, storePath)
 	if err != nil {
@@ -93,21 +95,21 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 	defer cancelExport()
 	exportErr := make(chan error, 1)
 	go func() {
-		err := nixstore.Export(exportCtx, missing, counter)
+		err := nixstore.AddToStoreStream(exportCtx, missing, counter)
 		pw.CloseWithError(err) // nil closes cleanly: the import sees EOF
 		exportErr <- err
 	}()
 	inline := VerifyInline(closure)
-	importArgv := []string{"nix-store", "--import"}
+	importArgv := nixstore.ServeCommand
 	if inline {
 		importArgv = append([]string{"/bin/sh", "-c", ImportScript, "sh"}, closure...)
 	}
 	out, importErr := runSys(ctx, r, pr, importArgv...)
 	if importErr == nil {
-		// The node's nix-store --import stops at the archive's end marker, which can come
-		// before the local export has exited (seen with 16 copies at once on 2 cores).
-		// Killing the export then would fail a copy that arrived whole: give it a moment
-		// to exit on its own. What the node holds is checked below either way.
+		// The node's command ended with the stream, whose writer may not have returned
+		// yet (seen with 16 copies at once on 2 cores). Stopping it then would fail a
+		// copy that arrived whole: give it a moment to return on its own. What the node
+		// holds is checked below either way.
 		select {
 		case err := <-exportErr:
 			exportErr <- err
@@ -120,7 +122,9 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 	expErr := <-exportErr
 	stats.BytesSent = counter.n.Load()
 	if importErr != nil {
-		if expErr != nil && ctx.Err() == nil {
+		// The local stream's error counts only when it is its own: a closed pipe is the
+		// node's command gone first, which the node's side says.
+		if expErr != nil && ctx.Err() == nil && !errors.Is(expErr, io.ErrClosedPipe) {
 			return stats, fmt.Errorf("copy closure: local %w; node side: %v", expErr, importErr)
 		}
 		return stats, fmt.Errorf("copy closure: import on the node: %w", importErr)

@@ -76,7 +76,7 @@ func TestBenchSSHTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first copy's export bytes: both closures are the same size (the same payload,
+	// The first copy's stream bytes: both closures are the same size (the same payload,
 	// another seed), so the hand-run copy moves as many, and both throughputs use them.
 	var firstExportBytes int64
 	apply := func(label string) {
@@ -89,7 +89,7 @@ func TestBenchSSHTransport(t *testing.T) {
 			if firstExportBytes == 0 {
 				firstExportBytes = st.BytesSent
 			}
-			return fmt.Sprintf("%d/%d paths, %d export bytes", st.PathsMissing, st.PathsTotal, st.BytesSent)
+			return fmt.Sprintf("%d/%d paths, %d stream bytes", st.PathsMissing, st.PathsTotal, st.BytesSent)
 		})
 		measure(label+" switch", func() string {
 			res, err := tr.Switch(ctx, ours, "switch", 5*time.Minute)
@@ -174,7 +174,7 @@ func TestBenchSSHTransport(t *testing.T) {
 	}
 	oursMBs := float64(firstExportBytes) / 1e6 / copyOf("ours first copy").Seconds()
 	handMBs := float64(firstExportBytes) / 1e6 / copyOf("hand first copy").Seconds()
-	fmt.Fprintf(&b, "first copy throughput (%d export bytes, MB = 10^6 B): ours %.1f MB/s, nix copy --to ssh:// %.1f MB/s, ours / nix copy %.2f\n",
+	fmt.Fprintf(&b, "first copy throughput (%d stream bytes, MB = 10^6 B): ours %.1f MB/s, nix copy --to ssh:// %.1f MB/s, ours / nix copy %.2f\n",
 		firstExportBytes, oursMBs, handMBs, oursMBs/handMBs)
 	fmt.Fprintf(&b, "peak RSS: this process (transport + test harness) %d KiB; largest hand-run child (nix/ssh) %d KiB\n",
 		self.Maxrss, children.Maxrss)
