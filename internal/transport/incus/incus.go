@@ -73,8 +73,8 @@ type Transport struct {
 	viaSession, viaRecorded atomic.Int64
 
 	// exportPaths writes the stream that adds paths to the node's store
-	// (nixstore.AddToStoreStream); a lab test
-	// wraps it to cut the copy's stream after a given number of bytes.
+	// (nixstore.AddToStoreStream); a lab test wraps it to cut the copy's stream after a
+	// given number of bytes.
 	exportPaths func(ctx context.Context, paths []string, w io.Writer) error
 }
 

@@ -64,7 +64,7 @@ func VerifyInline(closure []string) bool { return len(closure) <= checkBatch }
 // then prints which of its arguments (the closure's paths) the store still lacks: the
 // import and its check in one round trip. The stream is its stdin, over SSH and over
 // Incus alike (no file on either side).
-const ImportScript = `nix-store --serve --write >/dev/null || exit; ` +
+var ImportScript = strings.Join(nixstore.ServeCommand, " ") + ` >/dev/null || exit; ` +
 	`exec nix-store --check-validity --print-invalid "$@"`
 
 // CopyClosure makes the node hold the closure of storePath: it streams, from the local

@@ -37,24 +37,28 @@ func (c *chrootNode) Exec(ctx context.Context, argv []string, stdin io.Reader, s
 	return c.localRunner.Exec(ctx, argv, stdin, stdout, stderr)
 }
 
-func TestCopyClosureSendsOnlyMissingPaths(t *testing.T) {
+// buildLabClosure builds attr of lab/closures with seed on this machine's nix (a lab run
+// fails without nix-build; elsewhere the test is skipped).
+func buildLabClosure(ctx context.Context, t *testing.T, attr, seed string) string {
+	t.Helper()
 	if _, err := exec.LookPath("nix-build"); err != nil {
 		if os.Getenv("FEDIVERSITY_LAB") == "1" {
 			t.Fatal("nix-build is not installed")
 		}
 		t.Skip("nix-build is not installed on this machine")
 	}
+	file, _ := filepath.Abs("../../../lab/closures/default.nix")
+	p, err := nixstore.Build(ctx, nixstore.BuildSpec{File: file, Attr: attr, ArgStr: map[string]string{"seed": seed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestCopyClosureSendsOnlyMissingPaths(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	file, _ := filepath.Abs("../../../lab/closures/default.nix")
-	build := func(attr string) string {
-		p, err := nixstore.Build(ctx, nixstore.BuildSpec{File: file, Attr: attr, ArgStr: map[string]string{"seed": "remote-copy-test"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	good, v2 := build("good"), build("good-v2")
+	good, v2 := buildLabClosure(ctx, t, "good", "remote-copy-test"), buildLabClosure(ctx, t, "good-v2", "remote-copy-test")
 	node := &chrootNode{localRunner: localRunner{env: os.Environ()}, root: t.TempDir()}
 	var logged []string
 	log := Logger(func(f string, a ...any) { logged = append(logged, f) })
@@ -152,19 +156,9 @@ func (c *cutReader) Read(p []byte) (int, error) {
 // node keeps exactly the objects before it (each is added only once it arrived whole);
 // the next copy sends only the rest, and the node then verifies the whole closure.
 func TestCopyClosureCutMidStreamThenSendsOnlyTheRest(t *testing.T) {
-	if _, err := exec.LookPath("nix-build"); err != nil {
-		if os.Getenv("FEDIVERSITY_LAB") == "1" {
-			t.Fatal("nix-build is not installed")
-		}
-		t.Skip("nix-build is not installed on this machine")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	file, _ := filepath.Abs("../../../lab/closures/default.nix")
-	top, err := nixstore.Build(ctx, nixstore.BuildSpec{File: file, Attr: "good", ArgStr: map[string]string{"seed": "remote-copy-cut-test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	top := buildLabClosure(ctx, t, "good", "remote-copy-cut-test")
 	closure, err := nixstore.Closure(ctx, top)
 	if err != nil {
 		t.Fatal(err)
