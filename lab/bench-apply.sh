@@ -16,6 +16,11 @@
 #   reapply   bytes the provider copied when the same closure is deployed again
 #             (`apply -replace`, so the deploy really runs; target 0)
 #   rss       the provider process's peak RSS (VmHWM) over the runs
+# Last, Terraform's floor, medians of BENCH_ROUNDS applies that touch no node:
+#   core      `terraform apply` replacing one terraform_data: Terraform alone, no plugin
+#   provider  the same plus one fediversity_rollout_gate replaced with it: Terraform with
+#             this provider's plugin starts and calls, and no deploy; apply-net can never
+#             be less than this plus the provider's deploy alone
 # Timings are measurements, not assertions: the machine is shared and noisy.
 #
 #   bash lab/bench-apply.sh            # both transports
@@ -195,3 +200,35 @@ TF
   printf '  provider phases        %s\n' "$(grep -o 'phases="[^"]*"' "$dir/apply.log" | tail -1 | cut -d'"' -f2)"
 done
 printf '\n  provider peak RSS      %d MiB\n' "$(($(cat "$peak") / 1024))"
+
+# Terraform's floor: applies that replace resources touching no node.
+floor() { # dir: medians of ROUNDS applies, each replacing everything (timestamp())
+  local i t0 t1
+  (cd "$1" && "$TF" init -input=false >/dev/null 2>&1 || true)
+  (cd "$1" && "$TF" apply -auto-approve -input=false >/dev/null 2>&1) || { echo "floor apply failed in $1" >&2; exit 1; }
+  for i in $(seq "$ROUNDS"); do
+    t0=$(now); (cd "$1" && "$TF" apply -auto-approve -input=false >/dev/null 2>&1); t1=$(now)
+    echo "$t1 - $t0" | bc -l
+  done | median
+}
+mkdir -p "$work/floor-core" "$work/floor-provider"
+echo 'resource "terraform_data" "x" { input = timestamp() }' >"$work/floor-core/main.tf"
+cat >"$work/floor-provider/main.tf" <<'TF'
+terraform {
+  required_providers {
+    fediversity = { source = "fediversity/fediversity" }
+  }
+}
+provider "fediversity" {}
+resource "terraform_data" "x" { input = timestamp() }
+resource "fediversity_rollout_gate" "g" {
+  wave           = 1
+  waves          = 2
+  group_size     = 1
+  failure_budget = "0"
+  verdicts       = { a = { ok = true, reasons = [] } }
+  lifecycle { replace_triggered_by = [terraform_data.x] }
+}
+TF
+printf '  terraform floor        core %.2fs, with this provider %.2fs (applies that touch no node; medians)\n' \
+  "$(floor "$work/floor-core")" "$(floor "$work/floor-provider")"

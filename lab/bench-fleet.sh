@@ -10,7 +10,13 @@
 #   cli_4w     the same again with closures new to the nodes, staged in 4 waves
 #              (`--wave-size 25%`): what waves cost against one wave of every node
 #   rss_mb     peak RSS (VmHWM) of the provider and of the CLI over all runs of this N
-# and the ratios of fresh, changed and cli to the 1-node figures and to the module.
+#   bare       a deploy by hand with no safety net, to all N nodes at once: per node
+#              `nix copy --to ssh://` of a closure new to it, then one ssh running
+#              switch-to-configuration switch and systemctl show (as lab/bench-apply.sh's
+#              hand-run deploy), no settle, no watch: what the lab itself needs for N switches
+#   cpu_s      busy CPU seconds of the whole machine (every core, /proc/stat) during the
+#              fresh apply; floor_s = cpu_s / cores, the least time that work takes here
+# and the ratios of fresh, changed, cli and bare to the 1-node figures and to the module.
 # Every deploy settles SETTLE s and watches WATCH s (the verdict's deliberate waiting),
 # the same for every N. Terraform runs with -parallelism=max(10, N).
 # Timings are measurements, not assertions: the machine is shared and noisy.
@@ -67,6 +73,7 @@ trap cleanup EXIT
 
 echo "launching $max nodes ($prefix-b-1 … $prefix-b-$max)" >&2
 bench_launch "$prefix-b" 50 "$max"
+bench_wait_quiet
 
 # Peak RSS (VmHWM, kB) of the provider and of the CLI, per N (reset by writing 0).
 peak_p=$work/peak_provider peak_c=$work/peak_cli
@@ -126,6 +133,32 @@ TF
 }
 
 now() { date +%s.%N; }
+cores=$(nproc)
+busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
+hz=$(getconf CLK_TCK)
+key=$state/id_ed25519
+# bare N SEED: seconds of a hand-run deploy (no lock, no revert, no watch) of one closure
+# new to the nodes, to the first N nodes at once; the build is done before the clock starts.
+bare() {
+  local n=$1 top t0 t1 i pids=() failed=0 extra=()
+  getent group nixbld >/dev/null || extra=(--option build-users-group "")
+  top=$(nix-build --option sandbox false "${extra[@]}" \
+    "$closures" -A good --argstr seed "$2" --no-out-link 2>/dev/null) || { echo "FAILED: nix-build of the bare closure" >&2; exit 1; }
+  t0=$(now)
+  for i in $(seq 1 "$n"); do
+    (
+      o="-p $((port_base + 50 + i)) -i $key -o UserKnownHostsFile=$work/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes"
+      NIX_SSHOPTS="$o" nix copy --extra-experimental-features nix-command --to ssh://root@127.0.0.1 "$top" &&
+        # shellcheck disable=SC2086
+        ssh $o root@127.0.0.1 "systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-bare-\$\$ $top/bin/switch-to-configuration switch; systemctl show -p ActiveState,SubState,Result fedi-web.service fedi-setup.service"
+    ) >"$work/bare-$n-$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || failed=1; done
+  t1=$(now)
+  [ "$failed" = 0 ] || { echo "FAILED: a bare deploy (see $work/bare-$n-*.log)" >&2; exit 1; }
+  printf '%.1f' "$(secs "$t0" "$t1")"
+}
 secs() { echo "$2 - $1" | bc; }
 # timed LOG CMD…: runs CMD in the background of nothing, prints its seconds; fails loudly.
 timed() {
@@ -146,8 +179,8 @@ tf() { # dir args…
   "$TF" -chdir="$dir" "$@"
 }
 
-printf '%-4s %8s %8s %8s %8s %8s %8s %10s %10s\n' N fresh plan changed hand cli cli_4w rss_prov_mb rss_cli_mb
-declare -A fresh changed
+printf '%-4s %8s %8s %8s %8s %8s %8s %10s %10s %8s %8s %8s\n' N fresh plan changed hand cli cli_4w rss_prov_mb rss_cli_mb bare cpu_s floor_s
+declare -A fresh changed bared
 for n in $sizes; do
   echo 0 >"$peak_p"
   echo 0 >"$peak_c"
@@ -159,7 +192,10 @@ for n in $sizes; do
   module_config "$d/module" "m$n-$stamp"
   # Only the module: the provider comes from dev_overrides (init would ask the registry).
   tf "$d/module" get >"$d/module/get.log" 2>&1 || { echo "terraform get failed in $d/module" >&2; exit 1; }
+  j0=$(busy_jiffies)
   fresh[$n]=$(timed "$d/module/fresh.log" tf "$d/module" apply -input=false -auto-approve -parallelism=$par)
+  cpu=$(echo "scale=1; ($(busy_jiffies) - $j0) / $hz" | bc)
+  floor=$(echo "scale=1; $cpu / $cores" | bc)
   plan=$(timed "$d/module/plan.log" tf "$d/module" plan -input=false -detailed-exitcode -parallelism=$par)
   module_config "$d/module" "m$n-$stamp-changed"
   changed[$n]=$(timed "$d/module/changed.log" tf "$d/module" apply -input=false -auto-approve -parallelism=$par)
@@ -179,13 +215,15 @@ for n in $sizes; do
   waves=$(timed "$d/cli/waves.log" "$root/bin/fediversity" deploy --roster "$d/cli/roster3.json" \
     --submission "$d/cli/submission.json" --baked "$d/cli/baked.json" --method tf --parallel "$par" --wave-size 25%)
 
+  bared[$n]=$(bare "$n" "b$n-$stamp")
+
   tf "$d/module" destroy -input=false -auto-approve >/dev/null 2>&1 || true
   tf "$d/hand" destroy -input=false -auto-approve >/dev/null 2>&1 || true
-  printf '%-4s %8s %8s %8s %8s %8s %8s %10s %10s\n' "$n" "${fresh[$n]}" "$plan" "${changed[$n]}" "$hand" "$cli" "$waves" \
-    "$(($(cat "$peak_p") / 1024))" "$(($(cat "$peak_c") / 1024))"
+  printf '%-4s %8s %8s %8s %8s %8s %8s %10s %10s %8s %8s %8s\n' "$n" "${fresh[$n]}" "$plan" "${changed[$n]}" "$hand" "$cli" "$waves" \
+    "$(($(cat "$peak_p") / 1024))" "$(($(cat "$peak_c") / 1024))" "${bared[$n]}" "$cpu" "$floor"
   echo "N=$n module/hand $(echo "scale=2; ${fresh[$n]} / $hand" | bc)  cli/module $(echo "scale=2; $cli / ${fresh[$n]}" | bc)  cli 4 waves/one wave $(echo "scale=2; $waves / $cli" | bc)"
 done
 first=$(echo "$sizes" | awk '{print $1}')
 for n in $sizes; do
-  echo "N=$n fresh/fresh(N=$first) $(echo "scale=2; ${fresh[$n]} / ${fresh[$first]}" | bc)  changed/changed(N=$first) $(echo "scale=2; ${changed[$n]} / ${changed[$first]}" | bc)"
+  echo "N=$n fresh/fresh(N=$first) $(echo "scale=2; ${fresh[$n]} / ${fresh[$first]}" | bc)  changed/changed(N=$first) $(echo "scale=2; ${changed[$n]} / ${changed[$first]}" | bc)  bare/bare(N=$first) $(echo "scale=2; ${bared[$n]} / ${bared[$first]}" | bc)  bare(N)/fresh(N=$first) $(echo "scale=2; ${bared[$n]} / ${fresh[$first]}" | bc)"
 done

@@ -47,6 +47,22 @@ bench_launch() {
   done
 }
 
+# bench_wait_quiet: wait, at most 180 s, until the machine's CPU is quiet again (under a
+# quarter of every core busy over 5 s, by /proc/stat) after the nodes booted, so the
+# first figures do not measure the boots' tail. Prints how long it waited and how busy
+# the CPU was then.
+bench_wait_quiet() {
+  local t0=$SECONDS a b busy=100
+  while [ $((SECONDS - t0)) -lt 180 ]; do
+    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    sleep 5
+    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    busy=$(echo "$a $b" | awk '{d=$4-$2; print (d > 0 ? int(100 * ($3 - $1) / d) : 100)}')
+    [ "$busy" -lt 25 ] && break
+  done
+  echo "waited $((SECONDS - t0)) s for a quiet CPU: $busy% busy" >&2
+}
+
 # bench_tfrc: Terraform and OpenTofu take the provider from $root/bin (dev_overrides).
 bench_tfrc() {
   cat >"$work/tfrc" <<RC

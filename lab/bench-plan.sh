@@ -86,6 +86,7 @@ if [ "${1:-}" = fleet ]; then
   trap cleanup EXIT
   echo "launching $max nodes ($prefix-pb-1 … $prefix-pb-$max)" >&2
   bench_launch "$prefix-pb" 70 "$max"
+  bench_wait_quiet
   bench_tfrc
   export XDG_CACHE_HOME=$work/cache
   # Every size deploys the same systems (one seed): the nodes the sizes share run what

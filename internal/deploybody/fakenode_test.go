@@ -176,6 +176,10 @@ type fakeNode struct {
 	// writing it fail.
 	verdictRecord []byte
 	recordFails   bool
+	// lastGood is the node's last good record, as the lock's record operation writes it
+	// (nil: none); lastGoodFails makes that write fail.
+	lastGood      []byte
+	lastGoodFails bool
 
 	// boots is the boot loader and the reboots (fakereboot_test.go).
 	boots fakeBoot
@@ -466,7 +470,7 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		return res, nil
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
-		res := n.lockCall(argv[4:])
+		res := n.lockCall(argv[4:], opts.Stdin)
 		if argv[4] == "acquire" && n.lockAnswerLost != nil {
 			return RunResult{}, n.lockAnswerLost // the lock is taken; its answer never arrives
 		}
@@ -774,7 +778,7 @@ func (n *fakeNode) journal(unit string) RunResult {
 
 // lockCall plays the node lock script (lock.go; its real behaviour is proven on lab
 // nodes): one holder token, kept in lockToken.
-func (n *fakeNode) lockCall(args []string) RunResult {
+func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	op, token := args[0], args[1]
@@ -798,6 +802,24 @@ func (n *fakeNode) lockCall(args []string) RunResult {
 	case op == "release":
 		n.lockToken = ""
 		return RunResult{Stdout: []byte("released\n")}
+	case op == "record":
+		// As the script: the heartbeat's answer, then each record's.
+		out := "ok\n"
+		if n.recordFails {
+			out += "unrecorded mkdir: cannot create directory '/var/lib/fediversity': Read-only file system\n"
+		} else {
+			n.verdictRecord = append([]byte(nil), stdin...)
+			out += "recorded\n"
+		}
+		if len(args) >= 7 && args[3] != "" {
+			if n.lastGoodFails {
+				out += "unpinned ln: failed to create symbolic link: Read-only file system\n"
+			} else {
+				n.lastGood = []byte(args[6])
+				out += "pinned\n"
+			}
+		}
+		return RunResult{Stdout: []byte(out)}
 	}
 	return RunResult{Stdout: []byte("ok\n")}
 }

@@ -9,17 +9,14 @@ import (
 // The last phases: finalize the boot entry (also when the verdict fails) and conclude.
 
 // finalizeBootEntry writes the node's verdict record of the run (res, as far as the
-// verdict) and points the boot entry at toplevel, under lock. verdictFailed is the
+// verdict) and, for a clean verdict, its last good system, then points the boot entry
+// at toplevel, under lock. verdictFailed is the
 // verdict's failure, named beside a failure to write the boot entry. It returns the
 // system profile's generation.
 func (e *runEnv) finalizeBootEntry(ctx context.Context, res Result, toplevel string, lock *nodeLock, verdictFailed error) (int, string, error) {
-	if err := e.confirmLock(ctx, lock); err != nil {
+	if err := e.confirmAndRecord(ctx, res, toplevel, lock); err != nil {
 		return 0, "", err
 	}
-	// The record first: a run cut off between the two leaves a node whose boot entry
-	// does not point at what it runs yet (an unfinished deploy, planned again), never
-	// one that boots the new system with no verdict of it on record.
-	e.recordVerdict(ctx, res, toplevel, lock)
 	if rb := res.Reboot; rb != nil && rb.OneShotEntry != "" && verdictFailed != nil {
 		// Booted once, judged failed: the boot entry goes back to the previous default
 		// (the profile too, and the pin is released), as the verdict says. The node

@@ -64,22 +64,53 @@ func CleanVerdict(res *Result) bool {
 
 // RecordLastGood records res's toplevel as the node's last good system when its
 // verdict was clean, on t (the node's unguarded transport). A failure is a warning
-// added to res: the node keeps its previous record.
+// added to res: the node keeps its previous record. A deploy records it itself, with
+// its verdict record (confirmAndRecord); this is for a run that only judged a node
+// (the command's resumed rollout).
 func RecordLastGood(ctx context.Context, t Transport, res *Result, now time.Time) {
-	if !CleanVerdict(res) {
+	rec := lastGoodRecord(res, now)
+	if rec == nil {
 		return
 	}
-	b, err := json.Marshal(LastGood{Version: lastGoodVersion, Toplevel: res.Toplevel, At: now.UTC()})
-	if err == nil {
-		var out RunResult
-		out, err = t.Run(ctx, []string{"sh", "-c", writeLastGoodScript, "sh", LastGoodFile, res.Toplevel, LastGoodRoot},
-			RunOptions{Path: lastGoodToolPath, Stdin: b, Privileged: true})
-		if err == nil && out.ExitCode != 0 {
-			err = fmt.Errorf("exit %d: %s", out.ExitCode, strings.TrimSpace(string(out.Stderr)))
-		}
+	if err := writeLastGood(ctx, t, res.Toplevel, rec); err != nil {
+		res.Warnings = append(res.Warnings, lastGoodWarning(res.Toplevel, err))
 	}
+}
+
+// lastGoodRecord is the record of res's toplevel as the last good system, nil when
+// res's verdict was not clean.
+func lastGoodRecord(res *Result, now time.Time) []byte {
+	if !CleanVerdict(res) {
+		return nil
+	}
+	b, err := json.Marshal(LastGood{Version: lastGoodVersion, Toplevel: res.Toplevel, At: now.UTC()})
 	if err != nil {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("the last good system %s was not recorded on the node (%v): a roll back to the last good system takes the node to the one recorded before", res.Toplevel, err))
+		return nil // a struct of a string and a time: never
+	}
+	return b
+}
+
+// writeLastGood pins toplevel and writes rec as the node's last good system.
+func writeLastGood(ctx context.Context, t Transport, toplevel string, rec []byte) error {
+	out, err := t.Run(ctx, []string{"sh", "-c", writeLastGoodScript, "sh", LastGoodFile, toplevel, LastGoodRoot},
+		RunOptions{Path: lastGoodToolPath, Stdin: rec, Privileged: true})
+	if err == nil && out.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", out.ExitCode, strings.TrimSpace(string(out.Stderr)))
+	}
+	return err
+}
+
+func lastGoodWarning(toplevel string, err error) string {
+	return fmt.Sprintf("the last good system %s was not recorded on the node (%v): a roll back to the last good system takes the node to the one recorded before", toplevel, err)
+}
+
+// recordLastGood writes rec (nil: not a clean verdict) on its own, in a run.
+func (e *runEnv) recordLastGood(ctx context.Context, res *Result, rec []byte) {
+	if rec == nil {
+		return
+	}
+	if err := writeLastGood(ctx, e.t, res.Toplevel, rec); err != nil {
+		e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, err))
 	}
 }
 

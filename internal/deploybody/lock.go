@@ -41,10 +41,13 @@ const (
 	lockCallLimit = 20 * time.Second
 )
 
-// lockScript is run as `sh -c lockScript sh <op> <token> [<holder> <stale seconds> <takeover token>]`.
+// lockScript is run as `sh -c lockScript sh <op> <token> [<holder> <stale seconds> <takeover token>]`,
+// or for the record operation `… record <token> <verdict record file> <last good file>
+// <toplevel> <GC root> <last good JSON>` (the last four empty: no last good system).
 // It prints "acquired", "ok", "released", "gone" (no lock at all: the node's /run was
 // emptied, by a reboot or a snapshot restore), or "held <age seconds>" / "lost"
-// followed by the holder's lines.
+// followed by the holder's lines; the record operation adds "recorded" or "unrecorded
+// <error>", then "pinned" or "unpinned <error>" when it was given a last good system.
 const lockScript = `set -u
 umask 077
 f=` + LockFile + `
@@ -73,6 +76,20 @@ release)
   if [ "$cur" = "$2" ]; then rm -f "$f" && echo released
   elif [ -z "$held" ]; then echo released
   else echo lost; printf '%s\n' "$held"; fi ;;
+record)
+  # The heartbeat, then, unless the lock is another run's: the verdict record $3 from
+  # stdin and, when $4 is set, the last good system $5 pinned by the GC root $6 and its
+  # record $4 (the JSON $7). Each write is atomic, each failure a line of its own.
+  if [ "$cur" = "$2" ]; then touch "$f" && echo ok
+  elif [ -z "$held" ]; then echo gone
+  else echo lost; printf '%s\n' "$held"; exit 0; fi
+  if e=$( { d=${3%/*}; mkdir -p "$d" && chmod 700 "$d" && cat >"$3.tmp" && mv -f "$3.tmp" "$3"; } 2>&1 ); then echo recorded
+  else printf 'unrecorded %s\n' "$(printf '%s\n' "$e" | head -n 1)"; fi
+  if [ -n "${4:-}" ]; then
+    if e=$( { r=$6; mkdir -p "${r%/*}" "${4%/*}" && chmod 700 "${4%/*}" && ln -sfn "$5" "$r.tmp" && mv -fT "$r.tmp" "$r" &&
+      printf '%s' "$7" >"$4.tmp" && mv -f "$4.tmp" "$4"; } 2>&1 ); then echo pinned
+    else printf 'unpinned %s\n' "$(printf '%s\n' "$e" | head -n 1)"; fi
+  fi ;;
 esac
 `
 
@@ -306,10 +323,15 @@ func newToken() string {
 
 // lockOp runs one operation of lockScript on the node.
 func lockOp(ctx context.Context, t Transport, args ...string) ([]string, error) {
+	return lockOpWith(ctx, t, nil, args...)
+}
+
+// lockOpWith is lockOp with stdin for the operation (the record operation's verdict record).
+func lockOpWith(ctx context.Context, t Transport, stdin []byte, args ...string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, lockCallLimit)
 	defer cancel()
 	argv := append([]string{"sh", "-c", lockScript, "sh"}, args...)
-	res, err := t.Run(ctx, argv, RunOptions{Path: lockPath, Privileged: true}) // /run/fediversity is root's
+	res, err := t.Run(ctx, argv, RunOptions{Path: lockPath, Stdin: stdin, Privileged: true}) // /run/fediversity is root's
 	if err != nil {
 		return nil, err
 	}

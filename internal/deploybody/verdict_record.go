@@ -18,6 +18,7 @@ package deploybody
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -47,11 +48,11 @@ type VerdictRecord struct {
 // writeRecordScript writes stdin to $1 atomically, in a directory only root reads.
 const writeRecordScript = `umask 077; d=${1%/*}; mkdir -p "$d" && chmod 700 "$d" && cat >"$1.tmp" && mv -f "$1.tmp" "$1"`
 
-// recordVerdict writes the node's verdict record of this run. A failure is a warning:
-// without a record, a later Read deploys the system again instead of adopting it.
-func (e *runEnv) recordVerdict(ctx context.Context, res Result, toplevel string, lock *nodeLock) {
+// verdictRecordOf is the node's verdict record of this run (nil when the run has no
+// verdict): the result as far as the verdict, without changes or check output.
+func (e *runEnv) verdictRecordOf(res Result, toplevel string, lock *nodeLock) ([]byte, error) {
 	if res.Verdict == nil {
-		return
+		return nil, nil
 	}
 	res.Changes = nil
 	v := *res.Verdict
@@ -64,17 +65,94 @@ func (e *runEnv) recordVerdict(ctx context.Context, res Result, toplevel string,
 	if lock != nil {
 		holder = lock.holder.String()
 	}
-	b, err := json.Marshal(VerdictRecord{Version: verdictRecordVersion, Toplevel: toplevel, At: e.o.Clock.Now().UTC(), Holder: holder, Result: &res})
+	return json.Marshal(VerdictRecord{Version: verdictRecordVersion, Toplevel: toplevel, At: e.o.Clock.Now().UTC(), Holder: holder, Result: &res})
+}
+
+// recordVerdict writes the node's verdict record of this run on its own. A failure is a
+// warning: without a record, a later Read deploys the system again instead of adopting it.
+func (e *runEnv) recordVerdict(ctx context.Context, record []byte, err error, toplevel string) {
+	if record == nil && err == nil {
+		return
+	}
 	if err == nil {
 		var out RunResult
-		out, err = e.t.Run(ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile}, RunOptions{Path: lockPath, Stdin: b, Privileged: true})
+		out, err = e.t.Run(ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile}, RunOptions{Path: lockPath, Stdin: record, Privileged: true})
 		if err == nil && out.ExitCode != 0 {
 			err = fmt.Errorf("exit %d: %s", out.ExitCode, firstLine(string(out.Stderr), "no output"))
 		}
 	}
 	if err != nil {
-		e.warn(ctx, PhaseFinalizeBootEntry, fmt.Sprintf("the verdict record %s was not written (%v): should this run be cut off before its state is written, the next plan deploys %s again", VerdictRecordFile, err, toplevel))
+		e.warnUnrecorded(ctx, err, toplevel)
 	}
+}
+
+func (e *runEnv) warnUnrecorded(ctx context.Context, err error, toplevel string) {
+	e.warn(ctx, PhaseFinalizeBootEntry, fmt.Sprintf("the verdict record %s was not written (%v): should this run be cut off before its state is written, the next plan deploys %s again", VerdictRecordFile, err, toplevel))
+}
+
+// confirmAndRecord asks the node whether this run still holds its lock and, unless
+// another run took it, writes the run's verdict record and (a clean verdict) the node's
+// last good system: one round trip, under the lock's guard, where the lock's check and
+// each record were a round trip of their own. The records come before the boot entry:
+// a run cut off between the two leaves a node whose boot entry does not point at what
+// it runs yet (an unfinished deploy, planned again), never one that boots the new
+// system with no verdict of it on record. A node whose answer settles nothing (no
+// answer, or the guard busy) is asked again as before: the lock, then each record.
+func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel string, lock *nodeLock) error {
+	record, recordErr := e.verdictRecordOf(res, toplevel, lock)
+	lastGood := lastGoodRecord(&res, e.o.Clock.Now())
+	if lock == nil || record == nil {
+		if err := e.confirmLock(ctx, lock); err != nil {
+			return err
+		}
+		e.recordVerdict(ctx, record, recordErr, toplevel)
+		e.recordLastGood(ctx, &res, lastGood)
+		return nil
+	}
+	if err := lock.lostError(e.o.Node); err != nil {
+		return err // the heartbeat saw it taken already
+	}
+	args := []string{"record", lock.holder.Token, VerdictRecordFile, "", "", "", ""}
+	if lastGood != nil {
+		copy(args[3:], []string{LastGoodFile, res.Toplevel, LastGoodRoot, string(lastGood)})
+	}
+	out, err := lockOpWith(ctx, e.t, record, args...)
+	switch {
+	case err == nil && out[0] == "lost":
+		lock.recordLost(parseLockHolder(out[1:], 0), true)
+		return lock.lostError(e.o.Node)
+	case err == nil && (out[0] == "ok" || out[0] == "gone"):
+		recorded, pinned := false, lastGood == nil
+		for _, line := range out[1:] {
+			word, why, _ := strings.Cut(line, " ")
+			switch word {
+			case "recorded":
+				recorded = true
+			case "unrecorded":
+				recorded = true
+				e.warnUnrecorded(ctx, errors.New(firstLine(why, "no output")), toplevel)
+			case "pinned":
+				pinned = true
+			case "unpinned":
+				pinned = true
+				e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, errors.New(firstLine(why, "no output"))))
+			}
+		}
+		if !recorded {
+			e.warnUnrecorded(ctx, errors.New("the node did not say that it wrote it"), toplevel)
+		}
+		if !pinned {
+			e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, errors.New("the node did not say that it wrote it")))
+		}
+		return lock.lostError(e.o.Node)
+	}
+	// No answer, or the guard was busy: as before, the lock's check, then each record.
+	if err := e.confirmLock(ctx, lock); err != nil {
+		return err
+	}
+	e.recordVerdict(ctx, record, recordErr, toplevel)
+	e.recordLastGood(ctx, &res, lastGood)
+	return nil
 }
 
 // ReadVerdictRecord reads the node's verdict record: nil (and no error) when the node

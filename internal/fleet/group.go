@@ -267,9 +267,10 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 			return out
 		}
 	}
-	// Every clean verdict of a deploy becomes the node's last good system.
+	// Every clean verdict of a deploy becomes the node's last good system: the deploy
+	// records it itself, with its verdict record; a resumed node's pass only judged it.
 	defer func() {
-		if out.Err == nil {
+		if out.Err == nil && out.Resumed {
 			deploybody.RecordLastGood(ctx, unguarded, out.Result, time.Now())
 		}
 	}()

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -34,9 +33,6 @@ type nodeRun struct {
 	// prepare, if set, completes opts on the node's connection before the body runs
 	// (the last good system's toplevel); its error ends the run, the node untouched.
 	prepare func(context.Context, deploybody.Transport, *deploybody.Options) error
-	// recordLastGood records a clean verdict's system as the node's last good system
-	// (deploybody.RecordLastGood), as the command's group runs do after a deploy.
-	recordLastGood bool
 	// snapshotKeep > 0 guards the run with an Incus snapshot taken before the switch and
 	// restored when the switch leaves the node unreachable (keeping that many).
 	snapshotKeep int
@@ -66,7 +62,6 @@ func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, 
 		return nodeRunOutcome{err: err}, diags
 	}
 	defer func() { _ = t.Close() }()
-	unguarded := t
 	if r.prepare != nil {
 		if err := r.prepare(ctx, t, &r.opts); err != nil {
 			diags.Append(engineFailure(r.verb, r.node, err))
@@ -103,9 +98,6 @@ func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, 
 				fmt.Sprintf("Node %s ran a system its boot entry does not point at (an earlier deploy did not finish), so its state was not known good: "+
 					"snapshot %s, taken before that deploy, was kept as the rollback point instead of being replaced.", r.node, guard.Taken()))
 		}
-	}
-	if r.recordLastGood && runErr == nil {
-		deploybody.RecordLastGood(ctx, unguarded, res, time.Now())
 	}
 	if len(res.Warnings) > 0 {
 		// One diagnostic for all: Terraform and OpenTofu fold warnings of one summary

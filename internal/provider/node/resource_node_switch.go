@@ -697,7 +697,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	}
 
 	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy,
-		prepare: prepare, recordLastGood: true}
+		prepare: prepare}
 	snap := nodespec.Spec{Snapshot: plan.Snapshot.spec()}
 	run.snapshotKeep, run.interruptedRestore = snap.SnapshotKeep(), snap.InterruptedRestore()
 	outcome, rdiags := run.run(ctx, r.cfg)
