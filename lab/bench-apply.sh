@@ -73,19 +73,13 @@ hostkey=$(incus exec "$inst" -- cat /etc/ssh/ssh_host_ed25519_key.pub | awk '{pr
 echo "[127.0.0.1]:$port $hostkey" >"$work/known_hosts"
 sshopts="-p $port -i $key -o UserKnownHostsFile=$work/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes"
 
-build() { # attr seed
-  local extra=()
-  getent group nixbld >/dev/null || extra=(--option build-users-group "")
-  nix-build --option sandbox false "${extra[@]}" lab/closures -A "$1" --argstr seed "$2" --no-out-link 2>/dev/null
-}
+# shellcheck source=lab/bench-nodes.sh
+. lab/bench-nodes.sh
+build() { bench_build lab/closures "$1" "$2"; } # attr seed
 units="fedi-web.service fedi-setup.service"
 showprops=ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestampMonotonic,ConditionResult,InvocationID
 
-hand_ssh() { # toplevel
-  NIX_SSHOPTS="$sshopts" nix copy --extra-experimental-features nix-command --to "ssh://root@127.0.0.1" "$1"
-  # shellcheck disable=SC2086
-  ssh $sshopts root@127.0.0.1 "systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-switch-\$\$ $1/bin/switch-to-configuration switch; systemctl show -p $showprops $units" >/dev/null
-}
+hand_ssh() { bench_hand_ssh "$sshopts" "$1" >/dev/null; } # toplevel
 
 hand_incus() { # toplevel
   # shellcheck disable=SC2046

@@ -134,24 +134,17 @@ TF
 
 now() { date +%s.%N; }
 cores=$(nproc)
-busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
 hz=$(getconf CLK_TCK)
 key=$state/id_ed25519
 # bare N SEED: seconds of a hand-run deploy (no lock, no revert, no watch) of one closure
 # new to the nodes, to the first N nodes at once; the build is done before the clock starts.
 bare() {
-  local n=$1 top t0 t1 i pids=() failed=0 extra=()
-  getent group nixbld >/dev/null || extra=(--option build-users-group "")
-  top=$(nix-build --option sandbox false "${extra[@]}" \
-    "$closures" -A good --argstr seed "$2" --no-out-link 2>/dev/null) || { echo "FAILED: nix-build of the bare closure" >&2; exit 1; }
+  local n=$1 top t0 t1 i pids=() failed=0
+  top=$(bench_build "$closures" good "$2") || { echo "FAILED: nix-build of the bare closure" >&2; exit 1; }
   t0=$(now)
   for i in $(seq 1 "$n"); do
-    (
-      o="-p $((port_base + 50 + i)) -i $key -o UserKnownHostsFile=$work/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes"
-      NIX_SSHOPTS="$o" nix copy --extra-experimental-features nix-command --to ssh://root@127.0.0.1 "$top" &&
-        # shellcheck disable=SC2086
-        ssh $o root@127.0.0.1 "systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-bare-\$\$ $top/bin/switch-to-configuration switch; systemctl show -p ActiveState,SubState,Result fedi-web.service fedi-setup.service"
-    ) >"$work/bare-$n-$i.log" 2>&1 &
+    bench_hand_ssh "-p $((port_base + 50 + i)) -i $key -o UserKnownHostsFile=$work/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes" "$top" \
+      >"$work/bare-$n-$i.log" 2>&1 &
     pids+=($!)
   done
   for i in "${pids[@]}"; do wait "$i" || failed=1; done
@@ -192,9 +185,9 @@ for n in $sizes; do
   module_config "$d/module" "m$n-$stamp"
   # Only the module: the provider comes from dev_overrides (init would ask the registry).
   tf "$d/module" get >"$d/module/get.log" 2>&1 || { echo "terraform get failed in $d/module" >&2; exit 1; }
-  j0=$(busy_jiffies)
+  j0=$(bench_busy_jiffies | cut -d" " -f1)
   fresh[$n]=$(timed "$d/module/fresh.log" tf "$d/module" apply -input=false -auto-approve -parallelism=$par)
-  cpu=$(echo "scale=1; ($(busy_jiffies) - $j0) / $hz" | bc)
+  cpu=$(echo "scale=1; ($(bench_busy_jiffies | cut -d" " -f1) - $j0) / $hz" | bc)
   floor=$(echo "scale=1; $cpu / $cores" | bc)
   plan=$(timed "$d/module/plan.log" tf "$d/module" plan -input=false -detailed-exitcode -parallelism=$par)
   module_config "$d/module" "m$n-$stamp-changed"

@@ -1,7 +1,8 @@
 # Sourced by lab/bench-fleet.sh and lab/bench-plan.sh: throwaway lab nodes reached over
 # SSH, and the modules/tf group that deploys them. The caller sets root (the
 # repository), work (its work directory), prefix, port_base and state (the lab's
-# LAB_PREFIX, LAB_PORT_BASE and LAB_STATE), SETTLE and WATCH (seconds).
+# LAB_PREFIX, LAB_PORT_BASE and LAB_STATE), SETTLE and WATCH (seconds). lab/bench-apply.sh
+# sources it for bench_build and bench_hand_ssh, which need none of these.
 
 # bench_raise_limits N: many nodes need a higher fs.inotify.max_user_instances (each
 # systemd boot takes about 12); raised when lower than 64 per node plus 256.
@@ -47,6 +48,26 @@ bench_launch() {
   done
 }
 
+# bench_build FILE ATTR SEED: the store path of nix-build FILE -A ATTR --argstr seed SEED
+# (a closure no node has seen, for a fresh SEED).
+bench_build() {
+  local extra=()
+  getent group nixbld >/dev/null || extra=(--option build-users-group "")
+  nix-build --option sandbox false "${extra[@]}" "$1" -A "$2" --argstr seed "$3" --no-out-link 2>/dev/null
+}
+
+# bench_hand_ssh SSHOPTS TOPLEVEL: a deploy by hand with no safety net: `nix copy --to
+# ssh://` of TOPLEVEL, then one ssh running its switch-to-configuration switch and
+# systemctl show of the lab closure's units.
+bench_hand_ssh() {
+  NIX_SSHOPTS="$1" nix copy --extra-experimental-features nix-command --to "ssh://root@127.0.0.1" "$2"
+  # shellcheck disable=SC2086
+  ssh $1 root@127.0.0.1 "systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-switch-\$\$ $2/bin/switch-to-configuration switch; systemctl show -p ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestampMonotonic,ConditionResult,InvocationID fedi-web.service fedi-setup.service"
+}
+
+# bench_busy_jiffies: the machine's busy and total CPU time so far (every core), in clock ticks.
+bench_busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+
 # bench_wait_quiet: wait, at most 180 s, until the machine's CPU is quiet again (under a
 # quarter of every core busy over 5 s, by /proc/stat) after the nodes booted, so the
 # first figures do not measure the boots' tail. Prints how long it waited and how busy
@@ -54,9 +75,9 @@ bench_launch() {
 bench_wait_quiet() {
   local t0=$SECONDS a b busy=100
   while [ $((SECONDS - t0)) -lt 180 ]; do
-    a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    a=$(bench_busy_jiffies)
     sleep 5
-    b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    b=$(bench_busy_jiffies)
     busy=$(echo "$a $b" | awk '{d=$4-$2; print (d > 0 ? int(100 * ($3 - $1) / d) : 100)}')
     [ "$busy" -lt 25 ] && break
   done

@@ -79,15 +79,15 @@ release)
 record)
   # The heartbeat, then, unless the lock is another run's: the verdict record $3 from
   # stdin and, when $4 is set, the last good system $5 pinned by the GC root $6 and its
-  # record $4 (the JSON $7). Each write is atomic, each failure a line of its own.
+  # record $4 (the JSON $7), each by the script that writes it on its own (neither holds
+  # a single quote), each failure a line of its own.
   if [ "$cur" = "$2" ]; then touch "$f" && echo ok
   elif [ -z "$held" ]; then echo gone
   else echo lost; printf '%s\n' "$held"; exit 0; fi
-  if e=$( { d=${3%/*}; mkdir -p "$d" && chmod 700 "$d" && cat >"$3.tmp" && mv -f "$3.tmp" "$3"; } 2>&1 ); then echo recorded
+  if e=$(sh -c '` + writeRecordScript + `' sh "$3" 2>&1); then echo recorded
   else printf 'unrecorded %s\n' "$(printf '%s\n' "$e" | head -n 1)"; fi
   if [ -n "${4:-}" ]; then
-    if e=$( { r=$6; mkdir -p "${r%/*}" "${4%/*}" && chmod 700 "${4%/*}" && ln -sfn "$5" "$r.tmp" && mv -fT "$r.tmp" "$r" &&
-      printf '%s' "$7" >"$4.tmp" && mv -f "$4.tmp" "$4"; } 2>&1 ); then echo pinned
+    if e=$(printf '%s' "$7" | sh -c '` + writeLastGoodScript + `' sh "$4" "$5" "$6" 2>&1); then echo pinned
     else printf 'unpinned %s\n' "$(printf '%s\n' "$e" | head -n 1)"; fi
   fi ;;
 esac

@@ -101,13 +101,17 @@ func (e *runEnv) warnUnrecorded(ctx context.Context, err error, toplevel string)
 func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel string, lock *nodeLock) error {
 	record, recordErr := e.verdictRecordOf(res, toplevel, lock)
 	lastGood := lastGoodRecord(&res, e.o.Clock.Now())
-	if lock == nil || record == nil {
+	// Each on its own: the lock's check, then each record.
+	apart := func() error {
 		if err := e.confirmLock(ctx, lock); err != nil {
 			return err
 		}
 		e.recordVerdict(ctx, record, recordErr, toplevel)
 		e.recordLastGood(ctx, &res, lastGood)
 		return nil
+	}
+	if lock == nil || record == nil {
+		return apart()
 	}
 	if err := lock.lostError(e.o.Node); err != nil {
 		return err // the heartbeat saw it taken already
@@ -146,13 +150,7 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 		}
 		return lock.lostError(e.o.Node)
 	}
-	// No answer, or the guard was busy: as before, the lock's check, then each record.
-	if err := e.confirmLock(ctx, lock); err != nil {
-		return err
-	}
-	e.recordVerdict(ctx, record, recordErr, toplevel)
-	e.recordLastGood(ctx, &res, lastGood)
-	return nil
+	return apart() // no answer, or the guard was busy
 }
 
 // ReadVerdictRecord reads the node's verdict record: nil (and no error) when the node
