@@ -178,8 +178,8 @@ done </proc/locks
 type switchLockHolder struct {
 	// free: no flock is held on the lock file; known: the answer was read.
 	free, known bool
-	pid          int
-	unit, comm   string
+	pid         int
+	unit, comm  string
 }
 
 func (h switchLockHolder) String() string {
