@@ -134,7 +134,9 @@ func (e *runEnv) switchWaitingForLock(ctx context.Context, toplevel, previous st
 		out, note, err := e.switchSystem(ctx, toplevel, previous, lock)
 		if err != nil || !switchLocked(out.result) {
 			if attempt > 1 && err == nil {
-				e.warn(ctx, PhaseSwitch, fmt.Sprintf("another switch-to-configuration (%s) held %s; the deploy waited %s for it to end and then switched", holder, SwitchLockFile, e.o.Clock.Now().Sub(since).Round(time.Second)))
+				waited := fmt.Sprintf("another switch-to-configuration (%s) held %s; the deploy waited %s for it to end and then switched", holder, SwitchLockFile, e.o.Clock.Now().Sub(since).Round(time.Second))
+				e.warn(ctx, PhaseSwitch, waited)
+				note = waited + "; " + note
 			}
 			return out, note, err
 		}

@@ -1,0 +1,178 @@
+package node_test
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
+)
+
+// bootDefaultScript prints what the node's boot loader boots by default (the stand-in
+// boot loader's entry that `switch-to-configuration boot` writes), the system profile,
+// /run/current-system and the toplevel of the node's verdict record, one a line.
+const bootDefaultScript = `cat /nix/var/nix/fediversity-boot-entry 2>/dev/null || echo; ` +
+	`readlink -e /nix/var/nix/profiles/system || echo; readlink -e /run/current-system || echo; ` +
+	`sed -n 's/.*"toplevel": *"\([^"]*\)".*/\1/p' ` + deploybody.VerdictRecordFile + ` 2>/dev/null | head -n 1; echo`
+
+// nodeBootState is one look at a node: its boot default, profile, running system and
+// the toplevel its verdict record names.
+type nodeBootState struct {
+	at                                    time.Time
+	bootDefault, profile, running, record string
+}
+
+func readNodeBootState(t *testing.T, n labtest.Node) (nodeBootState, error) {
+	out, err := labtest.IncusErr("exec", n.Instance, "--", "/bin/sh", "-c", bootDefaultScript)
+	if err != nil {
+		return nodeBootState{}, err
+	}
+	l := strings.Split(out, "\n")
+	for len(l) < 4 {
+		l = append(l, "")
+	}
+	return nodeBootState{at: time.Now(), bootDefault: strings.TrimSpace(l[0]), profile: strings.TrimSpace(l[1]),
+		running: strings.TrimSpace(l[2]), record: strings.TrimSpace(l[3])}, nil
+}
+
+// bootWatch samples a node's boot state every 200 ms while an apply runs.
+type bootWatch struct {
+	mu      sync.Mutex
+	samples []nodeBootState
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func watchBoot(t *testing.T, n labtest.Node) *bootWatch {
+	w := &bootWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			if st, err := readNodeBootState(t, n); err == nil {
+				w.mu.Lock()
+				w.samples = append(w.samples, st)
+				w.mu.Unlock()
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *bootWatch) end() []nodeBootState {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.samples
+}
+
+// detachedRuns reads the node's journal since `since` for the detached
+// switch-to-configuration units this provider started: their action, in start order,
+// and when each started.
+func detachedRuns(t *testing.T, n labtest.Node, since time.Time) (actions []string, started []time.Time) {
+	t.Helper()
+	out := nodeExec(t, n, fmt.Sprintf(`journalctl --no-pager -o short-unix --since=@%d -u 'fediversity-switch-*' | grep 'Started fediversity-switch-' || true`, since.Unix()-1))
+	re := regexp.MustCompile(`^([0-9.]+) .*Started fediversity-switch-[0-9a-f]+\.service - fediversity switch-to-configuration (\S+?)\.?$`)
+	for _, l := range strings.Split(out, "\n") {
+		m := re.FindStringSubmatch(strings.TrimSpace(l))
+		if m == nil {
+			continue
+		}
+		secs, _ := strconv.ParseFloat(m[1], 64)
+		at := time.Unix(0, int64(secs*1e9))
+		if at.Before(since) {
+			continue
+		}
+		actions = append(actions, m[2])
+		started = append(started, at)
+	}
+	return actions, started
+}
+
+// The deploy's order on the NixOS-shaped node: the new system is activated with
+// `switch-to-configuration test`, the verdict is recorded, and only then do the system
+// profile and the boot loader's default move (a detached `boot`). Observed from outside
+// during the apply: no sample sees the new system as the boot default before the
+// verdict record names it; the node's journal shows the detached units' actions (test,
+// then boot) and that `boot` started after the record was written. Afterwards the
+// node's running system, its boot default, its profile and the state agree.
+func TestAccNodeSwitchNixOSBootOrder(t *testing.T) {
+	acctest.Lab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	goodV2 := labtest.BuildClosure(t, labtest.ClosureGoodV2)
+	node := labtest.NewInstance(t, "acc-nixos-order")
+	var watch *bootWatch
+	var since time.Time
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: switchConfig(node, sshBlock(node), good, "")},
+			{
+				PreConfig: func() {
+					since = time.Now()
+					watch = watchBoot(t, node)
+				},
+				Config: switchConfig(node, sshBlock(node), goodV2, ""),
+				Check: func(s *terraform.State) error {
+					samples := watch.end()
+					recordedAt := time.Time{}
+					for _, st := range samples {
+						if st.record == goodV2 && recordedAt.IsZero() {
+							recordedAt = st.at
+						}
+						if st.record != goodV2 && (st.bootDefault == goodV2 || st.profile == goodV2) {
+							return fmt.Errorf("at %s the boot default was %s and the profile %s before the verdict record named the new system (it named %q)",
+								st.at.Format(time.RFC3339Nano), st.bootDefault, st.profile, st.record)
+						}
+					}
+					t.Logf("%d samples during the apply; the verdict record named the new system from %s", len(samples), recordedAt.Format(time.RFC3339Nano))
+					actions, started := detachedRuns(t, node, since)
+					if strings.Join(actions, " ") != "test boot" {
+						return fmt.Errorf("the detached switch-to-configuration runs were %v, want [test boot]", actions)
+					}
+					mtime := nodeExec(t, node, "stat -c %.9Y "+deploybody.VerdictRecordFile)
+					recSecs, err := strconv.ParseFloat(strings.TrimSpace(mtime), 64)
+					if err != nil {
+						return fmt.Errorf("verdict record mtime %q: %v", mtime, err)
+					}
+					if rec := time.Unix(0, int64(recSecs*1e9)); started[1].Before(rec) {
+						return fmt.Errorf("the boot unit started at %s, before the verdict record was written at %s", started[1].Format(time.RFC3339Nano), rec.Format(time.RFC3339Nano))
+					}
+					return nodeAgreesWithState(t, node, s, goodV2)
+				},
+			},
+		},
+	})
+}
+
+// nodeAgreesWithState checks that the node runs, boots and has as its profile the
+// toplevel the state records.
+func nodeAgreesWithState(t *testing.T, node labtest.Node, s *terraform.State, want string) error {
+	st, err := readNodeBootState(t, node)
+	if err != nil {
+		return err
+	}
+	recorded := s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
+	got := []string{st.running, st.bootDefault, st.profile, recorded}
+	sort.Strings(got)
+	if got[0] != want || got[3] != want {
+		return fmt.Errorf("node runs %s, boots %s, profile %s; state records %s; want all %s", st.running, st.bootDefault, st.profile, recorded, want)
+	}
+	return nil
+}
