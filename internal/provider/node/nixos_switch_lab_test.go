@@ -176,3 +176,80 @@ func nodeAgreesWithState(t *testing.T, node labtest.Node, s *terraform.State, wa
 	}
 	return nil
 }
+
+// holdSwitchLock makes a unit named unit hold switch-to-configuration's lock on the
+// node for secs seconds, as nixos-upgrade.service or comin does while it switches
+// (flock, the lock switch-to-configuration-ng takes; Debian's flock by absolute path:
+// lab machinery, not the product).
+func holdSwitchLock(t *testing.T, n labtest.Node, unit string, secs int) {
+	t.Helper()
+	nodeExec(t, n, fmt.Sprintf(`mkdir -p /run/nixos && systemd-run --unit=%s --collect --quiet /usr/bin/flock %s /bin/sleep %d && `+
+		`i=0; while ! grep -q FLOCK /proc/locks || [ "$(systemctl is-active %s)" != active ]; do i=$((i+1)); [ $i -lt 50 ] || exit 1; sleep 0.1; done`,
+		unit, deploybody.SwitchLockFile, secs, unit))
+}
+
+// Exit 11 on the NixOS-shaped node: while another switch holds
+// switch-to-configuration's lock, the deploy changes nothing and reverts nothing,
+// waits for it within lock_wait and then switches (the node's journal shows the
+// turned-away test, the test after the wait, then the boot); past lock_wait it fails
+// naming the unit that holds the lock, with node, boot default and state unchanged.
+func TestAccNodeSwitchNixOSOtherSwitchHoldsLock(t *testing.T) {
+	acctest.Lab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	goodV2 := labtest.BuildClosure(t, labtest.ClosureGoodV2)
+	node := labtest.NewInstance(t, "acc-nixos-lock")
+	var since time.Time
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: switchConfig(node, sshBlock(node), good, "")},
+			{
+				PreConfig: func() {
+					since = time.Now()
+					holdSwitchLock(t, node, "nixos-upgrade", 12)
+				},
+				Config: switchConfig(node, sshBlock(node), goodV2, ""),
+				Check: func(s *terraform.State) error {
+					actions, _ := detachedRuns(t, node, since)
+					if len(actions) < 3 || actions[0] != "test" || actions[len(actions)-1] != "boot" || actions[len(actions)-2] != "test" {
+						return fmt.Errorf("detached runs %v: want a test turned away by the lock, a test after the wait, then the boot", actions)
+					}
+					if out := nodeExec(t, node, "cat "+"/run/fediversity/fediversity-switch-*.err 2>/dev/null | grep -c 'Could not acquire lock' || true"); strings.TrimSpace(out) == "0" {
+						return fmt.Errorf("no switch on the node was turned away by the lock")
+					}
+					return nodeAgreesWithState(t, node, s, goodV2)
+				},
+			},
+			{
+				PreConfig: func() { holdSwitchLock(t, node, "nixos-upgrade-long", 300) },
+				Config: switchConfigLockWait(node, sshBlock(node), good, "5s"),
+				ExpectError: regexp.MustCompile(`(?s)nixos-upgrade-long\.service.*PID\s+\d+.*holds\s+it.*nothing\s+was\s+changed`),
+			},
+			{
+				PreConfig: func() {
+					st, err := readNodeBootState(t, node)
+					if err != nil || st.running != goodV2 || st.bootDefault != goodV2 || st.profile != goodV2 {
+						t.Errorf("after the deploy the lock turned away: %+v (%v), want all %s", st, err, goodV2)
+					}
+					nodeExec(t, node, "systemctl stop nixos-upgrade-long.service")
+				},
+				Config: switchConfig(node, sshBlock(node), good, ""),
+				Check: func(s *terraform.State) error { return nodeAgreesWithState(t, node, s, good) },
+			},
+		},
+	})
+}
+
+// switchConfigLockWait is switchConfig with timings.lock_wait set.
+func switchConfigLockWait(node labtest.Node, transport, toplevel, lockWait string) string {
+	timings := strings.Replace(accTimings, "timings {", fmt.Sprintf("timings {\n    lock_wait       = %q", lockWait), 1)
+	return acctest.Config(acctest.LabProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node     = %q
+  toplevel = %q
+%s
+%s
+}
+`, node.Name, toplevel, transport, timings))
+}
