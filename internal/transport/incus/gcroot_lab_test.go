@@ -21,21 +21,26 @@ func TestLabPushedClosureSurvivesGarbageCollection(t *testing.T) {
 	ctx := labCtx(t)
 	top := labtest.BuildClosureSeed(t, labtest.ClosureGood, freshSeed(t))
 	exec := func(script string) string {
-		return strings.TrimSpace(labtest.Incus(t, "exec", node.Instance, "--", "/bin/sh", "-c", script))
+		return strings.TrimSpace(labtest.Incus(t, "exec", node.Instance, "--", "/bin/sh", "-c", "exec 2>/dev/null; "+script))
 	}
 	if _, err := tr.CopyClosure(ctx, top); err != nil {
 		t.Fatal(err)
 	}
-	if got := exec("readlink " + deploybody.PushedRoot); got != top {
-		t.Fatalf("after the copy the GC root %s points at %q, want %s", deploybody.PushedRoot, got, top)
+	if got := exec("readlink " + deploybody.PushedRoot + " || true"); got != top {
+		t.Errorf("after the copy the GC root %s points at %q, want %s", deploybody.PushedRoot, got, top)
 	}
 	exec("nix-store --gc >/dev/null 2>&1")
-	if got := exec("nix-store --check-validity " + top + " && echo valid || echo deleted"); got != "valid" {
+	if got := exec("nix-store --check-validity " + top + " 2>/dev/null && echo valid || echo deleted"); got != "valid" {
 		t.Fatalf("a garbage collection between the copy and the switch deleted the pushed system: %s", got)
 	}
+	// The switch activates the collected-around system (its units' own faults, exit 4,
+	// are not this test's: what counts is that it runs).
 	sr, err := tr.Switch(ctx, top, "test", 5*time.Minute)
-	if err != nil || sr.ExitCode != 0 {
+	if err != nil || (sr.ExitCode != 0 && sr.ExitCode != 4) {
 		t.Fatalf("test after the collection: exit %d %v: %s", sr.ExitCode, err, sr.Stderr)
+	}
+	if got := exec("readlink -e /run/current-system"); got != top {
+		t.Fatalf("after the switch the node runs %q, want %s", got, top)
 	}
 	if _, err := tr.FinalizeBoot(ctx, top, 5*time.Minute); err != nil {
 		t.Fatal(err)
@@ -44,7 +49,7 @@ func TestLabPushedClosureSurvivesGarbageCollection(t *testing.T) {
 		t.Fatalf("the boot entry did not release the pushed closure's root: %q", got)
 	}
 	exec("nix-store --gc >/dev/null 2>&1")
-	if got := exec("nix-store --check-validity " + top + " && readlink -e /nix/var/nix/profiles/system"); got != top {
+	if got := exec("nix-store --check-validity " + top + " 2>/dev/null && readlink -e /nix/var/nix/profiles/system"); got != top {
 		t.Fatalf("after the boot entry and a collection: %q, want the profile on %s", got, top)
 	}
 }
