@@ -113,30 +113,39 @@ func detachedRuns(t *testing.T, n labtest.Node, since time.Time) (actions []stri
 // node's running system, its boot default, its profile and the state agree.
 func TestAccNodeSwitchNixOSBootOrder(t *testing.T) {
 	acctest.Lab(t)
-	good := labtest.BuildClosure(t, labtest.ClosureGood)
-	goodV2 := labtest.BuildClosure(t, labtest.ClosureGoodV2)
 	node := labtest.NewInstance(t, "acc-nixos-order")
 	var watch *bootWatch
 	var since time.Time
+	var first string
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { acctest.PreCheck(t) },
 		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
-			{Config: switchConfig(node, sshBlock(node), good, "")},
+			{
+				Config: nixosConfig(node, `{ seed = "acc-nixos-order-1" }`, ""),
+				Check: func(s *terraform.State) error {
+					first = s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
+					return nodeAgreesWithState(t, node, s, first)
+				},
+			},
 			{
 				PreConfig: func() {
 					since = time.Now()
 					watch = watchBoot(t, node)
 				},
-				Config: switchConfig(node, sshBlock(node), goodV2, ""),
+				Config: nixosConfig(node, `{ seed = "acc-nixos-order-2" }`, ""),
 				Check: func(s *terraform.State) error {
 					samples := watch.end()
+					second := s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
+					if second == first || second == "" {
+						return fmt.Errorf("the second deploy's toplevel %q is not a new system", second)
+					}
 					recordedAt := time.Time{}
 					for _, st := range samples {
-						if st.record == goodV2 && recordedAt.IsZero() {
+						if st.record == second && recordedAt.IsZero() {
 							recordedAt = st.at
 						}
-						if st.record != goodV2 && (st.bootDefault == goodV2 || st.profile == goodV2) {
+						if st.record != second && (st.bootDefault == second || st.profile == second) {
 							return fmt.Errorf("at %s the boot default was %s and the profile %s before the verdict record named the new system (it named %q)",
 								st.at.Format(time.RFC3339Nano), st.bootDefault, st.profile, st.record)
 						}
@@ -154,11 +163,32 @@ func TestAccNodeSwitchNixOSBootOrder(t *testing.T) {
 					if rec := time.Unix(0, int64(recSecs*1e9)); started[1].Before(rec) {
 						return fmt.Errorf("the boot unit started at %s, before the verdict record was written at %s", started[1].Format(time.RFC3339Nano), rec.Format(time.RFC3339Nano))
 					}
-					return nodeAgreesWithState(t, node, s, goodV2)
+					return nodeAgreesWithState(t, node, s, second)
 				},
 			},
 		},
 	})
+}
+
+// nixosConfig deploys testdata/node.nix built with args (whose unit names its tools by
+// absolute path, so it runs under a NixOS unit's PATH), over SSH, with the short
+// timings and lockWait ("" for the default).
+func nixosConfig(node labtest.Node, args, lockWait string) string {
+	timings := accTimings
+	if lockWait != "" {
+		timings = strings.Replace(accTimings, "timings {", fmt.Sprintf("timings {\n    lock_wait       = %q", lockWait), 1)
+	}
+	return acctest.Config(acctest.LabProvider() + fmt.Sprintf(`
+resource "fediversity_node_switch" "n" {
+  node = %q
+  build {
+    file = %q
+    args = %s
+  }
+%s
+%s
+}
+`, node.Name, testdataFile("node.nix"), args, sshBlock(node), timings))
 }
 
 // nodeAgreesWithState checks that the node runs, boots and has as its profile the
@@ -195,61 +225,50 @@ func holdSwitchLock(t *testing.T, n labtest.Node, unit string, secs int) {
 // naming the unit that holds the lock, with node, boot default and state unchanged.
 func TestAccNodeSwitchNixOSOtherSwitchHoldsLock(t *testing.T) {
 	acctest.Lab(t)
-	good := labtest.BuildClosure(t, labtest.ClosureGood)
-	goodV2 := labtest.BuildClosure(t, labtest.ClosureGoodV2)
 	node := labtest.NewInstance(t, "acc-nixos-lock")
 	var since time.Time
+	var second string
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { acctest.PreCheck(t) },
 		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
-			{Config: switchConfig(node, sshBlock(node), good, "")},
+			{Config: nixosConfig(node, `{ seed = "acc-nixos-lock-1" }`, "")},
 			{
 				PreConfig: func() {
 					since = time.Now()
 					holdSwitchLock(t, node, "nixos-upgrade", 12)
 				},
-				Config: switchConfig(node, sshBlock(node), goodV2, ""),
+				Config: nixosConfig(node, `{ seed = "acc-nixos-lock-2" }`, ""),
 				Check: func(s *terraform.State) error {
+					second = s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
 					actions, _ := detachedRuns(t, node, since)
 					if len(actions) < 3 || actions[0] != "test" || actions[len(actions)-1] != "boot" || actions[len(actions)-2] != "test" {
 						return fmt.Errorf("detached runs %v: want a test turned away by the lock, a test after the wait, then the boot", actions)
 					}
-					if out := nodeExec(t, node, "cat "+"/run/fediversity/fediversity-switch-*.err 2>/dev/null | grep -c 'Could not acquire lock' || true"); strings.TrimSpace(out) == "0" {
+					if out := nodeExec(t, node, "cat /run/fediversity/fediversity-switch-*.err 2>/dev/null | grep -c 'Could not acquire lock' || true"); strings.TrimSpace(out) == "0" {
 						return fmt.Errorf("no switch on the node was turned away by the lock")
 					}
-					return nodeAgreesWithState(t, node, s, goodV2)
+					return nodeAgreesWithState(t, node, s, second)
 				},
 			},
 			{
-				PreConfig: func() { holdSwitchLock(t, node, "nixos-upgrade-long", 300) },
-				Config: switchConfigLockWait(node, sshBlock(node), good, "5s"),
+				PreConfig:   func() { holdSwitchLock(t, node, "nixos-upgrade-long", 300) },
+				Config:      nixosConfig(node, `{ seed = "acc-nixos-lock-3" }`, "5s"),
 				ExpectError: regexp.MustCompile(`(?s)nixos-upgrade-long\.service.*PID\s+\d+.*holds\s+it.*nothing\s+was\s+changed`),
 			},
 			{
 				PreConfig: func() {
 					st, err := readNodeBootState(t, node)
-					if err != nil || st.running != goodV2 || st.bootDefault != goodV2 || st.profile != goodV2 {
-						t.Errorf("after the deploy the lock turned away: %+v (%v), want all %s", st, err, goodV2)
+					if err != nil || st.running != second || st.bootDefault != second || st.profile != second {
+						t.Errorf("after the deploy the lock turned away: %+v (%v), want all %s", st, err, second)
 					}
 					nodeExec(t, node, "systemctl stop nixos-upgrade-long.service")
 				},
-				Config: switchConfig(node, sshBlock(node), good, ""),
-				Check: func(s *terraform.State) error { return nodeAgreesWithState(t, node, s, good) },
+				Config: nixosConfig(node, `{ seed = "acc-nixos-lock-3" }`, ""),
+				Check: func(s *terraform.State) error {
+					return nodeAgreesWithState(t, node, s, s.RootModule().Resources[addr].Primary.Attributes["toplevel"])
+				},
 			},
 		},
 	})
-}
-
-// switchConfigLockWait is switchConfig with timings.lock_wait set.
-func switchConfigLockWait(node labtest.Node, transport, toplevel, lockWait string) string {
-	timings := strings.Replace(accTimings, "timings {", fmt.Sprintf("timings {\n    lock_wait       = %q", lockWait), 1)
-	return acctest.Config(acctest.LabProvider() + fmt.Sprintf(`
-resource "fediversity_node_switch" "n" {
-  node     = %q
-  toplevel = %q
-%s
-%s
-}
-`, node.Name, toplevel, transport, timings))
 }
