@@ -173,7 +173,7 @@ func TestAccNodeSwitchNixOSBootOrder(t *testing.T) {
 // nixosConfig deploys testdata/node.nix built with args (whose unit names its tools by
 // absolute path, so it runs under a NixOS unit's PATH), over SSH, with the short
 // timings and lockWait ("" for the default).
-func nixosConfig(node labtest.Node, args, lockWait string) string {
+func nixosConfig(node labtest.Node, args, lockWait string, extra ...string) string {
 	timings := accTimings
 	if lockWait != "" {
 		timings = strings.Replace(accTimings, "timings {", fmt.Sprintf("timings {\n    lock_wait       = %q", lockWait), 1)
@@ -187,8 +187,9 @@ resource "fediversity_node_switch" "n" {
   }
 %s
 %s
+%s
 }
-`, node.Name, testdataFile("node.nix"), args, sshBlock(node), timings))
+`, node.Name, testdataFile("node.nix"), args, sshBlock(node), timings, strings.Join(extra, "\n")))
 }
 
 // nodeAgreesWithState checks that the node runs, boots and has as its profile the
@@ -268,6 +269,88 @@ func TestAccNodeSwitchNixOSOtherSwitchHoldsLock(t *testing.T) {
 				Check: func(s *terraform.State) error {
 					return nodeAgreesWithState(t, node, s, s.RootModule().Resources[addr].Primary.Attributes["toplevel"])
 				},
+			},
+		},
+	})
+}
+
+// Exit 2 on the NixOS-shaped node: the activation script fails while the switch goes
+// on (/run/current-system is the new system). A strict deploy fails naming the
+// activation's error lines, and writes the boot entry as for a failed unit (the node
+// runs the new system); a lenient one passes with it as a reason, and node and state
+// agree.
+func TestAccNodeSwitchNixOSActivationFails(t *testing.T) {
+	acctest.Lab(t)
+	node := labtest.NewInstance(t, "acc-nixos-exit2")
+	var failedTop string
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: nixosConfig(node, `{ seed = "acc-nixos-exit2-1" }`, "")},
+			{
+				Config:      nixosConfig(node, `{ seed = "acc-nixos-exit2-2", activateFails = "1" }`, ""),
+				ExpectError: regexp.MustCompile(`(?s)activation\s+script\s+failed.*Activation\s+script\s+snippet\s+'fediSecrets'\s+failed\s+\(1\).*fedi-age\.key`),
+			},
+			{
+				PreConfig: func() {
+					st, err := readNodeBootState(t, node)
+					if err != nil || st.running == "" || st.running != st.bootDefault || st.running != st.profile || st.record != st.running {
+						t.Errorf("after the failed activation: %+v (%v): want the node running, booting and recording the new system", st, err)
+					}
+					failedTop = st.running
+				},
+				Config: nixosConfig(node, `{ seed = "acc-nixos-exit2-2", activateFails = "1" }`, "", "  strict = false"),
+				Check: func(s *terraform.State) error {
+					reasons := s.RootModule().Resources[addr].Primary.Attributes
+					found := false
+					for k, v := range reasons {
+						if strings.HasPrefix(k, "verdict.reasons.") && strings.Contains(v, "fediSecrets") {
+							found = true
+						}
+					}
+					if !found || reasons["verdict.ok"] != "true" || reasons["verdict.switch_result"] != "activation-failed" {
+						return fmt.Errorf("lenient verdict: ok=%s switch_result=%s, reasons naming fediSecrets: %v", reasons["verdict.ok"], reasons["verdict.switch_result"], found)
+					}
+					return nodeAgreesWithState(t, node, s, failedTop)
+				},
+			},
+		},
+	})
+}
+
+// Exit 100 on the NixOS-shaped node: the new system's init-interface-version differs,
+// so nothing is activated; with activation = "switch" the apply fails saying a reboot is
+// needed, and the node runs, boots and has as profile what the state records.
+func TestAccNodeSwitchNixOSInitInterfaceChange(t *testing.T) {
+	acctest.Lab(t)
+	node := labtest.NewInstance(t, "acc-nixos-exit100")
+	var first string
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: nixosConfig(node, `{ seed = "acc-nixos-exit100-1" }`, ""),
+				Check: func(s *terraform.State) error {
+					first = s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
+					return nil
+				},
+			},
+			{
+				Config:      nixosConfig(node, `{ seed = "acc-nixos-exit100-2", initInterface = "-2" }`, ""),
+				ExpectError: regexp.MustCompile(`(?s)needs\s+a\s+reboot:\s+init-interface-version\s+changed.*boot\s+entry\s+is\s+untouched.*reboot-if-needed`),
+			},
+			{
+				// The state kept the previous deploy: node and state agree on it.
+				PreConfig: func() {
+					st, err := readNodeBootState(t, node)
+					if err != nil || st.running != first || st.bootDefault != first || st.profile != first {
+						t.Errorf("after exit 100: %+v (%v), want all %s", st, err, first)
+					}
+				},
+				Config:   nixosConfig(node, `{ seed = "acc-nixos-exit100-1" }`, ""),
+				PlanOnly: true,
 			},
 		},
 	})
