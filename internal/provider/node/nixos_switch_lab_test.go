@@ -237,7 +237,7 @@ func TestAccNodeSwitchNixOSOtherSwitchHoldsLock(t *testing.T) {
 			{
 				PreConfig: func() {
 					since = time.Now()
-					holdSwitchLock(t, node, "nixos-upgrade", 12)
+					holdSwitchLock(t, node, "nixos-upgrade", 45)
 				},
 				Config: nixosConfig(node, `{ seed = "acc-nixos-lock-2" }`, ""),
 				Check: func(s *terraform.State) error {
@@ -342,15 +342,16 @@ func TestAccNodeSwitchNixOSInitInterfaceChange(t *testing.T) {
 				ExpectError: regexp.MustCompile(`(?s)needs\s+a\s+reboot:\s+init-interface-version\s+changed.*boot\s+entry\s+is\s+untouched.*reboot-if-needed`),
 			},
 			{
-				// The state kept the previous deploy: node and state agree on it.
+				// Nothing changed on the node: it still runs, boots and has as profile the
+				// first system, which the state records once the first config is applied.
 				PreConfig: func() {
 					st, err := readNodeBootState(t, node)
 					if err != nil || st.running != first || st.bootDefault != first || st.profile != first {
 						t.Errorf("after exit 100: %+v (%v), want all %s", st, err, first)
 					}
 				},
-				Config:   nixosConfig(node, `{ seed = "acc-nixos-exit100-1" }`, ""),
-				PlanOnly: true,
+				Config: nixosConfig(node, `{ seed = "acc-nixos-exit100-1" }`, ""),
+				Check:  func(s *terraform.State) error { return nodeAgreesWithState(t, node, s, first) },
 			},
 		},
 	})
