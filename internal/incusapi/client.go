@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -63,10 +62,9 @@ func NewUnix(path string) (*Client, error) {
 		return nil, fmt.Errorf("incus: socket %s: %w (is incusd running? set INCUS_SOCKET to its socket)", path, err)
 	}
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		},
+		// Lazily: a connection the Transport dials and then does not use must not hold
+		// the daemon's accept loop (lazyconn.go).
+		DialContext:  dialUnixLazily(path),
 		MaxIdleConns:          4,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 0, // operation waits hold the response; ctx bounds them

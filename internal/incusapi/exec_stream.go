@@ -42,11 +42,13 @@ type ExecStream struct {
 // connected, so the first one never ran, and this is the one exec that may be sent
 // twice (see retry.go). A websocket did not connect when its handshake ran out its
 // deadline, or when the daemon no longer knew the operation: incusd fails an exec
-// whose websockets have not all connected within seconds (10 s in Incus 6) and forgets
-// it five seconds later. Both seen in CI under load (eight suites on two cores): the
-// handshakes of three nodes' copies all hung for the whole 30 s at once, while those
-// nodes' open sessions kept answering; and one copy's four handshakes were all
-// answered "404: Operation not found".
+// whose websockets have not all connected within seconds (5 s in Incus 6.0, 10 s later)
+// and forgets it five seconds later. Both seen in CI under load (eight suites on two
+// cores): the handshakes of three nodes' copies all hung for the whole 30 s at once,
+// while those nodes' open sessions kept answering; and one copy's four handshakes were
+// all answered "404: Operation not found". The hangs were the daemon's accept loop held
+// by a connection that said nothing (lazyconn.go): requests on open connections (the
+// sessions) went on, every new one (each handshake is one) waited.
 func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*ExecStream, error) {
 	w := where{op: "exec (streamed)", instance: name}
 	if len(req.Command) == 0 {

@@ -82,8 +82,12 @@ func (c *Client) DialWebsocket(ctx context.Context, path string, q url.Values) (
 }
 
 // handshakeTimeout bounds one websocket handshake (a variable so that a test of a daemon
-// that never answers one need not wait it out).
-var handshakeTimeout = 30 * time.Second
+// that never answers one need not wait it out). An exec's handshakes answered later than
+// this are of an exec the daemon has already failed: incusd waits 5 s for them (Incus
+// 6.0; 10 s in later releases) and then fails the exec, so waiting longer only delays
+// the exec opened in its place (OpenExec). It was 30 s, the length of the stalls behind
+// a silent connection (lazyconn.go), which hid where they came from.
+var handshakeTimeout = 10 * time.Second
 
 func (c *Client) dialWebsocket(ctx context.Context, w where, path string, q url.Values) (*Websocket, error) {
 	var k [16]byte
