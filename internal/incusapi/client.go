@@ -64,7 +64,7 @@ func NewUnix(path string) (*Client, error) {
 	tr := &http.Transport{
 		// Lazily: a connection the Transport dials and then does not use must not hold
 		// the daemon's accept loop (lazyconn.go).
-		DialContext:  dialUnixLazily(path),
+		DialContext:           dialUnixLazily(path),
 		MaxIdleConns:          4,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 0, // operation waits hold the response; ctx bounds them
