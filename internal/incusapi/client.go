@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -44,8 +45,9 @@ const (
 // not usable: make one with NewUnix, NewFromEnv or NewHTTPS.
 type Client struct {
 	hc      *http.Client
-	base    string // scheme://host, no trailing slash
-	project string // "" means the daemon's default project
+	spares  *spareConns // accepted connections for websocket handshakes (spares.go)
+	base    string      // scheme://host, no trailing slash
+	project string      // "" means the daemon's default project
 	// MaxOutput bounds each of an exec's stdout and stderr (DefaultMaxOutput when 0).
 	MaxOutput int64
 	// OnSlow, if set, hears of every retried call that took longer than SlowCall in
@@ -70,7 +72,11 @@ func NewUnix(path string) (*Client, error) {
 		ResponseHeaderTimeout: 0, // operation waits hold the response; ctx bounds them
 		DisableCompression:    true,
 	}
-	return &Client{hc: &http.Client{Transport: tr}, base: "http://incus"}, nil
+	spares := newSpareConns("incus", func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	})
+	return &Client{hc: &http.Client{Transport: tr}, base: "http://incus", spares: spares}, nil
 }
 
 // NewFromEnv returns a client for the unix socket named by INCUS_SOCKET, or
@@ -129,7 +135,11 @@ func NewHTTPS(cfg HTTPSConfig) (*Client, error) {
 		DisableCompression:  true,
 		Proxy:               nil,
 	}
-	return &Client{hc: &http.Client{Transport: tr}, base: "https://" + u.Host}, nil
+	spares := newSpareConns(u.Host, func(ctx context.Context) (net.Conn, error) {
+		d := tls.Dialer{Config: tcfg}
+		return d.DialContext(ctx, "tcp", u.Host)
+	})
+	return &Client{hc: &http.Client{Transport: tr}, base: "https://" + u.Host, spares: spares}, nil
 }
 
 func readCertDER(path string) ([]byte, error) {

@@ -55,6 +55,7 @@ func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*E
 		return nil, c.apiErr(w, 0, "empty command")
 	}
 	start := time.Now()
+	c.spares.refill() // for this exec's handshakes if it can, for the next ones if not
 	s, neverRan, err := c.openExecOnce(ctx, w, name, req)
 	if err != nil && neverRan && ctx.Err() == nil {
 		s, _, err = c.openExecOnce(ctx, w, name, req)

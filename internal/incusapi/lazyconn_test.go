@@ -53,7 +53,22 @@ func peekingDaemon(t *testing.T) string {
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		reply(t, w, `{"type":"sync","status_code":200,"metadata":{"api_version":"1.0"}}`)
+		if r.Header.Get("Upgrade") != "websocket" {
+			reply(t, w, `{"type":"sync","status_code":200,"metadata":{"api_version":"1.0"}}`)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
+			acceptKey(r.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n")
+		_ = brw.Flush()
+		go func() { // held open until the client closes it
+			_, _ = io.Copy(io.Discard, conn)
+			_ = conn.Close()
+		}()
 	}), ReadHeaderTimeout: time.Minute}
 	go func() { _ = srv.Serve(peekingListener{l}) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -134,5 +149,47 @@ func TestLazyUnixConnCarriesRequestsAndClosesCleanly(t *testing.T) {
 	}
 	if _, err := lc.Read(make([]byte, 1)); err == nil || err == io.EOF {
 		t.Fatalf("a read after a failed dial = %v, want the dial's error", err)
+	}
+}
+
+// While another client's silent connection holds the daemon's accept loop, a websocket
+// handshake still goes through: it takes a spare connection the daemon accepted before
+// (spares.go), where a new connection would wait for the silent one to close.
+func TestWebsocketHandshakeTakesASpareWhileTheDaemonAcceptsNothing(t *testing.T) {
+	path := peekingDaemon(t)
+	c, err := NewUnix(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.spares.refill()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c.spares.mu.Lock()
+		n := len(c.spares.conns)
+		c.spares.mu.Unlock()
+		if n == spareWant {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spares made in 5 s, want %d", n, spareWant)
+		}
+	}
+	silent, err := net.Dial("unix", path) // another client's connection that says nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = silent.Close() }()
+	time.Sleep(100 * time.Millisecond)
+
+	for i := range 4 { // one exec's four websockets
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ws, err := c.DialWebsocket(ctx, "/1.0/operations/op-1/websocket", nil)
+		cancel()
+		if err != nil {
+			t.Fatalf("websocket %d while the daemon accepts nothing: %v", i, err)
+		}
+		if err := ws.WriteMessage(OpBinary, []byte("through")); err != nil {
+			t.Fatalf("websocket %d: write: %v", i, err)
+		}
+		_ = ws.Close()
 	}
 }

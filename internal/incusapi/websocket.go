@@ -95,6 +95,16 @@ func (c *Client) dialWebsocket(ctx context.Context, w where, path string, q url.
 		return nil, fmt.Errorf("incus %s: websocket key: %w", w.op, err)
 	}
 	key := base64.StdEncoding.EncodeToString(k[:])
+	if sc, ok := c.spares.take(); ok {
+		c.spares.refill()
+		ws, err := c.handshakeOn(ctx, w, sc, path, q, key)
+		var ae *APIError
+		if err == nil || errors.As(err, &ae) {
+			return ws, err
+		}
+		// The spare broke (the daemon closed it, or restarted): the handshake goes on a
+		// connection of the client's Transport.
+	}
 	// The handshake's own deadline: a context that is not cancelled when the caller's
 	// ends, so the connection stays open once upgraded (net/http watches the request's
 	// context only until the response arrives, but this does not rely on it).
@@ -138,6 +148,59 @@ func (c *Client) dialWebsocket(ctx context.Context, w where, path string, q url.
 
 func newWebsocket(rwc io.ReadWriteCloser) *Websocket {
 	return &Websocket{rwc: rwc, br: bufio.NewReaderSize(rwc, 32<<10), frameLimit: wsWriteFrame}
+}
+
+// handshakeOn opens the websocket at path on a spare connection (spares.go): the same
+// request as dialWebsocket's, written by hand on a connection the daemon has accepted.
+// A failure to talk is a *TransportError (the caller then dials); the daemon's refusal
+// is its *APIError.
+func (c *Client) handshakeOn(ctx context.Context, w where, sc spareConn, path string, q url.Values, key string) (*Websocket, error) {
+	deadline := time.Now().Add(handshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = sc.conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = sc.conn.SetDeadline(time.Unix(1, 0)) }) // a caller that gives up
+	defer stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url(path, q), nil)
+	if err != nil {
+		_ = sc.conn.Close()
+		return nil, fmt.Errorf("incus %s: %w", w.op, err)
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", key)
+	if err := req.Write(sc.conn); err != nil {
+		_ = sc.conn.Close()
+		return nil, c.transportErr(w, err)
+	}
+	resp, err := http.ReadResponse(sc.br, req)
+	if err != nil {
+		_ = sc.conn.Close()
+		return nil, c.transportErr(w, err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer func() { _ = sc.conn.Close() }()
+		if resp.StatusCode >= 400 {
+			_, derr := c.decode(w, resp)
+			return nil, derr
+		}
+		return nil, c.apiErr(w, resp.StatusCode, "the daemon did not switch to the websocket protocol")
+	}
+	if !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket") ||
+		!headerHasToken(resp.Header, "Connection", "upgrade") ||
+		resp.Header.Get("Sec-WebSocket-Accept") != acceptKey(key) {
+		_ = sc.conn.Close()
+		return nil, c.apiErr(w, resp.StatusCode, "the daemon's websocket handshake answer is invalid (Upgrade, Connection or Sec-WebSocket-Accept)")
+	}
+	if !stop() {
+		_ = sc.conn.Close() // the caller gave up as the answer came
+		return nil, c.transportErr(w, ctx.Err())
+	}
+	_ = sc.conn.SetDeadline(time.Time{})
+	// Frames the daemon sent right behind its answer are in sc.br already.
+	return &Websocket{rwc: sc.conn, br: sc.br, frameLimit: wsWriteFrame}, nil
 }
 
 // acceptKey is the Sec-WebSocket-Accept value a server must answer to key.
