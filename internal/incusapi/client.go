@@ -66,8 +66,11 @@ func NewUnix(path string) (*Client, error) {
 	tr := &http.Transport{
 		// Lazily: a connection the Transport dials and then does not use must not hold
 		// the daemon's accept loop (lazyconn.go).
-		DialContext:           dialUnixLazily(path),
-		MaxIdleConns:          4,
+		DialContext: dialUnixLazily(path),
+		// Connections kept open for the next requests: a request on an open connection
+		// is served while incusd's accept loop waits on another client's silent one.
+		MaxIdleConns:          16,
+		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 0, // operation waits hold the response; ctx bounds them
 		DisableCompression:    true,

@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/websocket"
 )
 
 // peekingListener accepts a connection only after the one before it sent 8 bytes or
@@ -63,7 +65,7 @@ func peekingDaemon(t *testing.T) string {
 			return
 		}
 		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-			acceptKey(r.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n")
+			websocket.AcceptKey(r.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n")
 		_ = brw.Flush()
 		go func() { // held open until the client closes it
 			_, _ = io.Copy(io.Discard, conn)
@@ -187,7 +189,7 @@ func TestWebsocketHandshakeTakesASpareWhileTheDaemonAcceptsNothing(t *testing.T)
 		if err != nil {
 			t.Fatalf("websocket %d while the daemon accepts nothing: %v", i, err)
 		}
-		if err := ws.WriteMessage(OpBinary, []byte("through")); err != nil {
+		if err := ws.WriteMessage(websocket.OpBinary, []byte("through")); err != nil {
 			t.Fatalf("websocket %d: write: %v", i, err)
 		}
 		_ = ws.Close()
