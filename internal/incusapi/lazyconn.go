@@ -22,11 +22,12 @@ import (
 // starts a dial; when another connection becomes idle first, the request takes that one
 // and the dialled connection goes to the idle pool without a byte written, where it
 // stays until a later request takes it or the pool's idle timeout (30 s) closes it.
-// Seen in the lab (bench-apply and a copy loop, load average 15-35): the recorded exec
-// beside the copy fetches and deletes its two output logs side by side, one dial of
-// those is left unused, and the copy's four websocket handshakes, each a new
-// connection, wait behind it for the rest of the 30 s, with every other client of the
-// daemon; the daemon fails the exec after 5 s without its websockets.
+// Seen in the lab (bench-apply and a copy loop, load average 15-35): each stall began as
+// the recorded exec beside the copy fetched and deleted its two output logs side by
+// side (two requests at once: a dial that can go unused) and ended 30 s later, the idle
+// timeout; the copy's four websocket handshakes, each a new connection, waited all that
+// time, with every other client of the daemon, and the daemon failed the exec after 5 s
+// without its websockets.
 //
 // So the client's unix connections are lazy: the socket is opened by the first write on
 // it, which is the request itself. A dial the Transport never uses opens nothing.
