@@ -18,6 +18,8 @@ import (
 type Image struct {
 	Fingerprint string `json:"fingerprint"`
 	Type        string `json:"type"` // "container" or "virtual-machine"
+	// Properties are the image's own, from its metadata.yaml.
+	Properties map[string]string `json:"properties"`
 	Aliases     []struct {
 		Name string `json:"name"`
 	} `json:"aliases"`
