@@ -45,7 +45,8 @@ variable "operator_root" {
 variable "nodes" {
   description = <<-EOT
     The node roster, keyed by the node names of the baked configuration. Per node, either
-    the container this module creates (`image`, default var.image; `profiles`, `config`,
+    the container this module creates (`image`, default var.image, else an image of the
+    node's own system that the module builds and imports; `profiles`, `config`,
     `limits`, `devices`; `container` names it, default the node name) or `instance` (and
     `project`): an existing Incus instance, e.g. one another Incus provider manages, which
     this module then only deploys to. And `toplevel` (a prebuilt system) or `build`
@@ -94,7 +95,7 @@ variable "nodes" {
 }
 
 variable "image" {
-  description = "Image of the containers this module creates (an alias or fingerprint on the provider's Incus daemon), unless a node names its own."
+  description = "Image of the containers this module creates (an alias or fingerprint on the provider's Incus daemon), unless a node names its own. Null (the default): each such node's container is made from an image of its own system (its `toplevel` or `build`, else var.build), built and imported by the module (fediversity_incus_image)."
   type        = string
   default     = null
 }

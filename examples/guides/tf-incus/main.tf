@@ -17,8 +17,9 @@ module "group" {
   operator_root   = path.root
 
   # The containers this module makes, and one instance made elsewhere (e.g. by another
-  # Incus provider), which it only deploys to.
-  image = "nixos/25.05"
+  # Incus provider), which it only deploys to. No image is named: each container is
+  # made from an image of its node's own system (built from `build` below), which the
+  # module imports into the daemon.
   nodes = {
     web01 = {
       limits = { cpu = "2", memory = "2GiB" }
