@@ -4,7 +4,7 @@
 # openssl, xz, btrfs-progs (the lab's storage pool); for the real Kubernetes node, the CNI plugins (containernetworking-plugins)
 # and libseccomp-dev (runc is built with seccomp); patchelf, busybox-static and systemd (the bootable stand-in system of
 # lab/closures copies the host's systemd and busybox into the store); xmllint (libxml2-utils), with which the tests validate the
-# `fediversity` command's JUnit file against the vendored JUnit schema. Safe to run again; does nothing that is
+# `fediversity` command's JUnit file against the vendored JUnit schema; knot, the DNS server of the DNS lane's tests. Safe to run again; does nothing that is
 # already done.
 set -euo pipefail
 need=()
@@ -23,6 +23,9 @@ command -v xmllint >/dev/null 2>&1 || need+=(libxml2-utils)
 command -v patchelf >/dev/null 2>&1 || need+=(patchelf)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 [ -x /lib/systemd/systemd ] || need+=(systemd) # the bootable stand-in's systemd
+# knot: the DNS server the DNS lane's records are checked against. The package starts
+# no server here (no systemd); a test runs its own knotd on a port of its own on 127.0.0.1.
+command -v knotd >/dev/null 2>&1 || need+=(knot)
 [ ${#need[@]} -eq 0 ] && { echo "install-host: all present"; exit 0; }
 
 src=/etc/apt/sources.list.d/bookworm-backports.sources

@@ -18,7 +18,7 @@ resource "fediversity_incus_image" "node" {
   for_each = local.built_images
 
   node              = each.key
-  project           = each.value.project
+  project           = local.container_project[each.key]
   toplevel          = each.value.toplevel
   node_plan         = data.fediversity_submission.this.node_plans[each.key]
   submission_digest = local.digest

@@ -92,7 +92,7 @@ resource "fediversity_incus_node" "node" {
   image = try(coalesce(each.value.image, var.image), fediversity_incus_image.node[each.key].fingerprint)
   # An image of the node's own system only seeds its container (image.tf).
   replace_on_image_change = !contains(keys(local.built_images), each.key)
-  project                 = each.value.project
+  project                 = local.container_project[each.key]
   profiles                = each.value.profiles
   config                  = each.value.config
   limits                  = each.value.limits

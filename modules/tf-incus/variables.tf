@@ -256,3 +256,25 @@ variable "failure_budget" {
   type        = string
   default     = null
 }
+
+variable "tenant" {
+  description = <<-EOT
+    The tenant's shared resources (docs/design.md#incus-tenant): with it, the module makes
+    the tenant's Incus project (`name`, its `limits` as `limits.*` keys without the prefix,
+    e.g. `{ instances = "10", memory = "16GiB" }`, and `description`) and writes the
+    project's default profile (the containers' root disk on `pool`, default the default
+    profile's pool; `container_limits`, each container's limits; `network`, an existing
+    network every container joins as eth0), once for the group, and makes every container
+    in it. The project goes with the tenant's last node. Default: none, the containers go
+    in their roster entry's project or the provider's.
+  EOT
+  type = object({
+    name             = string
+    description      = optional(string)
+    limits           = optional(map(string), {})
+    container_limits = optional(map(string), {})
+    pool             = optional(string)
+    network          = optional(string)
+  })
+  default = null
+}
