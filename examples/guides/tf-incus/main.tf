@@ -10,7 +10,7 @@ terraform {
 provider "fediversity" {}
 
 module "group" {
-  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf-incus?ref=v0.1.0"
+  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf-incus?ref=main"
 
   submission_file = "${path.root}/submission.json"
   baked_json      = file("${path.root}/baked.json")
