@@ -113,8 +113,8 @@ variable "nodes" {
   }))
 
   validation {
-    condition     = alltrue(flatten([for n, v in var.nodes : [for x in v.probes : x.body_pattern == null || x.body_regexp == null]]))
-    error_message = "nodes: a node's probes give body_regexp or body_pattern (its older name), not both."
+    condition     = length([for n, v in var.nodes : n if anytrue([for x in v.probes : x.body_pattern != null && x.body_regexp != null])]) == 0
+    error_message = "nodes: ${join(", ", [for n, v in var.nodes : n if anytrue([for x in v.probes : x.body_pattern != null && x.body_regexp != null])])}: a probe takes body_regexp or body_pattern (its older name), not both; remove body_pattern."
   }
 }
 

@@ -110,9 +110,11 @@ func nodesType(m module) (string, []validation, error) {
 		if isObjectList(f.Type) {
 			for _, g := range jsonFields(f.Type.Elem()) {
 				if newer, ok := olderNames[g.Name]; ok {
+					both := fmt.Sprintf("[for n, v in var.nodes : n if anytrue([for x in v.%s : x.%s != null && x.%s != null])]", f.Name, g.Name, newer)
 					validations = append(validations, validation{
-						Condition: fmt.Sprintf("alltrue(flatten([for n, v in var.nodes : [for x in v.%s : x.%s == null || x.%s == null]]))", f.Name, g.Name, newer),
-						Message:   fmt.Sprintf("nodes: a node's %s give %s or %s (its older name), not both.", f.Name, newer, g.Name),
+						Condition: fmt.Sprintf("length(%s) == 0", both),
+						Message: fmt.Sprintf("nodes: ${join(\", \", %s)}: a %s takes %s or %s (its older name), not both; remove %s.",
+							both, providerBlocks[f.Name], newer, g.Name, g.Name),
 					})
 				}
 			}
