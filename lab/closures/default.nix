@@ -149,6 +149,19 @@ let
     done < commands
   '');
 
+  # The PATH NixOS gives every service a module defines (systemd.services.<name>.path,
+  # enableDefaultPath: coreutils, findutils, gnugrep, gnused and systemd, after the
+  # service's own; nixos/lib/systemd-unit-options.nix, nixos/modules/system/boot/systemd.nix):
+  # an Environment=PATH= line in its unit. A unit without it (systemd-run's, an upstream
+  # unit's) has systemd's bin directory alone. servicePath holds those four groups of
+  # lab/nixos/default-commands.
+  servicePath = shared "unit-default-path" (debianBin + ''
+    mkdir -p $out/bin
+    awk '/^# (coreutils-full|findutils|gnugrep|gnused)$/ { s = 1; next } /^#/ || /^$/ { s = 0 } s { print }' ${defaultCommands} > commands
+    while read -r c; do debianBin "$c"; done < commands
+  '');
+  serviceEnvPath = "Environment=PATH=${servicePath}/bin:${nixosSystemd}/bin";
+
   # A stand-in system's sw: the default commands and the scenario's own tools (they are
   # what environment.systemPackages adds to a real system).
   systemPath = extra: if extra == null then nixosPath else drv "system-path" ''
@@ -317,11 +330,13 @@ let
       done
     '' { };
 
+  # A service as a NixOS module defines it, with NixOS's default service PATH.
   service = { exec, type ? "exec", extraUnit ? "", extraService ? "" }: ''
     [Unit]
     Description=fediversity lab unit
     ${extraUnit}
     [Service]
+    ${serviceEnvPath}
     Type=${type}
     ExecStart=${exec}
     ${extraService}
@@ -385,6 +400,7 @@ let
         [Unit]
         Description=fediversity lab HTTP answer
         [Service]
+        ${serviceEnvPath}
         StandardInput=socket
         StandardOutput=socket
         ExecStart=/bin/sh -c 'while read -r l; do [ "$(printf %%s "$l" | tr -d "\r")" = "" ] && break; done; if ${if broken then "false" else "[ -e /run/fedi-http-ready ]"}; then printf "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nfedi ok\n"; elif [ -e /run/fedi-http-ready ]; then printf "HTTP/1.0 500 Internal Server Error\r\n\r\nbroken\n"; else printf "HTTP/1.0 503 Service Unavailable\r\n\r\nwarming up\n"; fi'
