@@ -469,7 +469,7 @@ let
   };
 in
 {
-  inherit tools payload nixosSystemd nixosPath;
+  inherit tools payload nixosSystemd nixosPath servicePath;
 
   # An HTTP service that answers 200 "fedi ok" about 3 s after the switch (health checks).
   http = httpScenario "http" { };
