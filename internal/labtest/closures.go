@@ -48,6 +48,9 @@ const (
 	ClosureKernelAFirmware = "kernel-a-firmware"
 	ClosureInhibitorA      = "inhibitor-a"
 	ClosureInhibitorB      = "inhibitor-b"
+	// ClosureBootableSwitchable boots from its own Incus image and takes later systems
+	// through a deploy (fediversity_incus_image).
+	ClosureBootableSwitchable = "bootable-switchable"
 	// ClosureBootableSpireAgent needs its SPIRE arguments: BuildBootableSpireAgent.
 	ClosureBootableSpireAgent = "bootable-spire-agent"
 )

@@ -104,8 +104,10 @@ variable "spire_handoff" {
 variable "timings" {
   description = "Waits of every rollout (Go durations); unset ones come from the provider's timings."
   type = object({
-    rollout_wait = optional(string)
-    pull_grace   = optional(string)
+    rollout_wait   = optional(string)
+    pull_grace     = optional(string)
+    degraded_grace = optional(string)
+    rollback_wait  = optional(string)
   })
   default = {}
 }

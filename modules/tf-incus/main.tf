@@ -88,13 +88,15 @@ data "fediversity_spire_trust_bundle" "this" {
 resource "fediversity_incus_node" "node" {
   for_each = local.containers
 
-  name      = coalesce(each.value.container, each.key)
-  image     = coalesce(each.value.image, var.image)
-  project   = each.value.project
-  profiles  = each.value.profiles
-  config    = each.value.config
-  limits    = each.value.limits
-  node_wait = var.timings.node_wait
+  name  = coalesce(each.value.container, each.key)
+  image = try(coalesce(each.value.image, var.image), fediversity_incus_image.node[each.key].fingerprint)
+  # An image of the node's own system only seeds its container (image.tf).
+  replace_on_image_change = !contains(keys(local.built_images), each.key)
+  project                 = local.container_project[each.key]
+  profiles                = each.value.profiles
+  config                  = each.value.config
+  limits                  = each.value.limits
+  node_wait               = var.timings.node_wait
 
   dynamic "device" {
     for_each = each.value.devices

@@ -45,7 +45,8 @@ variable "operator_root" {
 variable "nodes" {
   description = <<-EOT
     The node roster, keyed by the node names of the baked configuration. Per node, either
-    the container this module creates (`image`, default var.image; `profiles`, `config`,
+    the container this module creates (`image`, default var.image, else an image of the
+    node's own system that the module builds and imports; `profiles`, `config`,
     `limits`, `devices`; `container` names it, default the node name) or `instance` (and
     `project`): an existing Incus instance, e.g. one another Incus provider manages, which
     this module then only deploys to. And `toplevel` (a prebuilt system) or `build`
@@ -94,7 +95,7 @@ variable "nodes" {
 }
 
 variable "image" {
-  description = "Image of the containers this module creates (an alias or fingerprint on the provider's Incus daemon), unless a node names its own."
+  description = "Image of the containers this module creates (an alias or fingerprint on the provider's Incus daemon), unless a node names its own. Null (the default): each such node's container is made from an image of its own system (its `toplevel` or `build`, else var.build), built and imported by the module (fediversity_incus_image)."
   type        = string
   default     = null
 }
@@ -254,4 +255,26 @@ variable "failure_budget" {
   description = "Staged rollout: how many nodes may fail before the rollout halts, a count (\"1\") or a percentage of the group, rounded down (\"20%\"). Past it the gate after the wave fails the apply and the nodes of later waves are not touched: nothing is registered, copied to or switched on them (their containers are made up front, before the first wave, as the image makes them). Default: no budget. A budget above 0 needs strict = false (a strict failure fails its own node's resource, and so every later wave)."
   type        = string
   default     = null
+}
+
+variable "tenant" {
+  description = <<-EOT
+    The tenant's shared resources (docs/design.md#incus-tenant): with it, the module makes
+    the tenant's Incus project (`name`, its `limits` as `limits.*` keys without the prefix,
+    e.g. `{ instances = "10", memory = "16GiB" }`, and `description`) and writes the
+    project's default profile (the containers' root disk on `pool`, default the default
+    profile's pool; `container_limits`, each container's limits; `network`, an existing
+    network every container joins as eth0), once for the group, and makes every container
+    in it. The project goes with the tenant's last node. Default: none, the containers go
+    in their roster entry's project or the provider's.
+  EOT
+  type = object({
+    name             = string
+    description      = optional(string)
+    limits           = optional(map(string), {})
+    container_limits = optional(map(string), {})
+    pool             = optional(string)
+    network          = optional(string)
+  })
+  default = null
 }

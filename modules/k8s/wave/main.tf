@@ -103,7 +103,9 @@ resource "fediversity_k8s_rollout" "node" {
   submission_file   = var.submission_file
 
   timings {
-    rollout_wait = var.settings.timings.rollout_wait
-    pull_grace   = var.settings.timings.pull_grace
+    rollout_wait   = var.settings.timings.rollout_wait
+    pull_grace     = var.settings.timings.pull_grace
+    degraded_grace = var.settings.timings.degraded_grace
+    rollback_wait  = var.settings.timings.rollback_wait
   }
 }
