@@ -238,13 +238,13 @@ build_image() {
   want=$(NIX_CONFIG="substituters =" nix-store -q --outputs "$(NIX_CONFIG="substituters =" nix-instantiate "$HERE/closures" -A nixos-base 2>/dev/null)")
   # As nixos-install does: build the system, make it generation 1 of the system profile,
   # and install its boot entry with its own switch-to-configuration.
-  # Something on this shared machine sometimes kills a build's process (seen twice:
-  # "failed due to signal 9 (Killed)" with no OOM): a build is tried three times.
+  # The chroot's build is often killed once or twice ("failed due to signal 9 (Killed)",
+  # no OOM; the cause was not found), then succeeds: it is tried up to five times.
   local try
-  for try in 1 2 3; do
+  for try in 1 2 3 4 5; do
     base=$(chroot "$root" /usr/bin/env NIX_CONFIG="substituters =" /usr/bin/nix-build --no-out-link --option sandbox false \
       --option build-users-group "" /tmp/fedi-lab/closures -A nixos-base 2>"$work/nix-build.log") && break
-    grep -q 'failed due to signal 9' "$work/nix-build.log" && [ "$try" != 3 ] && { log "the first system's build was killed; again"; continue; }
+    grep -q 'failed due to signal 9' "$work/nix-build.log" && [ "$try" != 5 ] && { log "the first system's build was killed; again"; continue; }
     tail -30 "$work/nix-build.log" >&2
     exit 1
   done
