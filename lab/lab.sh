@@ -225,7 +225,6 @@ build_image() {
   root=$work/rootfs
   mkdir -p "$root"
   tar -C "$root" --numeric-owner -xf "$ROOTFS_DIR/rootfs.tar"
-  nixos_shape "$root"
   # nix-build needs /dev/pts (a pseudo-terminal for each build's log).
   mount -t proc proc "$root/proc"
   mount --rbind /dev "$root/dev"
@@ -238,8 +237,10 @@ build_image() {
   want=$(NIX_CONFIG="substituters =" nix-store -q --outputs "$(NIX_CONFIG="substituters =" nix-instantiate "$HERE/closures" -A nixos-base 2>/dev/null)")
   # As nixos-install does: build the system, make it generation 1 of the system profile,
   # and install its boot entry with its own switch-to-configuration.
-  # The chroot's build is often killed once or twice ("failed due to signal 9 (Killed)",
-  # no OOM; the cause was not found), then succeeds: it is tried up to five times.
+  # The build runs before nixos_shape makes /bin/sh bash: with bash as the builders'
+  # /bin/sh, Debian's nix 2.8 (root, no sandbox, no build users) often kills a build that
+  # follows another ("failed due to signal 9 (Killed)"; seen in a chroot and reproduced
+  # with three trivial derivations, never with dash). It is still tried up to five times.
   local try
   for try in 1 2 3 4 5; do
     base=$(chroot "$root" /usr/bin/env NIX_CONFIG="substituters =" /usr/bin/nix-build --no-out-link --option sandbox false \
@@ -249,6 +250,7 @@ build_image() {
     exit 1
   done
   [ "$base" = "$want" ] || { log "the image's nix built $base, the deployer's nix computes $want: not one system"; exit 1; }
+  nixos_shape "$root"
   chroot "$root" /usr/bin/nix-env -p /nix/var/nix/profiles/system --set "$base"
   # Every default command resolves in the image (a dangling one would be found by
   # `command -v` and then fail to run).

@@ -596,7 +596,7 @@ let
     wants = baseWants ++ [ name ];
   };
 
-  chainUnits = { fetch ? "${tools}/bin/fedi-chain-step secret-chain-fetch.service 3 1" }: {
+  chainUnits = { fetch ? "${tools}/bin/fedi-chain-step secret-chain-fetch.service 3 1", scenario ? "chain" }: {
     "secret-chain-fetch.service" = service { exec = fetch; };
     "secret-chain-install.service" = service {
       exec = "${tools}/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret";
@@ -604,15 +604,16 @@ let
     # The check is an ExecStartPre, so that the start job itself fails and the switch
     # sees app.service failed however busy the node is. (As the ExecStart of a Type=exec
     # unit it failed only after its process ran, which on a loaded machine came after
-    # the switch's check.)
+    # the switch's check.) It names its scenario, so a switch between two chain
+    # scenarios changes it and starts it again, as a changed unit is.
     "app.service" = service {
       exec = "${tools}/bin/fedi-idle";
-      extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
+      extraService = "Environment=FEDI_CHAIN_SCENARIO=${scenario}\nExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
     };
   };
   chainScenario = scenario: fetch: toplevel {
     inherit scenario;
-    units = base "1" // chainUnits { inherit fetch; };
+    units = base "1" // chainUnits { inherit fetch scenario; };
     wants = baseWants ++ [ "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];
     chain = [ "secret-chain-fetch.service" "secret-chain-install.service" ];
     activate = "rm -rf /run/secret /run/fediversity-chain";
@@ -696,7 +697,7 @@ let
       "app.service" = service {
         exec = "${tools}/bin/fedi-idle";
         extraUnit = "Requires=secret-chain-install.service\nAfter=secret-chain-install.service";
-        extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
+        extraService = "Environment=FEDI_CHAIN_SCENARIO=${scenario}\nExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
       };
     };
     wants = baseWants ++ builtins.attrNames extra ++ [ "fedi-spire-agent.service" "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];

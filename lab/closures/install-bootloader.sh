@@ -12,10 +12,14 @@
 #                 nixos-generation-N+<tries>.conf; an entry keeps its counter.
 #   grub          as install-grub.pl: the argument is the default entry ("NixOS -
 #                 Default") at once, whatever the profile says.
+#   Both write /nix/var/nix/fediversity-boot-entry: the system the default entry boots
+#   after this install (a record for the lab's tests older than labtest.BootDefault, which
+#   also honours bootctl set-default; NixOS has no such file).
 set -eu
 PATH=/usr/bin
 # (Run by switch-to-configuration, which ignores SIGPIPE as a unit does: no reader here
 # ends a pipe early.)
+record() { mkdir -p /nix/var/nix && echo "$1" >/nix/var/nix/fediversity-boot-entry.tmp && mv /nix/var/nix/fediversity-boot-entry.tmp /nix/var/nix/fediversity-boot-entry; }
 system=$(readlink -f "$1")
 profile=/nix/var/nix/profiles/system
 case $(cat /boot/fediversity-standin-loader 2>/dev/null || echo systemd-boot) in
@@ -30,6 +34,7 @@ grub)
 		done
 	} >/boot/grub/grub.cfg.tmp
 	mv /boot/grub/grub.cfg.tmp /boot/grub/grub.cfg
+	record "$system"
 	;;
 *)
 	entries=/boot/loader/entries
@@ -58,6 +63,7 @@ grub)
 		if [ "$sys" = "$system" ]; then
 			printf 'timeout 5\ndefault nixos-generation-%s.conf\nconsole-mode keep\n' "$g" >/boot/loader/loader.conf.tmp
 			mv /boot/loader/loader.conf.tmp /boot/loader/loader.conf
+			record "$sys"
 		fi
 	done
 	;;
