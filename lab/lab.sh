@@ -32,10 +32,13 @@ IMAGE_VERSION=3
 IMAGE_ID=""
 IMAGE_ALIAS=""
 IMAGE_DIR=""
-ROOTFS_DIR=$CACHE/lab-rootfs-v$IMAGE_VERSION
 # The Debian packages of NixOS's default commands that minbase lacks
-# (lab/nixos/default-commands; lab/install-host.sh installs them on the deployer too).
-NIXOS_PACKAGES="acl attr bzip2 cpio curl gawk patch xz-utils less libcap2-bin netcat-openbsd whois time zstd bind9-host iputils-ping iputils-tracepath iputils-arping net-tools sudo"
+# (lab/nixos/default-commands; lab/install-host.sh installs them on the deployer too),
+# and jq, which the stand-in systems' pre-switch check names by absolute path (as
+# NixOS's names jq's store path).
+NIXOS_PACKAGES="acl attr bzip2 cpio curl gawk patch xz-utils less libcap2-bin netcat-openbsd whois time zstd bind9-host iputils-ping iputils-tracepath iputils-arping net-tools sudo jq"
+# The Debian root is cached per version and package list.
+ROOTFS_DIR=$CACHE/lab-rootfs-v$IMAGE_VERSION-$(printf '%s' "$NIXOS_PACKAGES" | md5sum | cut -c1-8)
 # A login's PATH on NixOS, for root and every user: the security wrappers first
 # (nixos/modules/config/system-environment.nix), then environment.profiles with /bin
 # (nixos/modules/programs/environment.nix and the nix and users modules):
@@ -109,21 +112,21 @@ move_to_lab_pool() {
   done
 }
 
-# image_id: the image's identity (see IMAGE_VERSION) from the first system's derivation,
-# which nix computes in a fraction of a second without building anything.
+# image_id: the image's identity (see IMAGE_VERSION) from the first system's derivation
+# (which nix computes in a fraction of a second without building anything), the lab's
+# NixOS files (lab/nixos: the stand-in firmware) and nixos_shape.
 image_id() {
   local drv
   drv=$(NIX_CONFIG="substituters =" nix-instantiate "$HERE/closures" -A nixos-base 2>/dev/null) ||
     { log "nix-instantiate lab/closures -A nixos-base failed"; NIX_CONFIG="substituters =" nix-instantiate "$HERE/closures" -A nixos-base >&2; exit 1; }
   drv=${drv##*/}
-  IMAGE_ID=v$IMAGE_VERSION-${drv:0:12}
+  IMAGE_ID=v$IMAGE_VERSION-$({ echo "$drv"; cat "$HERE"/nixos/*; declare -f nixos_shape; } | md5sum | cut -c1-12)
   IMAGE_ALIAS=lab/debian-$IMAGE_ID
   IMAGE_DIR=$CACHE/lab-image-$IMAGE_ID
 }
 
-# build_rootfs: the Debian part of the image (debootstrap, packages, the NixOS shape that
-# does not depend on the first system), cached in $ROOTFS_DIR for every image of this
-# version.
+# build_rootfs: the Debian part of the image (debootstrap, packages), cached in
+# $ROOTFS_DIR for every image of this version.
 build_rootfs() {
   if [ -s "$ROOTFS_DIR/rootfs.tar" ]; then return; fi
   log "building the lab image's Debian root (debootstrap; about 3 minutes, cached in $ROOTFS_DIR)"
@@ -153,7 +156,6 @@ build_rootfs() {
   # Regenerate missing host keys before sshd starts.
   mkdir -p "$root/etc/systemd/system/ssh.service.d"
   printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n' >"$root/etc/systemd/system/ssh.service.d/hostkeys.conf"
-  nixos_shape "$root"
   mkdir -p "$ROOTFS_DIR"
   tar -C "$root" --numeric-owner -cf "$ROOTFS_DIR/rootfs.tar.tmp" .
   mv "$ROOTFS_DIR/rootfs.tar.tmp" "$ROOTFS_DIR/rootfs.tar"
@@ -161,8 +163,9 @@ build_rootfs() {
 }
 
 # nixos_shape ROOT: what makes the Debian root look like NixOS to whoever logs in or runs
-# a unit (the first system comes in build_image). /lib and /usr stay: Debian's own units
-# and sshd name their binaries by absolute path; only PATH changes.
+# a unit, and the machine's stand-in firmware and boot loader (the first system comes in
+# build_image). /lib and /usr stay: Debian's own units and sshd name their binaries by
+# absolute path; only PATH changes.
 nixos_shape() {
   local root=$1
   # switch-to-configuration refuses to run without it; incusd puts
@@ -191,6 +194,25 @@ nixos_shape() {
   for u in apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer; do
     ln -sfn /dev/null "$root/etc/systemd/system/$u"
   done
+  # The machine's firmware and boot loader, and the kernel's hand-over to NixOS's stage 2
+  # (lab/nixos/firmware.sh): at each boot it boots the boot loader's entry. The boot
+  # loader is systemd-boot unless a test makes it GRUB (labtest.SetBootLoader).
+  mkdir -p "$root/usr/lib/fediversity-standin" "$root/boot"
+  install -m 0755 "$HERE/nixos/firmware.sh" "$root/usr/lib/fediversity-standin/firmware"
+  echo systemd-boot >"$root/boot/fediversity-standin-loader"
+  cat >"$root/etc/systemd/system/fediversity-stage2.service" <<'UNIT'
+[Unit]
+Description=fediversity lab stand-in of the boot loader and NixOS stage 2: run the boot entry's system
+After=local-fs.target
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/lib/fediversity-standin/firmware boot
+[Install]
+WantedBy=multi-user.target
+UNIT
+  mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
+  ln -sfn ../fediversity-stage2.service "$root/etc/systemd/system/multi-user.target.wants/fediversity-stage2.service"
 }
 
 # build_image: the Debian root with the first system of every node in its store.
@@ -215,10 +237,20 @@ build_image() {
   want=$(NIX_CONFIG="substituters =" nix-store -q --outputs "$(NIX_CONFIG="substituters =" nix-instantiate "$HERE/closures" -A nixos-base 2>/dev/null)")
   # As nixos-install does: build the system, make it generation 1 of the system profile,
   # and install its boot entry with its own switch-to-configuration.
-  base=$(chroot "$root" /usr/bin/env NIX_CONFIG="substituters =" /usr/bin/nix-build --no-out-link --option sandbox false \
-    --option build-users-group "" /tmp/fedi-lab/closures -A nixos-base 2>"$work/nix-build.log") ||
-    { tail -30 "$work/nix-build.log" >&2; exit 1; }
+  # The build runs before nixos_shape makes /bin/sh bash: with bash as the builders'
+  # /bin/sh, Debian's nix 2.8 (root, no sandbox, no build users) often kills a build that
+  # follows another ("failed due to signal 9 (Killed)"; seen in a chroot and reproduced
+  # with three trivial derivations, never with dash). It is still tried up to five times.
+  local try
+  for try in 1 2 3 4 5; do
+    base=$(chroot "$root" /usr/bin/env NIX_CONFIG="substituters =" /usr/bin/nix-build --no-out-link --option sandbox false \
+      --option build-users-group "" /tmp/fedi-lab/closures -A nixos-base 2>"$work/nix-build.log") && break
+    grep -q 'failed due to signal 9' "$work/nix-build.log" && [ "$try" != 5 ] && { log "the first system's build was killed; again"; continue; }
+    tail -30 "$work/nix-build.log" >&2
+    exit 1
+  done
   [ "$base" = "$want" ] || { log "the image's nix built $base, the deployer's nix computes $want: not one system"; exit 1; }
+  nixos_shape "$root"
   chroot "$root" /usr/bin/nix-env -p /nix/var/nix/profiles/system --set "$base"
   # Every default command resolves in the image (a dangling one would be found by
   # `command -v` and then fail to run).

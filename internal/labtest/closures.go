@@ -34,6 +34,20 @@ const (
 	ClosureSpireChain       = "spire-chain"
 	ClosureSpireChainBroken = "spire-chain-broken"
 	ClosureBootable         = "bootable"
+	// The stand-in's switch-to-configuration contract (lab/closures/default.nix says what
+	// each does against ClosureGood or ClosureGoodV2).
+	ClosureGoodV2NoRestart = "good-v2-no-restart"
+	ClosureGoodV2Reload    = "good-v2-reload"
+	ClosureGoodDropin      = "good-dropin"
+	ClosureGoodSystemdB    = "good-systemd-b"
+	ClosureGoodInitV3      = "good-init-v3"
+	ClosureActivationFails = "activation-fails"
+	ClosureCheckFails      = "check-fails"
+	ClosureKernelA         = "kernel-a"
+	ClosureKernelAParams   = "kernel-a-params"
+	ClosureKernelAFirmware = "kernel-a-firmware"
+	ClosureInhibitorA      = "inhibitor-a"
+	ClosureInhibitorB      = "inhibitor-b"
 	// ClosureBootableSwitchable boots from its own Incus image and takes later systems
 	// through a deploy (fediversity_incus_image).
 	ClosureBootableSwitchable = "bootable-switchable"

@@ -3,20 +3,30 @@
 # (as root without a nixbld group also: --option build-users-group "").
 #
 # Each attribute is a toplevel with what a deployer touches of a real one:
-#   $out/bin/switch-to-configuration {switch,boot,test,dry-activate}  (./switch-to-configuration.sh)
-#   $out/nixos-version, $out/sw/bin (the default commands of a NixOS system,
-#   lab/nixos/default-commands, and the scenario's tools), $out/systemd (the system's
-#   systemd, whose bin/ is a unit's whole PATH), $out/etc/systemd/system/*.service,
-#   $out/etc/systemd/system/multi-user.target.wants/ (the units the closure wants),
-#   $out/activate (optional, run by switch/test before the units start).
+#   $out/bin/switch-to-configuration {check,switch,boot,test,dry-activate}: the lab's
+#     stand-in of switch-to-configuration-ng, with its lock, exit codes and messages
+#     (./switch-to-configuration.sh says what it does), its pre-switch checks script and
+#     its boot loader installer (./install-bootloader.sh: systemd-boot or GRUB-like, as
+#     the node chooses);
+#   $out/activate (the activation script: its snippets, then /run/current-system),
+#   $out/dry-activate, $out/init-interface-version ("systemd 2"),
+#   $out/switch-inhibitors and $out/reboot-triggers (JSON), $out/nixos-version,
+#   $out/sw/bin (the default commands of a NixOS system, lab/nixos/default-commands, and
+#   the scenario's tools), $out/systemd (the system's systemd, whose bin/ is the PATH of
+#   a unit that sets none), $out/etc/systemd/system/*.service (services as a NixOS module
+#   defines them: NixOS's default service PATH, their tools named by store path) with
+#   their drop-ins (<unit>.d/overrides.conf), $out/etc/systemd/system/multi-user.target.wants/
+#   (the units the closure wants); with a kernel, $out/kernel, initrd, kernel-modules,
+#   firmware and kernel-params.
 # The closure is: toplevel -> system-path (sw: the default commands and fedi-tools),
 # systemd-252, fedi-payload (bytes to copy). The default commands and systemd link to
 # the Debian node's binaries: the node is Debian shaped like NixOS (lab/lab.sh).
 #
 # seed: any string; a different seed gives different store paths for every derivation
-#   but the shared systemd-252 and the default commands' system-path (every lab node has
-#   them from its first system, nixos-base), so a test can force a copy of a closure the
-#   node has never seen but for those two.
+#   but the shared ones (systemd-252, the default commands' system-path, the services'
+#   unit-default-path, install-bootloader; every lab node has the first two from its
+#   first system, nixos-base), so a test can force a copy of a closure the node has
+#   never seen but for those.
 # planFile: a node plan (JSON) that `bootable` copies to $out/etc/fediversity/node-plan.json,
 #   as the provider hands it to a build (--argstr planFile): a node image built from a
 #   submission (modules/k8s with a `build`) then carries its own node's plan. Empty: none.
@@ -92,6 +102,9 @@ let
     }
   '';
 
+  # nixosSystemd of another build (good-systemd-b): the same commands, another store path.
+  nixosSystemdB = nixosSystemdOf "b";
+
   # The system's systemd, as a NixOS toplevel links it ($out/systemd). nixpkgs builds
   # systemd with "<systemd>/bin/" as its only default PATH
   # (pkgs/os-specific/linux/systemd/default.nix), so a unit (systemd-run's included)
@@ -103,30 +116,47 @@ let
   # Boot Loader Interface's EFI variables are files in /var/lib/fediversity-standin-efi
   # (they outlive a reboot, as EFI variables do); the stand-in stage 2 reads them at boot
   # (switch-to-configuration.sh).
-  nixosSystemd = shared "systemd-252" (debianBin + ''
-    mkdir -p $out/bin
-    awk '/config[.]systemd[.]package/ { s = 1; next } s && /^$/ { exit } s && !/^#/ { print }' ${defaultCommands} > commands
-    while read -r c; do
-      [ "$c" = bootctl ] || debianBin "$c"
-    done < commands
-    cat > $out/bin/bootctl <<'SH'
-    #!/bin/sh
-    PATH=/usr/bin
-    efi=/var/lib/fediversity-standin-efi
-    case "''${1:-}" in
-    is-installed) echo yes ;;
-    --print-boot-path) echo /boot ;;
-    set-default | set-oneshot)
-      v=LoaderEntryDefault; [ "$1" = set-oneshot ] && v=LoaderEntryOneShot
-      mkdir -p $efi
-      if [ -z "''${2:-}" ]; then rm -f $efi/$v; exit 0; fi
-      [ -f "/boot/loader/entries/$2" ] || { echo "bootctl: no boot loader entry $2" >&2; exit 1; }
-      echo "$2" > $efi/$v.tmp && mv $efi/$v.tmp $efi/$v ;;
-    *) echo "bootctl (lab stand-in): not supported: $*" >&2; exit 1 ;;
-    esac
-    SH
-    chmod +x $out/bin/bootctl
-  '');
+  nixosSystemd = nixosSystemdOf "";
+  # nixosSystemdOf build: a build of it ("" the lab's one; another string another store
+  # path with the same commands). bin/ also has bootctl, the lab's stand-in: for the
+  # node's systemd-boot it sets the Boot Loader Interface's EFI variables (files in
+  # /var/lib/fediversity-standin-efi, which the stand-in firmware reads at boot,
+  # lab/nixos/firmware.sh) and takes any entry ID, as bootctl does (an ID names an entry by
+  # its file name without a boot counter; one that names none is ignored at boot); on a
+  # GRUB node it finds no EFI system partition. lib/systemd/systemd is PID 1's binary.
+  nixosSystemdOf = build: derivation ({
+    name = "systemd-252";
+    inherit system;
+    builder = "/bin/sh";
+    args = [ "-c" ("set -e; PATH=/usr/bin:/bin; " + debianBin + ''
+      mkdir -p $out/bin $out/lib/systemd
+      ln -s /usr/lib/systemd/systemd $out/lib/systemd/systemd
+      awk '/config[.]systemd[.]package/ { s = 1; next } s && /^$/ { exit } s && !/^#/ { print }' ${defaultCommands} > commands
+      while read -r c; do
+        [ "$c" = bootctl ] || debianBin "$c"
+      done < commands
+      cat > $out/bin/bootctl <<'SH'
+      #!/bin/sh
+      PATH=/usr/bin
+      efi=/var/lib/fediversity-standin-efi
+      if [ "$(cat /boot/fediversity-standin-loader 2>/dev/null || echo systemd-boot)" != systemd-boot ]; then
+        echo "Couldn't find EFI system partition. It is recommended to mount it to /boot or /efi." >&2
+        exit 1
+      fi
+      case "''${1:-}" in
+      is-installed) echo yes ;;
+      --print-boot-path | --print-esp-path) echo /boot ;;
+      set-default | set-oneshot)
+        v=LoaderEntryDefault; [ "$1" = set-oneshot ] && v=LoaderEntryOneShot
+        mkdir -p $efi
+        if [ -z "''${2:-}" ]; then rm -f $efi/$v; exit 0; fi
+        echo "$2" > $efi/$v.tmp && mv $efi/$v.tmp $efi/$v ;;
+      *) echo "bootctl (lab stand-in): not supported: $*" >&2; exit 1 ;;
+      esac
+      SH
+      chmod +x $out/bin/bootctl
+    '') ];
+  } // (if build == "" then { } else { inherit build; }));
 
   # The system path (/run/current-system/sw) of a default NixOS system: the commands of
   # lab/nixos/default-commands and no others (system-path.nix). systemd's come from
@@ -148,6 +178,19 @@ let
       fi
     done < commands
   '');
+
+  # The PATH NixOS gives every service a module defines (systemd.services.<name>.path,
+  # enableDefaultPath: coreutils, findutils, gnugrep, gnused and systemd, after the
+  # service's own; nixos/lib/systemd-unit-options.nix, nixos/modules/system/boot/systemd.nix):
+  # an Environment=PATH= line in its unit. A unit without it (systemd-run's, an upstream
+  # unit's) has systemd's bin directory alone. servicePath holds those four groups of
+  # lab/nixos/default-commands.
+  servicePath = shared "unit-default-path" (debianBin + ''
+    mkdir -p $out/bin
+    awk '/^# (coreutils-full|findutils|gnugrep|gnused)$/ { s = 1; next } /^#/ || /^$/ { s = 0 } s { print }' ${defaultCommands} > commands
+    while read -r c; do debianBin "$c"; done < commands
+  '');
+  serviceEnvPath = "Environment=PATH=${servicePath}/bin:${nixosSystemd}/bin";
 
   # A stand-in system's sw: the default commands and the scenario's own tools (they are
   # what environment.systemPackages adds to a real system).
@@ -278,6 +321,12 @@ let
     chmod +x $out/init
   '';
 
+  # A stand-in of hardware.firmware (a toplevel's $out/firmware).
+  firmwareOf = v: drv "fedi-firmware-${v}" ''
+    mkdir -p $out/lib/firmware
+    echo "stand-in firmware ${v}" > $out/lib/firmware/fedi.bin
+  '' { };
+
   payload = drv "fedi-payload" ''
     mkdir -p $out
     yes "fediversity payload $seed" | head -c $((payloadKiB * 1024)) > $out/blob
@@ -295,27 +344,203 @@ let
   # toplevel name version units wants activate; kernel: a `linux` (null: none);
   # inhibitors: lines `name=value` of $out/etc/switch-inhibitors (null: none);
   # bricksAtBoot: the stand-in stage 2 powers the node off instead of booting it.
-  # extraTools: what the system adds to its sw beside the default commands (null: none);
-  # withPayload: $out/payload links the payload (bytes for the copy tests).
-  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null, inhibitors ? null, bricksAtBoot ? false, extraTools ? tools, withPayload ? true }:
+  # The boot loader installer of every stand-in system (config.system.build.installBootLoader):
+  # systemd-boot entries from the system profile's generations, or GRUB-like, as the node
+  # chooses (./install-bootloader.sh).
+  installBootLoader = shared "install-bootloader" ''
+    mkdir -p $out/bin
+    cp ${./install-bootloader.sh} $out/bin/install-bootloader
+    chmod +x $out/bin/install-bootloader
+  '';
+
+  # A system's pre-switch checks script (nixos/modules/system/activation/pre-switch-check.nix):
+  # each check a subshell given the new system and the action, named when it fails. Every
+  # system has switchInhibitors (switchable-system.nix): the inhibitors of the running
+  # system and of the new one (<toplevel>/switch-inhibitors, JSON), and the keys in both
+  # whose values differ; not checked for `boot`. Its tools are named by absolute path, as
+  # the real one names store paths (jq is in the lab image for it; for Debian's jq 1.6,
+  # the real one's `$new.[.key]` is `$new[.key]` and its `try fromjson catch {} as $old`
+  # is bracketed, as jq 1.7 reads them).
+  preSwitchChecks = checks: let
+    inhibitorsCheck = ''
+      incoming="''${1-}"
+      action="''${2-}"
+
+      if [ "$action" == "boot" ]; then
+        echo "Not checking switch inhibitors (action = $action)"
+        exit
+      fi
+
+      echo -n "Checking switch inhibitors..."
+
+      empty="$(/usr/bin/mktemp -t switch_inhibit.XXXX)"
+      clean_up() {
+        /usr/bin/rm -f "$empty"
+      }
+      trap clean_up EXIT
+      echo "{}" > "$empty"
+
+      current_inhibitors="$(/usr/bin/realpath /run/current-system)/switch-inhibitors"
+      if [ ! -f "$current_inhibitors" ]; then
+        current_inhibitors="$empty"
+      fi
+
+      new_inhibitors="$(/usr/bin/realpath "$incoming")/switch-inhibitors"
+      if [ ! -f "$new_inhibitors" ]; then
+        new_inhibitors="$empty"
+      fi
+
+      diff="$(
+        /usr/bin/jq \
+          --raw-output \
+          --null-input \
+          --rawfile current "$current_inhibitors" \
+          --rawfile newgen "$new_inhibitors" \
+        '
+          ($current | try fromjson catch {}) as $old |
+          ($newgen | try fromjson catch {}) as $new |
+          $old |
+          to_entries |
+          map(
+            select(.key | in ($new)) |
+            select(.value != $new[.key]) |
+            [ .key, ":", .value, "->", $new[.key] ] | join(" ")
+          ) |
+          join("\n")
+        ' \
+      )"
+
+      if [ -n "$diff" ]; then
+        echo
+        echo "There are changes to critical components of the system:"
+        echo
+        echo "$diff"
+        echo
+        echo "Switching into this system is not recommended."
+        echo "You probably want to run 'nixos-rebuild boot' and reboot your system instead."
+        echo
+        echo "If you really want to switch into this configuration directly, then"
+        echo "you can set NIXOS_NO_CHECK=1 to ignore pre-switch checks."
+        echo
+        echo "WARNING: doing so might cause the switch to fail or your system to become unstable."
+        echo
+        exit 1
+      else
+        echo " done"
+      fi
+    '';
+    all = { switchInhibitors = inhibitorsCheck; } // checks;
+    script = builtins.concatStringsSep "\n" (builtins.attrValues (builtins.mapAttrs (name: text: ''
+      # pre-switch check ${name}
+      (
+        ${text}
+      )
+      if [[ $? != 0 ]]; then
+        echo "Pre-switch check '${name}' failed"
+        exit 1
+      fi
+    '') all));
+  in drv "pre-switch-checks" ''
+    printf '#!/usr/bin/bash\n%s\n' "$script" > $out
+    chmod +x $out
+  '' { inherit script; };
+
+  # The activation script (nixos/modules/system/activation/activation-script.nix): each
+  # snippet in turn (a failed one named, the status kept), then /run/current-system :=
+  # this system whatever they did, and exit with their status. Snippets: the setuid
+  # wrappers (Debian's sudo and su in /run/wrappers/bin), and the scenario's.
+  activationScript = snippet: ''
+    #!/usr/bin/bash
+    systemConfig='@out@'
+
+    export PATH=@out@/sw/bin
+
+    _status=0
+    trap "_status=1 _localstatus=\$?" ERR
+
+    # Ensure a consistent umask.
+    umask 0022
+
+    #### Activation script snippet wrappers:
+    _localstatus=0
+    mkdir -p /run/wrappers/bin
+    for w in sudo su; do
+      if [ -x "/usr/bin/$w" ]; then ln -sfn "/usr/bin/$w" "/run/wrappers/bin/$w"; fi
+    done
+
+    if (( _localstatus > 0 )); then
+      printf "Activation script snippet '%s' failed (%s)\n" "wrappers" "$_localstatus"
+    fi
+
+    #### Activation script snippet fediversity:
+    _localstatus=0
+    ${if snippet == null then "" else snippet}
+
+    if (( _localstatus > 0 )); then
+      printf "Activation script snippet '%s' failed (%s)\n" "fediversity" "$_localstatus"
+    fi
+
+    # Make this configuration the current configuration.
+    ln -sfn "$(readlink -f "$systemConfig")" /run/current-system
+
+    exit $_status
+  '';
+
+  # toplevel: a stand-in system. units (name: text), wants (names multi-user.target
+  # wants), dropins (unit name: the text of its <unit>.d/overrides.conf, as NixOS
+  # configures upstream units), activate (a shell snippet of the activation script),
+  # chain (the secret chain's members), kernel (a `linux`; null: a container, with no
+  # kernel, firmware or kernel-params), kernelParams, firmware (a `firmwareOf`),
+  # inhibitors (system.switch.inhibitors: name: value), checks (more pre-switch checks:
+  # name: shell text), initVersion (init-interface-version's systemd interface), systemd
+  # (the system's systemd), bricksAtBoot (the stand-in stage 2 powers the node off
+  # instead of booting it), extraTools (what the system adds to its sw beside the
+  # default commands; null: none), withPayload ($out/payload, bytes for the copy tests).
+  # Beside them every system has what a NixOS toplevel has for a deployer:
+  # bin/switch-to-configuration, activate, dry-activate, init-interface-version,
+  # switch-inhibitors and reboot-triggers (JSON, nixos/modules/tasks/auto-upgrade.nix:
+  # the inhibitors, and kernel, firmware and kernel-params when it has a kernel),
+  # nixos-version, sw, systemd.
+  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null
+    , kernelParams ? [ "console=ttyS0" "loglevel=4" ], firmware ? firmwareOf "a", inhibitors ? { }, checks ? { }
+    , initVersion ? "2", systemd ? nixosSystemd, dropins ? { }, bricksAtBoot ? false, extraTools ? tools, withPayload ? true }:
     let
       writeUnit = name: text: ''
         cat > $out/etc/systemd/system/${name} <<'FEDI_UNIT_EOF'
         ${text}
         FEDI_UNIT_EOF
       '';
+      writeDropin = name: text: ''
+        mkdir -p $out/etc/systemd/system/${name}.d
+        cat > $out/etc/systemd/system/${name}.d/overrides.conf <<'FEDI_UNIT_EOF'
+        ${text}
+        FEDI_UNIT_EOF
+      '';
       writes = builtins.concatStringsSep "\n" (builtins.attrValues (builtins.mapAttrs writeUnit units));
+      dropinWrites = builtins.concatStringsSep "\n" (builtins.attrValues (builtins.mapAttrs writeDropin dropins));
       links = builtins.concatStringsSep "\n" (map (u: "ln -s ../${u} $out/etc/systemd/system/multi-user.target.wants/${u}") wants);
+      rebootTriggers = inhibitors // (if kernel == null then { } else {
+        kernel = "${kernel}";
+        firmware = "${firmware}";
+        kernel-params = builtins.concatStringsSep "," kernelParams;
+      });
     in
     drv "nixos-system-fedi-${scenario}-${version}" ''
       mkdir -p $out/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
       ln -s ${systemPath extraTools} $out/sw
-      ln -s ${nixosSystemd} $out/systemd
+      ln -s ${systemd} $out/systemd
       ${if withPayload then "ln -s ${payload} $out/payload" else ""}
-      sed "s|@out@|$out|g" ${./switch-to-configuration.sh} > $out/bin/switch-to-configuration
+      sed -e "s|@out@|$out|g" -e "s|@systemd@|${systemd}|g" \
+        -e "s|@installBootLoader@|${installBootLoader}/bin/install-bootloader|g" \
+        -e "s|@preSwitchCheck@|${preSwitchChecks checks}|g" \
+        ${./switch-to-configuration.sh} > $out/bin/switch-to-configuration
       chmod +x $out/bin/switch-to-configuration
       echo "25.05.fediversity-standin-${scenario}-${version}" > $out/nixos-version
+      printf 'systemd %s' "${initVersion}" > $out/init-interface-version
+      printf '%s\n' "$switchInhibitors" > $out/switch-inhibitors
+      printf '%s\n' "$rebootTriggers" > $out/reboot-triggers
       ${writes}
+      ${dropinWrites}
       ${links}
       printf '%s\n' ${builtins.concatStringsSep " " chain} > $out/etc/fediversity/secret-chain
       ${if chain == [ ] then "rm $out/etc/fediversity/secret-chain" else ""}
@@ -323,39 +548,43 @@ let
         ln -s ${kernel}/bzImage $out/kernel
         ln -s ${kernel}/initrd $out/initrd
         ln -s ${kernel}/lib $out/kernel-modules
+        ln -s ${firmware} $out/firmware
+        printf 'systemConfig=%s init=%s/init %s' "$out" "$out" "${builtins.concatStringsSep " " kernelParams}" > $out/kernel-params
       ''}
-      ${if inhibitors == null then "" else "printf '%s\\n' ${builtins.concatStringsSep " " inhibitors} > $out/etc/switch-inhibitors"}
       ${if bricksAtBoot then "touch $out/etc/fediversity-boot-bricks" else ""}
-      ${if activate == null then "" else ''
-        cat > $out/activate <<'FEDI_ACTIVATE_EOF'
-        #!/bin/sh
-        ${activate}
-        FEDI_ACTIVATE_EOF
-        chmod +x $out/activate
-      ''}
+      cat > $out/activate <<'FEDI_ACTIVATE_EOF'
+      ${activationScript activate}
+      FEDI_ACTIVATE_EOF
+      printf '#!/usr/bin/bash\n# The dry activation script: the stand-in systems have no snippet that supports it.\nsystemConfig=%s\n' "$out" > $out/dry-activate
+      chmod +x $out/activate $out/dry-activate
       # Unit files and scripts name $out as @out@.
-      for f in $out/etc/systemd/system/*.service $out/activate; do
+      for f in $out/etc/systemd/system/*.service $out/etc/systemd/system/*.d/*.conf $out/activate; do
         if [ -f "$f" ]; then sed -i "s|@out@|$out|g" "$f"; fi
       done
-    '' { };
+    '' {
+      switchInhibitors = builtins.toJSON inhibitors;
+      rebootTriggers = builtins.toJSON rebootTriggers;
+    };
 
+  # A service as a NixOS module defines it, with NixOS's default service PATH.
   service = { exec, type ? "exec", extraUnit ? "", extraService ? "" }: ''
     [Unit]
     Description=fediversity lab unit
     ${extraUnit}
     [Service]
+    ${serviceEnvPath}
     Type=${type}
     ExecStart=${exec}
     ${extraService}
   '';
 
   web = version: service {
-    exec = "@out@/sw/bin/fedi-idle";
+    exec = "${tools}/bin/fedi-idle";
     extraService = "Environment=FEDI_VERSION=${version}";
   };
   setup = service {
     type = "oneshot";
-    exec = "@out@/sw/bin/fedi-hello";
+    exec = "${tools}/bin/fedi-hello";
     extraService = "RemainAfterExit=yes";
   };
   base = version: { "fedi-web.service" = web version; "fedi-setup.service" = setup; };
@@ -367,23 +596,24 @@ let
     wants = baseWants ++ [ name ];
   };
 
-  chainUnits = { fetch ? "@out@/sw/bin/fedi-chain-step secret-chain-fetch.service 3 1" }: {
+  chainUnits = { fetch ? "${tools}/bin/fedi-chain-step secret-chain-fetch.service 3 1", scenario ? "chain" }: {
     "secret-chain-fetch.service" = service { exec = fetch; };
     "secret-chain-install.service" = service {
-      exec = "@out@/sw/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret";
+      exec = "${tools}/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret";
     };
     # The check is an ExecStartPre, so that the start job itself fails and the switch
     # sees app.service failed however busy the node is. (As the ExecStart of a Type=exec
     # unit it failed only after its process ran, which on a loaded machine came after
-    # the switch's check.)
+    # the switch's check.) It names its scenario, so a switch between two chain
+    # scenarios changes it and starts it again, as a changed unit is.
     "app.service" = service {
-      exec = "@out@/sw/bin/fedi-idle";
-      extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
+      exec = "${tools}/bin/fedi-idle";
+      extraService = "Environment=FEDI_CHAIN_SCENARIO=${scenario}\nExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
     };
   };
   chainScenario = scenario: fetch: toplevel {
     inherit scenario;
-    units = base "1" // chainUnits { inherit fetch; };
+    units = base "1" // chainUnits { inherit fetch scenario; };
     wants = baseWants ++ [ "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];
     chain = [ "secret-chain-fetch.service" "secret-chain-install.service" ];
     activate = "rm -rf /run/secret /run/fediversity-chain";
@@ -407,6 +637,7 @@ let
         [Unit]
         Description=fediversity lab HTTP answer
         [Service]
+        ${serviceEnvPath}
         StandardInput=socket
         StandardOutput=socket
         ExecStart=/bin/sh -c 'while read -r l; do [ "$(printf %%s "$l" | tr -d "\r")" = "" ] && break; done; if ${if broken then "false" else "[ -e /run/fedi-http-ready ]"}; then printf "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nfedi ok\n"; elif [ -e /run/fedi-http-ready ]; then printf "HTTP/1.0 500 Internal Server Error\r\n\r\nbroken\n"; else printf "HTTP/1.0 503 Service Unavailable\r\n\r\nwarming up\n"; fi'
@@ -461,12 +692,12 @@ let
       };
       "secret-chain-fetch.service" = oneshot fetch "Wants=fedi-spire-agent.service\nAfter=fedi-spire-agent.service";
       "secret-chain-install.service" = oneshot
-        "@out@/sw/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret"
+        "${tools}/bin/fedi-chain-step secret-chain-install.service 2 1 /run/fediversity-chain/secret-chain-fetch.service.done /run/secret"
         "Requires=secret-chain-fetch.service\nAfter=secret-chain-fetch.service";
       "app.service" = service {
-        exec = "@out@/sw/bin/fedi-idle";
+        exec = "${tools}/bin/fedi-idle";
         extraUnit = "Requires=secret-chain-install.service\nAfter=secret-chain-install.service";
-        extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
+        extraService = "Environment=FEDI_CHAIN_SCENARIO=${scenario}\nExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
       };
     };
     wants = baseWants ++ builtins.attrNames extra ++ [ "fedi-spire-agent.service" "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];
@@ -475,7 +706,7 @@ let
   };
 in
 {
-  inherit tools payload nixosSystemd nixosPath;
+  inherit tools payload nixosSystemd nixosPath servicePath;
 
   # An HTTP service that answers 200 "fedi ok" about 3 s after the switch (health checks).
   http = httpScenario "http" { };
@@ -483,16 +714,20 @@ in
   http-broken = httpScenario "http-broken" { broken = true; };
 
   # Reboots (activation): the healthy units on kernel 6.12 (kernel-a, kernel-a-v2: the
-  # same kernel, another toplevel) and on kernel 6.18 (kernel-b); with a switch
-  # inhibitor (inhibitor-a, inhibitor-b: its value changes, so a switch between them is
-  # refused); a unit that fails only once its system is booted (boot-fails, kernel
-  # 6.18: fedi-boot-only.service fails when /run/booted-system is this toplevel); and a
-  # boot that never comes up (boot-bricks).
+  # same kernel, another toplevel) and on kernel 6.18 (kernel-b); kernel-a's kernel with
+  # other kernel parameters only (kernel-a-params) and other firmware only
+  # (kernel-a-firmware), which NixOS's reboot-triggers name; with a switch inhibitor
+  # (inhibitor-a, inhibitor-b: {"fedi-driver": "570"} and "575", so a switch between
+  # them is refused, and a boot is not); a unit that fails only once its system is
+  # booted (boot-fails, kernel 6.18: fedi-boot-only.service fails when
+  # /run/booted-system is this toplevel); and a boot that never comes up (boot-bricks).
   kernel-a = toplevel { scenario = "kernel-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; };
   kernel-a-v2 = toplevel { scenario = "kernel-a"; version = "2"; units = base "2"; wants = baseWants; kernel = linux "6.12"; };
+  kernel-a-params = toplevel { scenario = "kernel-a-params"; units = base "2"; wants = baseWants; kernel = linux "6.12"; kernelParams = [ "console=ttyS0" "loglevel=7" ]; };
+  kernel-a-firmware = toplevel { scenario = "kernel-a-firmware"; units = base "2"; wants = baseWants; kernel = linux "6.12"; firmware = firmwareOf "b"; };
   kernel-b = toplevel { scenario = "kernel-b"; units = base "2"; wants = baseWants; kernel = linux "6.18"; };
-  inhibitor-a = toplevel { scenario = "inhibitor-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; inhibitors = [ "fedi-driver=570" ]; };
-  inhibitor-b = toplevel { scenario = "inhibitor-b"; units = base "2"; wants = baseWants; kernel = linux "6.12"; inhibitors = [ "fedi-driver=575" ]; };
+  inhibitor-a = toplevel { scenario = "inhibitor-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; inhibitors = { fedi-driver = "570"; }; };
+  inhibitor-b = toplevel { scenario = "inhibitor-b"; units = base "2"; wants = baseWants; kernel = linux "6.12"; inhibitors = { fedi-driver = "575"; }; };
   boot-fails = toplevel {
     scenario = "boot-fails";
     units = base "2" // {
@@ -669,8 +904,45 @@ in
     ln -s ${bootSpireAgent}/bin/spire-agent $out/sw/bin/spire-agent
   '') { };
 
-  # Same units, another toplevel (fedi-web's unit file changed: it is restarted).
+  # Same units, another toplevel (fedi-web's unit file changed: it is stopped before the
+  # activation and started after it).
   good-v2 = toplevel { scenario = "good"; version = "2"; units = base "2"; wants = baseWants; };
+
+  # good-v2 whose fedi-web says restartIfChanged = false (X-RestartIfChanged=false): from
+  # good, the switch does not restart it ("NOT restarting the following changed units")
+  # and it runs good's fedi-web on.
+  good-v2-no-restart = toplevel {
+    scenario = "good-no-restart"; version = "2"; wants = baseWants;
+    units = base "2" // { "fedi-web.service" = service { exec = "${tools}/bin/fedi-idle"; extraService = "Environment=FEDI_VERSION=2\nX-RestartIfChanged=false"; }; };
+  };
+  # good-v2 whose fedi-web says reloadIfChanged = true: from good, it is reloaded.
+  good-v2-reload = toplevel {
+    scenario = "good-reload"; version = "2"; wants = baseWants;
+    units = base "2" // { "fedi-web.service" = service { exec = "${tools}/bin/fedi-idle"; extraService = "Environment=FEDI_VERSION=2\nExecReload=${nixosPath}/bin/true\nX-ReloadIfChanged=true"; }; };
+  };
+  # good with fedi-web changed by a drop-in only (fedi-web.service.d/overrides.conf, as
+  # NixOS configures an upstream unit): from good, fedi-web is restarted.
+  good-dropin = toplevel {
+    scenario = "good-dropin"; units = base "1"; wants = baseWants;
+    dropins = { "fedi-web.service" = "[Service]\nEnvironment=FEDI_DROPIN=1"; };
+  };
+  # good with another systemd (its units and all else the same): from good, the switch
+  # re-executes PID 1 ("restarting systemd..."), and no reboot is needed.
+  good-systemd-b = toplevel { scenario = "good-systemd-b"; units = base "1"; wants = baseWants; systemd = nixosSystemdB; };
+  # good-v2 whose init-interface-version changed (systemd 3): switch and test exit 100
+  # before activating it (switch after installing the boot loader).
+  good-init-v3 = toplevel { scenario = "good-init-v3"; version = "2"; units = base "2"; wants = baseWants; initVersion = "3"; };
+  # good-v2 whose activation script fails (a snippet, as a secret that cannot be
+  # decrypted fails sops-nix's or agenix's): exit 2, /run/current-system updated anyway.
+  activation-fails = toplevel {
+    scenario = "activation-fails"; units = base "2"; wants = baseWants;
+    activate = "echo 'fedi-secrets: cannot decrypt /run/secrets/fedi-db: no key' >&2; false";
+  };
+  # good-v2 with a pre-switch check that always fails (system.preSwitchChecks).
+  check-fails = toplevel {
+    scenario = "check-fails"; units = base "2"; wants = baseWants;
+    checks = { fediAlwaysFails = "echo 'fedi: this system never passes its check'; false"; };
+  };
 
   # fedi-broken.service exits 1 (Type=oneshot: failed when the switch checks): exit 4.
   failed-unit = withUnit "failed-unit" "fedi-broken.service" (service {
@@ -687,18 +959,18 @@ in
 
   # The container may not use SCHED_FIFO: never spawned, 214/SETSCHEDULER (host fault).
   host-fault = withUnit "host-fault" "fedi-rt.service" (service {
-    exec = "@out@/sw/bin/fedi-idle";
+    exec = "${tools}/bin/fedi-idle";
     extraService = "CPUSchedulingPolicy=fifo";
   });
 
   # ExecStart names a binary the closure lacks: never spawned, 203/EXEC (closure fault).
   closure-fault = withUnit "closure-fault" "fedi-missing.service" (service {
-    exec = "@out@/sw/bin/fedi-does-not-exist";
+    exec = "${tools}/bin/fedi-does-not-exist";
   });
 
   # A false ConditionPathExists: skipped, inactive, ConditionResult=no.
   skipped = withUnit "skipped" "fedi-skipped.service" (service {
-    exec = "@out@/sw/bin/fedi-idle";
+    exec = "${tools}/bin/fedi-idle";
     extraUnit = "ConditionPathExists=/nonexistent/fediversity";
   });
 
@@ -709,7 +981,7 @@ in
     scenario = "stale-job";
     units = base "1" // {
       "fedi-waiter.service" = service {
-        exec = "@out@/sw/bin/fedi-idle";
+        exec = "${tools}/bin/fedi-idle";
         extraUnit = "Wants=fedi-slowstart.service";
       };
       "fedi-slowstart.service" = service {
@@ -731,7 +1003,7 @@ in
 
   # A secret chain that converges in ~5 s: app.service fails at the switch (no
   # /run/secret yet) and runs once restarted after the chain finished.
-  chain = chainScenario "chain" "@out@/sw/bin/fedi-chain-step secret-chain-fetch.service 3 1";
+  chain = chainScenario "chain" "${tools}/bin/fedi-chain-step secret-chain-fetch.service 3 1";
 
   # The first chain member fails after one step, before it says it is done; /run/secret
   # never appears. (Failing after fedi-chain-step left its .done file let the install
@@ -740,7 +1012,7 @@ in
     "/bin/sh -c 'mkdir -p /run/fediversity-chain; sleep 1; echo 1 > /run/fediversity-chain/secret-chain-fetch.service.progress; exit 1'";
 
   # The first chain member runs but never makes progress; /run/secret never appears.
-  chain-no-progress = chainScenario "chain-no-progress" "@out@/sw/bin/fedi-idle";
+  chain-no-progress = chainScenario "chain-no-progress" "${tools}/bin/fedi-idle";
 
   # The SPIRE lane of tf-incus-operator: the node's agent (/usr/local/bin/spire-agent,
   # which the test puts on the node, as a NixOS module would put it in the system)

@@ -10,6 +10,11 @@
 # fails (exit 1) while /run/secret is missing.
 { fetch ? "ok", seed ? "", system ? builtins.currentSystem }:
 let
+  # The lab's NixOS-shaped node gives a unit that sets no PATH systemd's bin directory
+  # alone: these units get NixOS's default service PATH (as a NixOS module's service
+  # does), and the switch names its tools by the default commands' store path.
+  lab = import ../../../../lab/closures { inherit seed system; };
+  servicePath = "${lab.servicePath}/bin:${lab.nixosSystemd}/bin";
   fetchExec = {
     ok = "/bin/sh -c 'for i in 1 2 3; do sleep 1; echo $$i > /run/fediversity-chain/fetch.progress; done; touch /run/fediversity-chain/fetch.done'";
     fails = "/bin/sh -c 'sleep 1; echo 1 > /run/fediversity-chain/fetch.progress; exit 1'";
@@ -18,7 +23,8 @@ let
 in
 derivation {
   name = "nixos-system-fedi-acc-chain-${fetch}";
-  inherit system seed fetchExec;
+  inherit system seed fetchExec servicePath;
+  defaultCommands = "${lab.nixosPath}/bin";
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
@@ -28,19 +34,22 @@ derivation {
     echo "25.05.fediversity-acc-chain" > $out/nixos-version
     cat > $u/secret-chain-fetch.service <<EOF_UNIT
     [Service]
+    Environment=PATH=$servicePath
     Type=oneshot
     RemainAfterExit=yes
     ExecStartPre=/bin/mkdir -p /run/fediversity-chain
     ExecStart=$fetchExec
     EOF_UNIT
-    cat > $u/secret-chain-install.service <<'EOF_UNIT'
+    cat > $u/secret-chain-install.service <<EOF_UNIT
     [Service]
+    Environment=PATH=$servicePath
     Type=oneshot
     RemainAfterExit=yes
     ExecStart=/bin/sh -c 'while [ ! -e /run/fediversity-chain/fetch.done ]; do sleep 0.5; done; sleep 2; echo s3cret > /run/secret.tmp && mv /run/secret.tmp /run/secret'
     EOF_UNIT
-    cat > $u/app.service <<'EOF_UNIT'
+    cat > $u/app.service <<EOF_UNIT
     [Service]
+    Environment=PATH=$servicePath
     Type=exec
     ExecStart=/bin/sh -c 'test -e /run/secret || { echo "no /run/secret yet" >&2; exit 1; }; exec sleep infinity'
     EOF_UNIT
@@ -50,7 +59,7 @@ derivation {
     cat > $out/bin/switch-to-configuration <<EOF_SWITCH
     #!/bin/sh
     set -u
-    PATH=/usr/sbin:/usr/bin:/sbin:/bin
+    PATH=$defaultCommands
     case "\$1" in
     boot|dry-activate) exit 0 ;;
     switch|test) ;;
