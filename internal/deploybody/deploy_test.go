@@ -471,13 +471,23 @@ func TestDeployMACGate(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("node has the address only as a random one: refused", func(t *testing.T) {
+		s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+		s.node.randomMACs = append(s.node.randomMACs, "00:16:3e:aa:bb:cc")
+		writeClosure(t, s.root, testToplevel, closureSpec{linkFiles: map[string]string{"10-lan0.link": link}})
+		_, err := s.deploy()
+		de := deployErr(t, err, PhasePushClosure)
+		if !strings.Contains(de.Error(), "which node fedi-n1 does not have") {
+			t.Fatalf("an address the kernel made up is no permanent address: %v", err)
+		}
+	})
 	t.Run("no link files: not gated", func(t *testing.T) {
 		s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
 		s.node.macs = nil
 		if _, err := s.deploy(); err != nil {
 			t.Fatal(err)
 		}
-		if n := len(s.node.runsOf("sh", "-c", macListScript)); n != 0 {
+		if n := len(s.node.runsOf("sh", "-c", hardwareAddressScript)); n != 0 {
 			t.Fatalf("node's addresses read %d times for an ungated closure", n)
 		}
 	})

@@ -110,7 +110,9 @@ type fakeNode struct {
 	units    map[string]*fakeUnit
 	closures map[string]map[string]unitSpec // toplevel → units it activates
 	macs     []string
-	nextJob  int
+	// randomMACs are addresses of interfaces the kernel gave a random address.
+	randomMACs []string
+	nextJob    int
 
 	ownPathEmpty         bool // the node's own PATH resolves nothing (no /usr/bin tools)
 	busSevered           bool
@@ -558,12 +560,18 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		}
 		return RunResult{}, nil
 	}
-	if argv[0] == "sh" && len(argv) == 3 && argv[2] == macListScript {
+	if argv[0] == "sh" && len(argv) == 3 && argv[2] == hardwareAddressScript {
+		// What sysfs and `ip -o link` print: the NICs' addresses are their permanent
+		// ones (addr_assign_type 0); randomMACs are a veth's, made up by the kernel (1).
 		var b strings.Builder
+		b.WriteString("sys lo 00:00:00:00:00:00 0\n")
 		for i, mac := range n.macs {
-			fmt.Fprintf(&b, "/sys/class/net/eth%d %s\n", i, mac)
+			fmt.Fprintf(&b, "sys eth%d %s 0\n", i, mac)
 		}
-		b.WriteString("/sys/class/net/lo 00:00:00:00:00:00\n")
+		for i, mac := range n.randomMACs {
+			fmt.Fprintf(&b, "sys veth%d %s 1\n", i, mac)
+		}
+		b.WriteString("1: lo: <LOOPBACK,UP,LOWER_UP> mtu 65536 qdisc noqueue state UNKNOWN mode DEFAULT group default qlen 1000\\    link/loopback 00:00:00:00:00:00 brd 00:00:00:00:00:00\n")
 		return RunResult{Stdout: []byte(b.String())}, nil
 	}
 	if argv[0] == "sh" && len(argv) == 3 && argv[2] == cmdUnitDigests[2] {

@@ -95,9 +95,6 @@ func (e *runEnv) waitForNode(ctx context.Context) (silent bool, note string, err
 
 // ---- push closure ----
 
-// macListScript prints "<interface dir> <address>" for each network interface.
-const macListScript = `for f in /sys/class/net/*/address; do [ -r "$f" ] && printf '%s %s\n' "${f%/address}" "$(cat "$f")"; done; true`
-
 // pushClosure copies toplevel's closure to the node and returns what was sent.
 func (e *runEnv) pushClosure(ctx context.Context, toplevel string) (CopyStats, string, error) {
 	if err := e.checkHardwareAddresses(ctx, toplevel); err != nil {
@@ -121,28 +118,20 @@ func (e *runEnv) checkHardwareAddresses(ctx context.Context, toplevel string) er
 	if len(requirements) == 0 {
 		return nil
 	}
-	res, err := e.remote(ctx, toplevel, "sh", "-c", macListScript)
+	res, err := e.remote(ctx, toplevel, "sh", "-c", hardwareAddressScript)
 	if err != nil {
 		return withHint(fmt.Errorf("reading the node's hardware addresses: %w", err), "the closure's link files need them; check the transport")
 	}
-	nodeMACs := map[string]bool{}
-	for _, line := range strings.Split(string(res.Stdout), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) == 2 {
-			if mac, ok := normalizeMAC(fields[1]); ok {
-				nodeMACs[mac] = true
-			}
-		}
-	}
+	has := nodeHardwareAddresses(string(res.Stdout))
 	for _, req := range requirements {
 		found := false
 		for _, mac := range req.MACs {
-			found = found || nodeMACs[mac]
+			found = found || len(has[mac]) > 0
 		}
 		if !found {
 			return withHint(
-				fmt.Errorf("refusing the closure before the copy: link file %s matches PermanentMACAddress=%s, which node %s does not have (it has %s)",
-					req.File, strings.Join(req.MACs, " "), e.o.Node, strings.Join(sortedKeys(nodeMACs), ", ")),
+				fmt.Errorf("refusing the closure before the copy: link file %s matches PermanentMACAddress=%s, which node %s does not have (%s)",
+					req.File, strings.Join(req.MACs, " "), e.o.Node, describeHardwareAddresses(has)),
 				"the closure was built for other hardware: correct the node's hardware address in its configuration, or deploy it to the machine that has it")
 		}
 	}

@@ -24,6 +24,7 @@ const (
 	ClosureHostFault        = "host-fault"
 	ClosureClosureFault     = "closure-fault"
 	ClosureSkipped          = "skipped"
+	ClosureCycling          = "cycling"
 	ClosureSlowSwitch       = "slow-switch"
 	ClosureStaleJob         = "stale-job"
 	ClosureChain            = "chain"

@@ -1029,4 +1029,29 @@ in
       exec = "/bin/sh -c 'echo broken >&2; exit 1'";
     };
   };
+
+  # A cycling unit: fedi-tick.timer starts the oneshot fedi-tick.service every second,
+  # so the service is activated again and again (a new InvocationID each time) while
+  # NRestarts stays 0, and it never fails. systemd's default start limit (5 starts in
+  # 10 s) would fail a unit started every second, on NixOS too: the service turns it
+  # off, as a module whose timer fires this often must.
+  cycling = toplevel {
+    scenario = "cycling";
+    units = {
+      "fedi-tick.timer" = ''
+        [Unit]
+        Description=fediversity lab timer: starts fedi-tick.service every second
+        [Timer]
+        OnActiveSec=1s
+        OnUnitActiveSec=1s
+        AccuracySec=100ms
+      '';
+      "fedi-tick.service" = service {
+        type = "oneshot";
+        exec = "${nixosPath}/bin/true";
+        extraUnit = "StartLimitIntervalSec=0";
+      };
+    };
+    wants = [ "fedi-tick.timer" ];
+  };
 }

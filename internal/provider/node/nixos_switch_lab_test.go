@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"sort"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	tfjson "github.com/hashicorp/terraform-json"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
@@ -355,4 +358,87 @@ func TestAccNodeSwitchNixOSInitInterfaceChange(t *testing.T) {
 			},
 		},
 	})
+}
+
+// A switch that never activated, on the NixOS-shaped node: the new system's
+// switch-to-configuration stops before it changes anything (/run/current-system stays
+// the previous system), once exiting 0 as if all went well and once exiting 1. Each
+// apply fails saying the switch never activated, naming what the node runs, the exit
+// and the switch's own line, and that the boot entry is untouched; the node's journal
+// shows the `test` and no `boot` (the stand-in's `switch` would have made the new
+// system the boot default at once, as GRUB does). After each, the node runs, boots and
+// has as its profile and verdict record the previous system, and the state still
+// records it.
+func TestAccNodeSwitchNixOSNeverActivated(t *testing.T) {
+	acctest.Lab(t)
+	node := labtest.NewInstance(t, "acc-nixos-never")
+	var first string
+	var since time.Time
+	mark := func() { since = time.Now() }
+	untouched := func(what string) func() {
+		return func() {
+			st, err := readNodeBootState(t, node)
+			if err != nil || st.running != first || st.bootDefault != first || st.profile != first || st.record != first {
+				t.Errorf("after %s: node runs %q, boots %q, profile %q, verdict record %q (%v); want all the previous system %s",
+					what, st.running, st.bootDefault, st.profile, st.record, err, first)
+			}
+			if actions, _ := detachedRuns(t, node, since); strings.Join(actions, " ") != "test" {
+				t.Errorf("after %s the detached switch-to-configuration runs were %v, want [test] alone", what, actions)
+			}
+		}
+	}
+	neverActivated := func(code int) *regexp.Regexp {
+		return regexp.MustCompile(fmt.Sprintf(`(?s)the\s+switch\s+never\s+activated:\s+node\s+runs\s+/nix/store/\S+-nixos-system-fedi-acc,\s+not\s+/nix/store/\S+-nixos-system-fedi-acc\s+`+
+			`\(switch-to-configuration\s+test\s+exited\s+%d:\s+fedi-acc:\s+stopping\s+before\s+the\s+activation.*\);\s+its\s+boot\s+entry\s+is\s+untouched`, code))
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: nixosConfig(node, `{ seed = "acc-nixos-never-1" }`, ""),
+				Check: func(s *terraform.State) error {
+					first = s.RootModule().Resources[addr].Primary.Attributes["toplevel"]
+					return nodeAgreesWithState(t, node, s, first)
+				},
+			},
+			{
+				PreConfig:   mark,
+				Config:      nixosConfig(node, `{ seed = "acc-nixos-never-2", neverActivates = "0" }`, ""),
+				ExpectError: neverActivated(0),
+			},
+			{
+				PreConfig:   func() { untouched("a switch that exited 0")(); mark() },
+				Config:      nixosConfig(node, `{ seed = "acc-nixos-never-3", neverActivates = "1" }`, ""),
+				ExpectError: neverActivated(1),
+			},
+			{
+				// The state kept the previous system through both failures: the plan
+				// starts from it.
+				PreConfig: untouched("a switch that exited 1"),
+				Config:    nixosConfig(node, `{ seed = "acc-nixos-never-1" }`, ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{planCheckFunc(func(p *tfjson.Plan) error {
+					for _, rc := range p.ResourceChanges {
+						if rc.Address != addr {
+							continue
+						}
+						before, _ := rc.Change.Before.(map[string]any)
+						if got, _ := before["toplevel"].(string); got != first {
+							return fmt.Errorf("after the failed applies the state records %q, want the previous system %s", got, first)
+						}
+						return nil
+					}
+					return fmt.Errorf("%s is not in the plan", addr)
+				})}},
+				Check: func(s *terraform.State) error { return nodeAgreesWithState(t, node, s, first) },
+			},
+		},
+	})
+}
+
+// planCheckFunc is a plan check written as a function.
+type planCheckFunc func(*tfjson.Plan) error
+
+func (f planCheckFunc) CheckPlan(_ context.Context, req plancheck.CheckPlanRequest, resp *plancheck.CheckPlanResponse) {
+	resp.Error = f(req.Plan)
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -677,6 +678,43 @@ resource "fediversity_node_switch" "n" {
 				// The job is real: systemd still lists it on the node.
 				if out := nodeExec(t, node, "systemctl list-jobs --no-legend"); !strings.Contains(out, "fedi-slowstart.service") {
 					return fmt.Errorf("no start job of fedi-slowstart.service on the node: %q", out)
+				}
+				return nil
+			},
+		}},
+	})
+}
+
+// A cycling unit on the deploy path: fedi-tick.timer starts the oneshot
+// fedi-tick.service every second, so the service is activated again at every watch
+// sample (a new InvocationID) while NRestarts stays 0. The verdict names it as cycling,
+// not as a restart loop or a failure, and the deploy passes. The node's journal shows
+// the real thing: the service started again and again, and systemd counted no
+// restart.
+func TestAccNodeSwitchCyclingUnit(t *testing.T) {
+	acctest.Lab(t)
+	cycling := labtest.BuildClosure(t, labtest.ClosureCycling)
+	node := labtest.NewInstance(t, "acc-cycling")
+	var since time.Time
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{{
+			PreConfig: func() { since = time.Now() },
+			Config:    switchConfig(node, sshBlock(node), cycling, ""),
+			ConfigStateChecks: []statecheck.StateCheck{
+				verdictBool("ok", true),
+				verdictList("cycling", "fedi-tick.service"),
+				verdictList("restart_loop"),
+				verdictList("failed"),
+				statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey("reasons"), knownvalue.ListSizeExact(0)),
+			},
+			Check: func(*terraform.State) error {
+				starts := nodeExec(t, node, fmt.Sprintf("journalctl --no-pager -o cat --since=@%d -u fedi-tick.service | grep -c '^Starting ' || true", since.Unix()-1))
+				n, _ := strconv.Atoi(strings.TrimSpace(starts))
+				restarts := strings.TrimSpace(nodeExec(t, node, "systemctl show -p NRestarts --value fedi-tick.service"))
+				if n < 3 || restarts != "0" {
+					return fmt.Errorf("fedi-tick.service started %d times since the apply began, NRestarts=%s: want a unit activated again and again with no restart counted", n, restarts)
 				}
 				return nil
 			},

@@ -24,19 +24,26 @@
 #   initInterface a suffix of $out/init-interface-version ("systemd" + it): a switch or
 #             test from a system whose version differs exits 100 before it activates
 #             anything (switch-to-configuration-ng's init-interface check).
+#   linkMAC   a hardware address: the system carries
+#             etc/systemd/network/10-fedi-lan.link matching it with PermanentMACAddress=
+#             (a NixOS `systemd.network.links` entry), so the deploy's hardware address
+#             gate reads it.
+#   neverActivates an exit code: `switch` and `test` exit with it before they change
+#             anything (no /run/current-system, no units), after a line that says so: a
+#             switch that never activated the new system.
 #   seed      any string, for fresh store paths.
 # As switch-to-configuration-ng (pkgs/by-name/sw/switch-to-configuration-ng/src/main.rs)
 # it takes /run/nixos/switch-to-configuration.lock (flock, non-blocking: "Could not
 # acquire lock", exit 11, nothing changed), and `switch` makes $out the boot default at
 # once (a GRUB-like loader: the boot loader installer's argument is the default entry),
 # `test` does not.
-{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", activateFails ? "", initInterface ? "", seed ? "", system ? builtins.currentSystem }:
+{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", activateFails ? "", initInterface ? "", linkMAC ? "", neverActivates ? "", seed ? "", system ? builtins.currentSystem }:
 let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
 in
 derivation {
   name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
-  inherit system seed plan brick lockout drop marker slowStop activateFails initInterface;
+  inherit system seed plan brick lockout drop marker slowStop activateFails initInterface linkMAC neverActivates;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
@@ -53,6 +60,10 @@ derivation {
     ExecStart=/bin/sleep infinity
     EOF_UNIT
     ln -s ../fedi-acc.service $out/etc/systemd/system/multi-user.target.wants/fedi-acc.service
+    if [ -n "$linkMAC" ]; then
+      mkdir -p $out/etc/systemd/network
+      printf '[Match]\nPermanentMACAddress=%s\n\n[Link]\nName=fedilan\n' "$linkMAC" > $out/etc/systemd/network/10-fedi-lan.link
+    fi
     cat > $out/bin/switch-to-configuration <<EOF_SWITCH
     #!/bin/sh
     set -u
@@ -67,6 +78,10 @@ derivation {
     *) echo "usage: \$0 switch|boot|test|dry-activate" >&2; exit 1 ;;
     esac
     if [ "\$1" = switch ]; then mkdir -p /nix/var/nix; echo $out > /nix/var/nix/fediversity-boot-entry; fi
+    if [ -n "$neverActivates" ]; then
+      echo "fedi-acc: stopping before the activation: nothing of $out was activated" >&2
+      exit $neverActivates
+    fi
     if [ -e /run/current-system/init-interface-version ] && [ "\$(cat /run/current-system/init-interface-version)" != "\$(cat $out/init-interface-version)" ]; then
       echo "Warning: the new NixOS configuration has an ‘init’ that is" >&2
       echo "incompatible with the current configuration.  The new configuration" >&2
