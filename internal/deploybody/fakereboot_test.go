@@ -13,9 +13,9 @@ import (
 
 // fakeBoot is the fake node's boot side.
 type fakeBoot struct {
-	entry   string            // the boot loader's default entry (switch-to-configuration boot)
-	booted  string            // /run/booted-system
-	kernel  map[string]string // toplevel → its kernel (absent: the same kernel as any other)
+	entry  string            // the boot loader's default entry (switch-to-configuration boot)
+	booted string            // /run/booted-system
+	kernel map[string]string // toplevel → its kernel (absent: the same kernel as any other)
 	// triggers: toplevel → its reboot-triggers (absent: the toplevel has none, as a
 	// system built before NixOS wrote them).
 	triggers map[string]map[string]string
@@ -24,13 +24,13 @@ type fakeBoot struct {
 	refuse     map[string]string // toplevel → the stderr of a switch its pre-switch checks refuse
 	// reexec: toplevel → its switch re-executes systemd (a new systemd), as
 	// switch-to-configuration says it ("restarting systemd...").
-	reexec map[string]bool
-	takes   time.Duration     // how long a reboot takes (0: 10s)
-	never   bool              // the node never comes back after a reboot
-	ignores bool              // the boot loader ignores the new entry (boots the old system)
-	marker  string            // /run/fediversity/reboot-pending
-	until   time.Time         // the reboot's end, while it runs
-	count   int               // reboots done
+	reexec  map[string]bool
+	takes   time.Duration // how long a reboot takes (0: 10s)
+	never   bool          // the node never comes back after a reboot
+	ignores bool          // the boot loader ignores the new entry (boots the old system)
+	marker  string        // /run/fediversity/reboot-pending
+	until   time.Time     // the reboot's end, while it runs
+	count   int           // reboots done
 	// The Boot Loader Interface (boot_once.go): oneShot is a boot loader that boots an
 	// entry once (bootctl, systemd-boot); once is the entry booted at the next boot
 	// only (LoaderEntryOneShot), pinned the default a run pinned (LoaderEntryDefault,
