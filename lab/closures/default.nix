@@ -103,7 +103,7 @@ let
   # Boot Loader Interface's EFI variables are files in /var/lib/fediversity-standin-efi
   # (they outlive a reboot, as EFI variables do); the stand-in stage 2 reads them at boot
   # (switch-to-configuration.sh).
-  nixosSystemd = shared "systemd-252" (debianBin + ''
+  mkNixosSystemd = name: shared name (debianBin + ''
     mkdir -p $out/bin
     awk '/config[.]systemd[.]package/ { s = 1; next } s && /^$/ { exit } s && !/^#/ { print }' ${defaultCommands} > commands
     while read -r c; do
@@ -120,13 +120,23 @@ let
       v=LoaderEntryDefault; [ "$1" = set-oneshot ] && v=LoaderEntryOneShot
       mkdir -p $efi
       if [ -z "''${2:-}" ]; then rm -f $efi/$v; exit 0; fi
-      [ -f "/boot/loader/entries/$2" ] || { echo "bootctl: no boot loader entry $2" >&2; exit 1; }
+      # An entry is named by its ID: its file name without a boot-counting counter
+      # (nixos-generation-5+2-1.conf is nixos-generation-5.conf), as bootctl takes it.
+      found=""
+      for f in /boot/loader/entries/*.conf; do
+        [ "$(basename "$f" | sed 's/+[0-9][0-9]*\(-[0-9][0-9]*\)\{0,1\}\.conf$/.conf/')" = "$2" ] && found=$f
+      done
+      [ -n "$found" ] || { echo "bootctl: no boot loader entry $2" >&2; exit 1; }
       echo "$2" > $efi/$v.tmp && mv $efi/$v.tmp $efi/$v ;;
     *) echo "bootctl (lab stand-in): not supported: $*" >&2; exit 1 ;;
     esac
     SH
     chmod +x $out/bin/bootctl
   '');
+  nixosSystemd = mkNixosSystemd "systemd-252";
+  # Another build of it: a system with a new systemd and nothing else new
+  # (systemd-next, activation reboot-if-needed: the switch re-executes PID 1).
+  nixosSystemdNext = mkNixosSystemd "systemd-252.1";
 
   # The system path (/run/current-system/sw) of a default NixOS system: the commands of
   # lab/nixos/default-commands and no others (system-path.nix). systemd's come from
@@ -270,25 +280,46 @@ let
     echo "stand-in initrd ${version}" > $out/initrd
   '' { };
 
+  # jsonObject: a JSON object of strings laid out as NixOS writes one
+  # (pkgs.writers.writeJSON: jq's layout, keys sorted, one a line).
+  jsonObject = attrs: "{\n" + builtins.concatStringsSep ",\n"
+    (map (k: "  ${builtins.toJSON k}: ${builtins.toJSON attrs.${k}}") (builtins.attrNames attrs)) + "\n}\n";
+
+  # A stand-in firmware package (hardware.firmware): its store path is what
+  # reboot-triggers' `firmware` names.
+  firmware = version: drv "fedi-firmware-${version}" "mkdir -p $out/lib/firmware; echo ${version} > $out/lib/firmware/fedi" { };
+
   # toplevel name version units wants activate; kernel: a `linux` (null: none);
-  # inhibitors: lines `name=value` of $out/etc/switch-inhibitors (null: none);
+  # kernelParams: the system's kernel parameters (null: no reboot-triggers), which with
+  # kernel, fw (a `firmware`) and the inhibitors make $out/reboot-triggers, as
+  # nixos/modules/tasks/auto-upgrade.nix writes it; inhibitors: an attribute set of
+  # strings, $out/switch-inhibitors (system.switch.inhibitors; null: none);
+  # systemd: the system's systemd; bootCounting: the system's boot loader entries count
+  # their tries (boot.loader.systemd-boot.bootCounting, 3 tries);
+  # units: a name with a slash is a drop-in ("fedi-web.service.d/overrides.conf");
   # bricksAtBoot: the stand-in stage 2 powers the node off instead of booting it.
   # extraTools: what the system adds to its sw beside the default commands (null: none);
   # withPayload: $out/payload links the payload (bytes for the copy tests).
-  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null, inhibitors ? null, bricksAtBoot ? false, extraTools ? tools, withPayload ? true }:
+  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null, kernelParams ? null, fw ? firmware "1", inhibitors ? null, systemd ? nixosSystemd, bootCounting ? false, bricksAtBoot ? false, extraTools ? tools, withPayload ? true }:
     let
       writeUnit = name: text: ''
+        mkdir -p "$(dirname $out/etc/systemd/system/${name})"
         cat > $out/etc/systemd/system/${name} <<'FEDI_UNIT_EOF'
         ${text}
         FEDI_UNIT_EOF
       '';
       writes = builtins.concatStringsSep "\n" (builtins.attrValues (builtins.mapAttrs writeUnit units));
       links = builtins.concatStringsSep "\n" (map (u: "ln -s ../${u} $out/etc/systemd/system/multi-user.target.wants/${u}") wants);
+      triggers = if kernelParams == null then null else
+        { kernel = "${kernel}"; firmware = "${fw}"; kernel-params = builtins.concatStringsSep "," kernelParams; }
+        // (if inhibitors == null then { } else inhibitors);
+      json = (if triggers == null then { } else { rebootTriggers = jsonObject triggers; })
+        // (if inhibitors == null then { } else { switchInhibitors = jsonObject inhibitors; });
     in
     drv "nixos-system-fedi-${scenario}-${version}" ''
       mkdir -p $out/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
       ln -s ${systemPath extraTools} $out/sw
-      ln -s ${nixosSystemd} $out/systemd
+      ln -s ${systemd} $out/systemd
       ${if withPayload then "ln -s ${payload} $out/payload" else ""}
       sed "s|@out@|$out|g" ${./switch-to-configuration.sh} > $out/bin/switch-to-configuration
       chmod +x $out/bin/switch-to-configuration
@@ -302,7 +333,9 @@ let
         ln -s ${kernel}/initrd $out/initrd
         ln -s ${kernel}/lib $out/kernel-modules
       ''}
-      ${if inhibitors == null then "" else "printf '%s\\n' ${builtins.concatStringsSep " " inhibitors} > $out/etc/switch-inhibitors"}
+      ${if triggers == null then "" else "printf '%s' \"$rebootTriggers\" > $out/reboot-triggers"}
+      ${if inhibitors == null then "" else "printf '%s' \"$switchInhibitors\" > $out/switch-inhibitors"}
+      ${if bootCounting then "echo 3 > $out/etc/fediversity-boot-counting" else ""}
       ${if bricksAtBoot then "touch $out/etc/fediversity-boot-bricks" else ""}
       ${if activate == null then "" else ''
         cat > $out/activate <<'FEDI_ACTIVATE_EOF'
@@ -311,11 +344,11 @@ let
         FEDI_ACTIVATE_EOF
         chmod +x $out/activate
       ''}
-      # Unit files and scripts name $out as @out@.
-      for f in $out/etc/systemd/system/*.service $out/activate; do
+      # Unit files, drop-ins and scripts name $out as @out@.
+      for f in $out/etc/systemd/system/*.service $out/etc/systemd/system/*.d/*.conf $out/activate; do
         if [ -f "$f" ]; then sed -i "s|@out@|$out|g" "$f"; fi
       done
-    '' { };
+    '' json;
 
   service = { exec, type ? "exec", extraUnit ? "", extraService ? "" }: ''
     [Unit]
@@ -337,6 +370,16 @@ let
     extraService = "RemainAfterExit=yes";
   };
   base = version: { "fedi-web.service" = web version; "fedi-setup.service" = setup; };
+  # A service the switch must not restart when it changes (restartIfChanged = false).
+  keep = version: service {
+    exec = "/run/current-system/sw/bin/sleep infinity";
+    extraService = "Environment=FEDI_VERSION=${version}\nX-RestartIfChanged=false";
+  };
+  # An upstream-style unit configured by a drop-in only.
+  plainWithDropIn = mode: {
+    "fedi-plain.service" = service { exec = "/run/current-system/sw/bin/sleep infinity"; };
+    "fedi-plain.service.d/overrides.conf" = "[Service]\nEnvironment=FEDI_MODE=${mode}\n";
+  };
   baseWants = [ "fedi-web.service" "fedi-setup.service" ];
 
   withUnit = scenario: name: text: toplevel {
@@ -469,8 +512,8 @@ in
   kernel-a = toplevel { scenario = "kernel-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; };
   kernel-a-v2 = toplevel { scenario = "kernel-a"; version = "2"; units = base "2"; wants = baseWants; kernel = linux "6.12"; };
   kernel-b = toplevel { scenario = "kernel-b"; units = base "2"; wants = baseWants; kernel = linux "6.18"; };
-  inhibitor-a = toplevel { scenario = "inhibitor-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; inhibitors = [ "fedi-driver=570" ]; };
-  inhibitor-b = toplevel { scenario = "inhibitor-b"; units = base "2"; wants = baseWants; kernel = linux "6.12"; inhibitors = [ "fedi-driver=575" ]; };
+  inhibitor-a = toplevel { scenario = "inhibitor-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; inhibitors = { fedi-driver = "570"; }; };
+  inhibitor-b = toplevel { scenario = "inhibitor-b"; units = base "2"; wants = baseWants; kernel = linux "6.12"; inhibitors = { fedi-driver = "575"; }; };
   boot-fails = toplevel {
     scenario = "boot-fails";
     units = base "2" // {
@@ -488,6 +531,30 @@ in
   # the boot ends (so the node never says it booted it), and it never answers again
   # until someone starts it (activation reboot: the one-shot entry, the Incus restore).
   boot-bricks = toplevel { scenario = "boot-bricks"; units = base "2"; wants = baseWants; kernel = linux "6.18"; bricksAtBoot = true; };
+
+  # NixOS' reboot rule (activation reboot-if-needed), with reboot-triggers as NixOS
+  # writes them: triggers-a (kernel 6.12, kernel-params quiet, one inhibitor that stays);
+  # triggers-params, the same but for kernel-params (quiet,console=ttyS0): it needs a
+  # reboot; triggers-systemd, the same triggers with another systemd: a switch,
+  # which re-executes PID 1.
+  triggers-a = toplevel { scenario = "triggers"; units = base "1"; wants = baseWants; kernel = linux "6.12"; kernelParams = [ "quiet" ]; inhibitors = { fedi-dbus = "dbus"; }; };
+  triggers-params = toplevel { scenario = "triggers-params"; units = base "2"; wants = baseWants; kernel = linux "6.12"; kernelParams = [ "quiet" "console=ttyS0" ]; inhibitors = { fedi-dbus = "dbus"; }; };
+  triggers-systemd = toplevel { scenario = "triggers-systemd"; units = base "2"; wants = baseWants; kernel = linux "6.12"; kernelParams = [ "quiet" ]; inhibitors = { fedi-dbus = "dbus"; }; systemd = nixosSystemdNext; };
+
+  # Unit changes a switch treats apart: fedi-keep.service, marked restartIfChanged =
+  # false, changes from keep-a to keep-b (the switch leaves it running); fedi-plain's
+  # drop-in (fedi-plain.service.d/overrides.conf, as NixOS configures an upstream unit)
+  # is the only change from dropin-a to dropin-b. Neither unit names its toplevel.
+  keep-a = toplevel { scenario = "keep-a"; units = base "1" // { "fedi-keep.service" = keep "1"; }; wants = baseWants ++ [ "fedi-keep.service" ]; };
+  keep-b = toplevel { scenario = "keep-b"; units = base "2" // { "fedi-keep.service" = keep "2"; }; wants = baseWants ++ [ "fedi-keep.service" ]; };
+  dropin-a = toplevel { scenario = "dropin"; units = base "1" // plainWithDropIn "a"; wants = baseWants ++ [ "fedi-plain.service" ]; };
+  dropin-b = toplevel { scenario = "dropin"; version = "2"; units = base "1" // plainWithDropIn "b"; wants = baseWants ++ [ "fedi-plain.service" ]; };
+
+  # Boot counting (boot.loader.systemd-boot.bootCounting): the entries of counting-a and
+  # counting-b carry their tries in their file names (nixos-<hash>+3.conf), and the
+  # stand-in boot loader counts a try at each boot of one (+2-1).
+  counting-a = toplevel { scenario = "counting-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; bootCounting = true; };
+  counting-b = toplevel { scenario = "counting-b"; units = base "2"; wants = baseWants; kernel = linux "6.18"; bootCounting = true; };
 
   # The system every lab node runs from its first boot (the lab image builds it with the
   # image's own nix, makes it generation 1 of the system profile and installs its boot
