@@ -61,6 +61,11 @@ type Reboot struct {
 	DefaultSystem string
 }
 
+// ErrNeedsReboot is a switch switch-to-configuration refused because the new system
+// needs a boot (a pre-switch check, a changed switch inhibitor): not a closure fault,
+// and the node changed nothing, so nothing of the run is left unfinished.
+var ErrNeedsReboot = errors.New("needs a reboot")
+
 // preSwitchCheckFailed is switch-to-configuration's line for a pre-switch check that
 // refused the switch (nixos/modules/system/activation/pre-switch-check.nix), and
 // preSwitchChecksFailed its own line after it (switch-to-configuration-ng's main.rs).

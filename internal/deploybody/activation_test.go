@@ -94,7 +94,7 @@ func TestActivationSwitchRefusedByInhibitorNamesIt(t *testing.T) {
 	s.node.boots.refuse = map[string]string{testToplevel: inhibitorRefused}
 	res, err := s.deploy()
 	de := deployErr(t, err, PhaseSwitch)
-	if !strings.Contains(de.Err.Error(), "needs a reboot: switch inhibitors changed: nvidia-driver : 570.1 -> 575.2") || !strings.Contains(de.Hint, "reboot-if-needed") {
+	if !errors.Is(err, ErrNeedsReboot) || !strings.Contains(de.Err.Error(), "needs a reboot: switch inhibitors changed: nvidia-driver : 570.1 -> 575.2") || !strings.Contains(de.Hint, "reboot-if-needed") {
 		t.Fatalf("error must name the inhibitor and hint at reboot-if-needed: %v", err)
 	}
 	if s.node.running != testPrevious || s.node.profile != testPrevious || s.node.boots.count != 0 || res.Reboot != nil {

@@ -367,9 +367,10 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 		if res != nil && res.RunningSystem != "" && res.RunningSystem != state.Toplevel.ValueString() {
 			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, res.RunningSystem)...)
 		}
-		if res != nil && switchStarted(res) && res.Verdict == nil {
+		if res != nil && switchStarted(res) && res.Verdict == nil && !errors.Is(runErr, deploybody.ErrNeedsReboot) {
 			// Cut off after the switch started and before a verdict: the state keeps
-			// the prior system and records this one as not finished.
+			// the prior system and records this one as not finished. (A switch
+			// switch-to-configuration refused changed nothing: nothing is unfinished.)
 			why := fmt.Sprintf("The apply that deployed %s stopped in phase %s after the switch started: %v.", res.Toplevel, lastPhase(res), runErr)
 			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, res.Toplevel)...)
 			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, why)...)
