@@ -12,7 +12,9 @@
 #             i.e. the apply without Terraform's own plan/apply work and plugin starts,
 #             minus the settle + watch windows, and its ratio to the hand-run deploy
 # Each transport runs BENCH_ROUNDS rounds (default 3), each with fresh closures and a
-# fresh state, alternating hand and provider; the medians are printed with every round.
+# fresh state, alternating hand and provider; the medians and the worst round are
+# printed with every round. A provider round (apply-net or deploy-net) over 3x its
+# median fails the benchmark (exit 1) once every figure is printed.
 #   reapply   bytes the provider copied when the same closure is deployed again
 #             (`apply -replace`, so the deploy really runs; target 0)
 #   rss       the provider process's peak RSS (VmHWM) over the runs
@@ -180,7 +182,17 @@ TF
     printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f\n' "$round" "$hand" "$net" "$(echo "$net / $hand" | bc -l)" "" "$dnet" "$(echo "$dnet / $hand" | bc -l)"
   done
   col() { awk -v c="$1" '{print $c}' "$work/$tr.rows" | median; }
+  worst() { awk -v c="$1" '{print $c}' "$work/$tr.rows" | sort -n | tail -1; }
   printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f   (medians; ratio target <= 1.10)\n' median "$(col 1)" "$(col 2)" "$(col 3)" "" "$(col 4)" "$(col 5)"
+  printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f   (the slowest round of each column)\n' worst "$(worst 1)" "$(worst 2)" "$(worst 3)" "" "$(worst 4)" "$(worst 5)"
+  # A round of the provider over 3x the median is a stall, not noise: the benchmark
+  # fails (the hand-run's own stalls are the machine's and are only printed).
+  for c in 2 4; do
+    if [ "$(echo "$(worst $c) > 3 * $(col $c)" | bc -l)" = 1 ]; then
+      printf '  FAIL: a round of %.2fs is over 3x the median %.2fs (%s)\n' "$(worst $c)" "$(col $c)" "$([ $c = 2 ] && echo apply-net || echo deploy-net)"
+      stalled=1
+    fi
+  done
   printf '  apply-net = terraform apply minus settle %ss + watch %ss; deploy-net = the same without Terraform'"'"'s own work\n' "$SETTLE" "$WATCH"
 
   # The same closure again (apply -replace, so the deploy really runs): nothing to copy.
@@ -226,3 +238,7 @@ resource "fediversity_rollout_gate" "g" {
 TF
 printf '  terraform floor        core %.2fs, with this provider %.2fs (applies that touch no node; medians)\n' \
   "$(floor "$work/floor-core")" "$(floor "$work/floor-provider")"
+if [ -n "${stalled:-}" ]; then
+  echo "FAIL: a provider round took over 3x the median (see FAIL above)"
+  exit 1
+fi

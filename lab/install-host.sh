@@ -5,7 +5,7 @@
 # and libseccomp-dev (runc is built with seccomp); patchelf, busybox-static and systemd (the bootable stand-in system of
 # lab/closures copies the host's systemd and busybox into the store); xmllint (libxml2-utils), with which the tests validate the
 # `fediversity` command's JUnit file against the vendored JUnit schema; the packages of NixOS's default commands
-# (below). Safe to run again; does nothing that is already done.
+# (below); knot, the DNS server of the DNS lane's tests. Safe to run again; does nothing that is already done.
 set -euo pipefail
 need=()
 command -v incus >/dev/null 2>&1 || need+=(incus)
@@ -23,6 +23,9 @@ command -v xmllint >/dev/null 2>&1 || need+=(libxml2-utils)
 command -v patchelf >/dev/null 2>&1 || need+=(patchelf)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 [ -x /lib/systemd/systemd ] || need+=(systemd) # the bootable stand-in's systemd
+# knot: the DNS server the DNS lane's records are checked against. The package starts
+# no server here (no systemd); a test runs its own knotd on a port of its own on 127.0.0.1.
+command -v knotd >/dev/null 2>&1 || need+=(knot)
 # The default commands of a NixOS system (lab/nixos/default-commands): the stand-in
 # systems of lab/closures link each to its Debian binary, so the deployer that builds
 # them needs the packages the lab image has (lab/lab.sh's NIXOS_PACKAGES).

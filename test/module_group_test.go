@@ -236,3 +236,15 @@ func currentSystem(instance string) (string, error) {
 	}
 	return out, err
 }
+
+// timingIs checks the timings block of the node resource at addr (in a child module):
+// its timing name is want.
+func timingIs(addr, name, want string) statecheck.StateCheck {
+	return stateAttrs(addr).check(func(attrs map[string]any) error {
+		timings, _ := attrs["timings"].(map[string]any)
+		if got := timings[name]; got != want {
+			return fmt.Errorf("%s: timings.%s is %v, want %q", addr, name, got, want)
+		}
+		return nil
+	})
+}

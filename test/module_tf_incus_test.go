@@ -50,7 +50,7 @@ module "group" {
   nodes           = %s
   image           = %q
   build           = { file = %q, attribute = %q }
-  timings         = { node_wait = "60s", settle = "1s", watch = "3s", sample_interval = "1s", verdict_watch = "2s" }
+  timings         = { node_wait = "60s", settle = "1s", watch = "3s", sample_interval = "1s", verdict_watch = "2s", lock_wait = "4m" }
   addresses       = %s
   %s
 }
@@ -94,7 +94,13 @@ output "summary" {
 					actions(verdict, names, every(plancheck.ResourceActionCreate))...)},
 				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), runs(a, b, c),
 					statecheck.ExpectKnownOutputValue("dns_records", dnsRecordsCheck(names, names)),
-					statecheck.ExpectKnownOutputValue("domain", knownvalue.StringExact(groupDomain))},
+					statecheck.ExpectKnownOutputValue("domain", knownvalue.StringExact(groupDomain)),
+					// Every timing the module takes reaches the deploy and the verdict-only
+					// pass (lock_wait once did not), and verdict_watch the pass alone.
+					timingIs(fmt.Sprintf("%s[%q]", sw, a), "lock_wait", "4m"),
+					timingIs(fmt.Sprintf("%s[%q]", verdict, a), "lock_wait", "4m"),
+					timingIs(fmt.Sprintf("%s[%q]", sw, a), "watch", "3s"),
+					timingIs(fmt.Sprintf("%s[%q]", verdict, a), "watch", "2s")},
 			},
 			resource.TestStep{
 				Config:           config(""),

@@ -26,6 +26,9 @@ func TestAccModuleTF(t *testing.T) {
 		roster[n.Name] = map[string]any{"host": n.SSHHost, "port": n.SSHPort, "host_key": n.HostKey}
 	}
 	a, b, c := names[0], names[1], names[2]
+	// A node's own timings win over the group's (every key of a roster's node entry
+	// reaches its fediversity_node_switch).
+	roster[a].(map[string]any)["timings"] = map[string]string{"lock_wait": "4m"}
 	g := newGroupSample(t, "tf", names)
 	closures := labtest.RepoRoot(t) + "/lab/closures/default.nix"
 	// The submission of the step that disables c, which the operator approves; a step
@@ -44,7 +47,7 @@ module "group" {
   baked_json      = %s
   nodes           = %s
   build           = { file = %q, attribute = %q }
-  timings         = { node_wait = "30s", settle = "1s", watch = "3s", sample_interval = "1s" }
+  timings         = { node_wait = "30s", settle = "1s", watch = "3s", sample_interval = "1s", lock_wait = "3m" }
   %s
 }
 
@@ -76,7 +79,9 @@ output "summary" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: actions(sw, names, map[string]plancheck.ResourceActionType{
 					a: plancheck.ResourceActionCreate, b: plancheck.ResourceActionCreate, c: plancheck.ResourceActionCreate,
 				})},
-				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), runs(a, b, c)},
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), runs(a, b, c),
+					timingIs(fmt.Sprintf("%s[%q]", sw, a), "lock_wait", "4m"),
+					timingIs(fmt.Sprintf("%s[%q]", sw, b), "lock_wait", "3m")},
 			},
 			resource.TestStep{
 				// The same submission again: nothing to do.

@@ -2,11 +2,12 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"google.golang.org/protobuf/proto"
 )
 
 // The metrics export (--metrics): the Prometheus text format, for node_exporter's
@@ -52,40 +53,58 @@ const lastOKHelp = "Unix time of the node's last ok verdict seen by this fediver
 const exportTimeHelp = "Unix time the fediversity command wrote this file (its run ended): an old value means the runs stopped."
 
 // writeMetrics writes the run's metrics; lastOK holds each node's time of its last ok
-// verdict, and now is when the run ended.
+// verdict, and now is when the run ended. The families are made as client_model's
+// protobuf types and written by expfmt, the Prometheus libraries' own text encoder (it
+// escapes label values and formats numbers as the parser reads them); a family without
+// a sample (no node has a last ok verdict yet) is left out, as the encoder wants.
 func writeMetrics(w io.Writer, s jsonSummary, lastOK map[string]time.Time, now time.Time) error {
-	b := bufio.NewWriter(w)
 	nodes := make([]jsonNode, 0, len(s.Nodes))
 	for _, n := range s.Nodes {
 		if !n.Disabled {
 			nodes = append(nodes, n)
 		}
 	}
+	var families []*dto.MetricFamily
 	for _, m := range nodeMetrics {
-		header(b, m.name, m.help)
+		f := gaugeFamily(m.name, m.help)
 		for _, n := range nodes {
 			if v, ok := m.value(n); ok {
-				sample(b, m.name, n.Node, v)
+				f.Metric = append(f.Metric, nodeGauge(n.Node, v))
 			}
 		}
+		families = append(families, f)
 	}
-	header(b, "fediversity_last_ok_verdict_timestamp_seconds", lastOKHelp)
+	lastOKFamily := gaugeFamily("fediversity_last_ok_verdict_timestamp_seconds", lastOKHelp)
 	for _, n := range nodes {
 		if t, ok := lastOK[n.Node]; ok {
-			sample(b, "fediversity_last_ok_verdict_timestamp_seconds", n.Node, float64(t.UnixMilli())/1000)
+			lastOKFamily.Metric = append(lastOKFamily.Metric, nodeGauge(n.Node, float64(t.UnixMilli())/1000))
 		}
 	}
-	header(b, "fediversity_export_timestamp_seconds", exportTimeHelp)
-	fmt.Fprintf(b, "fediversity_export_timestamp_seconds %s\n", formatValue(float64(now.UnixMilli())/1000))
+	exported := gaugeFamily("fediversity_export_timestamp_seconds", exportTimeHelp)
+	exported.Metric = []*dto.Metric{{Gauge: &dto.Gauge{Value: proto.Float64(float64(now.UnixMilli()) / 1000)}}}
+	families = append(families, lastOKFamily, exported)
+	b := bufio.NewWriter(w)
+	for _, f := range families {
+		if len(f.Metric) == 0 {
+			continue
+		}
+		if _, err := expfmt.MetricFamilyToText(b, f); err != nil {
+			return err
+		}
+	}
 	return b.Flush()
 }
 
-func header(w io.Writer, name, help string) {
-	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name)
+func gaugeFamily(name, help string) *dto.MetricFamily {
+	return &dto.MetricFamily{Name: proto.String(name), Help: proto.String(help), Type: dto.MetricType_GAUGE.Enum()}
 }
 
-func sample(w io.Writer, name, node string, v float64) {
-	fmt.Fprintf(w, "%s{node=\"%s\"} %s\n", name, labelValue(node), formatValue(v))
+// nodeGauge is one node's sample, labelled node.
+func nodeGauge(node string, v float64) *dto.Metric {
+	return &dto.Metric{
+		Label: []*dto.LabelPair{{Name: proto.String("node"), Value: proto.String(node)}},
+		Gauge: &dto.Gauge{Value: proto.Float64(v)},
+	}
 }
 
 // verdictCount is a count from the node's verdict, when it has one and could read it.
@@ -105,11 +124,3 @@ func boolValue(b bool) float64 {
 	}
 	return 0
 }
-
-func formatValue(v float64) string {
-	return strconv.FormatFloat(v, 'f', -1, 64)
-}
-
-// labelValue escapes a label value as the text format wants: backslash, double quote
-// and line feed.
-var labelValue = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace

@@ -133,6 +133,34 @@ func TestMetricsExportParsesWithThePrometheusParser(t *testing.T) {
 	}
 }
 
+// Node names reach the label as written, quotes, backslashes and line feeds included
+// (expfmt escapes them), and a run in which no node was ok yet still writes a file the
+// parser reads: the last-ok family, which has no sample then, is left out.
+func TestMetricsExportEscapesNodeNamesAndOmitsEmptyFamilies(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fediversity.prom")
+	e := &exports{metrics: path, command: "verdict"}
+	odd := "web\\01 \"eu\"\nrack 2"
+	failing := []fleet.Outcome{{Node: odd, Elapsed: time.Second, Result: &deploybody.Result{
+		Verdict: &deploybody.Verdict{Reasons: []string{"unit x.service failed"}, Failed: []deploybody.FailedUnit{{Unit: "x.service"}}}}}}
+	end := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	if err := e.write(summarize(failing, nil), end.Add(-time.Second), end); err != nil {
+		t.Fatal(err)
+	}
+	m := readMetrics(t, path)
+	if got, ok := m["fediversity_verdict_ok"][odd]; !ok || got != 0 {
+		t.Errorf("fediversity_verdict_ok of %q: %v (present %v), want 0: %v", odd, got, ok, m["fediversity_verdict_ok"])
+	}
+	if got := m["fediversity_failed_units"][odd]; got != 1 {
+		t.Errorf("fediversity_failed_units of %q: %v, want 1", odd, got)
+	}
+	if last, ok := m["fediversity_last_ok_verdict_timestamp_seconds"]; ok {
+		t.Errorf("no node was ok, yet the file has last ok verdicts: %v", last)
+	}
+	if got := m["fediversity_export_timestamp_seconds"][""]; got != float64(end.Unix()) {
+		t.Errorf("fediversity_export_timestamp_seconds: got %v, want %d", got, end.Unix())
+	}
+}
+
 // readMetrics parses the file with the Prometheus text-format parser and returns each
 // metric's value per node; it fails the test if a metric lacks its HELP or TYPE.
 func readMetrics(t *testing.T, path string) map[string]map[string]float64 {

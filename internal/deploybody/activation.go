@@ -205,7 +205,7 @@ func (e *runEnv) setBootEntry(ctx context.Context, toplevel string) (SwitchResul
 		return sr, 0, withHint(fmt.Errorf("switch-to-configuration boot exited %d: %s", sr.ExitCode, firstLine(sr.Stderr, "no output")),
 			"the node runs its previous system and its boot entry may not be set; read the output, then apply again")
 	}
-	gen, err := e.t.FinalizeBoot(ctx, toplevel)
+	gen, err := e.finalizeBoot(ctx, toplevel)
 	if err != nil {
 		return sr, 0, withHint(fmt.Errorf("setting the system profile to %s: %w", toplevel, err), "the node runs its previous system; apply again")
 	}

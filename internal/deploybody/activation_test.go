@@ -60,8 +60,8 @@ func TestActivationRebootIfNeededSwitchesWhenKernelUnchanged(t *testing.T) {
 	if s.node.boots.count != 0 || res.Reboot != nil {
 		t.Fatalf("no reboot wanted: %d reboots, %+v", s.node.boots.count, res.Reboot)
 	}
-	if got := switchActions(s.node); !slices.Equal(got, []string{"switch"}) {
-		t.Fatalf("actions = %v, want [switch]", got)
+	if got := switchActions(s.node); !slices.Equal(got, []string{"test"}) {
+		t.Fatalf("actions = %v, want [test]: activated without touching the boot loader", got)
 	}
 	if res.Verdict.Activation != "switched" {
 		t.Fatalf("activation = %q, want switched", res.Verdict.Activation)
@@ -159,8 +159,11 @@ func TestActivationBootSetsEntryOnly(t *testing.T) {
 	if s.node.running != testPrevious || s.node.boots.entry != testToplevel || s.node.profile != testToplevel || s.node.boots.count != 0 {
 		t.Fatalf("want the boot entry set only: running %s entry %s profile %s reboots %d", s.node.running, s.node.boots.entry, s.node.profile, s.node.boots.count)
 	}
-	if got := switchActions(s.node); !slices.Equal(got, []string{"boot"}) {
-		t.Fatalf("actions = %v, want [boot]", got)
+	if got := switchActions(s.node); len(got) != 0 || len(s.node.callsOf("finalize")) != 1 {
+		t.Fatalf("actions = %v, finalize %d: want no switch, the boot entry written once (after the verdict record)", got, len(s.node.callsOf("finalize")))
+	}
+	if !s.node.recorded || s.node.entryAtRecord != "" {
+		t.Fatalf("the boot entry was %q when the verdict was recorded (recorded %v): want it untouched until then", s.node.entryAtRecord, s.node.recorded)
 	}
 	if !strings.Contains(res.Verdict.Activation, "nothing that needs it running was judged") || !strings.Contains(res.Report, "boot entry set only") {
 		t.Fatalf("verdict must say it judged nothing: %+v\n%s", res.Verdict, res.Report)

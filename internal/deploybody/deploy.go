@@ -69,6 +69,10 @@ type flow struct {
 	budgets    *loopBudgets
 	watched    watched // watch: the samples, and the jobs seen
 	failed     error   // verdict: the verdict's failure, returned by conclude
+	// pushed: the push began, so the pushed closure's GC root may point at toplevel;
+	// rootReleased: the boot entry's round trip released it (the profile holds the
+	// system now).
+	pushed, rootReleased bool
 
 	// notRestarted are the changed units the switch left running (switch), for the
 	// verdict and the summary of changes.
@@ -119,6 +123,7 @@ func (e *runEnv) steps(f *flow) []step {
 			if e.snapshotBesidePush() {
 				f.ahead = e.startSnapshotAhead(ctx, f.toplevel)
 			}
+			f.pushed = true
 			f.res.Copy, note, err = e.pushClosure(ctx, f.toplevel)
 			return note, err
 		}},
@@ -163,13 +168,12 @@ func (e *runEnv) steps(f *flow) []step {
 		}},
 		{PhaseDetectUnconfirmed, func(ctx context.Context) (note string, err error) {
 			var c confirmation
-			c, note, err = e.detectUnconfirmedSwitch(ctx, f.toplevel, f.res.PreviousSystem, func() error { return e.awaitLogin(ctx, f) })
+			c, note, err = e.detectUnconfirmedSwitch(ctx, f.toplevel, f.switched.result, func() error { return e.awaitLogin(ctx, f) })
 			f.afterwards = c.failedUnits
 			if c.read {
 				f.res.RunningSystem = c.running
 			}
 			f.res.Confirmed = f.res.Confirmed || c.confirmed
-			f.res.BootReverted = f.res.BootReverted || c.bootReverted
 			return note, err
 		}},
 		{PhaseCollectOwnedUnits, func(ctx context.Context) (note string, err error) {
@@ -209,6 +213,11 @@ func (e *runEnv) steps(f *flow) []step {
 			if f.res.Verdict != nil && !e.verdictOnly {
 				f.res.Verdict.Activation = switchedActivation(e.o.Activation, f.res.Reboot, f.switched.result)
 				f.res.Verdict.NotRestarted = f.notRestarted
+				if f.res.Reboot == nil && activationFailed(f.switched.result) {
+					// The node runs the new system (switch-to-configuration updated
+					// /run/current-system), but its activation script failed.
+					f.res.Verdict.ActivationFailed = activationErrorLines(f.switched.result)
+				}
 			}
 			return note, err
 		}},
@@ -237,6 +246,7 @@ func (e *runEnv) steps(f *flow) []step {
 			generation, note, err = e.finalizeBootEntry(ctx, *f.res, f.toplevel, f.lock, f.failed)
 			if err == nil {
 				f.res.Generation = generation
+				f.rootReleased = generation > 0
 			}
 			return note, err
 		}},
@@ -318,6 +328,9 @@ func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
 		if s.name == PhaseLockNode && err == nil {
 			defer func() {
 				e.restoreIfUnreachable(ctx, f.lock, f.switched.started, f.res, runErr)
+				if f.pushed && !f.rootReleased && f.lock.lostError(e.o.Node) == nil {
+					e.releasePushedRoot(ctx, f.toplevel)
+				}
 				e.unlockNode(ctx, f.lock)
 				if lost := f.lock.lostError(e.o.Node); lost != nil && runErr == nil {
 					runErr = e.asDeployError(PhaseConclude, lost)

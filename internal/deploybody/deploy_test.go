@@ -249,22 +249,25 @@ func TestDeployRunsEveryPhaseInOrder(t *testing.T) {
 	}
 }
 
-// Edge case: a switch that never activates reverts the boot entry to the running
-// generation and fails; the boot entry is not finalized.
-func TestDeployUnconfirmedSwitchRevertsBootEntry(t *testing.T) {
+// Edge case: a switch that never activates fails, and changes no boot entry: `test`
+// touched neither the boot loader nor the profile, so nothing is pointed back.
+func TestDeployUnconfirmedSwitchLeavesBootEntry(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.boots.entry = testPrevious
 	s.node.switchNeverActivates = true
 	res, err := s.deploy()
 	de := deployErr(t, err, PhaseDetectUnconfirmed)
-	if !strings.Contains(de.Error(), "never activated") || !strings.Contains(de.Error(), testPrevious) {
+	if !strings.Contains(de.Error(), "never activated") || !strings.Contains(de.Error(), testPrevious) || !strings.Contains(de.Error(), "boot entry is untouched") {
 		t.Fatalf("error = %v", err)
 	}
-	reverts := s.node.callsOf("revert")
-	if len(reverts) != 1 || reverts[0].argv[0] != testPrevious || !res.BootReverted || res.Confirmed {
-		t.Fatalf("reverts = %+v, result %+v", reverts, res)
+	if reverts := s.node.callsOf("revert"); len(reverts) != 0 || res.BootReverted || res.Confirmed {
+		t.Fatalf("reverts = %+v, result %+v: want no boot entry change", reverts, res)
 	}
-	if len(s.node.callsOf("finalize")) != 0 {
-		t.Fatal("boot entry finalized after an unconfirmed switch")
+	if len(s.node.callsOf("finalize")) != 0 || s.node.profile != testPrevious || s.node.boots.entry != testPrevious {
+		t.Fatalf("boot entry %s profile %s after an unconfirmed switch: want the previous system", s.node.boots.entry, s.node.profile)
+	}
+	if s.node.pushedRoot != "" {
+		t.Fatalf("the pushed closure's GC root %s outlived the run", s.node.pushedRoot)
 	}
 }
 

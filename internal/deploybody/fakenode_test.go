@@ -186,6 +186,26 @@ type fakeNode struct {
 
 	// boots is the boot loader and the reboots (fakereboot_test.go).
 	boots fakeBoot
+
+	// switch-to-configuration's exits (switch_exit.go), as switch-to-configuration-ng
+	// gives them: activationFails makes the activation script fail (exit 2, the node
+	// runs the new system all the same); initInterfaceChanges makes the switch exit
+	// 100 before it activates anything; notNixOS makes it refuse the node (die() after
+	// the /etc/NIXOS check: exit 2); otherSwitchUntil is when another switch (held by
+	// otherSwitchUnit, PID 4242) releases switch-to-configuration's lock: until then
+	// every switch exits 11 and changes nothing.
+	activationFails      bool
+	initInterfaceChanges bool
+	notNixOS             bool
+	otherSwitchUntil     time.Time
+	otherSwitchUnit      string
+	// entryAtRecord is the boot loader's default when the verdict record was written
+	// (the lock's record operation); recorded says it was.
+	entryAtRecord string
+	recorded      bool
+	// pushedRoot is the pushed closure's GC root (PushedRoot): set by the copy,
+	// released by FinalizeBoot or the run's end.
+	pushedRoot string
 }
 
 func newFakeNode(clock *fakeClock) *fakeNode {
@@ -342,6 +362,7 @@ func (n *fakeNode) CopyClosure(ctx context.Context, storePath string) (CopyStats
 	if n.isUnreachable() {
 		return CopyStats{}, errFakeUnreachable
 	}
+	n.pushedRoot = storePath // the first round trip of the copy (remote.RootAndMissingPaths)
 	missing := 1
 	if n.store[storePath] {
 		missing = 0
@@ -368,8 +389,18 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 	if !n.store[toplevel] {
 		return SwitchResult{ExitCode: 1, Stderr: toplevel + ": No such file or directory"}, nil
 	}
+	if n.otherSwitchHolds() {
+		return SwitchResult{ExitCode: switchExitLocked, Stderr: "Could not acquire lock\n"}, nil
+	}
+	if n.notNixOS {
+		return SwitchResult{ExitCode: 2, Stderr: "This is not a NixOS installation!\n"}, nil
+	}
 	if action == "boot" {
 		return n.bootSwitch(toplevel), nil
+	}
+	if n.initInterfaceChanges {
+		n.armAtSwitch(n.clock.now)
+		return SwitchResult{ExitCode: switchExitNeedsReboot, Stderr: "Warning: the new NixOS configuration has an ‘init’ that is\nincompatible with the current configuration.  The new configuration\nwon't take effect until you reboot the system.\n"}, nil
 	}
 	if msg := n.boots.refuse[toplevel]; msg != "" {
 		n.armAtSwitch(n.clock.now)
@@ -401,6 +432,9 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 		return SwitchResult{ExitCode: 1, Stderr: "error: activation script failed", Reconnected: n.switchReconnects}, nil
 	}
 	n.running = toplevel
+	if action == "switch" {
+		n.boots.entry = toplevel // GRUB-like: the switch's argument is the default entry at once
+	}
 	names := make([]string, 0, len(n.closures[toplevel]))
 	for name := range n.closures[toplevel] {
 		names = append(names, name)
@@ -412,6 +446,9 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 		if n.state(n.units[name]).ActiveState == "failed" {
 			failed = append(failed, name)
 		}
+	}
+	if n.activationFails {
+		return SwitchResult{ExitCode: 2, Stderr: "activating the configuration...\nsetting up /etc...\nsops-install-secrets: cannot read /run/secrets.d/age-keys.txt: no such file or directory\nActivation script snippet 'setupSecrets' failed (1)\nFailed to run activate script\n", Reconnected: n.switchReconnects}, nil
 	}
 	// What switch-to-configuration says before its result: the changed units it did
 	// not restart, and a re-executed systemd.
@@ -428,7 +465,12 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 	return SwitchResult{Stderr: said, Reconnected: n.switchReconnects}, nil
 }
 
-func (n *fakeNode) FinalizeBoot(ctx context.Context, toplevel string) (int, error) {
+// otherSwitchHolds says whether another switch holds switch-to-configuration's lock now.
+func (n *fakeNode) otherSwitchHolds() bool {
+	return !n.otherSwitchUntil.IsZero() && n.clock.now.Before(n.otherSwitchUntil)
+}
+
+func (n *fakeNode) FinalizeBoot(ctx context.Context, toplevel string, limit time.Duration) (int, error) {
 	n.record(call{what: "finalize", argv: []string{toplevel}})
 	if n.isUnreachable() {
 		return 0, errFakeUnreachable
@@ -437,11 +479,18 @@ func (n *fakeNode) FinalizeBoot(ctx context.Context, toplevel string) (int, erro
 		n.gen++
 		n.profile = toplevel
 	}
-	n.boots.pinned = "" // ReleaseBootPin
+	if n.otherSwitchHolds() {
+		return 0, &SwitchExitError{Action: "boot", Toplevel: toplevel, Result: SwitchResult{ExitCode: switchExitLocked, Stderr: "Could not acquire lock\n"}}
+	}
+	n.boots.entry = toplevel // its detached switch-to-configuration boot
+	n.boots.pinned = ""      // ReleaseBootPin
+	if n.pushedRoot == toplevel {
+		n.pushedRoot = "" // ReleasePushedRootScript
+	}
 	return n.gen, nil
 }
 
-func (n *fakeNode) RevertBoot(ctx context.Context, running string) error {
+func (n *fakeNode) RevertBoot(ctx context.Context, running string, limit time.Duration) error {
 	n.record(call{what: "revert", argv: []string{running}})
 	if n.isUnreachable() {
 		return errFakeUnreachable
@@ -496,6 +545,7 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 			return RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/var/lib/fediversity': Read-only file system\n")}, nil
 		}
 		n.verdictRecord = append([]byte(nil), opts.Stdin...)
+		n.entryAtRecord, n.recorded = n.boots.entry, true
 		return RunResult{}, nil
 	}
 	if argv[0] == "sh" && len(argv) == 5 && argv[2] == readRecordScript && argv[4] == VerdictRecordFile {
@@ -503,6 +553,22 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 			return RunResult{ExitCode: 3}, nil
 		}
 		return RunResult{Stdout: n.verdictRecord}, nil
+	}
+	if argv[0] == "sh" && len(argv) == 5 && argv[2] == switchLockHolderScript && argv[4] == SwitchLockFile {
+		if n.otherSwitchHolds() {
+			unit := n.otherSwitchUnit
+			if unit == "" {
+				unit = "-"
+			}
+			return RunResult{Stdout: []byte("held 4242 " + unit + " switch-to-confi\n")}, nil
+		}
+		return RunResult{Stdout: []byte("free\n")}, nil
+	}
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == ReleasePushedRootScript {
+		if n.pushedRoot == argv[5] {
+			n.pushedRoot = ""
+		}
+		return RunResult{}, nil
 	}
 	if argv[0] == "sh" && len(argv) == 3 && argv[2] == macListScript {
 		var b strings.Builder
@@ -817,6 +883,7 @@ func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 		n.lockToken = ""
 		return RunResult{Stdout: []byte("released\n")}
 	case op == "record":
+		n.entryAtRecord, n.recorded = n.boots.entry, true
 		// As the script: the heartbeat's answer, then each record's.
 		out := "ok\n"
 		if n.recordFails {

@@ -56,14 +56,14 @@ func (n revertNode) Switch(ctx context.Context, toplevel, action string, limit t
 	return n.fakeNode.Switch(ctx, toplevel, action, limit)
 }
 
-func (n revertNode) FinalizeBoot(ctx context.Context, toplevel string) (int, error) {
+func (n revertNode) FinalizeBoot(ctx context.Context, toplevel string, limit time.Duration) (int, error) {
 	defer n.clock.hold()()
-	return n.fakeNode.FinalizeBoot(ctx, toplevel)
+	return n.fakeNode.FinalizeBoot(ctx, toplevel, limit)
 }
 
-func (n revertNode) RevertBoot(ctx context.Context, running string) error {
+func (n revertNode) RevertBoot(ctx context.Context, running string, limit time.Duration) error {
 	defer n.clock.hold()()
-	return n.fakeNode.RevertBoot(ctx, running)
+	return n.fakeNode.RevertBoot(ctx, running, limit)
 }
 
 // RunFresh is a new login: held by freshGate (outside the clock's lock: the run goes

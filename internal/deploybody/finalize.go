@@ -22,14 +22,14 @@ func (e *runEnv) finalizeBootEntry(ctx context.Context, res Result, toplevel str
 		// (the profile too, and the pin is released), as the verdict says. The node
 		// runs the new system until its next boot; the next plan sees the node running
 		// what it does not boot.
-		if err := e.t.RevertBoot(ctx, rb.DefaultSystem); err != nil {
+		if err := e.t.RevertBoot(ctx, rb.DefaultSystem, e.o.Timings.SwitchTimeout); err != nil {
 			return 0, "", withHint(fmt.Errorf("pointing the boot entry back at the previous system %s: %w (the verdict fails the node: %s)", rb.DefaultSystem, err, strings.Join(res.Verdict.Reasons, "; ")),
 				"the previous system stays the boot loader's pinned default (set before the one-shot boot), so the node boots it at its next power cycle; apply again once the node answers")
 		}
 		e.warn(ctx, PhaseFinalizeBootEntry, fmt.Sprintf("the verdict failed after the reboot: the node runs %s until its next boot, then boots its previous system %s (the boot entry points back at it)", toplevel, rb.DefaultSystem))
 		return 0, "boot entry back at the previous system " + rb.DefaultSystem, nil
 	}
-	generation, err := e.t.FinalizeBoot(ctx, toplevel)
+	generation, err := e.finalizeBoot(ctx, toplevel)
 	if err != nil {
 		err = fmt.Errorf("setting the system profile and boot entry to %s: %w", toplevel, err)
 		if verdictFailed != nil {

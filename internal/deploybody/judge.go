@@ -72,6 +72,9 @@ func (e *runEnv) verdictHint(v *Verdict, rb *Reboot) string {
 		hint = "the units are up but the check named above failed: run it by hand (on the node, or the probe from the deployer) to see why, " +
 			"fix the service and apply again; strict = false keeps the result but only warns"
 	}
+	if len(v.ActivationFailed) > 0 && len(v.Failed) == 0 && len(v.NeverSpawnedClosure) == 0 {
+		hint = "the activation script's lines above say what failed (users, /etc, secrets, a snippet of system.activationScripts): fix the configuration or the secret it needs and apply again; strict = false keeps the reason but only warns"
+	}
 	if !e.verdictOnly {
 		hint = BootEntryAfterFailedVerdict(rb) + "; " + hint
 	}

@@ -35,6 +35,10 @@ type Timings struct {
 	// The k8s rollout's (the table holds every engine's timings; the body ignores these).
 	RolloutWait time.Duration // how long the pod may take to become ready
 	PullGrace   time.Duration // how long an image pull may fail before the wait stops
+	// DegradedGrace is how long the pod may answer "degraded" before the wait stops.
+	DegradedGrace time.Duration
+	// RollbackWait bounds the wait for the previous image after a rollback.
+	RollbackWait time.Duration
 }
 
 // WithDefaults returns t with every zero (or negative) field a node run reads set to

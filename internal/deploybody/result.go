@@ -176,6 +176,11 @@ type Verdict struct {
 	// Checks are the operator's checks and probes, in the order configured.
 	Checks []CheckResult
 
+	// ActivationFailed are the lines of switch-to-configuration's output that say what
+	// its activation script failed on (exit 2: the node runs the new system, but
+	// users, /etc or secrets may not be what it says); empty when it did not fail.
+	ActivationFailed []string
+
 	// Activation says how the node came to run the judged system: "switched",
 	// "rebooted (<why>); boot took <d>", or that only the boot entry was set and
 	// nothing that needs the new system running was judged.

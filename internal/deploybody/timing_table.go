@@ -28,8 +28,10 @@ const (
 
 // Defaults of the k8s rollout's timings (the k8s engine's, kept in this table).
 const (
-	DefaultRolloutWait = 5 * time.Minute
-	DefaultPullGrace   = 20 * time.Second
+	DefaultRolloutWait   = 5 * time.Minute
+	DefaultPullGrace     = 20 * time.Second
+	DefaultDegradedGrace = 10 * time.Second
+	DefaultRollbackWait  = 2 * time.Minute
 )
 
 // Timing is one row of the table.
@@ -80,6 +82,12 @@ var TimingTable = []Timing{
 	{"pull_grace", DefaultPullGrace,
 		"k8s rollout: how long ErrImagePull/ImagePullBackOff is tolerated before failing early.",
 		[]string{ObjectK8sRollout}, func(t *Timings) *time.Duration { return &t.PullGrace }},
+	{"degraded_grace", DefaultDegradedGrace,
+		"k8s rollout: how long the pod's readiness probe may answer `degraded` (systemd is up and a unit failed) before the wait stops early and rolls back. Two probe periods rule out a reading in flight.",
+		[]string{ObjectK8sRollout}, func(t *Timings) *time.Duration { return &t.DegradedGrace }},
+	{"rollback_wait", DefaultRollbackWait,
+		"k8s rollout: after a rollback, how long to wait for the pod of the previous image to be ready again (at most `rollout_wait`). A rollback not ready in time is named in the error; the next plan shows what the cluster runs.",
+		[]string{ObjectK8sRollout}, func(t *Timings) *time.Duration { return &t.RollbackWait }},
 }
 
 // In is the timing's field in s.

@@ -31,18 +31,22 @@ type Transport interface {
 	// Switch runs `<toplevel>/bin/switch-to-configuration <action>` on the node detached
 	// from the session (systemd-run or equivalent), bounded by limit. If the connection
 	// drops while it runs, the transport reconnects and reads the result; it never
-	// guesses. SwitchResult.ExitCode follows switch-to-configuration: 0 ok, 4 some units
-	// failed, 100 reboot needed.
+	// guesses. SwitchResult.ExitCode is switch-to-configuration's (switch_exit.go): 0 ok,
+	// 2 the activation script failed, 4 some units failed, 11 another switch holds its
+	// lock, 100 reboot needed. The deploy activates with `test`, which leaves the boot
+	// loader alone (docs/design.md#activation).
 	Switch(ctx context.Context, toplevel, action string, limit time.Duration) (SwitchResult, error)
 
 	// FinalizeBoot sets the system profile to toplevel (a new generation when it
-	// differs) and runs `switch-to-configuration boot`, so the node boots toplevel.
-	// It returns the generation number of the system profile afterwards.
-	FinalizeBoot(ctx context.Context, toplevel string) (generation int, err error)
+	// differs) and runs `switch-to-configuration boot` detached like Switch (bounded by
+	// limit), so the node boots toplevel; then it releases the pushed closure's GC root
+	// (PushedRoot). A `boot` that exits non-zero is a *SwitchExitError. It returns the
+	// generation number of the system profile afterwards.
+	FinalizeBoot(ctx context.Context, toplevel string, limit time.Duration) (generation int, err error)
 
 	// RevertBoot points the system profile and boot entry back at running (the system
-	// the node runs now), used when a switch never confirmed.
-	RevertBoot(ctx context.Context, running string) error
+	// the node runs now), its `boot` detached like Switch (bounded by limit).
+	RevertBoot(ctx context.Context, running string, limit time.Duration) error
 
 	// Close releases the connection. The body does not call it: the owner does.
 	Close() error

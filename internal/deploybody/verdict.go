@@ -365,6 +365,9 @@ func decide(v *Verdict) (reasons []string, fails bool) {
 		// node was going down, and the units it stopped were stopped by the shutdown.
 		reasons = append(reasons, fmt.Sprintf("the node was shutting down (systemd said %q; %d of %d samples answered): a poweroff or reboot began during the watch", systemStopping, v.Answered, v.Samples))
 	}
+	if len(v.ActivationFailed) > 0 {
+		reasons = append(reasons, "the activation script failed (switch-to-configuration exit 2), though the node runs the new system: "+strings.Join(v.ActivationFailed, "; "))
+	}
 	for _, u := range v.Unread {
 		reasons = append(reasons, "could not read "+u)
 	}

@@ -63,22 +63,13 @@ type Roster struct {
 	dir string
 }
 
-// RosterNode is one node's entry: its SSH settings at the top level (or an incus
-// object), and the rest of its node spec.
+// RosterNode is one node's entry: its node spec as JSON, with the SSH settings spelled
+// at the node's top level (or an incus object). Both are embedded, so every key of a
+// node spec is a roster key as soon as the spec has it: the entry lists none of them a
+// second time (the spec's own SSH, Node and NodePlan fields have no JSON name).
 type RosterNode struct {
 	nodespec.SSH
-	Incus    *nodespec.Incus    `json:"incus,omitempty"`
-	Snapshot *nodespec.Snapshot `json:"snapshot,omitempty"`
-	// Toplevel is a prebuilt system; it wins over Build.
-	Toplevel    string            `json:"toplevel,omitempty"`
-	Build       *nodespec.Build   `json:"build,omitempty"`
-	Checks      []nodespec.Check  `json:"checks,omitempty"`
-	Probes      []nodespec.Probe  `json:"probes,omitempty"`
-	Strict      *bool             `json:"strict,omitempty"`
-	Activation  string            `json:"activation,omitempty"`
-	SecretChain []string          `json:"secret_chain,omitempty"`
-	LoopBudgets map[string]int64  `json:"loop_budgets,omitempty"`
-	Timings     map[string]string `json:"timings,omitempty"`
+	nodespec.Spec
 }
 
 // InputError is bad input: the command exits 2 and nothing was done on any node.
@@ -156,8 +147,10 @@ func describeJSONError(raw []byte, err error) string {
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		// A node's SSH settings are an embedded struct: the roster spells them at the top.
-		return fmt.Sprintf("field %q: want %s, got a JSON %s", strings.TrimPrefix(te.Field, "SSH."), te.Type, te.Value)
+		// A node's SSH settings and spec are embedded structs: the roster spells their
+		// keys at the node's top level.
+		field := strings.TrimPrefix(strings.TrimPrefix(te.Field, "SSH."), "Spec.")
+		return fmt.Sprintf("field %q: want %s, got a JSON %s", field, te.Type, te.Value)
 	}
 	if errors.Is(err, io.EOF) {
 		return "empty file: want a JSON object with \"nodes\""
@@ -208,35 +201,24 @@ func (r *Roster) defaults() nodespec.Spec {
 // object is reached over SSH.
 func (r *Roster) Spec(node string) nodespec.Spec {
 	n := r.Nodes[node]
-	s := r.defaults()
+	s := n.Spec
 	s.Node = node
-	s.Toplevel = n.Toplevel
-	s.Strict = n.Strict
-	s.Activation = n.Activation
-	s.Snapshot = n.Snapshot
-	if n.Incus != nil {
-		s.Incus = n.Incus
-		if n.SSH != (nodespec.SSH{}) {
-			ssh := n.SSH
-			s.SSH = &ssh // both: refused by Validate
-		}
-	} else {
+	if n.Incus == nil || n.SSH != (nodespec.SSH{}) {
 		ssh := n.SSH
-		s.SSH = &ssh
+		s.SSH = &ssh // with an incus object too: both, refused by Validate
 	}
-	if n.Build != nil {
-		s.Build = n.Build
-	}
-	if s.Toplevel != "" && n.Build == nil {
-		s.Build = nil // a prebuilt system wins over the roster's default build
+	// The roster's defaults, under the node's own. A prebuilt system wins over the
+	// roster's default build; checks and probes add up.
+	if s.Build == nil && s.Toplevel == "" {
+		s.Build = r.Build
 	}
 	s.Checks = append(append([]nodespec.Check{}, n.Checks...), r.Checks...)
 	s.Probes = append(append([]nodespec.Probe{}, n.Probes...), r.Probes...)
-	if n.SecretChain != nil {
-		s.SecretChain = n.SecretChain
+	if s.SecretChain == nil {
+		s.SecretChain = r.SecretChain
 	}
-	if n.LoopBudgets != nil {
-		s.LoopBudgets = n.LoopBudgets
+	if s.LoopBudgets == nil {
+		s.LoopBudgets = r.LoopBudgets
 	}
 	s.Timings = map[string]string{}
 	for k, v := range r.Timings {

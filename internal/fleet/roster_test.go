@@ -79,3 +79,19 @@ func TestGroupPlanRefusesBeforeRunning(t *testing.T) {
 		t.Fatalf("Plan = %v %v %v, want run [a], disabled [b]", run, disabled, err)
 	}
 }
+
+// A field of the wrong type is named as the roster spells it, whether it is one of the
+// SSH settings or of the rest of the node's spec.
+func TestRosterTypeErrorsNameTheKey(t *testing.T) {
+	for key, value := range map[string]string{"port": `"22"`, "strict": `"yes"`, "snapshot": `{"keep": "2"}`} {
+		file := filepath.Join(t.TempDir(), "roster.json")
+		if err := os.WriteFile(file, []byte(`{"nodes": {"a": {"host": "h", "`+key+`": `+value+`}}}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadRoster(file)
+		want := `node "a": field "` + key
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error lacks %q: %v", key, want, err)
+		}
+	}
+}

@@ -129,27 +129,73 @@ func dirHeader(name string) *tar.Header {
 	return &tar.Header{Typeflag: tar.TypeDir, Name: name, Mode: 0o755, ModTime: storeMTime, Format: tar.FormatPAX}
 }
 
-// writeClosureTar writes the layer's tar: /nix, /nix/store, /sbin, /sbin/init, then each
-// store path's tree in sorted order.
+// writeClosureTar writes the layer's tar: the node's root file system (writeRoot) with
+// nothing else.
 func writeClosureTar(w io.Writer, toplevel string, paths []string) error {
 	tw := tar.NewWriter(w)
-	for _, d := range []string{"nix/", "nix/store/", "sbin/"} {
-		if err := tw.WriteHeader(dirHeader(d)); err != nil {
-			return err
-		}
-	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "sbin/init", Linkname: toplevel + "/init", Mode: 0o777, ModTime: storeMTime, Format: tar.FormatPAX}); err != nil {
+	if err := writeRoot(tw, toplevel, paths, rootLayout{}); err != nil {
 		return err
-	}
-	for _, p := range paths {
-		if err := writeTree(tw, p); err != nil {
-			return fmt.Errorf("store path %s: %w", p, err)
-		}
 	}
 	return tw.Close()
 }
 
-func writeTree(tw *tar.Writer, root string) error {
+// rootLayout is what one kind of node image adds to the root file system every node
+// image of a toplevel has (writeRoot).
+type rootLayout struct {
+	// prefix is where the root file system is in the tarball: "" for an OCI layer,
+	// "rootfs/" for an Incus image.
+	prefix string
+	// dirs are more empty directories of the root, e.g. "proc/" (each ending in "/").
+	dirs []string
+	// files are more regular files of the root, written after /sbin/init.
+	files []rootFile
+}
+
+type rootFile struct {
+	name    string // relative to the root, e.g. "nix-path-registration"
+	content []byte
+}
+
+// writeRoot writes the root file system of a node image built from toplevel, the one
+// layout both image kinds share: /nix, /nix/store, the layout's directories, /sbin,
+// /sbin/init -> <toplevel>/init, the layout's files, then each store path of the
+// closure (paths, sorted) as its tree, all under the layout's prefix.
+func writeRoot(tw *tar.Writer, toplevel string, paths []string, l rootLayout) error {
+	dirs := append([]string{"nix/", "nix/store/"}, l.dirs...)
+	for _, d := range append(dirs, "sbin/") {
+		if err := tw.WriteHeader(dirHeader(l.prefix + d)); err != nil {
+			return err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: l.prefix + "sbin/init", Linkname: toplevel + "/init", Mode: 0o777, ModTime: storeMTime, Format: tar.FormatPAX}); err != nil {
+		return err
+	}
+	for _, f := range l.files {
+		if err := writeFile(tw, l.prefix+f.name, f.content); err != nil {
+			return err
+		}
+	}
+	for _, p := range paths {
+		if err := writeTree(tw, l.prefix, p); err != nil {
+			return fmt.Errorf("store path %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// writeFile writes one regular file with the store's owner, mode and time.
+func writeFile(tw *tar.Writer, name string, content []byte) error {
+	h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Size: int64(len(content)), Mode: 0o644, ModTime: storeMTime, Format: tar.FormatPAX}
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	_, err := tw.Write(content)
+	return err
+}
+
+// writeTree writes the tree of store path root, each entry named prefix + its path
+// without the leading "/".
+func writeTree(tw *tar.Writer, prefix, root string) error {
 	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -158,7 +204,7 @@ func writeTree(tw *tar.Writer, root string) error {
 		if err != nil {
 			return err
 		}
-		h := &tar.Header{Name: strings.TrimPrefix(p, "/"), ModTime: storeMTime, Mode: int64(info.Mode().Perm()), Format: tar.FormatPAX}
+		h := &tar.Header{Name: prefix + strings.TrimPrefix(p, "/"), ModTime: storeMTime, Mode: int64(info.Mode().Perm()), Format: tar.FormatPAX}
 		switch {
 		case d.Type()&fs.ModeSymlink != 0:
 			target, err := os.Readlink(p)

@@ -45,8 +45,9 @@ const (
 // not usable: make one with NewUnix, NewFromEnv or NewHTTPS.
 type Client struct {
 	hc      *http.Client
-	base    string // scheme://host, no trailing slash
-	project string // "" means the daemon's default project
+	spares  *spareConns // accepted connections for websocket handshakes (spares.go)
+	base    string      // scheme://host, no trailing slash
+	project string      // "" means the daemon's default project
 	// MaxOutput bounds each of an exec's stdout and stderr (DefaultMaxOutput when 0).
 	MaxOutput int64
 	// OnSlow, if set, hears of every retried call that took longer than SlowCall in
@@ -63,16 +64,22 @@ func NewUnix(path string) (*Client, error) {
 		return nil, fmt.Errorf("incus: socket %s: %w (is incusd running? set INCUS_SOCKET to its socket)", path, err)
 	}
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		},
-		MaxIdleConns:          4,
+		// Lazily: a connection the Transport dials and then does not use must not hold
+		// the daemon's accept loop (lazyconn.go).
+		DialContext: dialUnixLazily(path),
+		// Connections kept open for the next requests: a request on an open connection
+		// is served while incusd's accept loop waits on another client's silent one.
+		MaxIdleConns:          16,
+		MaxIdleConnsPerHost:   16,
 		IdleConnTimeout:       30 * time.Second,
 		ResponseHeaderTimeout: 0, // operation waits hold the response; ctx bounds them
 		DisableCompression:    true,
 	}
-	return &Client{hc: &http.Client{Transport: tr}, base: "http://incus"}, nil
+	spares := newSpareConns("incus", func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	})
+	return &Client{hc: &http.Client{Transport: tr}, base: "http://incus", spares: spares}, nil
 }
 
 // NewFromEnv returns a client for the unix socket named by INCUS_SOCKET, or
@@ -131,7 +138,11 @@ func NewHTTPS(cfg HTTPSConfig) (*Client, error) {
 		DisableCompression:  true,
 		Proxy:               nil,
 	}
-	return &Client{hc: &http.Client{Transport: tr}, base: "https://" + u.Host}, nil
+	spares := newSpareConns(u.Host, func(ctx context.Context) (net.Conn, error) {
+		d := tls.Dialer{Config: tcfg}
+		return d.DialContext(ctx, "tcp", u.Host)
+	})
+	return &Client{hc: &http.Client{Transport: tr}, base: "https://" + u.Host, spares: spares}, nil
 }
 
 func readCertDER(path string) ([]byte, error) {

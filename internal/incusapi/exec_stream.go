@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"sync"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/websocket"
 )
 
 // ExecStream is a command running in an instance with its stdin, stdout and stderr
@@ -26,7 +28,7 @@ type ExecStream struct {
 	instance string
 	opID     string
 
-	stdin, stdout, stderr, control *Websocket
+	stdin, stdout, stderr, control *websocket.Conn
 
 	Stdout io.Reader // the command's stdout, until it closes it (io.EOF)
 	Stderr io.Reader // the command's stderr, until it closes it (io.EOF)
@@ -42,17 +44,20 @@ type ExecStream struct {
 // connected, so the first one never ran, and this is the one exec that may be sent
 // twice (see retry.go). A websocket did not connect when its handshake ran out its
 // deadline, or when the daemon no longer knew the operation: incusd fails an exec
-// whose websockets have not all connected within seconds (10 s in Incus 6) and forgets
-// it five seconds later. Both seen in CI under load (eight suites on two cores): the
-// handshakes of three nodes' copies all hung for the whole 30 s at once, while those
-// nodes' open sessions kept answering; and one copy's four handshakes were all
-// answered "404: Operation not found".
+// whose websockets have not all connected within seconds (5 s in Incus 6.0, 10 s later)
+// and forgets it five seconds later. Both seen in CI under load (eight suites on two
+// cores): the handshakes of three nodes' copies all hung for the whole 30 s at once,
+// while those nodes' open sessions kept answering; and one copy's four handshakes were
+// all answered "404: Operation not found". The hangs were the daemon's accept loop held
+// by a connection that said nothing (lazyconn.go): requests on open connections (the
+// sessions) went on, every new one (each handshake is one) waited.
 func (c *Client) OpenExec(ctx context.Context, name string, req ExecRequest) (*ExecStream, error) {
 	w := where{op: "exec (streamed)", instance: name}
 	if len(req.Command) == 0 {
 		return nil, c.apiErr(w, 0, "empty command")
 	}
 	start := time.Now()
+	c.spares.refill() // for this exec's handshakes if it can, for the next ones if not
 	s, neverRan, err := c.openExecOnce(ctx, w, name, req)
 	if err != nil && neverRan && ctx.Err() == nil {
 		s, _, err = c.openExecOnce(ctx, w, name, req)
@@ -95,7 +100,7 @@ func (c *Client) openExecOnce(ctx context.Context, w where, name string, req Exe
 	s := &ExecStream{c: c, w: w, instance: name, opID: op.ID}
 	streams := []struct {
 		name string
-		ws   **Websocket
+		ws   **websocket.Conn
 	}{{"control", &s.control}, {"0", &s.stdin}, {"1", &s.stdout}, {"2", &s.stderr}}
 	for _, fd := range streams {
 		if fds[fd.name] == "" {
@@ -143,7 +148,7 @@ var pauseBeforeDial = func(opID string) {}
 
 // drain reads ws until it ends, for its pings: incusd sends a client nothing else on
 // the control and stdin websockets.
-func drain(ws *Websocket) {
+func drain(ws *websocket.Conn) {
 	for { // ends when the websocket does
 		if _, _, err := ws.ReadMessage(); err != nil {
 			return
@@ -153,7 +158,7 @@ func drain(ws *Websocket) {
 
 // Write sends p to the command's stdin.
 func (s *ExecStream) Write(p []byte) (int, error) {
-	if err := s.stdin.WriteMessage(OpBinary, p); err != nil {
+	if err := s.stdin.WriteMessage(websocket.OpBinary, p); err != nil {
 		return 0, s.c.transportErr(s.w, err)
 	}
 	return len(p), nil
@@ -162,7 +167,7 @@ func (s *ExecStream) Write(p []byte) (int, error) {
 // CloseStdin ends the command's stdin: incusd takes an empty text message (its
 // "barrier") as the end of a stream and closes the pipe.
 func (s *ExecStream) CloseStdin() error {
-	if err := s.stdin.WriteMessage(OpText, nil); err != nil {
+	if err := s.stdin.WriteMessage(websocket.OpText, nil); err != nil {
 		return s.c.transportErr(s.w, err)
 	}
 	return nil
@@ -189,7 +194,7 @@ func (s *ExecStream) Wait(ctx context.Context) (int, error) {
 // if it still runs (a command that ended is not touched). It does not wait.
 func (s *ExecStream) Close() {
 	s.closeOnce.Do(func() {
-		for _, ws := range []*Websocket{s.control, s.stdin, s.stdout, s.stderr} {
+		for _, ws := range []*websocket.Conn{s.control, s.stdin, s.stdout, s.stderr} {
 			if ws != nil {
 				_ = ws.Close()
 			}
@@ -200,7 +205,7 @@ func (s *ExecStream) Close() {
 // streamReader reads one output stream of an exec: binary messages are its bytes; an
 // empty text message (incusd's barrier) or a close is its end.
 type streamReader struct {
-	ws  *Websocket
+	ws  *websocket.Conn
 	buf []byte
 	err error
 }
@@ -212,11 +217,11 @@ func (r *streamReader) Read(p []byte) (int, error) {
 		}
 		op, msg, err := r.ws.ReadMessage()
 		switch {
-		case errors.Is(err, ErrWebsocketClosed) || errors.Is(err, io.EOF):
+		case errors.Is(err, websocket.ErrClosed) || errors.Is(err, io.EOF):
 			r.err = io.EOF
 		case err != nil:
 			r.err = err
-		case op == OpText:
+		case op == websocket.OpText:
 			r.err = io.EOF
 		default:
 			r.buf = msg

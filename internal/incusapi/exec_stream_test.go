@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/websocket"
 )
 
 // handshake is how the fake daemon answers one websocket handshake.
@@ -57,7 +59,7 @@ func stallingExecDaemon(t *testing.T, answer func(op int, fd string) handshake) 
 				return
 			}
 			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " +
-				acceptKey(r.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n")
+				websocket.AcceptKey(r.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n")
 			_ = brw.Flush()
 			held.Add(1)
 			go func() { // held open until the client closes it

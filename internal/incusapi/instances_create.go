@@ -18,7 +18,9 @@ import (
 type Image struct {
 	Fingerprint string `json:"fingerprint"`
 	Type        string `json:"type"` // "container" or "virtual-machine"
-	Aliases     []struct {
+	// Properties are the image's own, from its metadata.yaml.
+	Properties map[string]string `json:"properties"`
+	Aliases    []struct {
 		Name string `json:"name"`
 	} `json:"aliases"`
 }
@@ -241,6 +243,12 @@ func (e *SystemdWaitError) Error() string {
 		e.Instance, p, e.Wait, e.Last)
 }
 
+// NodePath is the PATH a command run in a node gets: incusd's default PATH has none of
+// the directories where a NixOS system keeps its tools (incusd adds nothing for a
+// container booted from a NixOS image), so they go first, then the default's.
+const NodePath = "/run/wrappers/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:" +
+	"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // WaitSystemd runs `systemctl is-system-running` in instance name every interval until
 // it prints running or degraded (the system finished booting, with or without failed
 // units), for at most wait. It returns that state. A container that is still booting
@@ -254,7 +262,7 @@ func (c *Client) WaitSystemd(ctx context.Context, name string, wait, interval ti
 	last := "nothing yet"
 	// Bounded by wctx; the count guards against an interval of almost nothing.
 	for range 100000 {
-		res, err := c.Exec(wctx, name, ExecRequest{Command: []string{"systemctl", "is-system-running"}})
+		res, err := c.Exec(wctx, name, ExecRequest{Command: []string{"systemctl", "is-system-running"}, Environment: map[string]string{"PATH": NodePath}})
 		switch {
 		case err != nil && IsNotFound(err):
 			return "", err

@@ -180,7 +180,7 @@ func TestClassifyFailFast(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			w := &watcher{c: &Client{CS: cs}, s: testSpec(), ours: writtenBy(d), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
+			w := &watcher{c: &Client{CS: cs}, s: testSpec(), ours: writtenBy(d), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}.withDefaults(), firstSeen: map[string]time.Time{}}
 			t0 := time.Unix(1_000_000, 0)
 			var rerr *RolloutError
 			for _, s := range c.at {
@@ -249,7 +249,7 @@ func TestDegradedSystemFails(t *testing.T) {
 			}, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			w := &watcher{c: &Client{CS: cs}, s: testSpec(), ours: writtenBy(d), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}, firstSeen: map[string]time.Time{}}
+			w := &watcher{c: &Client{CS: cs}, s: testSpec(), ours: writtenBy(d), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}.withDefaults(), firstSeen: map[string]time.Time{}}
 			t0 := time.Unix(1_000_000, 0)
 			var rerr *RolloutError
 			for _, s := range c.at {

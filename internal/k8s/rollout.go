@@ -24,13 +24,24 @@ type WaitOptions struct {
 	// create its pod) is tolerated before the wait stops early (default 20s): a registry
 	// can be briefly unavailable, a missing image stays missing.
 	PullGrace time.Duration
+	// DegradedGrace is how long the pod's readiness probe may answer "degraded" before
+	// the wait stops (default 10s). systemctl is-system-running says "starting" until
+	// the boot's jobs are done and "degraded" only after, when a unit has failed: that
+	// unit stays failed (one that restarts is not failed meanwhile). Two probe periods
+	// rule out a reading in flight.
+	DegradedGrace time.Duration
+	// RollbackWait bounds the wait for the previous image after a rollback (default 2m,
+	// and never more than Limit).
+	RollbackWait time.Duration
 }
 
 // The defaults of WaitOptions: the timing table's (deploybody.TimingTable holds every
 // engine's timings once).
 const (
-	DefaultRolloutWait = deploybody.DefaultRolloutWait
-	DefaultPullGrace   = deploybody.DefaultPullGrace
+	DefaultRolloutWait   = deploybody.DefaultRolloutWait
+	DefaultPullGrace     = deploybody.DefaultPullGrace
+	DefaultDegradedGrace = deploybody.DefaultDegradedGrace
+	DefaultRollbackWait  = deploybody.DefaultRollbackWait
 )
 
 func (o WaitOptions) withDefaults() WaitOptions {
@@ -39,6 +50,12 @@ func (o WaitOptions) withDefaults() WaitOptions {
 	}
 	if o.PullGrace <= 0 {
 		o.PullGrace = DefaultPullGrace
+	}
+	if o.DegradedGrace <= 0 {
+		o.DegradedGrace = DefaultDegradedGrace
+	}
+	if o.RollbackWait <= 0 {
+		o.RollbackWait = DefaultRollbackWait
 	}
 	return o
 }
@@ -56,12 +73,6 @@ const (
 	ReasonProgressDeadline = "ProgressDeadlineExceeded"
 	ReasonTimeout          = "Timeout"
 )
-
-// degradedGrace is how long the pod's readiness probe may answer "degraded" before the
-// wait stops. systemctl is-system-running says "starting" until the boot's jobs are
-// done and "degraded" only after, when a unit has failed: that unit stays failed (one
-// that restarts is not failed meanwhile). Two probe periods rule out a reading in flight.
-const degradedGrace = 10 * time.Second
 
 // RolloutError says why a node's pod did not become ready, and what the engine did.
 type RolloutError struct {
@@ -339,7 +350,7 @@ func (w *watcher) check(ctx context.Context, now time.Time) (done bool, stop err
 			continue
 		}
 		key := string(pods[i].UID) + "/degraded"
-		if w.since(key, now) >= degradedGrace {
+		if w.since(key, now) >= w.o.DegradedGrace {
 			return false, w.fail(ctx, w.firstSeen[key], ReasonSystemDegraded,
 				fmt.Sprintf("pod %s: systemd booted with a failed unit (systemctl is-system-running says \"degraded\"; `systemctl --failed` in the pod names it)", pods[i].Name)), nil
 		}
@@ -686,11 +697,8 @@ func (c *Client) Rollout(ctx context.Context, s NodeSpec, o WaitOptions) (Outcom
 	rerr.RolledBack, rerr.RolledBackTo = true, rerr.RollbackTarget
 	prev := s
 	prev.Image = rerr.RolledBackTo
-	limit := o.withDefaults().Limit
-	if limit > 2*time.Minute {
-		limit = 2 * time.Minute
-	}
-	rbErr := c.Wait(rctx, prev, rolledBack, WaitOptions{Limit: limit, PullGrace: o.PullGrace})
+	limit := min(o.withDefaults().Limit, o.withDefaults().RollbackWait)
+	rbErr := c.Wait(rctx, prev, rolledBack, WaitOptions{Limit: limit, PullGrace: o.PullGrace, DegradedGrace: o.DegradedGrace})
 	if errors.As(rbErr, &other) {
 		rerr.OtherWriter = other
 		return Outcome{Running: other.Theirs, RolledBack: true, LastGood: lastGoodImage}, rerr

@@ -34,6 +34,9 @@ const (
 	ClosureSpireChain       = "spire-chain"
 	ClosureSpireChainBroken = "spire-chain-broken"
 	ClosureBootable         = "bootable"
+	// ClosureBootableSwitchable boots from its own Incus image and takes later systems
+	// through a deploy (fediversity_incus_image).
+	ClosureBootableSwitchable = "bootable-switchable"
 	// ClosureBootableSpireAgent needs its SPIRE arguments: BuildBootableSpireAgent.
 	ClosureBootableSpireAgent = "bootable-spire-agent"
 )

@@ -79,8 +79,20 @@ func TestBuildClosureExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cl) != 3 || !contains(cl, top) {
-		t.Fatalf("closure = %q, want toplevel, tools and payload", cl)
+	// The closure is every path reachable from the toplevel by references, as nix-store
+	// -q --references walks them one at a time here (not Closure's own --requisites): the
+	// stand-in's toplevel, its tools, its payload and its system path (lab/closures).
+	if want := walkReferences(t, top); !sameSet(cl, want) {
+		t.Fatalf("closure = %q, want the paths reachable by references %q", cl, want)
+	}
+	for _, part := range []string{"-fedi-tools", "-fedi-payload"} {
+		found := false
+		for _, p := range cl {
+			found = found || strings.HasSuffix(p, part)
+		}
+		if !found {
+			t.Errorf("closure %q lacks the %s path", cl, part)
+		}
 	}
 	var buf bytes.Buffer
 	if err := Export(ctx(t), cl, &buf); err != nil {
@@ -146,6 +158,49 @@ func TestErrorsSayWhat(t *testing.T) {
 	if _, err := Closure(ctx(t), "/etc/passwd"); err == nil {
 		t.Fatal("closure of a non-store path accepted")
 	}
+}
+
+// walkReferences lists the paths reachable from top, asking nix-store for each path's
+// direct references.
+func walkReferences(t *testing.T, top string) []string {
+	t.Helper()
+	seen := map[string]bool{top: true}
+	queue := []string{top}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out, err := exec.Command(NixStoreBin, "--query", "--references", p).Output()
+		if err != nil {
+			t.Fatalf("nix-store --query --references %s: %v", p, err)
+		}
+		for _, r := range strings.Fields(string(out)) {
+			if !seen[r] {
+				seen[r] = true
+				queue = append(queue, r)
+			}
+		}
+	}
+	all := make([]string, 0, len(seen))
+	for p := range seen {
+		all = append(all, p)
+	}
+	return all
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	in := map[string]bool{}
+	for _, x := range a {
+		in[x] = true
+	}
+	for _, x := range b {
+		if !in[x] {
+			return false
+		}
+	}
+	return true
 }
 
 func contains(l []string, s string) bool {

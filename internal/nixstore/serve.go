@@ -47,11 +47,11 @@ func QueryPathInfos(ctx context.Context, paths []string) (map[string]PathInfo, e
 	if err := checkPaths(paths); err != nil {
 		return nil, fmt.Errorf("path info: %w", err)
 	}
-	var out bytes.Buffer
-	if err := run(ctx, &out, NixStoreBin, append([]string{"--dump-db"}, paths...)...); err != nil {
+	out, err := dumpDB(ctx, paths)
+	if err != nil {
 		return nil, fmt.Errorf("path info of %d paths: %w", len(paths), err)
 	}
-	infos, err := parseRegistrations(&out)
+	infos, err := parseRegistrations(bytes.NewReader(out))
 	if err != nil {
 		return nil, fmt.Errorf("path info: nix-store --dump-db printed %w", err)
 	}
@@ -61,6 +61,25 @@ func QueryPathInfos(ctx context.Context, paths []string) (map[string]PathInfo, e
 		}
 	}
 	return infos, nil
+}
+
+// Registrations is the registrations of paths in the local store, in the form
+// `nix-store --load-db` reads (what `nix-store --dump-db` prints): what a store that
+// was given the paths' files some other way needs to hold them as valid, e.g. an
+// image's /nix-path-registration.
+func Registrations(ctx context.Context, paths []string) ([]byte, error) {
+	if err := checkPaths(paths); err != nil {
+		return nil, fmt.Errorf("registrations: %w", err)
+	}
+	return dumpDB(ctx, paths)
+}
+
+func dumpDB(ctx context.Context, paths []string) ([]byte, error) {
+	var out bytes.Buffer
+	if err := run(ctx, &out, NixStoreBin, append([]string{"--dump-db"}, paths...)...); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
 
 // parseRegistrations reads Nix's validity registrations (`nix-store --dump-db`): per

@@ -22,7 +22,7 @@ func init() {
 		node.NewNodeSwitchResource,
 		node.NewVerdictResource, node.NewRolloutGateResource,
 		k8s.NewImageResource, k8s.NewK8sNamespaceResource, k8s.NewK8sRolloutResource,
-		node.NewIncusNodeResource,
+		node.NewIncusNodeResource, node.NewIncusImageResource, node.NewIncusTenantResource,
 		spire.NewSpireHandoffResource, spire.NewSpireRegistrationResource,
 	}
 }

@@ -4,22 +4,20 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/methods"
 )
 
-// Methods are the deployment methods (docs/design.md#methods). A key of the
+// Methods are the deployment methods of the catalog (internal/methods). A key of the
 // submission named after one of them is that method's branch.
-var Methods = []string{"ssh", "tf", "tf-incus", "tf-incus-operator", "k8s", "k8s-operator"}
+var Methods = methods.Names(methods.Catalog)
 
 // raisedKeys are the values that move out of the picked method's branch.
 var raisedKeys = []string{"applications", "domain", "email"}
 
 func isMethod(name string) bool {
-	for _, m := range Methods {
-		if m == name {
-			return true
-		}
-	}
-	return false
+	_, ok := methods.Lookup(name)
+	return ok
 }
 
 // deepMerge lays over on top of base: objects merge key by key, any other value of over

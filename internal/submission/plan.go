@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/methods"
 )
 
 // Input is one evaluation: what the data source was given.
@@ -87,6 +90,7 @@ func Evaluate(in Input) (*Result, error) {
 		}
 	}
 	checkTopLevel(baked, InBaked, "$", &errs)
+	checkMethodForGroup(in.Method, baked, &errs)
 
 	sub := map[string]any{}
 	if in.Submission != nil {
@@ -593,4 +597,18 @@ func shortJSON(v any) string {
 		return string(b[:57]) + "…"
 	}
 	return string(b)
+}
+
+// checkMethodForGroup refuses a method the group cannot use, through the catalog's one
+// per-group lookup: the operator methods serve a group that runs an application.
+func checkMethodForGroup(method string, baked map[string]any, errs *Errors) {
+	if !isMethod(method) {
+		return // refused above
+	}
+	apps, _ := baked["applications"].(map[string]any)
+	available := methods.ForGroup(methods.Group{RunsApplication: len(apps) > 0})
+	if !slices.Contains(methods.Names(available), method) {
+		errs.add(InMethod, "", "method", fmt.Sprintf("%q is available only for a group that runs an application, and the baked configuration has none", method),
+			"pick one of "+strings.Join(methods.Names(available), ", ")+", or add the group's applications to the baked configuration")
+	}
 }

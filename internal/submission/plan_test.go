@@ -519,3 +519,19 @@ func TestNodePlanProblemNamesItsSource(t *testing.T) {
 		t.Errorf("submitted value: source %q at %q", fromSub.Source, fromSub.SourcePath)
 	}
 }
+
+// The operator methods are refused for a group that runs no application, through the
+// catalog's per-group lookup, naming the methods the group can use.
+func TestOperatorMethodNeedsAnApplication(t *testing.T) {
+	baked := []byte(`{"nodes": {"web01": {}}, "applications": {}}`)
+	for _, m := range []string{"tf-incus-operator", "k8s-operator"} {
+		_, err := Evaluate(Input{Baked: baked, Method: m, OperatorRoot: t.TempDir()})
+		if err == nil || !strings.Contains(err.Error(), "available only for a group that runs an application") ||
+			!strings.Contains(err.Error(), "ssh, tf, tf-incus, k8s") {
+			t.Errorf("method %s for a group without applications: %v", m, err)
+		}
+	}
+	if _, err := Evaluate(Input{Baked: baked, Method: "tf-incus", OperatorRoot: t.TempDir()}); err != nil {
+		t.Errorf("tf-incus for a group without applications: %v", err)
+	}
+}

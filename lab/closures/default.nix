@@ -167,8 +167,9 @@ let
   '' { };
 
   # Parts of `bootable` (below): a systemd and a shell in the store, taken from the host.
-  # fedi-systemd is the host's systemd (PID 1, systemd-shutdown and systemctl, and the
-  # mount and umount systemd runs to unmount at shutdown) with every
+  # fedi-systemd is the host's systemd (PID 1, systemd-shutdown, systemctl and
+  # systemd-run, and util-linux's mount and umount, which systemd runs to unmount at
+  # shutdown, and flock, which NixOS's system path has from util-linux too) with every
   # shared library ldd names copied beside it, the ELF interpreter and the libraries'
   # search path of each rewritten into the store path (patchelf), so it runs with no /lib
   # and no /usr: what nixpkgs' systemd is, built from the host instead of from source.
@@ -176,8 +177,8 @@ let
     command -v patchelf >/dev/null || { echo "fedi-systemd: patchelf is missing; run lab/install-host.sh" >&2; exit 1; }
     mkdir -p $out/bin $out/lib/systemd
     cp /usr/lib/systemd/systemd /usr/lib/systemd/systemd-shutdown $out/lib/systemd/
-    cp /usr/bin/systemctl /bin/mount /bin/umount $out/bin/
-    for b in /usr/lib/systemd/systemd /usr/lib/systemd/systemd-shutdown /usr/bin/systemctl /bin/mount /bin/umount; do
+    cp /usr/bin/systemctl /usr/bin/systemd-run /usr/bin/flock /bin/mount /bin/umount $out/bin/
+    for b in /usr/lib/systemd/systemd /usr/lib/systemd/systemd-shutdown /usr/bin/systemctl /usr/bin/systemd-run /usr/bin/flock /bin/mount /bin/umount; do
       ldd $b | awk '$2 == "=>" && $3 ~ /^\// { print $3 }'
     done | sort -u | while read -r lib; do cp -L "$lib" $out/lib/; done
     cp -L /lib64/ld-linux-x86-64.so.2 $out/lib/
@@ -203,6 +204,24 @@ let
     done
   '' { };
 
+  # fedi-nix: the Nix of bootable-switchable's nodes, the host's (Debian's nix-bin, 2.8)
+  # with every library ldd names beside it, its interpreter and search path rewritten
+  # into the store as fedi-systemd's are. nix-store and nix-env are the one binary under
+  # those names, as in nixpkgs' nix.
+  bootNix = drv "fedi-nix" ''
+    command -v patchelf >/dev/null || { echo "fedi-nix: patchelf is missing; run lab/install-host.sh" >&2; exit 1; }
+    mkdir -p $out/bin $out/lib
+    cp /usr/bin/nix $out/bin/nix
+    ldd /usr/bin/nix | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u | while read -r lib; do cp -L "$lib" $out/lib/; done
+    cp -L /lib64/ld-linux-x86-64.so.2 $out/lib/
+    chmod -R u+w $out
+    patchelf --set-interpreter $out/lib/ld-linux-x86-64.so.2 --set-rpath $out/lib $out/bin/nix
+    for lib in $out/lib/*.so*; do
+      case $lib in */ld-linux-*) ;; *) patchelf --set-rpath $out/lib "$lib" ;; esac
+    done
+    for n in nix-store nix-env nix-collect-garbage; do ln -s nix $out/bin/$n; done
+  '' { };
+
   # spire-agent for bootable-spire-agent: the binary of lab/spire/build.sh (a path that
   # names its version) with its shared libraries beside it, its ELF interpreter and
   # each library it needs named by its store path. (Not a search path, as fedi-systemd
@@ -222,8 +241,10 @@ let
     $out/bin/spire-agent --version
   '' { };
 
-  # The script of `bootable` (see there), which bootable-spire-agent extends.
-  bootableScript = ''
+  # The script of `bootable` (see there), which bootable-spire-agent and
+  # bootable-switchable extend; initExtra runs in init right before it execs systemd.
+  bootableScript = bootableScriptWith "";
+  bootableScriptWith = initExtra: ''
     u=$out/etc/systemd/system
     mkdir -p $u/multi-user.target.wants $out/sw/bin
     for t in multi-user.target basic.target sysinit.target sockets.target timers.target \
@@ -261,6 +282,7 @@ let
     ln -sfn ${bootSystemd}/bin/mount /bin/mount
     ln -sfn ${bootSystemd}/bin/umount /bin/umount
     ln -sfn $out /run/current-system
+    ${initExtra}
     exec ${bootSystemd}/lib/systemd/systemd "\$@"
     EOF
     chmod +x $out/init
@@ -579,6 +601,61 @@ in
   # node plan in $out/etc/fediversity/node-plan.json (so /run/current-system/etc/...);
   # without one, its derivation is what it was before planFile existed.
   bootable = drv "fedi-system-bootable" (bootableScript + (if planFile == "" then "" else ''
+    mkdir -p $out/etc/fediversity
+    printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
+  '')) (if planFile == "" then { } else { plan = builtins.readFile planFile; });
+
+  # bootable that takes later systems through a deploy, as a NixOS container does: the
+  # toplevel that fediversity_incus_image makes an Incus image of (tf-incus from the
+  # node's source), and that fediversity_node_switch then switches in place. Beyond
+  # bootable it has what the deploy body runs on a node (nix-store and nix-env from
+  # fedi-nix, systemd-run and flock, busybox's tools, /bin/sh) and
+  # bin/switch-to-configuration (./switch-to-configuration-bootable.sh). Its init does
+  # what NixOS's stage 2 and activation do for a container before systemd starts: a
+  # tmpfs on /run (stage 2's early mounts), /bin/sh (environment.binsh), root in /etc/passwd and /etc/group (the users
+  # activation, root only), /etc/nix/nix.conf, /run/booted-system, and, as
+  # lxc-container.nix's postBootCommands, the store's registrations loaded from the
+  # image's /nix-path-registration (once) and the system profile set to the booted
+  # system. Its nix.conf has no build users (the stand-in has no nixbld group) and no
+  # sandbox. Takes seed and planFile as bootable does.
+  bootable-switchable = let
+    nixConf = drv "fedi-nix-conf" ''
+      printf 'build-users-group =\nsandbox = false\n' > $out
+    '' { };
+  in drv "fedi-system-bootable-switchable" (bootableScriptWith ''
+    # /run is a tmpfs before systemd starts, as NixOS's stage 2 mounts it in a
+    # container (its early mounts); else systemd mounts one over the links above.
+    if ! ${bootBusybox}/bin/busybox grep -qs '^[^ ]* /run ' /proc/mounts; then
+      mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
+      ln -sfn $out /run/current-system
+    fi
+    ln -sfn ${bootBusybox}/bin/sh /bin/sh
+    mkdir -p /etc/nix /root
+    ln -sfn $out/etc/nix/nix.conf /etc/nix/nix.conf
+    echo 'root:x:0:0:System administrator:/root:/bin/sh' > /etc/passwd
+    echo 'root:x:0:' > /etc/group
+    ln -sfn $out /run/booted-system
+    export HOME=/root
+    if [ -f /nix-path-registration ]; then
+      ${bootNix}/bin/nix-store --load-db < /nix-path-registration && rm /nix-path-registration
+    fi
+    ${bootNix}/bin/nix-env -p /nix/var/nix/profiles/system --set $out
+  '' + ''
+    mkdir -p $out/etc/nix $out/bin
+    ln -s ${nixConf} $out/etc/nix/nix.conf
+    for b in ${bootNix}/bin/* ${bootSystemd}/bin/systemd-run ${bootSystemd}/bin/flock; do ln -s $b $out/sw/bin/; done
+    # Every busybox applet, for the tools a NixOS system path has (coreutils, sed, awk,
+    # findutils, …), but its init and power applets (systemd's are used) and its mount.
+    for a in $(${bootBusybox}/bin/busybox --list); do
+      case $a in init | linuxrc | halt | poweroff | reboot | switch_root | mount | umount) continue ;; esac
+      [ -e $out/sw/bin/$a ] || ln -s ${bootBusybox}/bin/busybox $out/sw/bin/$a
+    done
+    sed -e "s|@out@|$out|g" -e "s|@busybox@|${bootBusybox}|g" -e "s|@systemd@|${bootSystemd}|g" \
+      ${./switch-to-configuration-bootable.sh} > $out/bin/switch-to-configuration
+    chmod +x $out/bin/switch-to-configuration
+    sed -i 's/^PRETTY_NAME=.*/PRETTY_NAME="Fediversity lab stand-in (bootable, switchable)"/' $out/etc/os-release
+    echo "bootable-switchable-1" > $out/nixos-version
+  '' + (if planFile == "" then "" else ''
     mkdir -p $out/etc/fediversity
     printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
   '')) (if planFile == "" then { } else { plan = builtins.readFile planFile; });

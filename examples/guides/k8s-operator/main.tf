@@ -34,7 +34,7 @@ resource "fediversity_spire_handoff" "group" {
 }
 
 module "group" {
-  source = "github.com/fediversity/terraform-provider-fediversity//modules/k8s?ref=v0.1.0"
+  source = "github.com/fediversity/terraform-provider-fediversity//modules/k8s?ref=main"
 
   method          = "k8s-operator"
   submission_file = "${path.root}/submission.json"
@@ -42,8 +42,8 @@ module "group" {
   operator_root   = path.root
 
   nodes = {
-    web01 = { toplevel = "/nix/store/xwm8an2vhqcwqj551lb6vpk9gdfxfj4z-nixos-system-web01" }
-    web02 = { toplevel = "/nix/store/64aifyvnymzc5jjp99l3r06pvf5kxgz4-nixos-system-web02" }
+    web01 = { build = { file = "${path.root}/nodes.nix", attribute = "web01" } }
+    web02 = { build = { file = "${path.root}/nodes.nix", attribute = "web02" } }
   }
 
   # Every rollout gives the node's pod the projected token of node-<node> and the

@@ -13,19 +13,20 @@ provider "fediversity" {
 }
 
 module "group" {
-  source = "github.com/fediversity/terraform-provider-fediversity//modules/k8s?ref=v0.1.0"
+  source = "github.com/fediversity/terraform-provider-fediversity//modules/k8s?ref=main"
 
   submission_file = "${path.root}/submission.json"
   baked_json      = file("${path.root}/baked.json")
   operator_root   = path.root
 
-  # Each node's system, built from its node plan (the module's node_plans output): the
-  # image is built from it (one reproducible layer holding the closure) and tagged with
-  # the toplevel's hash, so an unchanged system pushes nothing. A prebuilt
-  # docker-archive works too: { archive = "…", tag = "…" }.
+  # Each node's system is built in the same apply, from its Nix source and its node
+  # plan (handed to the build as `--argstr planFile`): the image is built from the
+  # toplevel (one reproducible layer holding the closure) and tagged with the hash of its
+  # derivation, so an unchanged source pushes nothing. A prebuilt system works too
+  # ({ toplevel = "/nix/store/…" }), and a docker-archive ({ archive = "…", tag = "…" }).
   nodes = {
-    web01 = { toplevel = "/nix/store/xwm8an2vhqcwqj551lb6vpk9gdfxfj4z-nixos-system-web01" }
-    web02 = { toplevel = "/nix/store/64aifyvnymzc5jjp99l3r06pvf5kxgz4-nixos-system-web02", storage_size = "20Gi" }
+    web01 = { build = { file = "${path.root}/nodes.nix", attribute = "web01" } }
+    web02 = { build = { file = "${path.root}/nodes.nix", attribute = "web02" }, storage_size = "20Gi" }
   }
 
   runtime_class = "fediversity"

@@ -11,7 +11,7 @@ terraform {
 provider "fediversity" {}
 
 module "group" {
-  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf-incus?ref=v0.1.0"
+  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf-incus?ref=main"
 
   method          = "tf-incus-operator"
   submission_file = "${path.root}/submission.json"

@@ -10,15 +10,16 @@ terraform {
 provider "fediversity" {}
 
 module "group" {
-  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf-incus?ref=v0.1.0"
+  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf-incus?ref=main"
 
   submission_file = "${path.root}/submission.json"
   baked_json      = file("${path.root}/baked.json")
   operator_root   = path.root
 
   # The containers this module makes, and one instance made elsewhere (e.g. by another
-  # Incus provider), which it only deploys to.
-  image = "nixos/25.05"
+  # Incus provider), which it only deploys to. No image is named: each container is
+  # made from an image of its node's own system (built from `build` below), which the
+  # module imports into the daemon.
   nodes = {
     web01 = {
       limits = { cpu = "2", memory = "2GiB" }

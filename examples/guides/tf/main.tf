@@ -10,7 +10,7 @@ terraform {
 provider "fediversity" {}
 
 module "group" {
-  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf?ref=v0.1.0"
+  source = "github.com/fediversity/terraform-provider-fediversity//modules/tf?ref=main"
 
   # What the api wrote, and the configuration it is merged into.
   submission_file = "${path.root}/submission.json"

@@ -296,7 +296,7 @@ func (r *k8sRolloutResource) waitOptions(m k8sRolloutModel) (k8s.WaitOptions, er
 		return k8s.WaitOptions{}, errors.New(diags[0].Detail())
 	}
 	t = t.Merge(r.cfg.Timings)
-	return k8s.WaitOptions{Limit: t.RolloutWait, PullGrace: t.PullGrace}, nil
+	return k8s.WaitOptions{Limit: t.RolloutWait, PullGrace: t.PullGrace, DegradedGrace: t.DegradedGrace, RollbackWait: t.RollbackWait}, nil
 }
 
 // rollout runs the engine and writes into m what is true afterwards. It returns the

@@ -33,6 +33,8 @@ type TimingsModel struct {
 	LockWait       types.String `tfsdk:"lock_wait"`
 	RolloutWait    types.String `tfsdk:"rollout_wait"`
 	PullGrace      types.String `tfsdk:"pull_grace"`
+	DegradedGrace  types.String `tfsdk:"degraded_grace"`
+	RollbackWait   types.String `tfsdk:"rollback_wait"`
 }
 
 // The resources with a `timings` block.

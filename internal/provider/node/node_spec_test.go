@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -82,14 +83,16 @@ func TestProviderAndRosterRefuseAlike(t *testing.T) {
 	}
 }
 
-// Every argument fediversity_node_switch offers a node, a roster can say: the roster's
-// keys are read from the node spec's JSON names, the provider's from its schema, so a
-// new argument without a roster key fails here.
-func TestRosterSaysEveryNodeSwitchArgument(t *testing.T) {
+// A roster says of a node what fediversity_node_switch does, and nothing else, both
+// ways: the roster's keys are read from the node spec's JSON names (RosterNode embeds
+// the spec), the provider's from its schema, so an argument without a roster key, or a
+// roster key the resource does not take, fails here. Each exception says why.
+func TestRosterAndNodeSwitchTakeTheSameArguments(t *testing.T) {
 	var resp resource.SchemaResponse
 	(&nodeSwitchResource{}).Schema(t.Context(), resource.SchemaRequest{}, &resp)
-	s := resp.Schema
-	notNodeArguments := map[string]string{
+	provider := nodeSwitchArguments(resp.Schema)
+	roster := rosterKeys(reflect.TypeOf(fleet.RosterNode{}), "")
+	onlyProvider := map[string]string{
 		"id": "computed", "generation": "computed", "verdict": "computed", "derivation": "computed", "changes": "computed", "reboots": "computed",
 		"node":              "the roster's key",
 		"node_plan":         "the command's --submission and --baked",
@@ -98,83 +101,128 @@ func TestRosterSaysEveryNodeSwitchArgument(t *testing.T) {
 		"timeouts":          "the command runs until done or interrupted",
 		"deploy":            "the command's verb: `fediversity rollback --to last-good` deploys every node's last good system",
 	}
-	rosterNode := jsonNames(reflect.TypeOf(fleet.RosterNode{}))
-	check := func(where string, names []string, accepted map[string]bool) {
-		for _, n := range names {
-			if _, skip := notNodeArguments[n]; skip && where == "" {
-				continue
-			}
-			if !accepted[n] {
-				t.Errorf("fediversity_node_switch offers %s%s, the roster has no such key", where, n)
-			}
+	onlyRoster := map[string]string{
+		"probes.body_pattern": "the roster's older name of probes.body_regexp",
+	}
+	for _, k := range sortedSet(provider) {
+		if _, ok := onlyProvider[k]; !ok && !roster[k] {
+			t.Errorf("fediversity_node_switch takes %s, a roster has no such key", k)
 		}
 	}
-	var top []string
-	for n := range s.Attributes {
-		top = append(top, n)
-	}
-	for n := range s.Blocks {
-		top = append(top, n)
-	}
-	check("", top, merge(rosterNode, map[string]bool{"check": rosterNode["checks"], "probe": rosterNode["probes"], "ssh": true}))
-	sub := func(block string) []string {
-		var names []string
-		switch b := s.Blocks[block].(type) {
-		case schema.SingleNestedBlock:
-			for n, a := range b.Attributes {
-				if a.GetDeprecationMessage() == "" {
-					names = append(names, n)
-				}
-			}
-			for n := range b.Blocks {
-				names = append(names, n)
-			}
-		case schema.ListNestedBlock:
-			for n := range b.NestedObject.Attributes {
-				names = append(names, n)
-			}
+	for _, k := range sortedSet(roster) {
+		if _, ok := onlyRoster[k]; !ok && !provider[k] {
+			t.Errorf("a roster takes %s, fediversity_node_switch has no such argument", k)
 		}
-		return names
 	}
-	check("ssh.", sub("ssh"), jsonNames(reflect.TypeOf(nodespec.SSH{})))
-	check("incus.", sub("incus"), jsonNames(reflect.TypeOf(nodespec.Incus{})))
-	check("snapshot.", sub("snapshot"), jsonNames(reflect.TypeOf(nodespec.Snapshot{})))
-	check("build.", sub("build"), jsonNames(reflect.TypeOf(nodespec.Build{})))
-	check("check.", sub("check"), jsonNames(reflect.TypeOf(nodespec.Check{})))
-	check("probe.", sub("probe"), jsonNames(reflect.TypeOf(nodespec.Probe{})))
-	timings := map[string]bool{}
-	for _, n := range nodespec.NodeTimingNames() {
-		timings[n] = true
+	for k := range onlyProvider {
+		if roster[k] {
+			t.Errorf("%s is listed as the provider's only, but a roster takes it too", k)
+		}
 	}
-	check("timings.", sub("timings"), timings)
+	for k := range onlyRoster {
+		if !roster[k] || provider[k] {
+			t.Errorf("%s is listed as the roster's only: roster %v, provider %v", k, roster[k], provider[k])
+		}
+	}
 }
 
-// jsonNames are the JSON keys of a struct type, embedded structs' included.
-func jsonNames(t reflect.Type) map[string]bool {
+// nodeSwitchArguments are the resource's arguments in a roster's spelling: the ssh
+// block's at the top, check and probe blocks as checks and probes, nested ones as
+// block.attribute, and timings.<name> for the timings the resource uses (the names
+// it marks deprecated it only keeps for old configurations).
+func nodeSwitchArguments(s schema.Schema) map[string]bool {
 	names := map[string]bool{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if f.Anonymous {
-			for n := range jsonNames(f.Type) {
-				names[n] = true
+	roster := map[string]string{"check": "checks", "probe": "probes"}
+	rename := func(n string) string {
+		if r, ok := roster[n]; ok {
+			return r
+		}
+		return n
+	}
+	var nested func(prefix string, attrs map[string]schema.Attribute, blocks map[string]schema.Block)
+	nested = func(prefix string, attrs map[string]schema.Attribute, blocks map[string]schema.Block) {
+		for n, a := range attrs {
+			if a.GetDeprecationMessage() == "" {
+				names[prefix+n] = true
 			}
+		}
+		for n, b := range blocks {
+			names[prefix+n] = true
+			switch b := b.(type) {
+			case schema.SingleNestedBlock:
+				nested(prefix+n+".", b.Attributes, b.Blocks)
+			case schema.ListNestedBlock:
+				nested(prefix+n+".", b.NestedObject.Attributes, b.NestedObject.Blocks)
+			}
+		}
+	}
+	for n, a := range s.Attributes {
+		if a.GetDeprecationMessage() == "" {
+			names[n] = true
+		}
+	}
+	for n, b := range s.Blocks {
+		switch {
+		case n == "ssh":
+			nested("", b.(schema.SingleNestedBlock).Attributes, b.(schema.SingleNestedBlock).Blocks)
+			continue
+		case n == "timeouts":
+			names[n] = true
 			continue
 		}
-		if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n != "" && n != "-" {
-			names[n] = true
+		names[rename(n)] = true
+		switch b := b.(type) {
+		case schema.SingleNestedBlock:
+			nested(rename(n)+".", b.Attributes, b.Blocks)
+		case schema.ListNestedBlock:
+			nested(rename(n)+".", b.NestedObject.Attributes, b.NestedObject.Blocks)
 		}
 	}
 	return names
 }
 
-func merge(a, b map[string]bool) map[string]bool {
-	out := map[string]bool{}
-	for k, v := range a {
-		out[k] = v
+// rosterKeys are the JSON keys of a roster type, embedded structs' at their parent's
+// level, nested objects' as parent.key, and the timings a node's run reads as
+// timings.<name>.
+func rosterKeys(t reflect.Type, prefix string) map[string]bool {
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		n, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && n == "" {
+			for k := range rosterKeys(f.Type, prefix) {
+				names[k] = true
+			}
+			continue
+		}
+		if n == "" || n == "-" {
+			continue
+		}
+		names[prefix+n] = true
+		ft := f.Type
+		for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
+			ft = ft.Elem()
+		}
+		if ft.Kind() == reflect.Struct {
+			for k := range rosterKeys(ft, prefix+n+".") {
+				names[k] = true
+			}
+		}
+		if prefix == "" && n == "timings" {
+			for _, tm := range nodespec.NodeTimingNames() {
+				names["timings."+tm] = true
+			}
+		}
 	}
-	for k, v := range b {
-		out[k] = v
+	return names
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
+	sort.Strings(out)
 	return out
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
@@ -62,6 +63,7 @@ type incusNodeModel struct {
 	ID               types.String          `tfsdk:"id"`
 	Name             types.String          `tfsdk:"name"`
 	Image            types.String          `tfsdk:"image"`
+	ReplaceOnImage   types.Bool            `tfsdk:"replace_on_image_change"`
 	Project          types.String          `tfsdk:"project"`
 	Profiles         types.List            `tfsdk:"profiles"`
 	Config           types.Map             `tfsdk:"config"`
@@ -138,13 +140,24 @@ func (r *incusNodeResource) Schema(ctx context.Context, _ resource.SchemaRequest
 				MarkdownDescription: "The image on the provider's Incus daemon: an alias (e.g. `lab/debian`), or a fingerprint or a unique prefix of one. " +
 					"Images on other servers (`images:debian/12`) are not fetched: import or copy the image to the daemon first. " +
 					"The alias is resolved when the container is created; pointing the alias at a newer image later changes nothing. " +
-					replacesContainer,
-				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+					replacesContainer + " (With `replace_on_image_change = false`, changing it only records the image for a container made later.)",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplaceIf(replaceOnImageChange,
+					"Changing it replaces the container unless replace_on_image_change is false.",
+					"Changing it replaces the container unless `replace_on_image_change` is false.")},
 				Validators: []validator.String{
 					stringvalidator.LengthAtLeast(1),
 					stringvalidator.RegexMatches(regexp.MustCompile(`^[^:]*$`),
 						"must name an image on the provider's Incus daemon (an alias or fingerprint without a `remote:` prefix); copy a remote image there first with `incus image copy`"),
 				},
+			},
+			"replace_on_image_change": schema.BoolAttribute{
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(true),
+				MarkdownDescription: "Whether a changed `image` replaces the container (default `true`). `false` when the image only seeds " +
+					"the container and the node's later systems arrive through `fediversity_node_switch`, as for an image of the node's own " +
+					"system (`fediversity_incus_image`): a new image is then recorded and used only by a container made later (a replaced " +
+					"or a new one), and the running container, with its state, is kept. Changing it changes nothing on the container.",
 			},
 			"project": schema.StringAttribute{
 				Optional: true,
@@ -328,6 +341,14 @@ func (r *incusNodeResource) ValidateConfig(ctx context.Context, req resource.Val
 	}
 }
 
+// replaceOnImageChange replaces the container on a changed image unless the
+// configuration says the image only seeds it (replace_on_image_change = false).
+func replaceOnImageChange(ctx context.Context, req planmodifier.StringRequest, resp *stringplanmodifier.RequiresReplaceIfFuncResponse) {
+	var replace types.Bool
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("replace_on_image_change"), &replace)...)
+	resp.RequiresReplace = replace.IsNull() || replace.IsUnknown() || replace.ValueBool()
+}
+
 // knownStrings returns the known entries of a string map (keys are always known).
 func knownStrings(m types.Map) map[string]string {
 	out := map[string]string{}
@@ -488,13 +509,7 @@ func (r *incusNodeResource) ModifyPlan(ctx context.Context, req resource.ModifyP
 }
 
 func (r *incusNodeResource) projectOrDefault(p string) string {
-	if p != "" {
-		return p
-	}
-	if r.cfg != nil && r.cfg.IncusProject != "" {
-		return r.cfg.IncusProject
-	}
-	return "default"
+	return projectOrDefault(r.cfg, p)
 }
 
 // client returns the provider's Incus client (built once in the provider's Configure)
@@ -917,7 +932,7 @@ func (r *incusNodeResource) ImportState(ctx context.Context, req resource.Import
 	}
 	m := incusNodeModel{
 		Name: types.StringValue(name), Project: types.StringValue(project),
-		Image: types.StringNull(), NodeWait: types.StringNull(),
+		Image: types.StringNull(), NodeWait: types.StringNull(), ReplaceOnImage: types.BoolValue(true),
 		ID: types.StringNull(), Instance: types.StringNull(), ImageFingerprint: types.StringNull(), Status: types.StringNull(),
 		Profiles: types.ListNull(types.StringType), Config: types.MapNull(types.StringType), Limits: types.MapNull(types.StringType),
 		Timeouts: timeouts.Value{Object: types.ObjectNull(incusNodeTimeoutsAttrTypes)},

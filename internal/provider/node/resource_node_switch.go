@@ -431,12 +431,6 @@ func needsDeploy(plan, state nodeSwitchModel, deployed string) bool {
 	return false
 }
 
-// sameBlock compares two block models by their printed values (framework values
-// print their content; a nil block prints <nil>).
-func sameBlock(a, b any) bool {
-	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
-}
-
 func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state nodeSwitchModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)

@@ -91,7 +91,7 @@ var verdictAttributeDocs = map[string]string{
 	"not_restarted":         "Changed units the switch left running their old code, as `<unit>: changed, not restarted (restartIfChanged = false)` (or `RefuseManualStop = true`, `X-OnlyManualStart = true`): `switch-to-configuration` does not restart them. They do not fail the run. Empty after a reboot.",
 	"reasons":               "Why the verdict fails the run (strict) or what it warns about (lenient). Empty when the node converged.",
 	"switch_exit_code":      "Exit code of `switch-to-configuration` (0 ok, 4 some units failed, 100 reboot needed); -1 when no switch ran.",
-	"switch_result":         "The switch exit code in words: `ok`, `units-failed`, `reboot-needed`, `not-run`, `error` (the switch could not be run or read) or `exit-N`.",
+	"switch_result":         "The switch exit code in words: `ok`, `activation-failed` (the activation script failed; the node runs the new system), `units-failed`, `reboot-needed`, `not-run`, `error` (the switch could not be run or read) or `exit-N`.",
 	"switch_reconnected":    "The connection dropped during the switch and its result was read after reconnecting.",
 	"confirmed":             "The node runs the new toplevel after the switch.",
 	"boot_reverted":         "The switch never confirmed, so the boot entry was pointed back at the previous system.",
@@ -137,6 +137,8 @@ func switchResultWords(code int, ran bool) string {
 	switch code {
 	case 0:
 		return "ok"
+	case 2:
+		return "activation-failed"
 	case 4:
 		return "units-failed"
 	case 100:

@@ -42,7 +42,7 @@ func (t *Transport) CopyClosure(ctx context.Context, storePath string) (deploybo
 		step = now
 		return d
 	}
-	missing, err := remote.MissingPaths(ctx, t.runner(), closure)
+	missing, err := remote.RootAndMissingPaths(ctx, t.runner(), storePath, closure)
 	if err != nil {
 		return stats, t.wrapErr(phase, err)
 	}

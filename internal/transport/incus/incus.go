@@ -213,8 +213,7 @@ func (t *Transport) Reach(ctx context.Context) error {
 
 // defaultPath is what incusd gives a command when the request sets no PATH, plus the
 // places a NixOS system keeps its tools.
-const defaultPath = "/run/wrappers/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:" +
-	"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const defaultPath = incusapi.NodePath
 
 // nodePath is the PATH the instance's own configuration gives commands
 // (environment.PATH), or defaultPath.

@@ -220,14 +220,14 @@ func TestLabTransport(t *testing.T) {
 	})
 
 	t.Run("finalize and revert boot", func(t *testing.T) {
-		g1, err := tr.FinalizeBoot(ctx, good)
+		g1, err := tr.FinalizeBoot(ctx, good, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got := resolve(t, tr, "/nix/var/nix/profiles/system"); got != good {
 			t.Fatalf("profile after FinalizeBoot(good) = %q", got)
 		}
-		g2, err := tr.FinalizeBoot(ctx, failed)
+		g2, err := tr.FinalizeBoot(ctx, failed, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -237,7 +237,7 @@ func TestLabTransport(t *testing.T) {
 		if got := resolve(t, tr, "/nix/var/nix/profiles/system"); got != failed {
 			t.Fatalf("profile after FinalizeBoot(failed) = %q", got)
 		}
-		if err := tr.RevertBoot(ctx, good); err != nil {
+		if err := tr.RevertBoot(ctx, good, time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if got := resolve(t, tr, "/nix/var/nix/profiles/system"); got != good {

@@ -203,16 +203,25 @@ func (t *Transport) Switch(ctx context.Context, toplevel, action string, limit t
 }
 
 // FinalizeBoot sets the system profile to toplevel and runs its
-// `switch-to-configuration boot` (remote.FinalizeBoot).
-func (t *Transport) FinalizeBoot(ctx context.Context, toplevel string) (int, error) {
-	gen, err := remote.FinalizeBoot(ctx, t.runner(), toplevel, t.log())
+// `switch-to-configuration boot` detached, like the switch (remote.FinalizeBoot).
+func (t *Transport) FinalizeBoot(ctx context.Context, toplevel string, limit time.Duration) (int, error) {
+	gen, err := remote.FinalizeBoot(ctx, t.runner(), toplevel, limit, t.detachedOpts())
 	return gen, t.wrapErr("finalize boot entry", err)
 }
 
 // RevertBoot points the system profile and boot entry back at running
 // (remote.RevertBoot).
-func (t *Transport) RevertBoot(ctx context.Context, running string) error {
-	return t.wrapErr("revert boot entry", remote.RevertBoot(ctx, t.runner(), running, t.log()))
+func (t *Transport) RevertBoot(ctx context.Context, running string, limit time.Duration) error {
+	return t.wrapErr("revert boot entry", remote.RevertBoot(ctx, t.runner(), running, limit, t.detachedOpts()))
+}
+
+// detachedOpts are the switch's polling options, for the boot entry's detached runs.
+func (t *Transport) detachedOpts() remote.SwitchOptions {
+	opts := t.switchOpts
+	if opts.Log == nil {
+		opts.Log = t.log()
+	}
+	return opts
 }
 
 // Generation is the system profile generation the node's profile points at now.

@@ -20,7 +20,26 @@ const checkBatch = 400
 // MissingPaths returns the paths the node's store does not hold (as valid paths), in
 // the order given. It asks `nix-store --check-validity --print-invalid` on the node.
 func MissingPaths(ctx context.Context, r Runner, paths []string) ([]string, error) {
+	return missingPaths(ctx, r, "", paths)
+}
+
+// RootAndMissingPaths is MissingPaths, with the pushed closure's GC root
+// (deploybody.PushedRoot) pointed at toplevel in the same first round trip: from then
+// on a garbage collection on the node keeps whatever of the closure it holds.
+func RootAndMissingPaths(ctx context.Context, r Runner, toplevel string, paths []string) ([]string, error) {
+	if !nixstore.ValidStorePath(toplevel) {
+		return nil, fmt.Errorf("root the pushed closure: %q is not a store path", toplevel)
+	}
+	return missingPaths(ctx, r, toplevel, paths)
+}
+
+func missingPaths(ctx context.Context, r Runner, root string, paths []string) ([]string, error) {
 	var missing []string
+	if len(paths) == 0 && root != "" {
+		if _, err := runSys(ctx, r, nil, "/bin/sh", "-c", deploybody.PushRootScript, "sh", root, "true"); err != nil {
+			return nil, fmt.Errorf("root the pushed closure at %s: %w", deploybody.PushedRoot, err)
+		}
+	}
 	for start := 0; start < len(paths); start += checkBatch {
 		batch := paths[start:min(start+checkBatch, len(paths))]
 		for _, p := range batch {
@@ -28,7 +47,11 @@ func MissingPaths(ctx context.Context, r Runner, paths []string) ([]string, erro
 				return nil, fmt.Errorf("ask the node which paths it lacks: %q is not a store path", p)
 			}
 		}
-		out, err := runSys(ctx, r, nil, append([]string{"nix-store", "--check-validity", "--print-invalid"}, batch...)...)
+		argv := append([]string{"nix-store", "--check-validity", "--print-invalid"}, batch...)
+		if start == 0 && root != "" {
+			argv = append([]string{"/bin/sh", "-c", deploybody.PushRootScript, "sh", root}, argv...)
+		}
+		out, err := runSys(ctx, r, nil, argv...)
 		if err != nil {
 			return nil, fmt.Errorf("ask the node which paths it lacks: %w", err)
 		}
@@ -76,7 +99,7 @@ func CopyClosure(ctx context.Context, r Runner, storePath string, log Logger) (d
 		return deploybody.CopyStats{}, fmt.Errorf("copy closure: %w (build it first)", err)
 	}
 	stats := deploybody.CopyStats{PathsTotal: len(closure), Closure: closure}
-	missing, err := MissingPaths(ctx, r, closure)
+	missing, err := RootAndMissingPaths(ctx, r, storePath, closure)
 	if err != nil {
 		return stats, fmt.Errorf("copy closure: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
@@ -134,10 +135,33 @@ func runSys(ctx context.Context, r Runner, stdin io.Reader, argv ...string) (str
 	}
 	if code != 0 {
 		msg := strings.TrimSpace(stderr.String())
-		if code == 127 {
-			msg += " (command not found on the node: is Nix/systemd installed?)"
+		if tool := MissingTool(code, msg); tool != "" {
+			return stdout.String(), fmt.Errorf("%s: %s (exit %d: %s)", strings.Join(argv[:min(len(argv), 3)], " "), LacksTool(tool), code, msg)
 		}
 		return stdout.String(), fmt.Errorf("%s exited %d: %s", strings.Join(argv[:min(len(argv), 3)], " "), code, msg)
 	}
 	return stdout.String(), nil
+}
+
+// notFound is how a shell (dash, bash, busybox) and sudo say that a command is not on
+// the PATH: "sh: 1: mv: not found", "bash: line 1: mv: command not found",
+// "sudo: flock: command not found", "/bin/sh: mv: not found".
+var notFound = regexp.MustCompile(`(?m)([^\s:'"]+): (?:command )?not found\s*$`)
+
+// MissingTool names the command a node-side command could not find, from its exit
+// code and stderr ("" when none is named): 127 is the shell's "not found".
+func MissingTool(exitCode int, stderr string) string {
+	if exitCode != 127 {
+		return ""
+	}
+	m := notFound.FindStringSubmatch(stderr)
+	if m == nil {
+		return "a command it runs"
+	}
+	return m[1]
+}
+
+// LacksTool is the one sentence that says a node lacks a tool, for every transport.
+func LacksTool(tool string) string {
+	return fmt.Sprintf("the node lacks `%s` on its PATH (NixOS gives a login /run/wrappers/bin, /run/current-system/sw/bin and /nix/var/nix/profiles/default/bin; a systemd unit gets systemd's own bin only): add the package that has it to environment.systemPackages, or report the command that needed it", tool)
 }

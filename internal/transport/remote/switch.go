@@ -22,8 +22,8 @@ const SystemProfile = "/nix/var/nix/profiles/system"
 // ResultDir is where the detached switch leaves its output and exit code on the node.
 const ResultDir = "/run/fediversity"
 
-// Actions switch-to-configuration accepts.
-var validActions = map[string]bool{"switch": true, "boot": true, "test": true, "dry-activate": true}
+// Actions switch-to-configuration accepts (switch-to-configuration-ng's Action).
+var validActions = map[string]bool{"switch": true, "boot": true, "test": true, "dry-activate": true, "check": true}
 
 // SwitchOptions tune the detached switch. Zero values take the defaults.
 type SwitchOptions struct {
@@ -62,39 +62,60 @@ func (o *SwitchOptions) defaults() {
 	}
 }
 
-// detachedScript runs switch-to-configuration and leaves its stdout, stderr and exit code
-// in files; the exit code file is written last and atomically, so its presence means
-// the switch is over. $1 toplevel, $2 action, $3 file prefix.
-const detachedScript = `"$1/bin/switch-to-configuration" "$2" >"$3.out" 2>"$3.err"; ` +
-	`echo $? >"$3.rc.tmp" && mv "$3.rc.tmp" "$3.rc"`
+// DetachedScript runs switch-to-configuration and leaves its stdout, stderr and exit
+// code in files; the exit code file is written last, by one write of the shell's own
+// echo, so a non-empty file means the switch is over. $1 toplevel, $2 action, $3 file
+// prefix.
+//
+// It runs in a transient unit, whose PATH on NixOS is systemd's own bin directory and
+// nothing else (nixpkgs builds systemd with that default PATH): so it calls no tool
+// at all, only the switch by its absolute path and the shell's builtins. The switch
+// then gets the environment nixos-rebuild gives it (nixos_rebuild/nix.py runs it
+// under systemd-run the same way): switch-to-configuration and the activation script
+// set the PATH they need themselves.
+const DetachedScript = `"$1/bin/switch-to-configuration" "$2" >"$3.out" 2>"$3.err"; echo $? >"$3.rc"`
 
-// pollTick is how often pollScript looks for the result file on the node: a `[ -e ]`
+// switchEnvironment is what the detached switch gets besides the unit's own
+// environment, as nixos-rebuild passes it (`systemd-run -E LOCALE_ARCHIVE -E
+// NIXOS_INSTALL_BOOTLOADER`): the locale archive every NixOS login has
+// (environment.sessionVariables in nixos/modules/config/i18n.nix), and no boot
+// loader reinstall (nixos-rebuild's default without --install-bootloader).
+var switchEnvironment = []string{
+	"--setenv=LOCALE_ARCHIVE=/run/current-system/sw/lib/locale/locale-archive",
+	"--setenv=NIXOS_INSTALL_BOOTLOADER=0",
+}
+
+// pollTick is how often pollScript looks for the result file on the node: a `[ -s ]`
 // and a sleep, 50 times a second, for the length of the switch.
 const pollTick = 20 * time.Millisecond
 
-// pollScript waits up to $3 ticks of 20 ms for the switch to end. When it has ended it
+// PollScript waits up to $3 ticks of 20 ms for the switch to end. When it has ended it
 // prints "rc <code>" and then the switch's stdout, and copies its stderr to stderr: the
 // whole result in one round trip. Otherwise (time is up, or the unit failed or is gone:
 // checked about once a second) it prints "unit <ActiveState> <LoadState>".
-// $1 file prefix, $2 unit, $3 ticks. The result files stay (see startScript).
-const pollScript = `i=0; while [ ! -e "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
+// $1 file prefix, $2 unit, $3 ticks. The result files stay (see StartScript).
+const PollScript = `i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
 	`if [ "$i" -gt 0 ] && [ $((i % 50)) -eq 0 ]; then ` +
 	`case "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)/$(systemctl show -p LoadState --value "$2" 2>/dev/null)" in ` +
 	`failed/* | */not-found) break ;; esac; fi; ` +
 	`sleep 0.02 2>/dev/null || sleep 1; i=$((i + 1)); done; ` +
-	`if [ -e "$1.rc" ]; then printf 'rc %s\n' "$(cat "$1.rc")"; cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
+	`if [ -s "$1.rc" ]; then printf 'rc %s\n' "$(cat "$1.rc")"; cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
 	`printf 'unit %s %s\n' "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)" ` +
 	`"$(systemctl show -p LoadState --value "$2" 2>/dev/null)"`
 
-// startScript makes the result directory, removes results of switches older than an
+// StartScript makes the result directory, removes results of switches older than an
 // hour (a result stays readable that long, so a poll cut by a dropped connection can
-// be repeated), runs its other arguments (systemd-run …) and goes on as the first poll
-// (pollScript), so starting the switch and reading a quick result is one round trip.
-// $1 result directory, $2 file prefix, $3 unit, $4 ticks. Exit 90: the directory
-// could not be made; 91: systemd-run failed.
-const startScript = `d=$1 p=$2 u=$3 n=$4; shift 4; ` +
+// be repeated), points the system profile $5 at the toplevel $6 when $5 is set (the
+// boot entry's `boot`: with systemd-boot, entries come from the profile's generations
+// only), runs its other arguments (systemd-run …) and goes on as the first poll
+// (PollScript), so starting the switch and reading a quick result is one round trip.
+// $1 result directory, $2 file prefix, $3 unit, $4 ticks, $5 profile or "", $6
+// toplevel. Exit 90: the directory could not be made; 91: systemd-run failed; 92: the
+// profile could not be set.
+const StartScript = `d=$1 p=$2 u=$3 n=$4 prof=$5 top=$6; shift 6; ` +
 	`mkdir -p "$d" || exit 90; find "$d" -maxdepth 1 -name '` + SwitchUnitPrefix + `*' -mmin +60 -exec rm -f {} + 2>/dev/null; ` +
-	`"$@" || exit 91; set -- "$p" "$u" "$n"; ` + pollScript
+	`if [ -n "$prof" ] && [ "$(readlink -f "$prof" 2>/dev/null)" != "$top" ]; then nix-env --profile "$prof" --set "$top" >&2 || exit 92; fi; ` +
+	`"$@" || exit 91; set -- "$p" "$u" "$n"; ` + PollScript
 
 // SwitchUnitPrefix names the transient units of detached switches.
 const SwitchUnitPrefix = "fediversity-switch-"
@@ -104,13 +125,19 @@ const SwitchUnitPrefix = "fediversity-switch-"
 // the connection, and polls for its exit code file. A transport fault while polling is
 // retried (the runner re-dials); the result is read, never guessed.
 func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.Duration, opts SwitchOptions) (deploybody.SwitchResult, error) {
+	return runDetached(ctx, r, toplevel, action, "", limit, opts)
+}
+
+// runDetached is Switch, with the system profile pointed at toplevel first when
+// profile is set (in the round trip that starts the unit).
+func runDetached(ctx context.Context, r Runner, toplevel, action, profile string, limit time.Duration, opts SwitchOptions) (deploybody.SwitchResult, error) {
 	opts.defaults()
 	var res deploybody.SwitchResult
 	if !nixstore.ValidStorePath(toplevel) {
 		return res, fmt.Errorf("switch: toplevel %q is not a store path", toplevel)
 	}
 	if !validActions[action] {
-		return res, fmt.Errorf("switch: action %q is not one of switch, boot, test, dry-activate", action)
+		return res, fmt.Errorf("switch: action %q is not one of switch, boot, test, dry-activate, check", action)
 	}
 	if limit <= 0 {
 		return res, errors.New("switch: the time limit must be positive")
@@ -122,10 +149,10 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 
 	deadline := time.Now().Add(limit + opts.Grace)
 	ticks := strconv.FormatInt(int64(max(opts.PollWait/(pollTick), 1)), 10)
-	switchArgv := []string{"systemd-run", "--unit=" + unit, "--description=fediversity switch-to-configuration " + action,
+	switchArgv := append([]string{"systemd-run", "--unit=" + unit, "--description=fediversity switch-to-configuration " + action,
 		"--property=RuntimeMaxSec=" + strconv.FormatInt(secs, 10) + "s",
-		"--no-block", "--collect", "--quiet",
-		"/bin/sh", "-c", detachedScript, "sh", toplevel, action, prefix}
+		"--no-block", "--collect", "--quiet"}, switchEnvironment...)
+	switchArgv = append(switchArgv, "/bin/sh", "-c", DetachedScript, "sh", toplevel, action, prefix)
 	if opts.Revert != nil {
 		armed, err := armedArgv(opts.Revert, prefix, int64((limit+opts.Grace)/time.Second)+1, switchArgv)
 		if err != nil {
@@ -134,7 +161,7 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 		switchArgv = armed
 		opts.Log.printf("switch: arming %s: back to %s unless a new login confirms within %s of the switch's end", opts.Revert.Unit, path.Base(opts.Revert.Previous), opts.Revert.Confirm)
 	}
-	startArgv := append([]string{"/bin/sh", "-c", startScript, "sh", ResultDir, prefix, unit, ticks}, switchArgv...)
+	startArgv := append([]string{"/bin/sh", "-c", StartScript, "sh", ResultDir, prefix, unit, ticks, profile, toplevel}, switchArgv...)
 	started := time.Now()
 	sawTransportError := false
 	opts.Log.printf("switch: starting %s (%s %s, limit %s)", unit, path.Base(toplevel), action, limit)
@@ -159,7 +186,7 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 				opts.Log.printf("switch: started %s", unit)
 			}
 		} else {
-			out, stderr, err = runScript(ctx, r, []string{"/bin/sh", "-c", pollScript, "sh", prefix, unit, ticks})
+			out, stderr, err = runScript(ctx, r, []string{"/bin/sh", "-c", PollScript, "sh", prefix, unit, ticks})
 		}
 		switch {
 		case err != nil && isTransportFault(err):
@@ -220,7 +247,8 @@ func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.D
 }
 
 // runScript runs one of the switch's scripts (with NixFallbackPath) and returns its
-// stdout and stderr; a non-zero exit is an error that quotes stderr.
+// stdout and stderr; a non-zero exit is an error that quotes stderr, and names the tool
+// the node lacks when the shell did not find one (exit 127).
 func runScript(ctx context.Context, r Runner, argv []string) (stdout, stderr string, err error) {
 	wrapped, err := WithPath(argv, nil, NixFallbackPath)
 	if err != nil {
@@ -232,14 +260,20 @@ func runScript(ctx context.Context, r Runner, argv []string) (stdout, stderr str
 		return "", "", err
 	}
 	if code != 0 {
+		msg := strings.TrimSpace(errOut.String())
+		if tool := MissingTool(code, msg); tool != "" {
+			return "", "", fmt.Errorf("%s (exit %d: %s)", LacksTool(tool), code, msg)
+		}
 		what := "exited"
 		switch code {
 		case 90:
 			what = "could not make " + ResultDir + ":"
 		case 91:
 			what = "systemd-run failed:"
+		case 92:
+			what = "could not point the system profile " + SystemProfile + " at the new system (nix-env --set):"
 		}
-		return "", "", fmt.Errorf("%s %d: %s", what, code, strings.TrimSpace(errOut.String()))
+		return "", "", fmt.Errorf("%s %d: %s", what, code, msg)
 	}
 	return out.String(), errOut.String(), nil
 }
@@ -304,23 +338,32 @@ func Resolve(ctx context.Context, r Runner, link string) (string, error) {
 	return p, nil
 }
 
-// finalizeScript points the system profile $1 at toplevel $2 (a new generation only
-// when it points elsewhere), runs `$2/bin/switch-to-configuration boot` (its output to
-// stderr) and prints where the profile points: one round trip. Exit 10: the profile
-// could not be set; 11: the boot entry could not be written.
-var finalizeScript = `if [ "$(readlink -f "$1" 2>/dev/null)" != "$2" ]; then nix-env --profile "$1" --set "$2" >&2 || exit 10; fi; ` +
-	`"$2/bin/switch-to-configuration" boot >&2 || exit 11; ` + deploybody.ReleaseBootPin + `; readlink "$1"`
+// afterBootScript runs once the boot entry's `boot` succeeded: it releases the default
+// entry a one-shot reboot pinned (deploybody.ReleaseBootPin, exit 12), releases the
+// pushed closure's GC root now that the system profile holds it ($2, the toplevel:
+// only when the root still points at it) and prints where the profile $1 points.
+var afterBootScript = deploybody.ReleaseBootPin + `; ` + deploybody.ReleasePushedRootScript + `; readlink "$1"`
 
 // FinalizeBoot points the system profile at toplevel (a new generation only when it
-// points elsewhere), runs `<toplevel>/bin/switch-to-configuration boot`, and releases
-// the default entry a one-shot reboot pinned (deploybody.ReleaseBootPin), in one round
-// trip: the boot loader's default is then toplevel. It returns the profile's
-// generation afterwards.
-func FinalizeBoot(ctx context.Context, r Runner, toplevel string, log Logger) (int, error) {
+// points elsewhere) and runs `<toplevel>/bin/switch-to-configuration boot` detached,
+// like the switch (in the round trip that sets the profile), then releases the default
+// entry a one-shot reboot pinned (deploybody.ReleaseBootPin) and the pushed closure's
+// GC root: the boot loader's default is then toplevel. A `boot` that exits non-zero is
+// a *deploybody.SwitchExitError, so the body can tell its exit codes apart. It
+// returns the profile's generation afterwards.
+func FinalizeBoot(ctx context.Context, r Runner, toplevel string, limit time.Duration, opts SwitchOptions) (int, error) {
 	if !nixstore.ValidStorePath(toplevel) {
 		return 0, fmt.Errorf("finalize boot entry: toplevel %q is not a store path", toplevel)
 	}
-	argv, err := WithPath([]string{"/bin/sh", "-c", finalizeScript, "sh", SystemProfile, toplevel}, nil, NixFallbackPath)
+	opts.Revert = nil
+	sr, err := runDetached(ctx, r, toplevel, "boot", SystemProfile, limit, opts)
+	if err != nil {
+		return 0, fmt.Errorf("finalize boot entry: %w", err)
+	}
+	if sr.ExitCode != 0 {
+		return 0, fmt.Errorf("finalize boot entry: %w", &deploybody.SwitchExitError{Action: "boot", Toplevel: toplevel, Result: sr})
+	}
+	argv, err := WithPath([]string{"/bin/sh", "-c", afterBootScript, "sh", SystemProfile, toplevel}, nil, NixFallbackPath)
 	if err != nil {
 		return 0, err
 	}
@@ -330,12 +373,10 @@ func FinalizeBoot(ctx context.Context, r Runner, toplevel string, log Logger) (i
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("finalize boot entry: %w", err)
-	case code == 10:
-		return 0, fmt.Errorf("finalize boot entry: set the system profile to %s: nix-env failed: %s", toplevel, msg)
-	case code == 11:
-		return 0, fmt.Errorf("finalize boot entry: %s boot failed: %s", path.Base(toplevel), msg)
 	case code == 12:
 		return 0, fmt.Errorf("finalize boot entry: releasing the default boot entry pinned for a one-shot boot (%s): bootctl set-default failed: %s", deploybody.BootPinFile, msg)
+	case MissingTool(code, msg) != "":
+		return 0, fmt.Errorf("finalize boot entry: %s (%s)", LacksTool(MissingTool(code, msg)), msg)
 	case code != 0:
 		return 0, fmt.Errorf("finalize boot entry: exited %d: %s", code, msg)
 	}
@@ -343,14 +384,16 @@ func FinalizeBoot(ctx context.Context, r Runner, toplevel string, log Logger) (i
 	if err != nil {
 		return 0, fmt.Errorf("finalize boot entry: %w", err)
 	}
-	log.printf("boot entry: generation %d is %s", gen, toplevel)
+	opts.Log.printf("boot entry: generation %d is %s", gen, toplevel)
 	return gen, nil
 }
 
 // RevertBoot points the system profile back at running (the system the node runs;
 // /run/current-system when empty), by switching to the newest generation that holds it
-// or by adding one, and runs its `switch-to-configuration boot`.
-func RevertBoot(ctx context.Context, r Runner, running string, log Logger) error {
+// or by adding one, and runs its `switch-to-configuration boot` detached, like the
+// switch.
+func RevertBoot(ctx context.Context, r Runner, running string, limit time.Duration, opts SwitchOptions) error {
+	log := opts.Log
 	if running == "" {
 		cur, err := Resolve(ctx, r, "/run/current-system")
 		if err != nil {
@@ -364,9 +407,7 @@ func RevertBoot(ctx context.Context, r Runner, running string, log Logger) error
 	if !nixstore.ValidStorePath(running) {
 		return fmt.Errorf("revert boot entry: running system %q is not a store path", running)
 	}
-	out, err := runSys(ctx, r, nil, "/bin/sh", "-c",
-		`for l in "$1"-*-link; do [ -L "$l" ] && printf '%s %s\n' "${l##*/}" "$(readlink -f "$l")"; done; true`,
-		"sh", SystemProfile)
+	out, err := runSys(ctx, r, nil, "/bin/sh", "-c", listGenerationsScript, "sh", SystemProfile)
 	if err != nil {
 		return fmt.Errorf("revert boot entry: list generations: %w", err)
 	}
@@ -390,7 +431,12 @@ func RevertBoot(ctx context.Context, r Runner, running string, log Logger) error
 	if err != nil {
 		return fmt.Errorf("revert boot entry: point the system profile at %s: %w", running, err)
 	}
-	if _, err := runSys(ctx, r, nil, running+"/bin/switch-to-configuration", "boot"); err != nil {
+	opts.Revert = nil
+	sr, err := runDetached(ctx, r, running, "boot", "", limit, opts)
+	if err == nil && sr.ExitCode != 0 {
+		err = &deploybody.SwitchExitError{Action: "boot", Toplevel: running, Result: sr}
+	}
+	if err != nil {
 		return fmt.Errorf("revert boot entry: %s boot: %w", path.Base(running), err)
 	}
 	if _, err := runSys(ctx, r, nil, "/bin/sh", "-c", deploybody.ReleaseBootPin); err != nil {
@@ -399,3 +445,7 @@ func RevertBoot(ctx context.Context, r Runner, running string, log Logger) error
 	log.printf("boot entry reverted to %s (generation %d; -1: new generation)", running, best)
 	return nil
 }
+
+// listGenerationsScript prints each generation link of the profile $1 and the system it
+// resolves to.
+const listGenerationsScript = `for l in "$1"-*-link; do [ -L "$l" ] && printf '%s %s\n' "${l##*/}" "$(readlink -f "$l")"; done; true`

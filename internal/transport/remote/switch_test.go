@@ -44,14 +44,14 @@ func (f *fakeNode) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 			}
 		}
 		f.prefix = argv[len(argv)-1]
-		if want := ResultDir + "/" + f.unit; f.prefix != want || argv[2] != startScript || argv[5] != f.prefix || argv[6] != f.unit {
+		if want := ResultDir + "/" + f.unit; f.prefix != want || argv[2] != StartScript || argv[5] != f.prefix || argv[6] != f.unit {
 			return 1, fmt.Errorf("fake: result prefix %q, want %q", f.prefix, want)
 		}
 		if f.startErr != nil {
 			return 0, f.startErr
 		}
 		return f.answerPoll(stdout, stderr) // the start script goes on as the first poll
-	case len(argv) == 7 && argv[2] == pollScript:
+	case len(argv) == 7 && argv[2] == PollScript:
 		if argv[4] != f.prefix || argv[5] != f.unit || argv[6] == "" {
 			return 1, fmt.Errorf("fake: poll of %v, started %s", argv[4:], f.unit)
 		}
@@ -170,7 +170,7 @@ func TestPollScriptWaitsAndReadsTheResult(t *testing.T) {
 
 	// No result yet and 3 ticks: the poll gives up and reports the unit's state.
 	poll := func(ctx context.Context, r Runner, prefix, unit, ticks string) (string, string, error) {
-		return runScript(ctx, r, []string{"/bin/sh", "-c", pollScript, "sh", prefix, unit, ticks})
+		return runScript(ctx, r, []string{"/bin/sh", "-c", PollScript, "sh", prefix, unit, ticks})
 	}
 	out, _, err := poll(context.Background(), r, prefix, "x.service", "3")
 	if err != nil || !strings.HasPrefix(out, "unit ") {
@@ -201,14 +201,61 @@ func TestStartScriptStartsThenPolls(t *testing.T) {
 	dir := t.TempDir()
 	prefix := dir + "/" + SwitchUnitPrefix + "def"
 	// The stand-in "starts" a switch that ends at once with exit 0.
-	out, _, err := runScript(context.Background(), r, []string{"/bin/sh", "-c", startScript, "sh", dir, prefix, "x.service", "40",
+	out, _, err := runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix, "x.service", "40", "", "",
 		"sh", "-c", `echo done >"$0.out"; echo 0 >"$0.rc"`, prefix})
 	if err != nil || out != "rc 0\ndone\n" {
 		t.Fatalf("start then poll: %q %v", out, err)
 	}
-	_, _, err = runScript(context.Background(), r, []string{"/bin/sh", "-c", startScript, "sh", dir, prefix + "x", "x.service", "40",
+	_, _, err = runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix + "x", "x.service", "40", "", "",
 		"sh", "-c", `echo "Failed to start transient service unit" >&2; exit 1`})
 	if err == nil || !strings.Contains(err.Error(), "systemd-run failed: 91: Failed to start transient service unit") {
 		t.Fatalf("failed start: %v", err)
+	}
+}
+
+// The detached script runs in a transient unit, whose PATH on NixOS is systemd's own bin
+// directory and nothing else: run by a real /bin/sh with a PATH that finds nothing, it
+// still leaves the switch's output and its exit code.
+func TestDetachedScriptNeedsNoTools(t *testing.T) {
+	dir := t.TempDir()
+	top := dir + "/toplevel"
+	if err := os.MkdirAll(top+"/bin", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stc := "#!/bin/sh\necho \"activating $1\"; echo 'Failed to run activate script' >&2; exit 2\n"
+	if err := os.WriteFile(top+"/bin/switch-to-configuration", []byte(stc), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prefix := dir + "/" + SwitchUnitPrefix + "0"
+	r := localRunner{env: []string{"PATH=" + dir + "/empty-systemd-bin"}}
+	code, err := r.Exec(context.Background(), []string{"/bin/sh", "-c", DetachedScript, "sh", top, "test", prefix}, nil, io.Discard, io.Discard)
+	if err != nil || code != 0 {
+		t.Fatalf("detached script: exit %d, %v", code, err)
+	}
+	for ext, want := range map[string]string{".rc": "2\n", ".out": "activating test\n", ".err": "Failed to run activate script\n"} {
+		got, err := os.ReadFile(prefix + ext)
+		if err != nil || string(got) != want {
+			t.Fatalf("%s = %q (%v), want %q", ext, got, err, want)
+		}
+	}
+}
+
+func TestMissingToolIsNamed(t *testing.T) {
+	for stderr, want := range map[string]string{
+		"sh: 1: flock: not found":              "flock",
+		"bash: line 1: mv: command not found":  "mv",
+		"sudo: nix-env: command not found\n":   "nix-env",
+		"/bin/sh: 1: systemd-run: not found\n": "systemd-run",
+		"something else went wrong entirely\n": "a command it runs",
+	} {
+		if got := MissingTool(127, stderr); got != want {
+			t.Errorf("MissingTool(%q) = %q, want %q", stderr, got, want)
+		}
+	}
+	if MissingTool(1, "sh: 1: mv: not found") != "" {
+		t.Error("only exit 127 is a missing tool")
+	}
+	if !strings.Contains(LacksTool("flock"), "the node lacks `flock` on its PATH") {
+		t.Error(LacksTool("flock"))
 	}
 }

@@ -149,19 +149,29 @@ func (t *Transport) withFresh(f func(Runner) error) error {
 	return f(r)
 }
 
-func (t *Transport) FinalizeBoot(ctx context.Context, toplevel string) (int, error) {
+func (t *Transport) FinalizeBoot(ctx context.Context, toplevel string, limit time.Duration) (int, error) {
 	if err := t.checkSudo(ctx); err != nil {
 		return 0, t.wrap(err)
 	}
-	gen, err := FinalizeBoot(ctx, t.privileged(), toplevel, t.logger())
+	gen, err := FinalizeBoot(ctx, t.privileged(), toplevel, limit, t.detachedOpts())
 	return gen, t.wrap(err)
 }
 
-func (t *Transport) RevertBoot(ctx context.Context, running string) error {
+func (t *Transport) RevertBoot(ctx context.Context, running string, limit time.Duration) error {
 	if err := t.checkSudo(ctx); err != nil {
 		return t.wrap(err)
 	}
-	return t.wrap(RevertBoot(ctx, t.privileged(), running, t.logger()))
+	return t.wrap(RevertBoot(ctx, t.privileged(), running, limit, t.detachedOpts()))
+}
+
+// detachedOpts are the switch's polling options for the boot entry's detached runs.
+func (t *Transport) detachedOpts() SwitchOptions {
+	opts := t.SwitchOpts
+	if opts.Log == nil {
+		opts.Log = t.logger()
+	}
+	opts.Revert = nil
+	return opts
 }
 
 // Close closes the Runner when it is an io.Closer.

@@ -178,17 +178,17 @@ func TestLabDeploy(t *testing.T) {
 	})
 
 	t.Run("finalize and revert boot entry", func(t *testing.T) {
-		gen1, err := tr.FinalizeBoot(ctx, good)
+		gen1, err := tr.FinalizeBoot(ctx, good, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if again, err := tr.FinalizeBoot(ctx, good); err != nil || again != gen1 {
+		if again, err := tr.FinalizeBoot(ctx, good, time.Minute); err != nil || again != gen1 {
 			t.Fatalf("finalizing the same toplevel again: generation %d (%v), want %d", again, err, gen1)
 		}
 		if _, err := tr.CopyClosure(ctx, goodV2); err != nil {
 			t.Fatal(err)
 		}
-		gen2, err := tr.FinalizeBoot(ctx, goodV2)
+		gen2, err := tr.FinalizeBoot(ctx, goodV2, time.Minute)
 		if err != nil || gen2 != gen1+1 {
 			t.Fatalf("generation after v2 = %d (%v), want %d", gen2, err, gen1+1)
 		}
@@ -196,7 +196,7 @@ func TestLabDeploy(t *testing.T) {
 			t.Fatalf("profile and boot entry: %q, want %s twice", got, goodV2)
 		}
 		// The node still runs good (only the boot entry moved): revert to it.
-		if err := tr.RevertBoot(ctx, ""); err != nil {
+		if err := tr.RevertBoot(ctx, "", time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if got := sh("readlink /nix/var/nix/profiles/system; readlink -f /nix/var/nix/profiles/system; cat /nix/var/nix/fediversity-boot-entry"); got != fmt.Sprintf("system-%d-link\n%s\n%s", gen1, good, good) {

@@ -5,51 +5,25 @@
 # after the first behind a fediversity_rollout_gate, because Terraform orders blocks and
 # not the instances of one for_each. The namespace is not here: modules/k8s makes it up
 # front, for every wave. Not meant to be called on its own: its inputs are modules/k8s's,
-# already checked there.
-#
-# modules/tf/wave and modules/tf-incus/wave hold the same idea for their methods; nothing
-# is shared, because a module called by a local path may not reach outside its own
-# package ("../").
+# already checked there. Its variables are in generated_variables.tf.
 
-variable "nodes" {
-  description = "The wave's nodes: modules/k8s's var.nodes entries of the nodes in this wave."
-  type        = any
-}
-
-variable "node_plans" {
-  description = "The node plan of every enabled node (fediversity_submission.node_plans)."
-  type        = map(string)
-}
-
-variable "submission_file" {
-  description = "modules/k8s's var.submission_file."
-  type        = string
-}
-
-variable "submission_digest" {
-  description = "The digest every node checks at apply."
-  type        = string
-}
-
-variable "namespace" {
-  description = "The target namespace and its RuntimeClass (modules/k8s's fediversity_k8s_namespace)."
-  type        = object({ name = string, runtime_class = string })
-}
-
-variable "settings" {
-  description = "modules/k8s's group-wide settings: storage_class, storage_size, spire_handoff, strict, deploy, timings."
-  type        = any
-}
-
-output "rollouts" {
-  description = "Per node of the wave: its fediversity_k8s_rollout (status, running_image_ref, machine_id)."
-  value       = fediversity_k8s_rollout.node
+output "verdicts" {
+  description = "Per node of the wave: the entry of modules/k8s's verdicts output (a node is ok when its rollout ended ready)."
+  value = {
+    for n, r in fediversity_k8s_rollout.node : n => {
+      ok                = r.status == "ready"
+      reasons           = r.status == "ready" ? [] : ["rollout ${r.status}"]
+      status            = r.status
+      running_image_ref = r.running_image_ref
+      machine_id        = r.machine_id
+    }
+  }
 }
 
 resource "fediversity_image" "node" {
   for_each = var.nodes
 
-  namespace = var.namespace.name
+  namespace = var.settings.namespace.name
   node      = each.key
   toplevel  = each.value.toplevel
   archive   = each.value.archive
@@ -82,14 +56,14 @@ resource "fediversity_image" "node" {
 resource "fediversity_k8s_rollout" "node" {
   for_each = var.nodes
 
-  namespace = var.namespace.name
+  namespace = var.settings.namespace.name
   node      = each.key
   # deploy = "last-good": the plan sets image_ref to the node's last good template's
   # image, so it must be unset here. Unset too when configured, so a state from before
   # this setting plans no change.
   image_ref     = var.settings.deploy == "last-good" ? null : fediversity_image.node[each.key].image_ref
   deploy        = var.settings.deploy == "last-good" ? "last-good" : null
-  runtime_class = var.namespace.runtime_class
+  runtime_class = var.settings.namespace.runtime_class
   storage_class = var.settings.storage_class
   storage_size  = each.value.storage_size != null ? each.value.storage_size : var.settings.storage_size
   spire_handoff = var.settings.spire_handoff
@@ -103,7 +77,9 @@ resource "fediversity_k8s_rollout" "node" {
   submission_file   = var.submission_file
 
   timings {
-    rollout_wait = var.settings.timings.rollout_wait
-    pull_grace   = var.settings.timings.pull_grace
+    rollout_wait   = var.settings.timings.rollout_wait
+    pull_grace     = var.settings.timings.pull_grace
+    degraded_grace = var.settings.timings.degraded_grace
+    rollback_wait  = var.settings.timings.rollback_wait
   }
 }

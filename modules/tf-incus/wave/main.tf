@@ -5,42 +5,7 @@
 # wave after the first behind a fediversity_rollout_gate, because Terraform orders blocks
 # and not the instances of one for_each. The containers are not here: modules/tf-incus
 # makes them up front, so that a node's container keeps its address whatever wave the
-# node is in. Not meant to be called on its own: its inputs are modules/tf-incus's,
-# already checked there.
-#
-# modules/tf/wave holds the same idea for the tf method; nothing is shared, because a
-# module called by a local path may not reach outside its own package ("../").
-
-variable "nodes" {
-  description = "The wave's nodes: modules/tf-incus's var.nodes entries of the nodes in this wave, each with `target` (the Incus instance and project it is reached at)."
-  type        = any
-}
-
-variable "node_plans" {
-  description = "The node plan of every enabled node (fediversity_submission.node_plans)."
-  type        = map(string)
-}
-
-variable "submission_file" {
-  description = "modules/tf-incus's var.submission_file."
-  type        = string
-}
-
-variable "submission_digest" {
-  description = "The digest every node checks at apply."
-  type        = string
-}
-
-variable "settings" {
-  description = "modules/tf-incus's group-wide settings: build, deploy, strict, activation, secret_chain, loop_budgets, snapshot_keep, interrupted_restore, timings."
-  type        = any
-}
-
-variable "spire" {
-  description = "The SPIRE lane of tf-incus-operator (modules/tf-incus's var.spire, its trust bundle resolved), or null: no registration."
-  type        = any
-  default     = null
-}
+# node is in. Its variables are in generated_variables.tf.
 
 output "verdicts" {
   description = "Per node of the wave: the entry of modules/tf-incus's verdicts output."
@@ -56,19 +21,24 @@ output "verdicts" {
   }
 }
 
-resource "fediversity_spire_registration" "node" {
-  for_each = { for n, v in var.nodes : n => v if var.spire != null }
+locals {
+  # The SPIRE lane of tf-incus-operator, or null: no registration.
+  spire = var.settings.spire
+}
 
-  group        = var.spire.group
+resource "fediversity_spire_registration" "node" {
+  for_each = { for n, v in var.nodes : n => v if local.spire != null }
+
+  group        = local.spire.group
   node         = each.key
-  trust_bundle = var.spire.trust_bundle
-  agent_dir    = var.spire.agent_dir
-  token_ttl    = var.spire.token_ttl
+  trust_bundle = local.spire.trust_bundle
+  agent_dir    = local.spire.agent_dir
+  token_ttl    = local.spire.token_ttl
 
   spire_node {
-    host     = var.spire.spire_node.host
-    port     = var.spire.spire_node.port
-    host_key = var.spire.spire_node.host_key
+    host     = local.spire.spire_node.host
+    port     = local.spire.spire_node.port
+    host_key = local.spire.spire_node.host_key
   }
 
   incus {
@@ -130,6 +100,8 @@ resource "fediversity_node_switch" "node" {
     stale_job       = var.settings.timings.stale_job
     chain_wait      = var.settings.timings.chain_wait
     no_progress     = var.settings.timings.no_progress
+    confirm_timeout = var.settings.timings.confirm_timeout
+    lock_wait       = var.settings.timings.lock_wait
   }
 }
 
@@ -167,5 +139,6 @@ resource "fediversity_verdict" "node" {
     stale_job       = var.settings.timings.stale_job
     chain_wait      = var.settings.timings.chain_wait
     no_progress     = var.settings.timings.no_progress
+    lock_wait       = var.settings.timings.lock_wait
   }
 }

@@ -18,14 +18,25 @@
 #   slowStop  seconds: a bricking `switch` first starts a unit whose stop takes that
 #             long, so the node is seen shutting down (systemd says "stopping") for
 #             the whole watch, as a loaded host's slow poweroff is.
+#   activateFails "1": the activation fails as NixOS' does (exit 2, "Activation script
+#             snippet 'fediSecrets' failed (1)", "Failed to run activate script"), after
+#             /run/current-system points at $out, and the units still start.
+#   initInterface a suffix of $out/init-interface-version ("systemd" + it): a switch or
+#             test from a system whose version differs exits 100 before it activates
+#             anything (switch-to-configuration-ng's init-interface check).
 #   seed      any string, for fresh store paths.
-{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", seed ? "", system ? builtins.currentSystem }:
+# As switch-to-configuration-ng (pkgs/by-name/sw/switch-to-configuration-ng/src/main.rs)
+# it takes /run/nixos/switch-to-configuration.lock (flock, non-blocking: "Could not
+# acquire lock", exit 11, nothing changed), and `switch` makes $out the boot default at
+# once (a GRUB-like loader: the boot loader installer's argument is the default entry),
+# `test` does not.
+{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", activateFails ? "", initInterface ? "", seed ? "", system ? builtins.currentSystem }:
 let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
 in
 derivation {
   name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
-  inherit system seed plan brick lockout drop marker slowStop;
+  inherit system seed plan brick lockout drop marker slowStop activateFails initInterface;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
@@ -33,6 +44,7 @@ derivation {
     mkdir -p $out/bin $out/sw/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
     printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
     echo "25.05.fediversity-acc" > $out/nixos-version
+    echo "systemd$initInterface" > $out/init-interface-version
     cat > $out/etc/systemd/system/fedi-acc.service <<EOF_UNIT
     [Unit]
     Description=fediversity acceptance unit
@@ -45,13 +57,30 @@ derivation {
     #!/bin/sh
     set -u
     PATH=/usr/sbin:/usr/bin:/sbin:/bin
+    mkdir -p /run/nixos
+    exec 9>>/run/nixos/switch-to-configuration.lock
+    flock -n 9 || { echo "Could not acquire lock" >&2; exit 11; }
     case "\$1" in
     boot) mkdir -p /nix/var/nix; echo $out > /nix/var/nix/fediversity-boot-entry; exit 0 ;;
     dry-activate) exit 0 ;;
     switch|test) ;;
     *) echo "usage: \$0 switch|boot|test|dry-activate" >&2; exit 1 ;;
     esac
+    if [ "\$1" = switch ]; then mkdir -p /nix/var/nix; echo $out > /nix/var/nix/fediversity-boot-entry; fi
+    if [ -e /run/current-system/init-interface-version ] && [ "\$(cat /run/current-system/init-interface-version)" != "\$(cat $out/init-interface-version)" ]; then
+      echo "Warning: the new NixOS configuration has an ‘init’ that is" >&2
+      echo "incompatible with the current configuration.  The new configuration" >&2
+      echo "won't take effect until you reboot the system." >&2
+      exit 100
+    fi
     ln -sfn $out /run/current-system.tmp && mv -T /run/current-system.tmp /run/current-system
+    rc=0
+    if [ "$activateFails" = 1 ]; then
+      echo "fedi-secrets: cannot read /run/keys/fedi-age.key: No such file or directory" >&2
+      echo "Activation script snippet 'fediSecrets' failed (1)" >&2
+      echo "Failed to run activate script" >&2
+      rc=2
+    fi
     if [ "$brick" = 1 ]; then
       echo "bricking the node" >&2
       if [ -n "$drop" ]; then rm -f "$drop"; sync; fi
@@ -74,7 +103,7 @@ derivation {
     systemctl restart fedi-acc.service
     sleep 1
     systemctl is-failed --quiet fedi-acc.service && { echo "warning: the following units failed: fedi-acc.service" >&2; exit 4; }
-    exit 0
+    exit \$rc
     EOF_SWITCH
     chmod +x $out/bin/switch-to-configuration
   '' ];
