@@ -11,8 +11,8 @@ import (
 )
 
 // The command with --activation reboot-if-needed on a group of three real lab nodes,
-// from the real binary. Every node first runs kernel-a (switched: its first stand-in,
-// so the system it booted). Then two nodes get kernel-b (a new kernel) and one
+// from the real binary. Every node first boots kernel-a (--activation reboot: a lab
+// node first boots its base system, whose kernel is not kernel-a's). Then two nodes get kernel-b (a new kernel) and one
 // kernel-a-v2 (the same kernel, other units): before anything is copied the command
 // says which nodes it will reboot and why, in the plan's words; the two reboot into
 // kernel-b (booted and running it) with an ok verdict that says why and how long the
@@ -58,7 +58,7 @@ func TestLabCLIActivationRebootIfNeeded(t *testing.T) {
 	for _, n := range nodes {
 		setToplevel(n.Name, kernelA)
 	}
-	deploy()
+	deploy("--activation", "reboot")
 
 	for _, n := range rebooted {
 		setToplevel(n, kernelB)

@@ -170,7 +170,10 @@ type jsonVerdict struct {
 	NeverSpawnedHost    []jsonSpawnFault  `json:"never_spawned_host"`
 	SkippedOnCondition  []string          `json:"skipped_on_condition"`
 	Restarted           []string          `json:"restarted_units"`
-	Reasons             []string          `json:"reasons"`
+	// NotRestarted: the changed units the switch left running, as
+	// "<unit>: changed, not restarted (restartIfChanged = false)".
+	NotRestarted []string `json:"not_restarted_units,omitempty"`
+	Reasons      []string `json:"reasons"`
 	// Activation: how the node came to run the judged system ("switched", "rebooted
 	// (kernel changed); boot took 24s", …), as the provider's verdict.activation.
 	Activation string `json:"activation,omitempty"`
@@ -209,7 +212,7 @@ func verdictJSON(v *deploybody.Verdict) *jsonVerdict {
 	out := &jsonVerdict{OK: v.OK, Strict: v.Strict, VerdictOnly: v.VerdictOnly, SystemState: v.SystemState,
 		Unreachable: v.Unreachable, Unread: v.Unread, Samples: v.Samples, Answered: v.Answered,
 		SetAside: v.SetAside, Cycling: v.Cycling, SkippedOnCondition: v.SkippedOnCondition,
-		Restarted: v.Restarted, Reasons: v.Reasons, Activation: v.Activation}
+		Restarted: v.Restarted, NotRestarted: v.NotRestarted, Reasons: v.Reasons, Activation: v.Activation}
 	out.Failed = mapList(v.Failed, func(f deploybody.FailedUnit) jsonFailedUnit {
 		return jsonFailedUnit{Unit: f.Unit, Result: f.Result, Origin: string(f.Origin)}
 	})
@@ -262,6 +265,7 @@ type jsonChanges struct {
 	UnitsAdded           []string `json:"units_added"`
 	UnitsRemoved         []string `json:"units_removed"`
 	UnitsChanged         []string `json:"units_changed"`
+	UnitsNotRestarted    []string `json:"units_not_restarted"`
 	// Counts is every known list's full length: each list keeps its first
 	// deploybody.ChangesListLimit names.
 	Counts map[string]int `json:"counts,omitempty"`
@@ -276,7 +280,7 @@ func changesJSON(c *deploybody.Changes) *jsonChanges {
 		PathsAdded: c.PathsAdded, PathsRemoved: c.PathsRemoved, PackagesAdded: c.PackagesAdded,
 		PackagesRemoved: c.PackagesRemoved, PackagesChanged: c.PackagesChanged, PathsCopied: c.PathsCopied,
 		BytesCopied: c.BytesCopied, UnitsAdded: c.UnitsAdded, UnitsRemoved: c.UnitsRemoved,
-		UnitsChanged: c.UnitsChanged, Counts: c.Counts, Notes: c.Notes}
+		UnitsChanged: c.UnitsChanged, UnitsNotRestarted: c.UnitsNotRestarted, Counts: c.Counts, Notes: c.Notes}
 }
 
 // changesLine is the one-line summary of what a deploy changed, for the table.
@@ -299,6 +303,7 @@ func changesLine(c *deploybody.Changes) string {
 	add("packages_added", c.PackagesAdded)
 	add("packages_removed", c.PackagesRemoved)
 	add("units_changed", c.UnitsChanged)
+	add("units_not_restarted", c.UnitsNotRestarted)
 	add("units_added", c.UnitsAdded)
 	add("units_removed", c.UnitsRemoved)
 	return strings.Join(parts, "; ")

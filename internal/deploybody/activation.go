@@ -2,8 +2,8 @@ package deploybody
 
 // Activation: how the deploy makes the node run the new system (docs/design.md#activation).
 // `switch` switches the running node (today's way); `boot` only sets the boot entry;
-// `reboot-if-needed` reboots when a switch cannot apply the change (a new kernel,
-// initrd, kernel modules or systemd, or a switch a pre-switch check refuses);
+// `reboot-if-needed` reboots when a switch cannot apply the change (NixOS' rule,
+// reboot_rule.go, or a switch a pre-switch check refuses);
 // `reboot` always reboots. A reboot is part of the deploy, under the node lock: set
 // the boot entry, reboot, wait for the node over a new connection within node_wait,
 // check it booted the new toplevel, then judge the booted system like a switched one.
@@ -47,7 +47,8 @@ func ValidActivation(s string) bool {
 
 // Reboot is what the verdict says of a deploy that rebooted the node.
 type Reboot struct {
-	// Why: "kernel changed", "systemd changed", "inhibitor <name> changed", "asked to".
+	// Why: "kernel, initrd changed", "reboot-triggers changed: kernel-params : a -> b",
+	// "switch inhibitors changed: dbus : dbus -> broker", "asked to" (reboot_rule.go).
 	Why string
 	// BootDuration is from the reboot's command to the node's first answer after it.
 	BootDuration time.Duration
@@ -60,56 +61,121 @@ type Reboot struct {
 	DefaultSystem string
 }
 
-// inhibitorRefusal is nixpkgs' message of a switch its pre-switch checks refuse.
-var inhibitorRefusal = regexp.MustCompile(`Pre-switch check '([^']+)' failed`)
+// ErrNeedsReboot is a switch switch-to-configuration refused because the new system
+// needs a boot (a pre-switch check, a changed switch inhibitor): not a closure fault,
+// and the node changed nothing, so nothing of the run is left unfinished.
+var ErrNeedsReboot = errors.New("needs a reboot")
 
-// inhibitorLine names the changed inhibitor where the output says it (the lab's
-// stand-in and nixpkgs' check print "switch inhibitor <name> changed").
-var inhibitorLine = regexp.MustCompile(`(?i)(?:switch )?inhibitor[s]? ['"]?([A-Za-z0-9_.@:-]+)['"]? (?:changed|differs)`)
+// preSwitchCheckFailed is switch-to-configuration's line for a pre-switch check that
+// refused the switch (nixos/modules/system/activation/pre-switch-check.nix), and
+// preSwitchChecksFailed its own line after it (switch-to-configuration-ng's main.rs).
+var (
+	preSwitchCheckFailed  = regexp.MustCompile(`Pre-switch check '([^']+)' failed`)
+	preSwitchChecksFailed = "Pre-switch checks failed"
+)
+
+// inhibitorRefusalHeader is the switch-inhibitors check's line before its list of
+// changes, one `<name> : <old> -> <new>` line each
+// (nixos/modules/system/activation/switchable-system.nix; its first version wrote it
+// in lower case).
+var inhibitorRefusalHeader = regexp.MustCompile(`(?i)there are changes to critical components of the system:`)
+
+// componentChangeLine is one line of that list.
+var componentChangeLine = regexp.MustCompile(`^(\S.*?) : (.*?) -> (.*)$`)
 
 // refusedByPreSwitchCheck says why a switch was refused by a pre-switch check ("" when
-// it was not): "inhibitor <name> changed" when the output names the inhibitor, else
-// "pre-switch check <check> failed".
+// it was not): for the switch inhibitors, each changed component, old -> new, in the
+// rule's words (inhibitorsWhy); else the check that failed.
 func refusedByPreSwitchCheck(sr SwitchResult) string {
-	out := sr.Stderr + "\n" + sr.Stdout
-	m := inhibitorRefusal.FindStringSubmatch(out)
-	if m == nil {
+	if sr.ExitCode == 0 {
 		return ""
 	}
-	if n := inhibitorLine.FindStringSubmatch(out); n != nil {
-		return "inhibitor " + n[1] + " changed"
+	out := sr.Stdout + "\n" + sr.Stderr
+	if changes := refusedComponents(out); len(changes) > 0 {
+		return inhibitorsWhy(changes)
 	}
-	if m[1] == "switchInhibitors" {
-		return "a switch inhibitor changed"
+	m := preSwitchCheckFailed.FindStringSubmatch(out)
+	switch {
+	case m != nil && m[1] == "switchInhibitors":
+		return "switch inhibitors changed"
+	case m != nil:
+		return "pre-switch check " + m[1] + " failed"
+	case strings.Contains(out, preSwitchChecksFailed):
+		return "pre-switch checks failed"
 	}
-	return "pre-switch check " + m[1] + " failed"
+	return ""
 }
 
-// rebootNeedScript prints why the node must reboot to run $1 ("" when a switch
-// will do): NixOS' own rule (switch-to-configuration compares the booted system's
-// kernel, initrd and kernel modules with the new system's), and a changed systemd.
-// Each is compared by what its link resolves to (readlink -e: "" when absent, so a
-// system without one compares equal to another without one).
-var rebootNeedScript = `b=/run/booted-system; n=$1
-[ -e "$b" ] || { echo "no-booted-system"; exit 0; }
-for x in ` + strings.Join(rebootParts, " ") + `; do
-  if [ "$(readlink -e "$b/$x" 2>/dev/null)" != "$(readlink -e "$n/$x" 2>/dev/null)" ]; then echo "$x"; fi
-done; true`
+// refusedComponents reads the changes the switch-inhibitors check listed in out: the
+// lines after its header, blank lines before them skipped, up to the first line that
+// is not a change.
+func refusedComponents(out string) []ComponentChange {
+	at := inhibitorRefusalHeader.FindStringIndex(out)
+	if at == nil {
+		return nil
+	}
+	var changes []ComponentChange
+	for _, line := range strings.Split(out[at[1]:], "\n") {
+		line = strings.TrimRight(line, "\r")
+		if strings.TrimSpace(line) == "" {
+			if len(changes) > 0 {
+				break
+			}
+			continue
+		}
+		m := componentChangeLine.FindStringSubmatch(line)
+		if m == nil {
+			break
+		}
+		changes = append(changes, ComponentChange{Name: m[1], Old: m[2], New: m[3]})
+	}
+	return changes
+}
+
+// rebootNeedScript prints the node's RebootFacts, then those of the new toplevel $1
+// (with its own switch-inhibitors), a line each: the rule is applied by the deployer
+// (rebootWhy), the same as the plan's.
+var rebootNeedScript = rebootFactsFunctions + `
+if [ -e /run/booted-system ]; then facts /run/booted-system /run/current-system; else echo none; fi
+facts "$1" "$1"`
 
 // rebootNeeded asks the node whether toplevel needs a reboot; why is "" when not.
 func (e *runEnv) rebootNeeded(ctx context.Context, toplevel string) (why string, err error) {
 	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootNeedScript, "sh", toplevel}, RunOptions{Path: lockPath})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("exited %d: %s", res.ExitCode, firstLine(string(res.Stderr), "no output"))
+	}
 	if err != nil {
 		return "", fmt.Errorf("comparing /run/booted-system with %s: %w", toplevel, err)
 	}
-	var changed []string
-	for _, l := range strings.Fields(string(res.Stdout)) {
-		if l == "no-booted-system" {
-			return "", nil // nothing to compare with: a switch decides
-		}
-		changed = append(changed, l)
+	lines := strings.SplitN(string(res.Stdout), "\n", 3)
+	if len(lines) < 2 {
+		return "", fmt.Errorf("comparing /run/booted-system with %s: the node's answer was not understood: %q", toplevel, res.Stdout)
 	}
-	return changedWhy(changed), nil
+	node, okNode := ParseRebootFacts(lines[0])
+	planned, okPlanned := ParseRebootFacts(lines[1])
+	if !okNode || !okPlanned {
+		return "", fmt.Errorf("comparing /run/booted-system with %s: the node's answer was not understood: %q", toplevel, res.Stdout)
+	}
+	return rebootWhy(node, planned), nil
+}
+
+// systemdReexecuted is switch-to-configuration's line when the new system's systemd
+// (or its system.conf) differs from PID 1's: it re-executes PID 1 instead of asking
+// for a reboot (switch-to-configuration-ng's main.rs).
+const systemdReexecuted = "restarting systemd..."
+
+// reexecutedNote is what the verdict adds to "switched" after such a switch.
+const reexecutedNote = "systemd re-executed by the switch (a new systemd needs no reboot)"
+
+// switchedActivation is the verdict's sentence of how the node came to run the judged
+// system (activationNote), with the re-execution of systemd when a switch did it.
+func switchedActivation(a Activation, rb *Reboot, sr SwitchResult) string {
+	note := activationNote(a, rb)
+	if rb == nil && a != ActivationBoot && strings.Contains(sr.Stderr+"\n"+sr.Stdout, systemdReexecuted) {
+		note += "; " + reexecutedNote
+	}
+	return note
 }
 
 // rebootMarker is a file in /run (emptied at every boot): while it is there, the node

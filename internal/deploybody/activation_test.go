@@ -35,10 +35,10 @@ func TestActivationRebootIfNeededRebootsForNewKernel(t *testing.T) {
 	if got := switchActions(s.node); !slices.Equal(got, []string{"boot"}) {
 		t.Fatalf("switch-to-configuration actions = %v, want [boot] (a switch cannot apply a new kernel)", got)
 	}
-	if res.Reboot == nil || res.Reboot.Why != "kernel changed" || res.Reboot.BootDuration <= 0 {
-		t.Fatalf("result's reboot = %+v, want why kernel changed and a boot duration", res.Reboot)
+	if res.Reboot == nil || res.Reboot.Why != "kernel, initrd, kernel-modules changed" || res.Reboot.BootDuration <= 0 {
+		t.Fatalf("result's reboot = %+v, want why the kernel changed and a boot duration", res.Reboot)
 	}
-	if !res.Verdict.OK || !strings.Contains(res.Verdict.Activation, "rebooted (kernel changed); boot took") || !strings.Contains(res.Report, "rebooted (kernel changed)") {
+	if !res.Verdict.OK || !strings.Contains(res.Verdict.Activation, "rebooted (kernel, initrd, kernel-modules changed); boot took") || !strings.Contains(res.Report, "rebooted (kernel, initrd, kernel-modules changed)") {
 		t.Fatalf("verdict must pass and say it rebooted and why: %+v\n%s", res.Verdict, res.Report)
 	}
 	if res.Verdict.Samples == 0 || res.Verdict.Answered == 0 {
@@ -68,7 +68,24 @@ func TestActivationRebootIfNeededSwitchesWhenKernelUnchanged(t *testing.T) {
 	}
 }
 
-const inhibitorRefused = "switch inhibitor nvidia-driver changed: 570.1 -> 575.2\nPre-switch check 'switchInhibitors' failed\n"
+// inhibitorRefused is what switch-to-configuration prints when its switch-inhibitors
+// check refuses (nixos/modules/system/activation/switchable-system.nix, word for word;
+// the check's lines on stdout, the summary on stderr).
+const inhibitorRefused = `Checking switch inhibitors...
+There are changes to critical components of the system:
+
+nvidia-driver : 570.1 -> 575.2
+
+Switching into this system is not recommended.
+You probably want to run 'nixos-rebuild boot' and reboot your system instead.
+
+If you really want to switch into this configuration directly, then
+you can set NIXOS_NO_CHECK=1 to ignore pre-switch checks.
+
+WARNING: doing so might cause the switch to fail or your system to become unstable.
+
+Pre-switch check 'switchInhibitors' failed
+`
 
 // activation = switch: a switch the inhibitors refuse fails as "needs a reboot",
 // naming the inhibitor, not as a closure fault; the node keeps its system.
@@ -77,7 +94,7 @@ func TestActivationSwitchRefusedByInhibitorNamesIt(t *testing.T) {
 	s.node.boots.refuse = map[string]string{testToplevel: inhibitorRefused}
 	res, err := s.deploy()
 	de := deployErr(t, err, PhaseSwitch)
-	if !strings.Contains(de.Err.Error(), "needs a reboot: inhibitor nvidia-driver changed") || !strings.Contains(de.Hint, "reboot-if-needed") {
+	if !errors.Is(err, ErrNeedsReboot) || !strings.Contains(de.Err.Error(), "needs a reboot: switch inhibitors changed: nvidia-driver : 570.1 -> 575.2") || !strings.Contains(de.Hint, "reboot-if-needed") {
 		t.Fatalf("error must name the inhibitor and hint at reboot-if-needed: %v", err)
 	}
 	if s.node.running != testPrevious || s.node.profile != testPrevious || s.node.boots.count != 0 || res.Reboot != nil {
@@ -95,10 +112,10 @@ func TestActivationRebootIfNeededRebootsOnInhibitor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
-	if res.Reboot == nil || res.Reboot.Why != "inhibitor nvidia-driver changed" || s.node.running != testToplevel {
+	if res.Reboot == nil || res.Reboot.Why != "switch inhibitors changed: nvidia-driver : 570.1 -> 575.2" || s.node.running != testToplevel {
 		t.Fatalf("reboot = %+v, running %s", res.Reboot, s.node.running)
 	}
-	if !strings.Contains(res.Verdict.Activation, "inhibitor nvidia-driver changed") {
+	if !strings.Contains(res.Verdict.Activation, "rebooted (switch inhibitors changed: nvidia-driver : 570.1 -> 575.2)") {
 		t.Fatalf("verdict activation = %q", res.Verdict.Activation)
 	}
 }
@@ -205,15 +222,96 @@ func TestActivationRebootRetakesLock(t *testing.T) {
 	t.Fatal("no lock acquire after the reboot")
 }
 
+// The refusal is read from switch-to-configuration's own text, wherever its lines went
+// (the check's on stdout, the summary on stderr): each changed component, old -> new.
 func TestRefusedByPreSwitchCheck(t *testing.T) {
-	for _, c := range []struct{ out, want string }{
-		{inhibitorRefused, "inhibitor nvidia-driver changed"},
-		{"Pre-switch check 'switchInhibitors' failed\n", "a switch inhibitor changed"},
-		{"Pre-switch check 'diskSpace' failed\n", "pre-switch check diskSpace failed"},
-		{"warning: the following units failed: a.service\n", ""},
+	twoChanges := strings.Replace(inhibitorRefused, "nvidia-driver : 570.1 -> 575.2\n",
+		"dbus-implementation : dbus -> broker\nkernel-params : quiet,loglevel=4 -> quiet -> splash\n", 1)
+	for _, c := range []struct {
+		name           string
+		stdout, stderr string
+		code           int
+		want           string
+	}{
+		{"real text, one change", inhibitorRefused, "Pre-switch checks failed\n", 1, "switch inhibitors changed: nvidia-driver : 570.1 -> 575.2"},
+		{"real text on stderr only", "", inhibitorRefused + "Pre-switch checks failed\n", 1, "switch inhibitors changed: nvidia-driver : 570.1 -> 575.2"},
+		{"two changes, a value with an arrow", twoChanges, "", 1,
+			"switch inhibitors changed: dbus-implementation : dbus -> broker; kernel-params : quiet,loglevel=4 -> quiet -> splash"},
+		{"the first version's lower case", "checking switch inhibitors...\nthere are changes to critical components of the system:\n\nfoo : 1 -> 2\n\nswitching into this system is not recommended\n", "", 1,
+			"switch inhibitors changed: foo : 1 -> 2"},
+		{"the check named, no list", "Pre-switch check 'switchInhibitors' failed\n", "", 1, "switch inhibitors changed"},
+		{"another check", "Pre-switch check 'diskSpace' failed\n", "Pre-switch checks failed\n", 1, "pre-switch check diskSpace failed"},
+		{"only the summary", "", "Pre-switch checks failed\n", 1, "pre-switch checks failed"},
+		{"failed units", "", "warning: the following units failed: a.service\n", 4, ""},
+		{"boot loader", "", "Failed to install bootloader\n", 1, ""},
+		{"a switch that passed says nothing", inhibitorRefused, "", 0, ""},
 	} {
-		if got := refusedByPreSwitchCheck(SwitchResult{ExitCode: 1, Stderr: c.out}); got != c.want {
-			t.Errorf("%q: got %q, want %q", c.out, got, c.want)
+		if got := refusedByPreSwitchCheck(SwitchResult{ExitCode: c.code, Stdout: c.stdout, Stderr: c.stderr}); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
 		}
+	}
+}
+
+// NixOS' rule with reboot-triggers: a change of kernel-params alone (the same kernel)
+// reboots under reboot-if-needed, and the verdict names the trigger, old -> new; a
+// change that touches no trigger (a new systemd) switches, and the verdict says the
+// switch re-executed systemd.
+func TestActivationRebootIfNeededByRebootTriggers(t *testing.T) {
+	triggers := func(params string) map[string]string {
+		return map[string]string{"kernel": "/nix/store/k-linux-6.12", "firmware": "/nix/store/fw", "kernel-params": params}
+	}
+	for _, tc := range []struct {
+		name       string
+		newParams  string
+		reexec     bool
+		wantReboot string
+		wantNote   string
+	}{
+		{"kernel-params only", "quiet,console=ttyS0", false, "reboot-triggers changed: kernel-params : quiet -> quiet,console=ttyS0",
+			"rebooted (reboot-triggers changed: kernel-params : quiet -> quiet,console=ttyS0); boot took"},
+		{"systemd only", "quiet", true, "", "switched; " + reexecutedNote},
+		{"nothing a switch cannot do", "quiet", false, "", "switched"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+			s.node.boots.triggers = map[string]map[string]string{testPrevious: triggers("quiet"), testToplevel: triggers(tc.newParams)}
+			s.node.boots.reexec = map[string]bool{testToplevel: tc.reexec}
+			s.opts.Activation = ActivationRebootIfNeeded
+			res, err := s.deploy()
+			if err != nil {
+				t.Fatalf("deploy: %v", err)
+			}
+			why := ""
+			if res.Reboot != nil {
+				why = res.Reboot.Why
+			}
+			if why != tc.wantReboot || (tc.wantReboot == "") != (s.node.boots.count == 0) {
+				t.Fatalf("reboot why %q (%d reboots), want %q", why, s.node.boots.count, tc.wantReboot)
+			}
+			exact := tc.wantReboot == "" // a switch's sentence is whole; a reboot's goes on with its time
+			if (exact && res.Verdict.Activation != tc.wantNote) || !strings.HasPrefix(res.Verdict.Activation, tc.wantNote) || s.node.running != testToplevel {
+				t.Fatalf("verdict activation %q, want %q…; running %s", res.Verdict.Activation, tc.wantNote, s.node.running)
+			}
+			if tc.reexec && !strings.Contains(res.Report, reexecutedNote) {
+				t.Fatalf("the report must say systemd was re-executed:\n%s", res.Report)
+			}
+		})
+	}
+}
+
+// A node whose booted system has no reboot-triggers (built before NixOS wrote them) is
+// compared by its kernel, initrd and kernel-modules: the new system's triggers alone do
+// not decide.
+func TestActivationRebootIfNeededBootedWithoutTriggers(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.boots.triggers = map[string]map[string]string{testToplevel: {"kernel-params": "quiet"}}
+	s.node.boots.kernel = map[string]string{testToplevel: newKernel}
+	s.opts.Activation = ActivationRebootIfNeeded
+	res, err := s.deploy()
+	if err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	if res.Reboot == nil || res.Reboot.Why != "kernel, initrd, kernel-modules changed" {
+		t.Fatalf("reboot = %+v, want one for the kernel links", res.Reboot)
 	}
 }

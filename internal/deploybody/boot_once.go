@@ -47,16 +47,26 @@ const previousDefaultScript = `readlink -e /nix/var/nix/profiles/system 2>/dev/n
 // <default entry> <default entry's system>", or "none <why>" when the boot loader
 // cannot (no bootctl, no systemd-boot, no entry for either system, bootctl refused).
 // An entry boots a system when its options line has init=<toplevel>/init, as NixOS
-// writes them. The pin is recorded before the default is set, so that no pin of ours
-// is ever left unrecorded.
+// writes them. Entries are named by their ID, what bootctl takes: with boot counting
+// (boot.loader.systemd-boot.bootCounting) an entry's file name carries its counter,
+// nixos-generation-5+3.conf or +2-1 after a try, and its ID drops it
+// (nixos-generation-5.conf; systemd-boot-builder.py, the Boot Loader Specification).
+// A pin is looked up by ID too: the counter in the file name moves at every boot. The
+// pin is recorded before the default is set, so that no pin of ours is ever left
+// unrecorded.
 const bootOnceScript = bootctlLookup + `
 [ -n "$bc" ] || { echo "none bootctl is not on the node"; exit 0; }
 "$bc" is-installed >/dev/null 2>&1 || { echo "none systemd-boot is not installed"; exit 0; }
 b=$("$bc" --print-boot-path 2>/dev/null) || b=/boot
-entry() { [ -n "$1" ] || return 1; for f in "$b"/loader/entries/*.conf; do grep -qsF "init=$1/init" "$f" && { echo "${f##*/}"; return 0; }; done; return 1; }
-new=$(entry "$1") || { echo "none no boot entry boots the new system"; exit 0; }
-if [ -n "$3" ] && [ -f "$b/loader/entries/$3" ]; then old=$3; else old=$(entry "$2") || { echo "none no boot entry boots the previous system"; exit 0; }; fi
-sys=$(sed -n 's|^options init=\(/nix/store/[^/ ]*\)/init.*|\1|p' "$b/loader/entries/$old" | head -n 1)
+e=$b/loader/entries
+entryid() { printf '%s\n' "$1" | sed 's/+[0-9][0-9]*\(-[0-9][0-9]*\)\{0,1\}\.conf$/.conf/'; }
+byinit() { [ -n "$1" ] || return 1; for f in "$e"/*.conf; do grep -qsF "init=$1/init" "$f" && { echo "${f##*/}"; return 0; }; done; return 1; }
+byid() { [ -n "$1" ] || return 1; for f in "$e"/*.conf; do [ -f "$f" ] && [ "$(entryid "${f##*/}")" = "$1" ] && { echo "${f##*/}"; return 0; }; done; return 1; }
+newf=$(byinit "$1") || { echo "none no boot entry boots the new system"; exit 0; }
+new=$(entryid "$newf")
+oldf=$(byid "$3") || oldf=$(byinit "$2") || { echo "none no boot entry boots the previous system"; exit 0; }
+old=$(entryid "$oldf")
+sys=$(sed -n 's|^options init=\(/nix/store/[^/ ]*\)/init.*|\1|p' "$e/$oldf" | head -n 1)
 [ -n "$sys" ] || { echo "none the previous default entry names no system"; exit 0; }
 [ "$sys" != "$1" ] || { echo "none ` + alreadyDefault + `"; exit 0; }
 echo "$old" >` + BootPinFile + `.tmp && mv ` + BootPinFile + `.tmp ` + BootPinFile + ` || exit 12

@@ -11,11 +11,12 @@ import (
 )
 
 // What a deploy changed, as nvd and `nixos-rebuild --diff` summarise it: store paths
-// and packages added and removed, bytes copied, units added, removed and changed. It
-// is computed from what the run reads anyway: the copy's closure list and its
-// missing-path answer, the deployer's store (the previous system's closure, when the
-// deployer holds it), the new toplevel's unit files on the deployer, and digests of
-// the previous system's unit files taken in the snapshot's round trip.
+// and packages added and removed, bytes copied, units added, removed and changed, and
+// the changed units the switch did not restart. It is computed from what the run reads
+// anyway: the copy's closure list and its missing-path answer, the deployer's store
+// (the previous system's closure, when the deployer holds it), the new toplevel's unit
+// files on the deployer, digests of the previous system's unit files taken in the
+// snapshot's round trip, and the switch's output.
 
 // Changes is the difference between the system the node ran before a deploy and the
 // new toplevel. Lists are sorted; a nil list means "unknown" (Notes says why).
@@ -35,7 +36,13 @@ type Changes struct {
 	BytesCopied     int64
 	UnitsAdded      []string
 	UnitsRemoved    []string
-	UnitsChanged    []string
+	// UnitsChanged are the units in both whose file or drop-ins (<unit>.d/*.conf)
+	// differ.
+	UnitsChanged []string
+	// UnitsNotRestarted are the changed units the switch left running their old code,
+	// as "<unit>: changed, not restarted (restartIfChanged = false)" (not_restarted.go);
+	// empty after a reboot.
+	UnitsNotRestarted []string
 	// Counts is the full length of every list above that is known, by its attribute
 	// name (paths_added, …). A list longer than ChangesListLimit keeps only its first
 	// ChangesListLimit names (a deploy adds thousands of paths, and the state keeps
@@ -59,7 +66,7 @@ func (c *Changes) lists() []struct {
 	}{
 		{"paths_added", &c.PathsAdded}, {"paths_removed", &c.PathsRemoved},
 		{"packages_changed", &c.PackagesChanged}, {"packages_added", &c.PackagesAdded}, {"packages_removed", &c.PackagesRemoved},
-		{"units_changed", &c.UnitsChanged}, {"units_added", &c.UnitsAdded}, {"units_removed", &c.UnitsRemoved},
+		{"units_changed", &c.UnitsChanged}, {"units_not_restarted", &c.UnitsNotRestarted}, {"units_added", &c.UnitsAdded}, {"units_removed", &c.UnitsRemoved},
 	}
 }
 
@@ -87,47 +94,105 @@ type LocalStore interface {
 	Closure(ctx context.Context, path string) ([]string, error)
 }
 
-// cmdUnitDigests prints "<sha256>  <name>" for each unit file of the running system. It
-// rides in the snapshot's batch (no round trip of its own).
-var cmdUnitDigests = []string{"sh", "-c", `cd /run/current-system/etc/systemd/system 2>/dev/null || exit 0; for f in *; do [ -f "$f" ] && sha256sum -- "$f"; done; exit 0`}
+// cmdUnitDigests prints "<sha256>  <file>" for each unit file of the running system and
+// each of its drop-ins (<unit>.d/*.conf: NixOS configures upstream units through
+// <unit>.d/overrides.conf), in one sha256sum. Masked units (links to /dev/null) are not
+// files. It rides in the snapshot's batch (no round trip of its own).
+var cmdUnitDigests = []string{"sh", "-c", `cd /run/current-system/etc/systemd/system 2>/dev/null || exit 0
+for f in * *.d/*.conf; do [ -f "$f" ] && set -- "$@" "$f"; done
+[ $# -eq 0 ] || sha256sum -- "$@"; exit 0`}
 
-// parseUnitDigests reads the answer to cmdUnitDigests; ok is false when it is unread.
+// parseUnitDigests reads the answer to cmdUnitDigests into one digest per unit
+// (unitDigests); ok is false when it is unread.
 func parseUnitDigests(res RunResult) (digests map[string]string, ok bool) {
 	if res.ExitCode != 0 {
 		return nil, false
 	}
-	digests = map[string]string{}
+	files := map[string]string{}
 	for _, line := range strings.Split(string(res.Stdout), "\n") {
-		sum, name, found := strings.Cut(strings.TrimSpace(line), "  ")
-		if !found || len(sum) != 64 || !ValidUnitName(name) {
+		line = strings.TrimRight(line, "\r")
+		// GNU sha256sum marks a line whose name it escaped with a leading backslash
+		// (a unit name such as dev-disk-by\x2dlabel-root.device has one).
+		escaped := strings.HasPrefix(line, "\\")
+		sum, name, found := strings.Cut(strings.TrimPrefix(line, "\\"), "  ")
+		if !found || len(sum) != 64 {
 			continue
 		}
-		digests[name] = sum
+		if escaped {
+			name = strings.NewReplacer(`\\`, `\`, `\n`, "\n").Replace(name)
+		}
+		files[name] = sum
 	}
-	return digests, true
+	return unitDigests(files), true
 }
 
-// localUnitDigests digests the unit files of toplevel on the deployer.
+// unitDigests makes one digest per unit of the digests of its files (file name under
+// the unit directory → sha256): a unit without drop-ins keeps its file's digest; one
+// with drop-ins gets a digest of its file's and each drop-in's, by name. A unit made
+// only of drop-ins (an instance NixOS configures that way) counts too.
+func unitDigests(files map[string]string) map[string]string {
+	main := map[string]string{}
+	dropIns := map[string][]string{}
+	for name, sum := range files {
+		unit, conf, isDropIn := strings.Cut(name, ".d/")
+		switch {
+		case isDropIn && ValidUnitName(unit) && strings.HasSuffix(conf, ".conf") && !strings.Contains(conf, "/"):
+			dropIns[unit] = append(dropIns[unit], conf+" "+sum)
+		case !isDropIn && ValidUnitName(name):
+			main[name] = sum
+		}
+	}
+	out := make(map[string]string, len(main))
+	for name, sum := range main {
+		out[name] = sum
+	}
+	for unit, confs := range dropIns {
+		sort.Strings(confs)
+		combined := sha256.Sum256([]byte(main[unit] + "\n" + strings.Join(confs, "\n")))
+		out[unit] = hex.EncodeToString(combined[:])
+	}
+	return out
+}
+
+// localUnitDigests digests the unit files and drop-ins of toplevel on the deployer,
+// the way cmdUnitDigests does on the node.
 func localUnitDigests(lt localTree, toplevel string) (map[string]string, error) {
 	dir := unitDir(toplevel)
 	entries, err := lt.readDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
-	for _, e := range entries {
-		name := e.Name()
-		if !ValidUnitName(name) || dependencyDir(name) || strings.HasSuffix(name, ".d") {
-			continue
-		}
-		data, err := lt.readFile(path.Join(dir, name))
+	files := map[string]string{}
+	digest := func(name string) {
+		data, err := lt.readRegularFile(path.Join(dir, name))
 		if err != nil {
-			continue // a directory or a dangling link: not a unit file
+			return // a directory, a dangling link or a masked unit: not a unit file
 		}
 		sum := sha256.Sum256(data)
-		out[name] = hex.EncodeToString(sum[:])
+		files[name] = hex.EncodeToString(sum[:])
 	}
-	return out, nil
+	for _, e := range entries {
+		name := e.Name()
+		switch {
+		case dependencyDir(name):
+		case strings.HasSuffix(name, ".d"):
+			if !ValidUnitName(strings.TrimSuffix(name, ".d")) {
+				continue
+			}
+			confs, err := lt.readDir(path.Join(dir, name))
+			if err != nil {
+				continue
+			}
+			for _, c := range confs {
+				if strings.HasSuffix(c.Name(), ".conf") {
+					digest(name + "/" + c.Name())
+				}
+			}
+		case ValidUnitName(name):
+			digest(name)
+		}
+	}
+	return unitDigests(files), nil
 }
 
 // changesIn is what the summary of changes is made of.
@@ -137,6 +202,8 @@ type changesIn struct {
 	// previousUnits are the previous system's unit files (name → sha256); nil when
 	// unread.
 	previousUnits map[string]string
+	// notRestarted are the changed units the switch left running (not_restarted.go).
+	notRestarted []string
 }
 
 // computeChanges is what a deploy changed, its lists bounded.
@@ -177,6 +244,7 @@ func (e *runEnv) diffSystems(ctx context.Context, in changesIn) *Changes {
 		c.PathsAdded = sortedCopy(in.copied.Sent)
 		c.PackagesAdded, _, _ = packageDiff(c.PathsAdded, nil)
 	}
+	c.UnitsNotRestarted = append([]string{}, in.notRestarted...)
 	if in.previousUnits == nil {
 		c.Notes = append(c.Notes, "the previous system's unit files were unread: units unknown")
 		return c
@@ -313,7 +381,10 @@ func renderChanges(c *Changes) string {
 	}
 	fmt.Fprintf(&b, "    %-18s %d paths, %d bytes\n", "copied:", c.PathsCopied, c.BytesCopied)
 	for _, l := range c.lists() {
-		if !strings.HasPrefix(l.name, "paths_") { // paths are too many to read: counted in copied
+		switch {
+		case strings.HasPrefix(l.name, "paths_"): // too many to read: counted in copied
+		case l.name == "units_not_restarted" && len(*l.list) == 0: // said only when there are some
+		default:
 			line(l.name, *l.list)
 		}
 	}

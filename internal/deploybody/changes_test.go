@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -57,9 +60,9 @@ func TestChangesFromTheCopyAndTheSnapshot(t *testing.T) {
 		PackagesRemoved: []string{"oldtool 3"},
 		PackagesChanged: []string{"nginx: 1.26.0 → 1.27.1", "nixos-system-fedi-n1: 26.05 rebuilt"},
 		PathsCopied:     1, BytesCopied: 1024,
-		UnitsAdded: []string{}, UnitsRemoved: []string{"gone.service"}, UnitsChanged: []string{"web.service"},
+		UnitsAdded: []string{}, UnitsRemoved: []string{"gone.service"}, UnitsChanged: []string{"web.service"}, UnitsNotRestarted: []string{},
 		Counts: map[string]int{"paths_added": 3, "paths_removed": 3, "packages_added": 1, "packages_removed": 1,
-			"packages_changed": 2, "units_added": 0, "units_removed": 1, "units_changed": 1},
+			"packages_changed": 2, "units_added": 0, "units_removed": 1, "units_changed": 1, "units_not_restarted": 0},
 	}
 	// plainService is every unit's text in the scenario, so web.service differs only
 	// by the digest given above.
@@ -123,6 +126,95 @@ func TestChangesListsAreBounded(t *testing.T) {
 	}
 	if !strings.Contains(res.Report, ", … (3000 in all)") || len(res.Report) > 8000 {
 		t.Fatalf("report (%d bytes) does not say the package list was cut:\n%s", len(res.Report), res.Report)
+	}
+}
+
+// NixOS configures upstream units through drop-ins (<unit>.d/overrides.conf): a change
+// made only there counts as a changed unit, a drop-in added or removed too, and a unit
+// made only of drop-ins (an instance) is a unit. The node's digests are the real
+// command's lines (one sha256sum over the files and drop-ins), the deployer's the
+// closure's files.
+func TestChangesCountDropIns(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}, "db.service": {b: runs}, "cache.service": {b: runs}})
+	const override = "[Service]\nEnvironment=MODE=new\n"
+	writeClosure(t, s.root, testToplevel, closureSpec{units: map[string]string{
+		"web.service.d/overrides.conf":        override,                    // changed in the drop-in only
+		"db.service.d/overrides.conf":         override,                    // the same drop-in as before
+		"cache.service.d/10-limit.conf":       "[Service]\nX=1\n",          // a drop-in added
+		"getty@tty1.service.d/overrides.conf": "[Service]\nTTYReset=yes\n", // an instance made of a drop-in
+		"masked.service":                      "",                          // replaced by a link to /dev/null below
+	}})
+	must(t, os.Remove(filepath.Join(s.root, testEtcOutput, "etc/systemd/system/masked.service")))
+	must(t, os.Symlink("/dev/null", filepath.Join(s.root, testEtcOutput, "etc/systemd/system/masked.service")))
+	s.node.unitDigests = map[string]string{
+		"web.service":                         digest(plainService),
+		"web.service.d/overrides.conf":        digest("[Service]\nEnvironment=MODE=old\n"),
+		"db.service":                          digest(plainService),
+		"db.service.d/overrides.conf":         digest(override),
+		"cache.service":                       digest(plainService),
+		"getty@tty1.service.d/overrides.conf": digest("[Service]\nTTYReset=yes\n"),
+	}
+	res, err := s.deploy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Changes
+	if !reflect.DeepEqual(c.UnitsChanged, []string{"cache.service", "web.service"}) || len(c.UnitsAdded) != 0 || len(c.UnitsRemoved) != 0 {
+		t.Fatalf("changed %q added %q removed %q; want cache.service and web.service changed, nothing added (a masked unit is no file) or removed",
+			c.UnitsChanged, c.UnitsAdded, c.UnitsRemoved)
+	}
+}
+
+// The node's command (run here by sh, on a unit directory laid out as NixOS lays it
+// out) and the deployer's reading of the same directory give the same digests, so a
+// unit that did not change is never listed.
+func TestUnitDigestsNodeAndDeployerAgree(t *testing.T) {
+	root := t.TempDir()
+	writeClosure(t, root, testToplevel, closureSpec{
+		units: map[string]string{"web.service": plainService, "web.service.d/overrides.conf": "[Service]\nX=1\n",
+			"getty@tty1.service.d/overrides.conf": "[Service]\nTTYReset=yes\n", "db.service": plainService, "masked.service": ""},
+		wants: map[string][]string{"multi-user.target": {"web.service"}},
+	})
+	units := filepath.Join(root, testEtcOutput, "etc/systemd/system")
+	must(t, os.Remove(filepath.Join(units, "masked.service")))
+	must(t, os.Symlink("/dev/null", filepath.Join(units, "masked.service")))
+	script := strings.Replace(cmdUnitDigests[2], "/run/current-system/etc/systemd/system", units, 1)
+	out, err := exec.Command("sh", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("the node's command: %v", err)
+	}
+	node, ok := parseUnitDigests(RunResult{Stdout: out})
+	if !ok {
+		t.Fatal("not ok")
+	}
+	local, err := localUnitDigests(localTree{root: root}, testToplevel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(node, local) || len(node) != 3 {
+		t.Fatalf("node %v\ndeployer %v\nwant the same three units (web, db, the getty instance; not the masked one)", node, local)
+	}
+}
+
+// The node's answer: GNU sha256sum escapes a name with a backslash (and marks its
+// line), and drop-ins group under their unit.
+func TestParseUnitDigests(t *testing.T) {
+	sum := func(s string) string { return digest(s) }
+	out := sum("a") + "  a.service\n" +
+		sum("o") + "  a.service.d/overrides.conf\n" +
+		"\\" + sum("m") + "  mnt-foo\\x2dbar.mount\n" +
+		sum("x") + "  not-a-unit\n" +
+		"garbage\n"
+	got, ok := parseUnitDigests(RunResult{Stdout: []byte(out)})
+	if !ok {
+		t.Fatal("not ok")
+	}
+	want := unitDigests(map[string]string{"a.service": sum("a"), "a.service.d/overrides.conf": sum("o"), `mnt-foo\x2dbar.mount`: sum("m")})
+	if !reflect.DeepEqual(got, want) || len(got) != 2 || got["a.service"] == sum("a") || got[`mnt-foo\x2dbar.mount`] != sum("m") {
+		t.Fatalf("got %v, want %v (a.service's digest covers its drop-in)", got, want)
+	}
+	if _, ok := parseUnitDigests(RunResult{ExitCode: 1}); ok {
+		t.Fatal("an unread answer: ok")
 	}
 }
 

@@ -80,6 +80,23 @@ func (lt localTree) readFile(p string) ([]byte, error) {
 	return os.ReadFile(host)
 }
 
+// readRegularFile reads p when it resolves to a regular file: a unit masked by a link
+// to /dev/null is no unit file, as `[ -f ]` says on the node.
+func (lt localTree) readRegularFile(p string) ([]byte, error) {
+	host, err := lt.resolve(p)
+	if err != nil {
+		return nil, err
+	}
+	info, err := os.Stat(host)
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", p)
+	}
+	return os.ReadFile(host)
+}
+
 // closureUnits is what the body knows about the units of a toplevel.
 type closureUnits struct {
 	// owned are the names in <toplevel>/etc/systemd/system/ (files and symlinks).

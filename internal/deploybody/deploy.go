@@ -73,6 +73,10 @@ type flow struct {
 	// rootReleased: the boot entry's round trip released it (the profile holds the
 	// system now).
 	pushed, rootReleased bool
+
+	// notRestarted are the changed units the switch left running (switch), for the
+	// verdict and the summary of changes.
+	notRestarted []string
 }
 
 // step is one phase of the table: body runs it on what the earlier steps produced.
@@ -152,6 +156,7 @@ func (e *runEnv) steps(f *flow) []step {
 			f.res.SwitchExitCode = f.switched.result.ExitCode
 			f.res.SwitchStderr = f.switched.result.Stderr
 			f.res.SwitchReconnects = f.switched.result.Reconnected
+			f.notRestarted = e.unitsNotRestarted(f.toplevel, f.switched)
 			f.settled(f.switched.settled)
 			return note, err
 		}},
@@ -206,7 +211,8 @@ func (e *runEnv) steps(f *flow) []step {
 		{PhaseClassify, func(ctx context.Context) (note string, err error) {
 			f.res.Verdict, note, err = e.classify(ctx, f.judging(), f.checks)
 			if f.res.Verdict != nil && !e.verdictOnly {
-				f.res.Verdict.Activation = activationNote(e.o.Activation, f.res.Reboot)
+				f.res.Verdict.Activation = switchedActivation(e.o.Activation, f.res.Reboot, f.switched.result)
+				f.res.Verdict.NotRestarted = f.notRestarted
 				if f.res.Reboot == nil && activationFailed(f.switched.result) {
 					// The node runs the new system (switch-to-configuration updated
 					// /run/current-system), but its activation script failed.
@@ -259,7 +265,7 @@ func (f *flow) abandonAhead() {
 
 // changesIn is what the summary of changes is made of, all known since the snapshot.
 func (f *flow) changesIn() changesIn {
-	return changesIn{previous: f.res.PreviousSystem, toplevel: f.toplevel, copied: f.res.Copy, previousUnits: f.before.unitDigests}
+	return changesIn{previous: f.res.PreviousSystem, toplevel: f.toplevel, copied: f.res.Copy, previousUnits: f.before.unitDigests, notRestarted: f.notRestarted}
 }
 
 func (f *flow) setToplevel(toplevel string) {

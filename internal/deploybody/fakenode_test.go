@@ -129,8 +129,11 @@ type fakeNode struct {
 	invalidFailedNames   []string // extra lines in list-units --state=failed
 	// onCheck answers an operator check (the argv inside `timeout -k 2 Ns …`).
 	onCheck func(argv []string) RunResult
-	// unitDigests answers cmdUnitDigests (the running system's unit files); nil: exit 1.
+	// unitDigests answers cmdUnitDigests (the running system's unit files and
+	// drop-ins, by their name under etc/systemd/system); nil: exit 1.
 	unitDigests map[string]string
+	// notRestarting are the changed units the switch says it did not restart.
+	notRestarting []string
 	// closurePaths is what CopyClosure says the closure holds (nil: it does not say).
 	closurePaths []string
 
@@ -449,10 +452,19 @@ func (n *fakeNode) Switch(ctx context.Context, toplevel, action string, limit ti
 	if n.activationFails {
 		return SwitchResult{ExitCode: 2, Stderr: "activating the configuration...\nsetting up /etc...\nsops-install-secrets: cannot read /run/secrets.d/age-keys.txt: no such file or directory\nActivation script snippet 'setupSecrets' failed (1)\nFailed to run activate script\n", Reconnected: n.switchReconnects}, nil
 	}
-	if len(failed) > 0 {
-		return SwitchResult{ExitCode: 4, Stderr: "warning: the following units failed: " + strings.Join(failed, ", "), Reconnected: n.switchReconnects}, nil
+	// What switch-to-configuration says before its result: the changed units it did
+	// not restart, and a re-executed systemd.
+	said := ""
+	if len(n.notRestarting) > 0 {
+		said += "NOT restarting the following changed units: " + strings.Join(n.notRestarting, ", ") + "\n"
 	}
-	return SwitchResult{Reconnected: n.switchReconnects}, nil
+	if n.boots.reexec[toplevel] {
+		said += systemdReexecuted + "\n"
+	}
+	if len(failed) > 0 {
+		return SwitchResult{ExitCode: 4, Stderr: said + "warning: the following units failed: " + strings.Join(failed, ", "), Reconnected: n.switchReconnects}, nil
+	}
+	return SwitchResult{Stderr: said, Reconnected: n.switchReconnects}, nil
 }
 
 // otherSwitchHolds says whether another switch holds switch-to-configuration's lock now.
@@ -719,6 +731,8 @@ func writeClosure(t *testing.T, root, toplevel string, c closureSpec) {
 		must(t, os.Symlink(testEtcOutput+"/etc", filepath.Join(root, toplevel, "etc")))
 	}
 	for name, text := range c.units {
+		// A name may be a drop-in: "web.service.d/overrides.conf".
+		must(t, os.MkdirAll(filepath.Dir(filepath.Join(units, name)), 0o755))
 		must(t, os.WriteFile(filepath.Join(units, name), []byte(text), 0o644))
 	}
 	for target, wanted := range c.wants {

@@ -13,16 +13,24 @@ import (
 
 // fakeBoot is the fake node's boot side.
 type fakeBoot struct {
-	entry   string            // the boot loader's default entry (switch-to-configuration boot)
-	booted  string            // /run/booted-system
-	kernel  map[string]string // toplevel → its kernel (absent: the same kernel as any other)
-	refuse  map[string]string // toplevel → the stderr of a switch its pre-switch checks refuse
-	takes   time.Duration     // how long a reboot takes (0: 10s)
-	never   bool              // the node never comes back after a reboot
-	ignores bool              // the boot loader ignores the new entry (boots the old system)
-	marker  string            // /run/fediversity/reboot-pending
-	until   time.Time         // the reboot's end, while it runs
-	count   int               // reboots done
+	entry  string            // the boot loader's default entry (switch-to-configuration boot)
+	booted string            // /run/booted-system
+	kernel map[string]string // toplevel → its kernel (absent: the same kernel as any other)
+	// triggers: toplevel → its reboot-triggers (absent: the toplevel has none, as a
+	// system built before NixOS wrote them).
+	triggers map[string]map[string]string
+	// inhibitors: toplevel → its switch-inhibitors (absent: none).
+	inhibitors map[string]map[string]string
+	refuse     map[string]string // toplevel → the stderr of a switch its pre-switch checks refuse
+	// reexec: toplevel → its switch re-executes systemd (a new systemd), as
+	// switch-to-configuration says it ("restarting systemd...").
+	reexec  map[string]bool
+	takes   time.Duration // how long a reboot takes (0: 10s)
+	never   bool          // the node never comes back after a reboot
+	ignores bool          // the boot loader ignores the new entry (boots the old system)
+	marker  string        // /run/fediversity/reboot-pending
+	until   time.Time     // the reboot's end, while it runs
+	count   int           // reboots done
 	// The Boot Loader Interface (boot_once.go): oneShot is a boot loader that boots an
 	// entry once (bootctl, systemd-boot); once is the entry booted at the next boot
 	// only (LoaderEntryOneShot), pinned the default a run pinned (LoaderEntryDefault,
@@ -86,6 +94,18 @@ func (n *fakeNode) kernelOf(toplevel string) string {
 	return "/nix/store/00000000000000000000000000000000-linux-6.12"
 }
 
+// factsOf is what the node's rebootFactsFunctions print for a system and the system
+// whose switch-inhibitors count (toplevel, as RebootFacts.String writes it).
+func (n *fakeNode) factsOf(system, inhibitorsOf string) string {
+	k := n.kernelOf(system)
+	f := &RebootFacts{
+		Parts:      map[string]string{"kernel": k + "/bzImage", "initrd": k + "/initrd", "kernel-modules": k + "/lib"},
+		Triggers:   n.boots.triggers[system],
+		Inhibitors: n.boots.inhibitors[inhibitorsOf],
+	}
+	return f.String()
+}
+
 // fakeEntry is the fake boot loader's entry of a toplevel.
 func fakeEntry(toplevel string) string { return "entry-" + path.Base(toplevel) + ".conf" }
 
@@ -112,10 +132,7 @@ func (n *fakeNode) rebootCall(argv []string) (RunResult, bool) {
 		if booted == "" {
 			booted = n.running
 		}
-		if n.kernelOf(booted) != n.kernelOf(argv[4]) {
-			return RunResult{Stdout: []byte("kernel\n")}, true
-		}
-		return RunResult{}, true
+		return RunResult{Stdout: []byte(n.factsOf(booted, n.running) + "\n" + n.factsOf(argv[4], argv[4]) + "\n")}, true
 	case rebootScript:
 		n.boots.marker = argv[4]
 		takes := n.boots.takes

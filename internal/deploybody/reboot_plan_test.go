@@ -6,9 +6,10 @@ import (
 	"testing"
 )
 
-// A plan knows a reboot from the toplevel in the deployer's store and the booted
-// system's parts as the node printed them: the same rule and words as the switch
-// phase's (kernel, initrd, kernel-modules, systemd, each resolved).
+// A plan reads the new toplevel in the deployer's store: a system without
+// reboot-triggers is compared by its kernel, initrd and kernel-modules links, each
+// resolved (two toplevels on one kernel compare equal), against the node's facts as
+// the node printed them and the state kept them.
 func TestPlannedRebootComparesResolvedParts(t *testing.T) {
 	store := t.TempDir()
 	linux := func(name string) string {
@@ -37,43 +38,34 @@ func TestPlannedRebootComparesResolvedParts(t *testing.T) {
 	}
 	k612, k618 := linux("linux-6.12"), linux("linux-6.18")
 	a, aV2, b := toplevel("a", k612), toplevel("a-v2", k612), toplevel("b", k618)
-	bootedA, ok := LocalBootParts(a)
+	factsA, ok := LocalRebootFacts(a)
 	if !ok {
-		t.Fatal("LocalBootParts of a built toplevel: not ok")
+		t.Fatal("LocalRebootFacts of a built toplevel: not ok")
 	}
 	// What the node prints is what the state records and parses back.
-	booted, ok := ParseBootedParts(bootedA.String())
+	node, ok := ParseRebootFacts(factsA.String())
 	if !ok {
-		t.Fatalf("ParseBootedParts(%q): not ok", bootedA.String())
+		t.Fatalf("ParseRebootFacts(%q): not ok", factsA.String())
 	}
 	for _, tc := range []struct {
 		activation Activation
-		booted     BootParts
+		node       *RebootFacts
 		toplevel   string
 		want       string
 	}{
-		{ActivationRebootIfNeeded, booted, b, "kernel, initrd, kernel-modules changed"},
-		{ActivationRebootIfNeeded, booted, aV2, ""},
+		{ActivationRebootIfNeeded, node, b, "kernel, initrd, kernel-modules changed"},
+		{ActivationRebootIfNeeded, node, aV2, ""},
 		{ActivationRebootIfNeeded, nil, b, ""}, // no booted system: the switch decides
-		{ActivationReboot, booted, aV2, "asked to"},
-		{ActivationSwitch, booted, b, ""},
-		{ActivationBoot, booted, b, ""},
+		{ActivationReboot, node, aV2, "asked to"},
+		{ActivationSwitch, node, b, ""},
+		{ActivationBoot, node, b, ""},
 	} {
-		planned, ok := LocalBootParts(tc.toplevel)
+		planned, ok := LocalRebootFacts(tc.toplevel)
 		if !ok {
-			t.Fatalf("LocalBootParts(%s): not ok", tc.toplevel)
+			t.Fatalf("LocalRebootFacts(%s): not ok", tc.toplevel)
 		}
-		if got := PlannedReboot(tc.activation, tc.booted, planned); got != tc.want {
-			t.Errorf("%s from %v to %s: %q, want %q", tc.activation, tc.booted, filepath.Base(tc.toplevel), got, tc.want)
+		if got := PlannedReboot(tc.activation, tc.node, planned); got != tc.want {
+			t.Errorf("%s from %v to %s: %q, want %q", tc.activation, tc.node, filepath.Base(tc.toplevel), got, tc.want)
 		}
-	}
-	if _, ok := LocalBootParts(filepath.Join(store, "not-built")); ok {
-		t.Error("LocalBootParts of a toplevel not in the store: ok, want not known")
-	}
-	if _, ok := ParseBootedParts("kernel=/x"); ok {
-		t.Error("ParseBootedParts of a line without every part: ok")
-	}
-	if got := RebootNotice("web01", "kernel changed"); got != "node web01 will reboot: kernel changed" {
-		t.Errorf("RebootNotice = %q", got)
 	}
 }

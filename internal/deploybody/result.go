@@ -169,6 +169,10 @@ type Verdict struct {
 	SkippedOnCondition  []string
 	// Restarted lists the failed units the run restarted before the watch.
 	Restarted []string
+	// NotRestarted lists the changed units the switch left running their old code
+	// (restartIfChanged = false, …), as "<unit>: changed, not restarted (<reason>)"
+	// (not_restarted.go). They do not fail the run: the configuration asked for it.
+	NotRestarted []string
 	// Checks are the operator's checks and probes, in the order configured.
 	Checks []CheckResult
 

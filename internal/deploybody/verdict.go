@@ -485,6 +485,9 @@ func renderReport(node string, v *Verdict) string {
 	line("never spawned (host)", unitsRead, host)
 	line("skipped on condition", unitsRead, v.SkippedOnCondition)
 	line("restarted", true, v.Restarted)
+	if len(v.NotRestarted) > 0 {
+		line("not restarted", true, v.NotRestarted)
+	}
 	for _, u := range v.Unread {
 		fmt.Fprintf(&b, "  unread: %s\n", u)
 	}

@@ -322,6 +322,11 @@ let
   '';
 
   # A stand-in of hardware.firmware (a toplevel's $out/firmware).
+  # A service the switch must not restart when it changes (restartIfChanged = false),
+  # and one configured by a drop-in only (the reboot rule's lab tests).
+  keepService = version: service { exec = "${tools}/bin/fedi-idle"; extraService = "Environment=FEDI_VERSION=${version}\nX-RestartIfChanged=false"; };
+  plainService = service { exec = "${tools}/bin/fedi-idle"; };
+
   firmwareOf = v: drv "fedi-firmware-${v}" ''
     mkdir -p $out/lib/firmware
     echo "stand-in firmware ${v}" > $out/lib/firmware/fedi.bin
@@ -745,6 +750,29 @@ in
   # the boot ends (so the node never says it booted it), and it never answers again
   # until someone starts it (activation reboot: the one-shot entry, the Incus restore).
   boot-bricks = toplevel { scenario = "boot-bricks"; units = base "2"; wants = baseWants; kernel = linux "6.18"; bricksAtBoot = true; };
+
+  # NixOS' reboot rule (activation reboot-if-needed), with reboot-triggers as NixOS
+  # writes them: triggers-a (kernel 6.12, kernel-params quiet, one inhibitor that stays);
+  # triggers-params, the same but for kernel-params (quiet,console=ttyS0): it needs a
+  # reboot; triggers-systemd, the same triggers with another systemd: a switch, which
+  # re-executes PID 1.
+  triggers-a = toplevel { scenario = "triggers"; units = base "1"; wants = baseWants; kernel = linux "6.12"; kernelParams = [ "quiet" ]; inhibitors = { fedi-dbus = "dbus"; }; };
+  triggers-params = toplevel { scenario = "triggers-params"; units = base "2"; wants = baseWants; kernel = linux "6.12"; kernelParams = [ "quiet" "console=ttyS0" ]; inhibitors = { fedi-dbus = "dbus"; }; };
+  triggers-systemd = toplevel { scenario = "triggers-systemd"; units = base "2"; wants = baseWants; kernel = linux "6.12"; kernelParams = [ "quiet" ]; inhibitors = { fedi-dbus = "dbus"; }; systemd = nixosSystemdB; };
+
+  # Unit changes a switch treats apart: fedi-keep.service, marked restartIfChanged =
+  # false, changes from keep-a to keep-b (the switch leaves it running); fedi-plain's
+  # drop-in (fedi-plain.service.d/overrides.conf, as NixOS configures an upstream unit)
+  # is the only change from dropin-a to dropin-b. Neither unit names its toplevel.
+  keep-a = toplevel { scenario = "keep-a"; units = base "1" // { "fedi-keep.service" = keepService "1"; }; wants = baseWants ++ [ "fedi-keep.service" ]; };
+  keep-b = toplevel { scenario = "keep-b"; units = base "2" // { "fedi-keep.service" = keepService "2"; }; wants = baseWants ++ [ "fedi-keep.service" ]; };
+  dropin-a = toplevel { scenario = "dropin"; units = base "1" // { "fedi-plain.service" = plainService; }; wants = baseWants ++ [ "fedi-plain.service" ]; dropins = { "fedi-plain.service" = "[Service]\nEnvironment=FEDI_MODE=a"; }; };
+  dropin-b = toplevel { scenario = "dropin"; version = "2"; units = base "1" // { "fedi-plain.service" = plainService; }; wants = baseWants ++ [ "fedi-plain.service" ]; dropins = { "fedi-plain.service" = "[Service]\nEnvironment=FEDI_MODE=b"; }; };
+
+  # Boot counting (boot.loader.systemd-boot.bootCounting, on a node where the test turns
+  # it on: labtest.EnableBootCounting): two systems to boot in turn.
+  counting-a = toplevel { scenario = "counting-a"; units = base "1"; wants = baseWants; kernel = linux "6.12"; };
+  counting-b = toplevel { scenario = "counting-b"; units = base "2"; wants = baseWants; kernel = linux "6.18"; };
 
   # The system every lab node runs from its first boot (the lab image builds it with the
   # image's own nix, makes it generation 1 of the system profile and installs its boot

@@ -51,7 +51,8 @@ func verdictString(name string, want knownvalue.Check) statecheck.StateCheck {
 	return statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey(name), want)
 }
 
-// kernel-a, switched; kernel-a-v2 (the same kernel) with reboot-if-needed: a switch, no
+// kernel-a, booted (a lab node first boots its base system, whose kernel is not
+// kernel-a's); kernel-a-v2 (the same kernel) with reboot-if-needed: a switch, no
 // reboot; kernel-b (a new kernel) with reboot-if-needed: the node reboots
 // into it (booted once, from the stand-in boot loader's one-shot entry), /run/booted-system
 // is kernel-b, the verdict says why, how long the boot took and that the new system is
@@ -76,11 +77,9 @@ func TestAccNodeSwitchActivationReboot(t *testing.T) {
 		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
 			{
-				Config: activationConfig(node, kernelA, "switch"),
-				ConfigStateChecks: []statecheck.StateCheck{
-					verdictString("activation", knownvalue.StringExact("switched")),
-					verdictBool("rebooted", false),
-				},
+				Config:            activationConfig(node, kernelA, "reboot"),
+				ConfigStateChecks: []statecheck.StateCheck{verdictBool("rebooted", true)},
+				Check:             nodeLinkIs("/run/booted-system", kernelA),
 			},
 			{
 				// The same kernel: reboot-if-needed switches, no reboot.
@@ -113,52 +112,62 @@ func TestAccNodeSwitchActivationReboot(t *testing.T) {
 	})
 }
 
-// Switch inhibitors: inhibitor-a, switched; inhibitor-b (its inhibitor's value changed)
-// with activation switch: the apply fails naming the inhibitor, with the hint to use
-// reboot-if-needed, and the node keeps running inhibitor-a; with reboot-if-needed the
-// node reboots into inhibitor-b, and the verdict says the inhibitor was why.
+// Switch inhibitors (<toplevel>/switch-inhibitors, JSON): inhibitor-a, booted;
+// inhibitor-b (fedi-driver 570 -> 575, the same kernel) with activation switch: the
+// switch is refused, and the apply fails naming the change, old -> new, with the hint
+// to use reboot-if-needed; the node keeps running and booting inhibitor-a, and the state
+// keeps it; with reboot-if-needed the plan and the verdict say the inhibitor is why, and
+// the node reboots into inhibitor-b.
 func TestAccNodeSwitchActivationInhibitor(t *testing.T) {
 	acctest.Lab(t)
 	inhibitorA := labtest.BuildClosure(t, "inhibitor-a")
 	inhibitorB := labtest.BuildClosure(t, "inhibitor-b")
 	node := labtest.NewInstance(t, "acc-inhibitor")
+	const why = "switch inhibitors changed: fedi-driver : 570 -> 575"
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { acctest.PreCheck(t) },
 		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
-			{Config: activationConfig(node, inhibitorA, "switch")},
+			{Config: activationConfig(node, inhibitorA, "reboot"), Check: nodeAgrees(t, node, inhibitorA, inhibitorA)},
 			{
 				Config:      activationConfig(node, inhibitorB, "switch"),
-				ExpectError: regexp.MustCompile(`(?s)needs\s+a\s+reboot:\s+inhibitor\s+fedi-driver\s+changed.*reboot-if-needed`),
+				ExpectError: regexp.MustCompile(`(?s)needs\s+a\s+reboot:\s+switch\s+inhibitors\s+changed:\s+fedi-driver\s+:\s+570\s+->\s+575.*reboot-if-needed`),
 			},
 			{
+				// The refused switch changed nothing: node, boot default and state agree.
 				PreConfig: func() {
-					if got := strings.TrimSpace(nodeExec(t, node, "readlink -f /run/current-system")); got != inhibitorA {
-						t.Errorf("the refused switch must leave the node on %s; it runs %s", inhibitorA, got)
+					if err := nodeAgrees(t, node, inhibitorA, inhibitorA)(nil); err != nil {
+						t.Errorf("after the refused switch: %v", err)
 					}
 				},
+				Config:           activationConfig(node, inhibitorA, "reboot"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			},
+			{
+				Config:             activationConfig(node, inhibitorB, "reboot-if-needed"),
+				PlanOnly:           true,
+				ExpectNonEmptyPlan: true,
+				ConfigPlanChecks:   plannedReboot(why),
+			},
+			{
 				Config: activationConfig(node, inhibitorB, "reboot-if-needed"),
 				ConfigStateChecks: []statecheck.StateCheck{
 					verdictBool("ok", true),
 					verdictBool("rebooted", true),
-					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(inhibitor fedi-driver changed\); boot took \d`))),
+					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(`+regexp.QuoteMeta(why)+`\); boot took \d`))),
+					stateToplevel(inhibitorB),
 				},
-				Check: func(*terraform.State) error {
-					if got := strings.TrimSpace(nodeExec(t, node, "readlink -f /run/booted-system")); got != inhibitorB {
-						return fmt.Errorf("/run/booted-system = %s, want %s", got, inhibitorB)
-					}
-					return nil
-				},
+				Check: nodeAgrees(t, node, inhibitorB, inhibitorB),
 			},
 		},
 	})
 }
 
-// The plan says a reboot before approval: the node switched to kernel-a (its first
-// stand-in, so the one it booted); a plan of kernel-b with reboot-if-needed shows
+// The plan says a reboot before approval: the node booted kernel-a; a plan of kernel-b
+// with reboot-if-needed shows
 // `reboots` naming the changed parts, read from the deployer's store against the
 // booted system Read recorded; kernel-a-v2 (the same kernel) shows none; activation
-// reboot shows "asked to". Plans only: nothing reboots.
+// reboot shows "asked to". Plans only after the first boot: nothing else reboots.
 func TestAccNodeSwitchPlanSaysReboot(t *testing.T) {
 	acctest.Lab(t)
 	kernelA := labtest.BuildClosure(t, "kernel-a")
@@ -176,8 +185,8 @@ func TestAccNodeSwitchPlanSaysReboot(t *testing.T) {
 		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
 		Steps: []resource.TestStep{
 			{
-				Config:            activationConfig(node, kernelA, "switch"),
-				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownValue(addr, tfjsonpath.New("reboots"), knownvalue.StringExact(""))},
+				Config:            activationConfig(node, kernelA, "reboot"),
+				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownValue(addr, tfjsonpath.New("reboots"), knownvalue.StringExact("asked to"))},
 			},
 			{
 				Config:             activationConfig(node, kernelB, "reboot-if-needed"),

@@ -27,6 +27,7 @@ var changesAttrTypes = map[string]attr.Type{
 	"units_added":            stringList,
 	"units_removed":          stringList,
 	"units_changed":          stringList,
+	"units_not_restarted":    stringList,
 	"counts":                 types.MapType{ElemType: types.Int64Type},
 	"notes":                  stringList,
 }
@@ -43,7 +44,8 @@ var changesAttributeDocs = map[string]string{
 	"bytes_copied":           "How many bytes the copy sent.",
 	"units_added":            "Unit files the new toplevel has and the previous system had not; null when the previous system's units were unread.",
 	"units_removed":          "Unit files the previous system had and the new toplevel has not; null when unread.",
-	"units_changed":          "Unit files in both whose content differs; null when unread.",
+	"units_changed":          "Units in both whose file or drop-ins (`<unit>.d/*.conf`, how NixOS configures upstream units) differ; null when unread.",
+	"units_not_restarted":    "Changed units the switch left running their old code, as `<unit>: changed, not restarted (restartIfChanged = false)` (or `RefuseManualStop = true`, `X-OnlyManualStart = true`, or no reason when the unit file gives none): `switch-to-configuration` does not restart them. Empty after a reboot.",
 	"counts": "The full length of every list that is known, by its name (`paths_added`, …). Each list keeps only its first " +
 		fmt.Sprint(deploybody.ChangesListLimit) + " names (a deploy can add thousands of paths); a list that was cut is longer here, and `notes` says so.",
 	"notes": "What could not be known, and why; and which lists were cut.",
@@ -68,7 +70,7 @@ func changesSchemaAttribute() schema.SingleNestedAttribute {
 	}
 	return schema.SingleNestedAttribute{Computed: true, Attributes: attrs,
 		MarkdownDescription: "What the last deploy changed, from data the deploy reads anyway (no extra round trip): store paths and packages " +
-			"added and removed, bytes copied, and units added, removed and changed. The verdict's `report` shows the same summary. " +
+			"added and removed, bytes copied, units added, removed and changed, and the changed units the switch did not restart. The verdict's `report` shows the same summary. " +
 			"Null until a deploy reached its report."}
 }
 
@@ -97,6 +99,7 @@ func changesValue(c *deploybody.Changes) types.Object {
 		"units_added":            nullableList(c.UnitsAdded),
 		"units_removed":          nullableList(c.UnitsRemoved),
 		"units_changed":          nullableList(c.UnitsChanged),
+		"units_not_restarted":    nullableList(c.UnitsNotRestarted),
 		"counts":                 countsValue(c.Counts),
 		"notes":                  listOrNull(c.Notes, false),
 	})

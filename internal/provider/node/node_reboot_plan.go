@@ -19,8 +19,9 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 )
 
-// privateBootedParts is what the node booted, as the last Read (or a deploy that
-// rebooted it) found it: deploybody.BootParts' line ("" when not known).
+// privateBootedParts is what decides a reboot on the node, as the last Read (or a
+// deploy that rebooted it) found it: deploybody.RebootFacts' line ("" when not known).
+// The key keeps its first name, so that a state written before stays readable.
 const privateBootedParts = "booted_parts"
 
 // planReboot sets `reboots` on the plan: the state's value when no deploy is planned,
@@ -69,15 +70,15 @@ func plannedReboot(ctx context.Context, p privateGetter, plan nodeSwitchModel) (
 	if a != deploybody.ActivationRebootIfNeeded {
 		return deploybody.PlannedReboot(a, nil, nil), true
 	}
-	booted, ok := deploybody.ParseBootedParts(privateString(ctx, p, privateBootedParts))
+	node, ok := deploybody.ParseRebootFacts(privateString(ctx, p, privateBootedParts))
 	if !ok {
 		return "", false
 	}
-	planned, ok := deploybody.LocalBootParts(plannedToplevel(plan))
+	planned, ok := deploybody.LocalRebootFacts(plannedToplevel(plan))
 	if !ok {
 		return "", false
 	}
-	return deploybody.PlannedReboot(a, booted, planned), true
+	return deploybody.PlannedReboot(a, node, planned), true
 }
 
 // plannedToplevel is the toplevel the deploy planned installs, where the plan knows it:
@@ -109,15 +110,15 @@ func derivationOutput(drv string) string {
 }
 
 // recordBootAfterDeploy keeps privateBootedParts true after a deploy: a reboot into the
-// new toplevel makes its parts the booted ones; a reboot that did not end well leaves
-// them unknown until the next Read asks the node.
+// new toplevel makes its facts the node's (booted and running); a reboot that did not
+// end well leaves them unknown until the next Read asks the node.
 func recordBootAfterDeploy(ctx context.Context, p privateSetter, res *deploybody.Result, runErr error) diag.Diagnostics {
 	if res == nil || res.Reboot == nil {
 		return nil
 	}
-	parts, ok := deploybody.LocalBootParts(res.Toplevel)
+	facts, ok := deploybody.LocalRebootFacts(res.Toplevel)
 	if runErr != nil || !ok {
 		return setPrivateString(ctx, p, privateBootedParts, "")
 	}
-	return setPrivateString(ctx, p, privateBootedParts, parts.String())
+	return setPrivateString(ctx, p, privateBootedParts, facts.String())
 }

@@ -28,10 +28,10 @@ type nodeSystem struct {
 	// record is the node's verdict record (nil: none, or unread: recordErr says why).
 	record    *deploybody.VerdictRecord
 	recordErr error
-	// booted is what the node's booted system's kernel, initrd, kernel modules and
-	// systemd resolve to (nil: no /run/booted-system); bootedRead is false when the
-	// node printed no such line.
-	booted     deploybody.BootParts
+	// booted is what decides a reboot on the node: its booted system's kernel, initrd,
+	// kernel modules and reboot-triggers, its running system's switch-inhibitors (nil:
+	// no /run/booted-system); bootedRead is false when the node printed no such line.
+	booted     *deploybody.RebootFacts
 	bootedRead bool
 	// lastGood is the node's last good system ("" when it has none); lastGoodRead is
 	// false when the login could not read its record (deploybody.LastGoodReadScript).
@@ -42,11 +42,11 @@ type nodeSystem struct {
 // readSystemScript prints /run/current-system, the system profile (both resolved;
 // -e: every component must exist, and a node that booted without a NixOS system, or
 // whose /run was cleared, has no /run/current-system: that is not "drift") and the
-// profile's own link (system-<generation>-link), then the booted system's parts
-// (deploybody.BootedPartsScript: what the next plan compares a new toplevel with), then
+// profile's own link (system-<generation>-link), then what decides a reboot
+// (deploybody.RebootFactsScript: what the next plan compares a new toplevel with), then
 // the record of its last good system (what a plan of `deploy = "last-good"` deploys).
 var readSystemScript = `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)" "$(readlink /nix/var/nix/profiles/system)"; ` +
-	deploybody.BootedPartsScript + "; " + deploybody.LastGoodReadScript
+	deploybody.RebootFactsScript + "; " + deploybody.LastGoodReadScript
 
 // readNodeSystem asks the node what it runs and boots, in one round trip, and, when
 // wantRecord says so, reads its verdict record over the same connection.
@@ -69,7 +69,7 @@ func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget
 	}
 	ns.running, ns.profile = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
 	ns.generation = profileGeneration(strings.TrimSpace(lines[2]))
-	ns.booted, ns.bootedRead = deploybody.ParseBootedParts(lines[3])
+	ns.booted, ns.bootedRead = deploybody.ParseRebootFacts(lines[3])
 	ns.lastGood, ns.lastGoodRead = deploybody.ParseLastGoodLine(lines[4])
 	if res.ExitCode != 0 || ns.running == "" {
 		return nodeSystem{}, fmt.Errorf("readlink /run/current-system found no system (exit %d, %s): the node runs no NixOS system", res.ExitCode, strings.TrimSpace(string(res.Stderr)))

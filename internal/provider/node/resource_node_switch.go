@@ -91,8 +91,8 @@ type nodeSwitchModel struct {
 	Reboots          types.String         `tfsdk:"reboots"`
 	Checks           []checkBlockModel    `tfsdk:"check"`
 	Probes           []probeBlockModel    `tfsdk:"probe"`
-	// bootedParts is what Read found the node booted (BootedPartsScript's line; nil:
-	// not read), recorded in private state for the next plan (planReboot).
+	// bootedParts is what Read found decides a reboot on the node (RebootFactsScript's
+	// line; nil: not read), recorded in private state for the next plan (planReboot).
 	bootedParts *string
 	// lastGood is the node's last good system as Read found it ("" none, nil: not
 	// read), recorded in private state for the next plan (planLastGood).
@@ -188,10 +188,14 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"reboots": schema.StringAttribute{
 				Computed: true,
 				MarkdownDescription: "Why the planned deploy will reboot the node, as the plan can know it before approval, and a plan warning says it too: " +
-					"`asked to` (`activation = \"reboot\"`); with `reboot-if-needed`, `kernel, initrd, kernel-modules changed` (the parts of the new toplevel, read in the deployer's store, " +
-					"that differ from the system the node booted, as the last refresh read it); `\"\"` when the deploy switches. " +
-					"Unknown when the plan cannot know (the new toplevel is not built yet, or the node's booted system was not read). " +
-					"A switch that a pre-switch check refuses (an inhibitor) reboots too, which only the switch can tell: `verdict.rebooted` and `verdict.activation` say what happened.",
+					"`asked to` (`activation = \"reboot\"`); with `reboot-if-needed`, NixOS' own rule: the new toplevel's `reboot-triggers` (kernel, firmware, " +
+					"kernel-params and the switch inhibitors) against the booted system's, each changed key as `<name> : <old> -> <new>` " +
+					"(`reboot-triggers changed: kernel-params : quiet -> quiet,console=ttyS0`); for a system without that file, its `kernel`, `initrd` and " +
+					"`kernel-modules` (`kernel, initrd, kernel-modules changed`); else a change of the `switch-inhibitors` the running system has " +
+					"(`switch inhibitors changed: dbus-implementation : dbus -> broker`). The new toplevel is read in the deployer's store, the node as the " +
+					"last refresh read it. A changed systemd needs no reboot (the switch re-executes it). `\"\"` when the deploy switches. " +
+					"Unknown when the plan cannot know (the new toplevel is not built yet, or the node was not read). " +
+					"A switch that another pre-switch check refuses reboots too, which only the switch can tell: `verdict.rebooted` and `verdict.activation` say what happened.",
 			},
 		},
 		Blocks: withBlocks(checkBlocks(checksChangeNodeSwitch), map[string]schema.Block{
@@ -363,9 +367,10 @@ func (r *nodeSwitchResource) Update(ctx context.Context, req resource.UpdateRequ
 		if res != nil && res.RunningSystem != "" && res.RunningSystem != state.Toplevel.ValueString() {
 			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateFailed, res.RunningSystem)...)
 		}
-		if res != nil && switchStarted(res) && res.Verdict == nil {
+		if res != nil && switchStarted(res) && res.Verdict == nil && !errors.Is(runErr, deploybody.ErrNeedsReboot) {
 			// Cut off after the switch started and before a verdict: the state keeps
-			// the prior system and records this one as not finished.
+			// the prior system and records this one as not finished. (A switch
+			// switch-to-configuration refused changed nothing: nothing is unfinished.)
 			why := fmt.Sprintf("The apply that deployed %s stopped in phase %s after the switch started: %v.", res.Toplevel, lastPhase(res), runErr)
 			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinished, res.Toplevel)...)
 			resp.Diagnostics.Append(setPrivateString(ctx, resp.Private, privateUnfinishedWhy, why)...)

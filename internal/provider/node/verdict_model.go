@@ -46,6 +46,7 @@ var verdictAttrTypes = map[string]attr.Type{
 	"never_spawned_host":    stringList,
 	"skipped":               stringList,
 	"restarted":             stringList,
+	"not_restarted":         stringList,
 	"reasons":               stringList,
 	"switch_exit_code":      types.Int64Type,
 	"switch_result":         types.StringType,
@@ -64,7 +65,7 @@ var verdictObjectType = types.ObjectType{AttrTypes: verdictAttrTypes}
 // verdictAttributeDocs documents each verdict attribute (also used by the schema test to
 // prove that the schema and verdictAttrTypes agree).
 var verdictAttributeDocs = map[string]string{
-	"activation":            "How the node came to run the judged system: `switched`; `rebooted (<why>); boot took <duration>` (why: `kernel changed`, `systemd changed`, `inhibitor <name> changed`, `asked to`); or, for `activation = \"boot\"`, that only the boot entry was set and nothing needing the new system running was judged. Null in a verdict-only pass.",
+	"activation":            "How the node came to run the judged system: `switched` (with `; systemd re-executed by the switch (a new systemd needs no reboot)` when the switch re-executed PID 1); `rebooted (<why>); boot took <duration>` (why: `kernel, initrd, kernel-modules changed`, `reboot-triggers changed: <name> : <old> -> <new>`, `switch inhibitors changed: <name> : <old> -> <new>`, `pre-switch check <name> failed`, `asked to`); or, for `activation = \"boot\"`, that only the boot entry was set and nothing needing the new system running was judged. Null in a verdict-only pass.",
 	"rebooted":              "True when the deploy rebooted the node into the new system (`activation` says why).",
 	"ok":                    "True when the verdict does not fail the run (in lenient mode: also when it only warns).",
 	"strict":                "Whether the run was strict (a failed unit fails it) or lenient (it warns).",
@@ -87,6 +88,7 @@ var verdictAttributeDocs = map[string]string{
 	"never_spawned_host":    "Units systemd never spawned because of the host (e.g. 214/SETSCHEDULER, Result=resources), as `unit (status/REASON)`: a host fault, the closure is not blamed.",
 	"skipped":               "Units skipped because a condition was false (`ConditionResult=no`): not restarted.",
 	"restarted":             "Failed units the run restarted before the watch.",
+	"not_restarted":         "Changed units the switch left running their old code, as `<unit>: changed, not restarted (restartIfChanged = false)` (or `RefuseManualStop = true`, `X-OnlyManualStart = true`): `switch-to-configuration` does not restart them. They do not fail the run. Empty after a reboot.",
 	"reasons":               "Why the verdict fails the run (strict) or what it warns about (lenient). Empty when the node converged.",
 	"switch_exit_code":      "Exit code of `switch-to-configuration` (0 ok, 4 some units failed, 100 reboot needed); -1 when no switch ran.",
 	"switch_result":         "The switch exit code in words: `ok`, `activation-failed` (the activation script failed; the node runs the new system), `units-failed`, `reboot-needed`, `not-run`, `error` (the switch could not be run or read) or `exit-N`.",
@@ -249,6 +251,7 @@ func verdictValue(r *deploybody.Result) (types.Object, diag.Diagnostics) {
 		"never_spawned_host":    listOrNull(spawnNames(v.NeverSpawnedHost), unread),
 		"skipped":               listOrNull(v.SkippedOnCondition, unread),
 		"restarted":             listOrNull(v.Restarted, false),
+		"not_restarted":         listOrNull(v.NotRestarted, false),
 		"reasons":               listOrNull(v.Reasons, false),
 		"switch_exit_code":      types.Int64Value(code),
 		"switch_result":         types.StringValue(result),

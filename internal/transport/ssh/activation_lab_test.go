@@ -51,13 +51,15 @@ func nodeLink(t *testing.T, n labtest.Node, link string) string {
 	return strings.TrimSpace(labtest.Incus(t, "exec", n.Instance, "--", "readlink", "-f", link))
 }
 
-// reboot-if-needed: a toplevel with the same kernel switches; one with a new kernel
-// reboots the node into it and judges the booted system. boot only sets the entry. A
+// reboot-if-needed: the node boots kernel-a (a lab node first boots its base system,
+// whose kernel is not kernel-a's); a toplevel with the same kernel switches; one with a
+// new kernel reboots the node into it and judges the booted system. boot only sets the
+// entry. A
 // unit that fails only once its system is booted fails the strict verdict after the
 // reboot, named.
 func TestLabActivationRebootIfNeededKernel(t *testing.T) {
 	n, tr := rebootLabNode(t, "reboot-kernel")
-	if _, err := labDeploy(t, tr, "kernel-a", deploybody.ActivationSwitch); err != nil {
+	if _, err := labDeploy(t, tr, "kernel-a", deploybody.ActivationReboot); err != nil {
 		t.Fatalf("first deploy: %v", err)
 	}
 	// The same kernel: a switch, no reboot.
@@ -104,16 +106,17 @@ func TestLabActivationRebootIfNeededKernel(t *testing.T) {
 	}
 }
 
-// A switch the stand-in's inhibitor check refuses: activation switch fails naming the
-// inhibitor and leaves the node on its system; reboot-if-needed reboots into it.
+// A switch the switch-inhibitors check refuses (JSON files, nixpkgs' comparison and
+// words): activation switch fails naming the change, old -> new, and leaves the node on
+// its system; reboot-if-needed reboots into it, for the same reason.
 func TestLabActivationInhibitor(t *testing.T) {
 	n, tr := rebootLabNode(t, "reboot-inhibitor")
 	a := labtest.BuildClosure(t, "inhibitor-a")
-	if _, err := labDeploy(t, tr, "inhibitor-a", deploybody.ActivationSwitch); err != nil {
+	if _, err := labDeploy(t, tr, "inhibitor-a", deploybody.ActivationReboot); err != nil {
 		t.Fatalf("first deploy: %v", err)
 	}
 	_, err := labDeploy(t, tr, "inhibitor-b", deploybody.ActivationSwitch)
-	if err == nil || !strings.Contains(err.Error(), "needs a reboot: inhibitor fedi-driver changed") || !strings.Contains(err.Error(), "reboot-if-needed") {
+	if err == nil || !strings.Contains(err.Error(), "needs a reboot: switch inhibitors changed: fedi-driver : 570 -> 575") || !strings.Contains(err.Error(), "reboot-if-needed") {
 		t.Fatalf("want a failure naming the inhibitor: %v", err)
 	}
 	if got := nodeLink(t, n, "/run/current-system"); got != a {
@@ -124,7 +127,7 @@ func TestLabActivationInhibitor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reboot-if-needed: %v", err)
 	}
-	if res.Reboot == nil || res.Reboot.Why != "inhibitor fedi-driver changed" || !res.Verdict.OK {
+	if res.Reboot == nil || res.Reboot.Why != "switch inhibitors changed: fedi-driver : 570 -> 575" || !res.Verdict.OK {
 		t.Fatalf("reboot = %+v, verdict:\n%s", res.Reboot, res.Report)
 	}
 	if got := nodeLink(t, n, "/run/booted-system"); got != b {
