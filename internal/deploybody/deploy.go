@@ -309,7 +309,11 @@ func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
 				err = e.asDeployError(s.name, lost)
 			}
 		}
-		if s.name == PhaseLockNode && err == nil {
+		if s.name == PhaseLockNode && f.lock != nil {
+			// Every path that took the lock releases it: also a lock phase that took it
+			// and then failed to settle what earlier runs left (an interrupt while it
+			// waited, a transport fault), or the heartbeat would keep it fresh for
+			// the life of the process.
 			defer func() {
 				e.restoreIfUnreachable(ctx, f.lock, f.switched.started, f.res, runErr)
 				e.unlockNode(ctx, f.lock)

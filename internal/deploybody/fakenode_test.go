@@ -161,12 +161,24 @@ type fakeNode struct {
 	// New logins: refused until freshRefusedUntil, each reaching the node freshDelay
 	// late; onFresh is told every attempt (an interrupt).
 	freshAttempts     int
+	freshRefused      bool // every new login is refused (a system that locks them out)
 	freshRefusedUntil time.Time
 	freshDelay        time.Duration
 	onFresh           func(attempt int)
 	// freshGate, if set, is called as a new login is dialled, before it reaches the
 	// node (a login whose handshake takes a while).
 	freshGate func()
+
+	// connectedAt is when the run's own connection was made (its first command): a
+	// login that old settles no revert whose switch ended after it.
+	connectedAt time.Time
+	// lockFreeAt, if set, is when lockFreeToken's holder releases the lock.
+	lockFreeAt    time.Time
+	lockFreeToken string
+	// pendingFails makes the guard's pending fail (a node fault on the run's transport).
+	pendingFails bool
+	// onLockAcquired is told when a run takes the lock (an interrupt right after).
+	onLockAcquired func()
 
 	// lockHolderLines are the holder lines the lock script prints after "held"/"lost"
 	// ("" gives host=other, pid=1).
@@ -317,6 +329,11 @@ func (n *fakeNode) isUnreachable() bool {
 
 func (n *fakeNode) Reach(ctx context.Context) error {
 	n.record(call{what: "reach"})
+	n.mu.Lock()
+	if n.connectedAt.IsZero() {
+		n.connectedAt = n.clock.now
+	}
+	n.mu.Unlock()
 	if n.refuses {
 		return fmt.Errorf("ssh root@127.0.0.1:2201: host key SHA256:abc is not the pinned key (%w)", ErrRefused)
 	}
@@ -463,6 +480,11 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	if n.isUnreachable() {
 		return RunResult{}, errFakeUnreachable
 	}
+	n.mu.Lock()
+	if n.connectedAt.IsZero() {
+		n.connectedAt = n.clock.now // the run's connection is made at its first command
+	}
+	n.mu.Unlock()
 	if len(argv) == 0 {
 		return RunResult{ExitCode: 127}, nil
 	}
@@ -477,7 +499,7 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		return res, nil
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == RevertGuardScript {
-		return n.guardCall(argv[4:]), nil
+		return n.guardCall(argv[4:], time.Time{}), nil // over the run's own connection
 	}
 	if argv[0] == "sh" && len(argv) == 5 && argv[2] == writeRecordScript && argv[4] == VerdictRecordFile {
 		if n.recordFails {
@@ -794,6 +816,9 @@ func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 			out += "took-over 1\n" + holder + "\n"
 		}
 		n.lockToken = token
+		if n.onLockAcquired != nil {
+			n.onLockAcquired()
+		}
 		return RunResult{Stdout: []byte(out)}
 	case op == "acquire":
 		return RunResult{Stdout: []byte("held 1\n" + holder + "\n")}
