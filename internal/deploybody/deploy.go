@@ -304,9 +304,12 @@ func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
 		err := e.phase(ctx, f, s)
 		if err == nil {
 			// Before each next phase: a run whose lock another run took stops here,
-			// before it switches, restarts or writes the boot entry.
+			// before it switches, restarts or writes the boot entry; so does one whose
+			// lock vanished with the node's /run (a reboot it did not ask for).
 			if lost := f.lock.lostError(e.o.Node); lost != nil {
 				err = e.asDeployError(s.name, lost)
+			} else if gone := f.lock.vanishedError(e.o.Node); gone != nil {
+				err = e.asDeployError(s.name, gone)
 			}
 		}
 		if s.name == PhaseLockNode && f.lock != nil {

@@ -179,6 +179,9 @@ type fakeNode struct {
 	pendingFails bool
 	// onLockAcquired is told when a run takes the lock (an interrupt right after).
 	onLockAcquired func()
+	// rebootsAt, if set, is when the node reboots by itself (a power cut, a watchdog):
+	// /run is emptied, the boot entry's system runs.
+	rebootsAt time.Time
 
 	// lockHolderLines are the holder lines the lock script prints after "held"/"lost"
 	// ("" gives host=other, pid=1).
@@ -488,6 +491,10 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	if len(argv) == 0 {
 		return RunResult{ExitCode: 127}, nil
 	}
+	if n.boots.rebootLost && len(argv) > 2 && argv[2] == rebootScript {
+		// The command never reached the node: the connection broke as it was sent.
+		return RunResult{}, fmt.Errorf("ssh root@127.0.0.1:2201: connection reset by peer: %w", ErrUnreachable)
+	}
 	if res, ok := n.rebootCall(argv); ok {
 		return res, nil
 	}
@@ -501,14 +508,14 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == RevertGuardScript {
 		return n.guardCall(argv[4:], time.Time{}), nil // over the run's own connection
 	}
-	if argv[0] == "sh" && len(argv) == 5 && argv[2] == writeRecordScript && argv[4] == VerdictRecordFile {
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == writeRecordScript && argv[4] == VerdictRecordFile {
 		if n.recordFails {
-			return RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/var/lib/fediversity': Read-only file system\n")}, nil
+			return RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/var/lib/fediversity-deploy': Read-only file system\n")}, nil
 		}
 		n.verdictRecord = append([]byte(nil), opts.Stdin...)
 		return RunResult{}, nil
 	}
-	if argv[0] == "sh" && len(argv) == 5 && argv[2] == readRecordScript && argv[4] == VerdictRecordFile {
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == readRecordScript && argv[4] == VerdictRecordFile {
 		if n.verdictRecord == nil {
 			return RunResult{ExitCode: 3}, nil
 		}
@@ -822,6 +829,10 @@ func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 		return RunResult{Stdout: []byte(out)}
 	case op == "acquire":
 		return RunResult{Stdout: []byte("held 1\n" + holder + "\n")}
+	case n.lockToken == "" && op == "release":
+		return RunResult{Stdout: []byte("released\n")}
+	case n.lockToken == "":
+		return RunResult{Stdout: []byte("gone\n")} // the node's /run was emptied
 	case n.lockToken != token:
 		return RunResult{Stdout: []byte("lost\n" + holder + "\n")}
 	case op == "release":
@@ -831,7 +842,7 @@ func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 		// As the script: the heartbeat's answer, then each record's.
 		out := "ok\n"
 		if n.recordFails {
-			out += "unrecorded mkdir: cannot create directory '/var/lib/fediversity': Read-only file system\n"
+			out += "unrecorded mkdir: cannot create directory '/var/lib/fediversity-deploy': Read-only file system\n"
 		} else {
 			n.verdictRecord = append([]byte(nil), stdin...)
 			out += "recorded\n"

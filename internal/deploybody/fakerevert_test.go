@@ -102,6 +102,10 @@ func (n *fakeNode) advance() {
 	if n.switchGoesOn != "" && !now.Before(n.switchGoesOnUntil) {
 		n.running, n.switchGoesOn = n.switchGoesOn, ""
 	}
+	if !n.rebootsAt.IsZero() && !now.Before(n.rebootsAt) {
+		// A reboot nobody asked for: /run is emptied, the boot entry's system runs.
+		n.lockToken, n.running, n.rebootsAt = "", n.profile, time.Time{}
+	}
 	if !n.lockFreeAt.IsZero() && !now.Before(n.lockFreeAt) {
 		if n.lockToken == n.lockFreeToken {
 			n.lockToken = ""
