@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -370,11 +371,15 @@ func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
 	if incustransport.IsSpaceError(restoreErr) {
 		return fmt.Errorf("the node did not answer after %s; %w", g.LostAfter(), restoreErr)
 	}
-	if restoreErr != nil {
-		return fmt.Errorf("the node did not answer after %s, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)",
-			g.LostAfter(), g.Taken(), restoreErr, g.Instance(), g.Taken())
+	aside := ""
+	if text := g.AsideText(); text != "" {
+		aside = ". " + strings.TrimSuffix(text, ".")
 	}
-	return fmt.Errorf("the node did not answer after %s: snapshot %s was restored and the instance started again; it runs its previous system", g.LostAfter(), g.Taken())
+	if restoreErr != nil {
+		return fmt.Errorf("the node did not answer after %s, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)%s",
+			g.LostAfter(), g.Taken(), restoreErr, g.Instance(), g.Taken(), aside)
+	}
+	return fmt.Errorf("the node did not answer after %s: snapshot %s was restored and the instance started again; it runs its previous system%s", g.LostAfter(), g.Taken(), aside)
 }
 
 // setBuild makes opts build the node as the provider does: its node plan goes to the

@@ -210,6 +210,11 @@ type BuildSpec struct {
 	// PlanInput, for a flake, is a directory holding only the node plan
 	// (NodePlanInputFile), handed to the flake as its NodePlanInput.
 	PlanInput string
+	// FlakeLocked, when set, is the locked reference of Flake (FlakeIdentity.Locked,
+	// from the metadata the cache key was made of): it is what is evaluated, so that
+	// the evaluation reads what the key covers, not the flake as an edit left it since.
+	// Messages still name Flake.
+	FlakeLocked string
 	// File is a Nix file (or a directory with default.nix) to build.
 	File string
 	// Expr is a Nix expression to build (nix-build -E).

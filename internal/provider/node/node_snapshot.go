@@ -28,17 +28,10 @@ import (
 func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, restoreErr error, judged string) diag.Diagnostics {
 	var diags diag.Diagnostics
 	taken := g.Taken()
+	// What became of the state that stopped answering, in the words of both front ends.
 	aside := ""
-	switch bricked, err := g.Bricked(); {
-	case bricked != "":
-		aside = fmt.Sprintf(" The state that stopped answering is kept as snapshot %s for inspection (`incus copy %s/%s <new-name>`); "+
-			"it is never rotated: remove it with `incus snapshot delete %s %s`.", bricked, g.Instance(), bricked, g.Instance(), bricked)
-		for _, v := range g.BrickedVolumes() {
-			aside += fmt.Sprintf(" Custom volume %s's state is kept as its snapshot %s (`incus storage volume copy %s/%s/%s %s/<new-name>`; remove it with `incus storage volume snapshot delete %s %s %s`).",
-				v.Volume, bricked, v.Pool, v.Volume, bricked, v.Pool, v.Pool, v.Volume, bricked)
-		}
-	case err != nil:
-		aside = fmt.Sprintf(" Keeping the state that stopped answering as a snapshot failed: %v.", err)
+	if text := g.AsideText(); text != "" {
+		aside = " " + text
 	}
 	after := g.LostAfter()
 	if incustransport.IsSpaceError(restoreErr) {
