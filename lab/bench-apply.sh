@@ -61,7 +61,7 @@ trap cleanup EXIT
 
 # A throwaway node like labtest.NewInstance: lab key authorised, fresh host key, SSH proxy.
 incus delete --force "$inst" >/dev/null 2>&1 || true
-incus launch lab/debian "$inst" >/dev/null
+incus launch "$(bash lab/lab.sh alias)" "$inst" >/dev/null
 incus config device add "$inst" ssh proxy "listen=tcp:127.0.0.1:$port" connect=tcp:127.0.0.1:22 bind=host >/dev/null
 for _ in $(seq 60); do
   s=$(incus exec "$inst" -- systemctl is-system-running 2>/dev/null || true)

@@ -18,12 +18,13 @@ bench_raise_limits() {
 # lab key authorised, a fresh host key), each with its SSH proxy on
 # 127.0.0.1:$((port_base+OFFSET+i)); their host keys in $work/known_hosts.
 bench_launch() {
-  local name=$1 offset=$2 max=$3 i n s hk
+  local name=$1 offset=$2 max=$3 i n s hk image
+  image=$(bash "$(dirname "${BASH_SOURCE[0]}")/lab.sh" alias)
   : >"$work/known_hosts"
   for i in $(seq 1 "$max"); do
     n=$name-$i
     incus delete --force "$n" >/dev/null 2>&1 || true
-    incus launch lab/debian "$n" >/dev/null
+    incus launch "$image" "$n" >/dev/null
     incus config device add "$n" ssh proxy "listen=tcp:127.0.0.1:$((port_base + offset + i))" connect=tcp:127.0.0.1:22 bind=host >/dev/null
   done
   for i in $(seq 1 "$max"); do

@@ -154,7 +154,7 @@ trap cleanup EXIT
 
 for inst in "${insts[@]}"; do
   incus delete --force "$inst" >/dev/null 2>&1 || true
-  incus launch lab/debian "$inst" >/dev/null 2>&1
+  incus launch "$(bash lab/lab.sh alias)" "$inst" >/dev/null 2>&1
 done
 for inst in "${insts[@]}"; do
   for _ in $(seq 60); do

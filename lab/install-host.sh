@@ -4,8 +4,8 @@
 # openssl, xz, btrfs-progs (the lab's storage pool); for the real Kubernetes node, the CNI plugins (containernetworking-plugins)
 # and libseccomp-dev (runc is built with seccomp); patchelf, busybox-static and systemd (the bootable stand-in system of
 # lab/closures copies the host's systemd and busybox into the store); xmllint (libxml2-utils), with which the tests validate the
-# `fediversity` command's JUnit file against the vendored JUnit schema. Safe to run again; does nothing that is
-# already done.
+# `fediversity` command's JUnit file against the vendored JUnit schema; the packages of NixOS's default commands
+# (below). Safe to run again; does nothing that is already done.
 set -euo pipefail
 need=()
 command -v incus >/dev/null 2>&1 || need+=(incus)
@@ -23,6 +23,15 @@ command -v xmllint >/dev/null 2>&1 || need+=(libxml2-utils)
 command -v patchelf >/dev/null 2>&1 || need+=(patchelf)
 dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
 [ -x /lib/systemd/systemd ] || need+=(systemd) # the bootable stand-in's systemd
+# The default commands of a NixOS system (lab/nixos/default-commands): the stand-in
+# systems of lab/closures link each to its Debian binary, so the deployer that builds
+# them needs the packages the lab image has (lab/lab.sh's NIXOS_PACKAGES).
+for cp in getfacl:acl getfattr:attr bzip2:bzip2 cpio:cpio curl:curl gawk:gawk patch:patch \
+  xz:xz-utils less:less getcap:libcap2-bin nc:netcat-openbsd mkpasswd:whois time:time \
+  zstd:zstd host:bind9-host ping:iputils-ping tracepath:iputils-tracepath \
+  arping:iputils-arping ifconfig:net-tools sudo:sudo; do
+  [ -e "/usr/bin/${cp%%:*}" ] || [ -e "/usr/sbin/${cp%%:*}" ] || need+=("${cp#*:}")
+done
 [ ${#need[@]} -eq 0 ] && { echo "install-host: all present"; exit 0; }
 
 src=/etc/apt/sources.list.d/bookworm-backports.sources

@@ -8,6 +8,7 @@
 #   bash lab/lab.sh down    remove exactly what `up` made (nodes, image, lab state dir)
 #   bash lab/lab.sh status  print how to reach each node
 #   bash lab/lab.sh image   only build (when not cached) and import the node image
+#   bash lab/lab.sh alias   print the node image's alias (lab/debian-v3-<hash>)
 #
 # Environment: LAB_NODES (default 3), LAB_PREFIX (default fedi), LAB_STATE (default
 # /var/lib/fediversity-lab), LAB_PORT_BASE (default 2200: node i listens on
@@ -22,10 +23,26 @@ LAB_PREFIX=${LAB_PREFIX:-fedi}
 LAB_PORT_BASE=${LAB_PORT_BASE:-2200}
 CACHE=${FEDIVERSITY_CACHE:-/var/cache/fediversity}
 STATE=${LAB_STATE:-/var/lib/fediversity-lab}
-# Bump when the image recipe below changes: the cached tarballs are keyed on it.
-IMAGE_VERSION=2
-IMAGE_ALIAS=lab/debian
-IMAGE_DIR=$CACHE/lab-image-v$IMAGE_VERSION
+# Bump when the image recipe below changes: the cached tarballs and the image's alias
+# are keyed on it, so labs of another version on the same incusd keep their own image.
+IMAGE_VERSION=3
+# The image also carries the first NixOS stand-in system of every node (nixos-base of
+# lab/closures), so its identity is the version and that system's derivation:
+# v3-<hash>, set by image_id. Its alias is lab/debian-<identity>.
+IMAGE_ID=""
+IMAGE_ALIAS=""
+IMAGE_DIR=""
+ROOTFS_DIR=$CACHE/lab-rootfs-v$IMAGE_VERSION
+# The Debian packages of NixOS's default commands that minbase lacks
+# (lab/nixos/default-commands; lab/install-host.sh installs them on the deployer too).
+NIXOS_PACKAGES="acl attr bzip2 cpio curl gawk patch xz-utils less libcap2-bin netcat-openbsd whois time zstd bind9-host iputils-ping iputils-tracepath iputils-arping net-tools sudo"
+# A login's PATH on NixOS, for root and every user: the security wrappers first
+# (nixos/modules/config/system-environment.nix), then environment.profiles with /bin
+# (nixos/modules/programs/environment.nix and the nix and users modules):
+# ~/.nix-profile, ${XDG_STATE_HOME}/nix/profile (pam_env expands the unset variable to
+# nothing: /nix/profile), ~/.local/state/nix/profile, /etc/profiles/per-user/$USER, the
+# default profile, the system's sw. As pam_env.conf(5) spells it (@{HOME}, @{PAM_USER}):
+NIXOS_PAM_PATH='/run/wrappers/bin:@{HOME}/.nix-profile/bin:/nix/profile/bin:@{HOME}/.local/state/nix/profile/bin:/etc/profiles/per-user/@{PAM_USER}/bin:/nix/var/nix/profiles/default/bin:/run/current-system/sw/bin'
 INCUS_LOG=/var/log/fediversity-incusd.log
 LAB_POOL=lab
 LAB_POOL_SIZE=${LAB_POOL_SIZE:-40GiB}
@@ -92,26 +109,41 @@ move_to_lab_pool() {
   done
 }
 
-build_image() {
-  if [ -s "$IMAGE_DIR/rootfs.tar" ] && [ -s "$IMAGE_DIR/meta.tar.xz" ]; then return; fi
-  log "building the lab image (debootstrap; about 3 minutes, cached in $IMAGE_DIR)"
+# image_id: the image's identity (see IMAGE_VERSION) from the first system's derivation,
+# which nix computes in a fraction of a second without building anything.
+image_id() {
+  local drv
+  drv=$(NIX_CONFIG="substituters =" nix-instantiate "$HERE/closures" -A nixos-base 2>/dev/null) ||
+    { log "nix-instantiate lab/closures -A nixos-base failed"; NIX_CONFIG="substituters =" nix-instantiate "$HERE/closures" -A nixos-base >&2; exit 1; }
+  drv=${drv##*/}
+  IMAGE_ID=v$IMAGE_VERSION-${drv:0:12}
+  IMAGE_ALIAS=lab/debian-$IMAGE_ID
+  IMAGE_DIR=$CACHE/lab-image-$IMAGE_ID
+}
+
+# build_rootfs: the Debian part of the image (debootstrap, packages, the NixOS shape that
+# does not depend on the first system), cached in $ROOTFS_DIR for every image of this
+# version.
+build_rootfs() {
+  if [ -s "$ROOTFS_DIR/rootfs.tar" ]; then return; fi
+  log "building the lab image's Debian root (debootstrap; about 3 minutes, cached in $ROOTFS_DIR)"
   local work root
-  work=$(mktemp -d /var/tmp/fedi-image.XXXXXX)
+  work=$(mktemp -d /var/tmp/fedi-rootfs.XXXXXX)
   root=$work/rootfs
   debootstrap --variant=minbase \
     --include=systemd,systemd-sysv,dbus,openssh-server,iproute2 \
     bookworm "$root" "$(mirror)" >"$work/debootstrap.log" 2>&1 ||
     { tail -30 "$work/debootstrap.log" >&2; exit 1; }
   mount -t proc proc "$root/proc"
-  trap 'umount "'"$root"'/proc" 2>/dev/null || true' RETURN
+  trap 'umount "'"$root"'/proc" && rm -rf --one-file-system "'"$work"'"' EXIT
   printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
   chmod +x "$root/usr/sbin/policy-rc.d"
-  chroot "$root" /bin/sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends nix-bin ca-certificates' \
+  chroot "$root" /bin/sh -c "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends nix-bin ca-certificates $NIXOS_PACKAGES" \
     >"$work/chroot.log" 2>&1 || { tail -30 "$work/chroot.log" >&2; exit 1; }
   rm -f "$root/usr/sbin/policy-rc.d"
   chroot "$root" apt-get clean
   umount "$root/proc"
-  trap - RETURN
+  trap - EXIT
   # Host keys are made per node at launch, never baked into the shared image.
   rm -f "$root"/etc/ssh/ssh_host_*
   mkdir -p "$root/root/.ssh" && chmod 700 "$root/root/.ssh"
@@ -121,28 +153,130 @@ build_image() {
   # Regenerate missing host keys before sshd starts.
   mkdir -p "$root/etc/systemd/system/ssh.service.d"
   printf '[Service]\nExecStartPre=\nExecStartPre=/usr/bin/ssh-keygen -A\nExecStartPre=/usr/sbin/sshd -t\n' >"$root/etc/systemd/system/ssh.service.d/hostkeys.conf"
+  nixos_shape "$root"
+  mkdir -p "$ROOTFS_DIR"
+  tar -C "$root" --numeric-owner -cf "$ROOTFS_DIR/rootfs.tar.tmp" .
+  mv "$ROOTFS_DIR/rootfs.tar.tmp" "$ROOTFS_DIR/rootfs.tar"
+  rm -rf "$work"
+}
+
+# nixos_shape ROOT: what makes the Debian root look like NixOS to whoever logs in or runs
+# a unit (the first system comes in build_image). /lib and /usr stay: Debian's own units
+# and sshd name their binaries by absolute path; only PATH changes.
+nixos_shape() {
+  local root=$1
+  # switch-to-configuration refuses to run without it; incusd puts
+  # /run/current-system/sw/bin on `incus exec`'s PATH when it exists.
+  : >"$root/etc/NIXOS"
+  # /bin/sh is bash, as environment.binsh's default (bashInteractive) is.
+  ln -sfn bash "$root/usr/bin/sh"
+  # A login's PATH, by PAM for every session (sshd's included, with or without a
+  # command), and by /etc/profile for login shells, as NixOS' set-environment does.
+  printf '# The PATH of a NixOS login (lab/lab.sh, nixos_shape).\nPATH DEFAULT=%s\n' "$NIXOS_PAM_PATH" >>"$root/etc/security/pam_env.conf"
+  local shpath
+  shpath=$(printf '%s' "$NIXOS_PAM_PATH" | sed 's/@{HOME}/$HOME/g; s/@{PAM_USER}/$USER/g')
+  awk -v p="$shpath" '
+    /^if \[ "\$\(id -u\)" -eq 0 \]; then$/ { skip = 1; print "# The PATH of a NixOS login (lab/lab.sh, nixos_shape)."; print "PATH=\"" p "\""; next }
+    skip && /^export PATH$/ { skip = 0 }
+    !skip { print }
+  ' "$root/etc/profile" >"$root/etc/profile.new"
+  grep -q '^export PATH$' "$root/etc/profile.new" && grep -q '/run/current-system/sw/bin' "$root/etc/profile.new" ||
+    { log "nixos_shape: /etc/profile has no PATH block to replace"; exit 1; }
+  mv "$root/etc/profile.new" "$root/etc/profile"
+  # NixOS' sudoers sets no secure_path: a command under sudo keeps the login's PATH.
+  sed -i '/secure_path/d' "$root/etc/sudoers"
+  # Debian's housekeeping (apt, dpkg's backups, e2scrub, fstrim) has no place on NixOS,
+  # and its scripts call tools by bare name, which a NixOS unit's PATH lacks.
+  local u
+  for u in apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer; do
+    ln -sfn /dev/null "$root/etc/systemd/system/$u"
+  done
+}
+
+# build_image: the Debian root with the first system of every node in its store.
+build_image() {
+  if [ -s "$IMAGE_DIR/rootfs.tar" ] && [ -s "$IMAGE_DIR/meta.tar.xz" ]; then return; fi
+  build_rootfs
+  log "building the lab image $IMAGE_ID (the first system, with the image's own nix; cached in $IMAGE_DIR)"
+  local work root want base sd
+  work=$(mktemp -d /var/tmp/fedi-image.XXXXXX)
+  root=$work/rootfs
+  mkdir -p "$root"
+  tar -C "$root" --numeric-owner -xf "$ROOTFS_DIR/rootfs.tar"
+  # nix-build needs /dev/pts (a pseudo-terminal for each build's log).
+  mount -t proc proc "$root/proc"
+  mount --rbind /dev "$root/dev"
+  mount --make-rslave "$root/dev"
+  # (On EXIT: a failed step exits the script, which a RETURN trap would not see.)
+  # The work directory goes only once nothing is mounted in it (/dev is the host's).
+  trap 'umount "'"$root"'/proc" && umount -R "'"$root"'/dev" && rm -rf --one-file-system "'"$work"'"' EXIT
+  mkdir -p "$root/tmp/fedi-lab"
+  cp -r "$HERE/closures" "$HERE/nixos" "$root/tmp/fedi-lab/"
+  want=$(NIX_CONFIG="substituters =" nix-store -q --outputs "$(NIX_CONFIG="substituters =" nix-instantiate "$HERE/closures" -A nixos-base 2>/dev/null)")
+  # As nixos-install does: build the system, make it generation 1 of the system profile,
+  # and install its boot entry with its own switch-to-configuration.
+  base=$(chroot "$root" /usr/bin/env NIX_CONFIG="substituters =" /usr/bin/nix-build --no-out-link --option sandbox false \
+    --option build-users-group "" /tmp/fedi-lab/closures -A nixos-base 2>"$work/nix-build.log") ||
+    { tail -30 "$work/nix-build.log" >&2; exit 1; }
+  [ "$base" = "$want" ] || { log "the image's nix built $base, the deployer's nix computes $want: not one system"; exit 1; }
+  chroot "$root" /usr/bin/nix-env -p /nix/var/nix/profiles/system --set "$base"
+  # Every default command resolves in the image (a dangling one would be found by
+  # `command -v` and then fail to run).
+  chroot "$root" /usr/bin/bash -c 'for f in "$1"/sw/bin/* "$1"/systemd/bin/*; do [ -e "$f" ] || { echo "$f dangles"; exit 1; }; done' - "$base" ||
+    { log "the first system's commands do not all resolve in the image"; exit 1; }
+  # A unit's PATH: the system's systemd's bin directory, and nothing else (NixOS
+  # builds systemd with that default PATH; PID 1 starts with an empty environment).
+  sd=$(readlink "$root$base/systemd")
+  mkdir -p "$root/etc/systemd/system.conf.d"
+  printf '# A unit'"'"'s PATH on NixOS: systemd'"'"'s own bin directory only (lab/lab.sh, build_image).\n[Manager]\nDefaultEnvironment=PATH=%s/bin/\n' "$sd" \
+    >"$root/etc/systemd/system.conf.d/nixos-unit-path.conf"
+  chroot "$root" "$base/bin/switch-to-configuration" boot 2>>"$work/nix-build.log" ||
+    { tail -30 "$work/nix-build.log" >&2; exit 1; }
+  chroot "$root" /usr/bin/nix-collect-garbage >/dev/null 2>&1
+  rm -rf "$root/tmp/fedi-lab"
+  umount "$root/proc"
+  umount -R "$root/dev"
+  trap - EXIT
   cat >"$work/metadata.yaml" <<META
 architecture: x86_64
 creation_date: $(date +%s)
 properties:
   os: debian
   release: bookworm
-  description: fediversity lab node (systemd, sshd, nix-bin)
-  fediversity.image: "v$IMAGE_VERSION"
+  description: fediversity lab node (Debian shaped like NixOS; systemd, sshd, nix-bin)
+  fediversity.image: "$IMAGE_ID"
 META
   mkdir -p "$IMAGE_DIR"
   tar -C "$work" -cJf "$IMAGE_DIR/meta.tar.xz.tmp" metadata.yaml
   tar -C "$root" --numeric-owner -cf "$IMAGE_DIR/rootfs.tar.tmp" .
   mv "$IMAGE_DIR/meta.tar.xz.tmp" "$IMAGE_DIR/meta.tar.xz"
   mv "$IMAGE_DIR/rootfs.tar.tmp" "$IMAGE_DIR/rootfs.tar"
-  rm -rf "$work"
+  rm -rf --one-file-system "$work"
 }
 
 import_image() {
-  if incus image info "$IMAGE_ALIAS" 2>/dev/null | grep "fediversity.image: v$IMAGE_VERSION" >/dev/null; then return; fi
-  incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
-  log "importing $IMAGE_ALIAS"
-  incus image import "$IMAGE_DIR/meta.tar.xz" "$IMAGE_DIR/rootfs.tar" --alias "$IMAGE_ALIAS" >/dev/null
+  if ! incus image info "$IMAGE_ALIAS" 2>/dev/null | grep "fediversity.image: $IMAGE_ID" >/dev/null; then
+    incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
+    log "importing $IMAGE_ALIAS"
+    incus image import "$IMAGE_DIR/meta.tar.xz" "$IMAGE_DIR/rootfs.tar" --alias "$IMAGE_ALIAS" >/dev/null
+  fi
+  prune_images
+}
+
+# prune_images: delete the images of this version (lab/debian-v<N>-*) that are not this
+# lab's and that no instance was made from, such as the one before a change of the first
+# system. Another version's alias (a lab not yet on this version) is never touched.
+prune_images() {
+  local used alias fp
+  used=$(for n in $(incus list --format csv -c n); do incus config get "$n" volatile.base_image; done)
+  incus image alias list --format csv | while IFS=, read -r alias fp _; do
+    case $alias in "lab/debian-v$IMAGE_VERSION-"*) ;; *) continue ;; esac
+    [ "$alias" != "$IMAGE_ALIAS" ] || continue
+    if ! printf '%s\n' "$used" | grep "^$fp" >/dev/null; then
+      log "deleting the unused image $alias"
+      incus image delete "$alias" >/dev/null 2>&1 || true
+    fi
+  done
 }
 
 ensure_key() {
@@ -171,13 +305,13 @@ wait_running() { # instance
 launch_node() {
   local name=$1 port=$2
   if incus info "$name" >/dev/null 2>&1 &&
-    [ "$(incus config get "$name" user.fediversity.image)" != "v$IMAGE_VERSION" ]; then
+    [ "$(incus config get "$name" user.fediversity.image)" != "$IMAGE_ID" ]; then
     log "$name runs an older lab image: relaunching it"
     incus delete --force "$name" >/dev/null
   fi
   if ! incus info "$name" >/dev/null 2>&1; then
     log "launching $name (ssh on 127.0.0.1:$port)"
-    incus launch "$IMAGE_ALIAS" "$name" -c "user.fediversity.image=v$IMAGE_VERSION" >/dev/null
+    incus launch "$IMAGE_ALIAS" "$name" -c "user.fediversity.image=$IMAGE_ID" >/dev/null
   elif ! incus info "$name" | grep '^Status: RUNNING' >/dev/null; then
     log "starting stopped $name"
     incus start "$name"
@@ -193,7 +327,7 @@ launch_node() {
     wait_running "$name" || log "$name: still not running cleanly; tests that judge its units will say so"
   fi
   incus file push --mode 0600 "$STATE/id_ed25519.pub" "$name/root/.ssh/authorized_keys" >/dev/null
-  incus exec "$name" -- sh -c "$(cat "$HERE/host-key-whole.sh"); systemctl restart ssh; echo $name >/etc/hostname; hostname $name"
+  incus exec "$name" -- /bin/sh -c "$(cat "$HERE/host-key-whole.sh"); systemctl restart ssh; echo $name >/etc/hostname; hostname $name"
 }
 
 write_state() {
@@ -215,6 +349,8 @@ write_state() {
   json+="]"
   printf '%s' "$kh" >"$STATE/known_hosts"
   printf '%s\n' "$json" >"$STATE/nodes.json"
+  # The image's alias, for labtest.Image and the scripts that launch lab containers.
+  printf '%s\n' "$IMAGE_ALIAS" >"$STATE/image"
 }
 
 status() {
@@ -248,6 +384,7 @@ up() {
   exec 9>/run/fediversity-lab.lock
   flock 9
   bash "$HERE/install-host.sh" >&2
+  image_id
   raise_limits
   start_incusd
   init_incus
@@ -274,15 +411,17 @@ down() {
     if ! incus list --format csv -c n | grep -E -- '-n[0-9]+$' >/dev/null; then
       incus image delete "$IMAGE_ALIAS" >/dev/null 2>&1 || true
     fi
+    prune_images
   fi
   rm -rf "$STATE"
-  log "lab down (incusd and the cached image tarballs in $IMAGE_DIR are kept)"
+  log "lab down (incusd and the cached image tarballs in $IMAGE_DIR and $ROOTFS_DIR are kept)"
 }
 
 case "${1:-up}" in
 up) up ;;
-down) down ;;
+down) image_id; down ;;
 status) status ;;
-image) exec 9>/run/fediversity-lab.lock; flock 9; start_incusd; init_incus; build_image; import_image ;;
-*) echo "usage: $0 up|down|status|image" >&2; exit 2 ;;
+image) image_id; exec 9>/run/fediversity-lab.lock; flock 9; start_incusd; init_incus; build_image; import_image ;;
+alias) image_id; echo "$IMAGE_ALIAS" ;;
+*) echo "usage: $0 up|down|status|image|alias" >&2; exit 2 ;;
 esac

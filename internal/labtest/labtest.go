@@ -125,8 +125,20 @@ func Prefix() string {
 	return "fedi"
 }
 
-// Image is the lab image every lab container starts from (IMAGE_ALIAS of lab/lab.sh).
-const Image = "lab/debian"
+// Image is the lab image every lab container starts from: the alias lab/lab.sh imported
+// (lab/debian-v<version>-<hash>; lab.sh writes it to <LAB_STATE>/image). Its image is a
+// Debian system shaped like NixOS, with the first stand-in system in its store.
+var Image = imageAlias()
+
+// imageAlias reads the alias of the lab's image. Without a lab it names none that
+// exists, so a test that launches from it fails at the launch, saying so.
+func imageAlias() string {
+	b, err := os.ReadFile(filepath.Join(StateDir(), "image"))
+	if alias := strings.TrimSpace(string(b)); err == nil && alias != "" {
+		return alias
+	}
+	return "lab/debian-unknown-run-lab.sh-up"
+}
 
 // NewInstance launches a throwaway lab container named <prefix>-t-<name> from the lab image,
 // with the lab key authorised, fresh host keys and an SSH proxy on a free loopback port.
@@ -182,13 +194,13 @@ func newInstance(t testing.TB, name string, launchArgs ...string) Node {
 		if i > 0 {
 			time.Sleep(time.Second)
 		}
-		out, _ := IncusErr("exec", inst, "--", "sh", "-c", string(whole)+"\ncat /etc/ssh/ssh_host_ed25519_key.pub")
+		out, _ := IncusErr("exec", inst, "--", "/bin/sh", "-c", string(whole)+"\ncat /etc/ssh/ssh_host_ed25519_key.pub")
 		key = strings.Fields(out)
 	}
 	if len(key) < 2 {
 		t.Fatalf("%s: no ed25519 host key after 20 tries", inst)
 	}
-	Incus(t, "exec", inst, "--", "systemctl", "restart", "ssh")
+	Incus(t, "exec", inst, "--", "/usr/bin/systemctl", "restart", "ssh")
 	return Node{Name: inst, Instance: inst, Project: "default", SSHHost: "127.0.0.1", SSHPort: port, HostKey: key[0] + " " + key[1]}
 }
 
@@ -206,7 +218,7 @@ func waitSystemd(t testing.TB, inst string) {
 		if state != "degraded" {
 			t.Fatalf("%s: systemd says %q after 60 s", inst, state)
 		}
-		failed, _ := IncusErr("exec", inst, "--", "systemctl", "--failed", "--no-legend", "--plain")
+		failed, _ := IncusErr("exec", inst, "--", "/usr/bin/systemctl", "--failed", "--no-legend", "--plain")
 		if boot == 2 {
 			t.Fatalf("%s booted degraded twice; failed units:\n%s(a unit that failed 'at step KEYRING' means the kernel key quota is too small: see raise_limits in lab/lab.sh)", inst, failed)
 		}
@@ -220,7 +232,7 @@ func waitSystemd(t testing.TB, inst string) {
 func systemState(inst string) string {
 	var last string
 	for i := 0; i < 60; i++ {
-		out, _ := IncusErr("exec", inst, "--", "systemctl", "is-system-running")
+		out, _ := IncusErr("exec", inst, "--", "/usr/bin/systemctl", "is-system-running")
 		last = strings.TrimSpace(out)
 		if last == "running" || last == "degraded" {
 			return last
@@ -271,7 +283,7 @@ func RepoRoot(t testing.TB) string {
 func WaitSwitchRunning(t testing.TB, node Node) {
 	t.Helper()
 	for range 600 {
-		out, _ := IncusErr("exec", node.Instance, "--", "systemctl", "list-units", "--no-legend", "--plain", "--state=active", "fediversity-switch-*")
+		out, _ := IncusErr("exec", node.Instance, "--", "/usr/bin/systemctl", "list-units", "--no-legend", "--plain", "--state=active", "fediversity-switch-*")
 		if strings.Contains(out, "fediversity-switch-") {
 			return
 		}

@@ -9,10 +9,10 @@ import (
 )
 
 // sudoDebDir caches Debian's sudo package for the lab, in the lab's cache
-// ($FEDIVERSITY_CACHE, as lab/lab.sh). The lab image has no sudo and its containers
-// reach no package mirror, so a test installs it from here into a throwaway instance
-// (adding it to the image would rebuild the image everywhere). lab/test.sh fills it;
-// SudoDeb fills it too when a test runs alone.
+// ($FEDIVERSITY_CACHE, as lab/lab.sh). The lab image has sudo since it is shaped like
+// NixOS (security.sudo.enable is on by default there); an instance made from an older
+// image, which has none and reaches no package mirror, gets it from here. lab/test.sh
+// fills it; SudoDeb fills it too when a test runs alone.
 func sudoDebDir() string {
 	cache := os.Getenv("FEDIVERSITY_CACHE")
 	if cache == "" {
@@ -45,25 +45,26 @@ func SudoDeb(t testing.TB) string {
 
 // AddUser makes a login user on a throwaway instance with the lab key authorised and,
 // when sudoers is not empty, that line in /etc/sudoers.d/<user> (sudo is installed
-// from SudoDeb first).
+// from SudoDeb first when the instance lacks it). The lab's own commands name their
+// binaries by absolute path: a NixOS login's PATH has no /usr/sbin.
 func AddUser(t testing.TB, n Node, user, sudoers string) {
 	t.Helper()
-	if _, err := IncusErr("exec", n.Instance, "--", "test", "-x", "/usr/bin/sudo"); err != nil {
+	if _, err := IncusErr("exec", n.Instance, "--", "/usr/bin/test", "-x", "/usr/bin/sudo"); err != nil {
 		deb := SudoDeb(t)
 		Incus(t, "file", "push", deb, n.Instance+"/tmp/sudo.deb")
-		Incus(t, "exec", n.Instance, "--", "dpkg", "-i", "/tmp/sudo.deb")
+		Incus(t, "exec", n.Instance, "--", "/usr/bin/dpkg", "-i", "/tmp/sudo.deb")
 	}
-	Incus(t, "exec", n.Instance, "--", "useradd", "--create-home", "--shell", "/bin/sh", user)
+	Incus(t, "exec", n.Instance, "--", "/usr/sbin/useradd", "--create-home", "--shell", "/bin/sh", user)
 	home := "/home/" + user
-	Incus(t, "exec", n.Instance, "--", "mkdir", "-p", home+"/.ssh")
+	Incus(t, "exec", n.Instance, "--", "/usr/bin/mkdir", "-p", home+"/.ssh")
 	Incus(t, "file", "push", "--mode", "0600", KeyFile()+".pub", n.Instance+home+"/.ssh/authorized_keys")
-	Incus(t, "exec", n.Instance, "--", "chown", "-R", user+":"+user, home+"/.ssh")
+	Incus(t, "exec", n.Instance, "--", "/usr/bin/chown", "-R", user+":"+user, home+"/.ssh")
 	if sudoers != "" {
 		f := filepath.Join(t.TempDir(), user)
 		if err := os.WriteFile(f, []byte(strings.TrimSpace(sudoers)+"\n"), 0o440); err != nil {
 			t.Fatal(err)
 		}
 		Incus(t, "file", "push", "--mode", "0440", "--uid", "0", "--gid", "0", f, n.Instance+"/etc/sudoers.d/"+user)
-		Incus(t, "exec", n.Instance, "--", "visudo", "-c", "-f", "/etc/sudoers.d/"+user)
+		Incus(t, "exec", n.Instance, "--", "/usr/sbin/visudo", "-c", "-f", "/etc/sudoers.d/"+user)
 	}
 }

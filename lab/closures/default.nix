@@ -4,13 +4,19 @@
 #
 # Each attribute is a toplevel with what a deployer touches of a real one:
 #   $out/bin/switch-to-configuration {switch,boot,test,dry-activate}  (./switch-to-configuration.sh)
-#   $out/nixos-version, $out/sw/bin (a few tools), $out/etc/systemd/system/*.service,
+#   $out/nixos-version, $out/sw/bin (the default commands of a NixOS system,
+#   lab/nixos/default-commands, and the scenario's tools), $out/systemd (the system's
+#   systemd, whose bin/ is a unit's whole PATH), $out/etc/systemd/system/*.service,
 #   $out/etc/systemd/system/multi-user.target.wants/ (the units the closure wants),
 #   $out/activate (optional, run by switch/test before the units start).
-# The closure is: toplevel -> fedi-tools (sw), fedi-payload (bytes to copy).
+# The closure is: toplevel -> system-path (sw: the default commands and fedi-tools),
+# systemd-252, fedi-payload (bytes to copy). The default commands and systemd link to
+# the Debian node's binaries: the node is Debian shaped like NixOS (lab/lab.sh).
 #
-# seed: any string; a different seed gives different store paths for every derivation,
-#   so a test can force a copy of a closure the node has never seen.
+# seed: any string; a different seed gives different store paths for every derivation
+#   but the shared systemd-252 and the default commands' system-path (every lab node has
+#   them from its first system, nixos-base), so a test can force a copy of a closure the
+#   node has never seen but for those two.
 # planFile: a node plan (JSON) that `bootable` copies to $out/etc/fediversity/node-plan.json,
 #   as the provider hands it to a build (--argstr planFile): a node image built from a
 #   submission (modules/k8s with a `build`) then carries its own node's plan. Empty: none.
@@ -57,13 +63,55 @@ let
     touch $d/$unit.done
     if [ -n "$product" ]; then echo s3cret > "$product.tmp" && mv "$product.tmp" "$product"; fi
     SH
-    # bootctl: the lab's stand-in boot loader, as systemd's bootctl answers for
-    # systemd-boot (activation reboot's one-shot entry). The Boot Loader Interface's
-    # EFI variables are files in /var/lib/fediversity-standin-efi (they outlive a
-    # reboot, as EFI variables do); the stand-in stage 2 reads them at boot
-    # (switch-to-configuration.sh).
+    chmod +x $out/bin/*
+  '' { };
+
+  # A derivation every stand-in system shares whatever the seed (the system's systemd
+  # and its default commands): the generations of one nixpkgs share them too.
+  shared = name: script: derivation {
+    inherit name system;
+    builder = "/bin/sh";
+    args = [ "-c" ("set -e; PATH=/usr/bin:/bin; " + script) ];
+  };
+
+  # The commands a default NixOS system has on PATH (see that file).
+  defaultCommands = ../nixos/default-commands;
+
+  # debianBin CMD: link $out/bin/CMD to the Debian node's binary of that name (the lab's
+  # node is a Debian system shaped like NixOS: /lib and /usr stay, only PATH changes).
+  # The builder's Debian is the node's (the lab image builds the first system with the
+  # image's own nix; lab/install-host.sh installs the same packages on the deployer), so
+  # a command the builder lacks is a fault of the lab, not a link that dangles on the node.
+  debianBin = ''
+    debianBin() {
+      for d in /usr/bin /usr/sbin; do
+        if [ -e "$d/$1" ]; then ln -s "$d/$1" "$out/bin/$1"; return 0; fi
+      done
+      echo "the lab's NixOS stand-in: no command $1 on this Debian system (run lab/install-host.sh)" >&2
+      exit 1
+    }
+  '';
+
+  # The system's systemd, as a NixOS toplevel links it ($out/systemd). nixpkgs builds
+  # systemd with "<systemd>/bin/" as its only default PATH
+  # (pkgs/os-specific/linux/systemd/default.nix), so a unit (systemd-run's included)
+  # finds systemd's own commands and nothing else: the lab image's
+  # /etc/systemd/system.conf.d/nixos-unit-path.conf gives every unit this bin directory
+  # as PATH. bin/ holds the systemd group of lab/nixos/default-commands, each linked to
+  # the node's Debian binary, and bootctl, the lab's stand-in boot loader: it answers as
+  # systemd's bootctl does for systemd-boot (activation reboot's one-shot entry). The
+  # Boot Loader Interface's EFI variables are files in /var/lib/fediversity-standin-efi
+  # (they outlive a reboot, as EFI variables do); the stand-in stage 2 reads them at boot
+  # (switch-to-configuration.sh).
+  nixosSystemd = shared "systemd-252" (debianBin + ''
+    mkdir -p $out/bin
+    awk '/config[.]systemd[.]package/ { s = 1; next } s && /^$/ { exit } s && !/^#/ { print }' ${defaultCommands} > commands
+    while read -r c; do
+      [ "$c" = bootctl ] || debianBin "$c"
+    done < commands
     cat > $out/bin/bootctl <<'SH'
     #!/bin/sh
+    PATH=/usr/bin
     efi=/var/lib/fediversity-standin-efi
     case "''${1:-}" in
     is-installed) echo yes ;;
@@ -77,7 +125,35 @@ let
     *) echo "bootctl (lab stand-in): not supported: $*" >&2; exit 1 ;;
     esac
     SH
-    chmod +x $out/bin/*
+    chmod +x $out/bin/bootctl
+  '');
+
+  # The system path (/run/current-system/sw) of a default NixOS system: the commands of
+  # lab/nixos/default-commands and no others (system-path.nix). systemd's come from
+  # nixosSystemd; sh is bash, as bashInteractive's is; nixos-version reads the running
+  # system's version, as nixos/modules/installer/tools/nixos-version.sh does.
+  nixosPath = shared "system-path" (debianBin + ''
+    mkdir -p $out/bin
+    grep -v -e '^#' -e '^$' ${defaultCommands} > commands
+    while read -r c; do
+      if [ -e "${nixosSystemd}/bin/$c" ]; then
+        ln -s "${nixosSystemd}/bin/$c" "$out/bin/$c"
+      elif [ "$c" = sh ]; then
+        ln -s /usr/bin/bash $out/bin/sh
+      elif [ "$c" = nixos-version ]; then
+        printf '#!/bin/sh\nread -r v < /run/current-system/nixos-version && echo "$v"\n' > $out/bin/nixos-version
+        chmod +x $out/bin/nixos-version
+      else
+        debianBin "$c"
+      fi
+    done < commands
+  '');
+
+  # A stand-in system's sw: the default commands and the scenario's own tools (they are
+  # what environment.systemPackages adds to a real system).
+  systemPath = extra: if extra == null then nixosPath else drv "system-path" ''
+    mkdir -p $out/bin
+    for f in ${nixosPath}/bin/* ${extra}/bin/*; do ln -sfn "$f" $out/bin/; done
   '' { };
 
   # Parts of `bootable` (below): a systemd and a shell in the store, taken from the host.
@@ -197,7 +273,9 @@ let
   # toplevel name version units wants activate; kernel: a `linux` (null: none);
   # inhibitors: lines `name=value` of $out/etc/switch-inhibitors (null: none);
   # bricksAtBoot: the stand-in stage 2 powers the node off instead of booting it.
-  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null, inhibitors ? null, bricksAtBoot ? false }:
+  # extraTools: what the system adds to its sw beside the default commands (null: none);
+  # withPayload: $out/payload links the payload (bytes for the copy tests).
+  toplevel = { scenario, units, wants, version ? "1", activate ? null, chain ? [ ], kernel ? null, inhibitors ? null, bricksAtBoot ? false, extraTools ? tools, withPayload ? true }:
     let
       writeUnit = name: text: ''
         cat > $out/etc/systemd/system/${name} <<'FEDI_UNIT_EOF'
@@ -209,8 +287,9 @@ let
     in
     drv "nixos-system-fedi-${scenario}-${version}" ''
       mkdir -p $out/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
-      ln -s ${tools} $out/sw
-      ln -s ${payload} $out/payload
+      ln -s ${systemPath extraTools} $out/sw
+      ln -s ${nixosSystemd} $out/systemd
+      ${if withPayload then "ln -s ${payload} $out/payload" else ""}
       sed "s|@out@|$out|g" ${./switch-to-configuration.sh} > $out/bin/switch-to-configuration
       chmod +x $out/bin/switch-to-configuration
       echo "25.05.fediversity-standin-${scenario}-${version}" > $out/nixos-version
@@ -374,7 +453,7 @@ let
   };
 in
 {
-  inherit tools payload;
+  inherit tools payload nixosSystemd nixosPath;
 
   # An HTTP service that answers 200 "fedi ok" about 3 s after the switch (health checks).
   http = httpScenario "http" { };
@@ -409,6 +488,11 @@ in
   # the boot ends (so the node never says it booted it), and it never answers again
   # until someone starts it (activation reboot: the one-shot entry, the Incus restore).
   boot-bricks = toplevel { scenario = "boot-bricks"; units = base "2"; wants = baseWants; kernel = linux "6.18"; bricksAtBoot = true; };
+
+  # The system every lab node runs from its first boot (the lab image builds it with the
+  # image's own nix, makes it generation 1 of the system profile and installs its boot
+  # entry, as nixos-install does): no units of its own, the default commands in sw.
+  nixos-base = toplevel { scenario = "base"; units = { }; wants = [ ]; extraTools = null; withPayload = false; };
 
   # Two healthy units: exit 0.
   good = toplevel { scenario = "good"; units = base "1"; wants = baseWants; };

@@ -22,7 +22,8 @@
 # first one it switches to as its booted system (/run/booted-system), so a later one's
 # kernel can be compared with it.
 set -u
-PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# Only the system's own tools: a unit's PATH on NixOS is systemd's bin directory alone.
+PATH=@out@/sw/bin
 export PATH
 out=@out@
 action=${1:-}
@@ -64,6 +65,8 @@ if [ "$action" = boot ]; then
 	# first two).
 	cat >/etc/fediversity-standin-firmware.tmp <<'FIRMWARE'
 #!/bin/sh
+# The machine's firmware and boot loader: lab machinery, not NixOS, so Debian's tools.
+PATH=/usr/bin
 efi=/var/lib/fediversity-standin-efi
 id=$(cat $efi/LoaderEntryOneShot 2>/dev/null)
 rm -f $efi/LoaderEntryOneShot
@@ -122,6 +125,12 @@ if [ "$action" = dry-activate ]; then
 fi
 
 echo "activating the configuration..." >&2
+# The setuid wrappers NixOS makes in /run/wrappers/bin at each boot and activation
+# (security.wrappers; sudo is on by default): Debian's setuid sudo and su stand in.
+mkdir -p /run/wrappers/bin
+for w in sudo su; do
+	[ -x "/usr/bin/$w" ] && ln -sfn "/usr/bin/$w" "/run/wrappers/bin/$w"
+done
 if [ -x "$out/activate" ]; then
 	"$out/activate" || echo "warning: the activation script failed" >&2
 fi

@@ -26,7 +26,7 @@ NAME=$LAB_PREFIX-spire
 SSH_PORT=$((LAB_PORT_BASE + 90))
 SERVER_PORT=$((LAB_PORT_BASE + 91))
 API_PORT=16443
-IMAGE_ALIAS=lab/debian
+IMAGE_ALIAS=$(bash "$HERE/../lab.sh" alias) # the lab image (lab/lab.sh)
 
 log() { printf '[spire %s] %s\n' "$(date +%T)" "$*" >&2; }
 
