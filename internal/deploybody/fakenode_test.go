@@ -179,6 +179,8 @@ type fakeNode struct {
 	pendingFails bool
 	// onLockAcquired is told when a run takes the lock (an interrupt right after).
 	onLockAcquired func()
+	// lockScriptFails, if set, is what every run of the lock script gives.
+	lockScriptFails *RunResult
 	// rebootsAt, if set, is when the node reboots by itself (a power cut, a watchdog):
 	// /run is emptied, the boot entry's system runs.
 	rebootsAt time.Time
@@ -499,6 +501,9 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		return res, nil
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
+		if n.lockScriptFails != nil {
+			return *n.lockScriptFails, nil
+		}
 		res := n.lockCall(argv[4:], opts.Stdin)
 		if argv[4] == "acquire" && n.lockAnswerLost != nil {
 			return RunResult{}, n.lockAnswerLost // the lock is taken; its answer never arrives

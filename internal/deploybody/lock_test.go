@@ -213,3 +213,30 @@ func TestLockNamesNoRawMachineID(t *testing.T) {
 		t.Fatalf("the machine's lock id %q does not tell machines apart", self.MachineID)
 	}
 }
+
+// Issue 39, item 9: a lock error says what to do for its cause: the command the node
+// lacks (named, as the script found it missing), or the transport; never the blanket
+// "the node needs sh, flock, stat and date in its PATH". On the current main every
+// lock error carried that hint, whatever the cause.
+func TestLockErrorSaysWhatToDoForItsCause(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		fails            RunResult
+		wantErr, wantFix string
+	}{
+		{"a command is missing", RunResult{ExitCode: 127, Stderr: []byte("missing command flock (PATH=/run/current-system/sw/bin:/usr/bin:/bin)\n")},
+			"the lock script on the node needs flock, which is not on its PATH (/run/current-system/sw/bin:/usr/bin:/bin)", "install it in the node's system"},
+		{"the script fails otherwise", RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/run/fediversity': Read-only file system\n")},
+			"the lock script on the node exited 1: mkdir: cannot create directory", "read the lock script's error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+			s.node.lockScriptFails = &tc.fails
+			_, err := Deploy(context.Background(), s.node, s.opts)
+			de := deployErr(t, err, PhaseLockNode)
+			if !strings.Contains(de.Err.Error(), tc.wantErr) || !strings.Contains(de.Hint, tc.wantFix) || strings.Contains(de.Hint, "stat and date") {
+				t.Fatalf("err %q, hint %q", de.Err, de.Hint)
+			}
+		})
+	}
+}

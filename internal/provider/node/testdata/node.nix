@@ -18,19 +18,27 @@
 #   slowStop  seconds: a bricking `switch` first starts a unit whose stop takes that
 #             long, so the node is seen shutting down (systemd says "stopping") for
 #             the whole watch, as a loaded host's slow poweroff is.
+#   slowSwitch seconds: `switch` waits that long before it activates anything (a switch
+#             a deploy can be cut off in, or a later run can arrive during).
 #   seed      any string, for fresh store paths.
-{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", seed ? "", system ? builtins.currentSystem }:
+# Its sw is a default NixOS system's (lab/closures' nixosPath: the commands of
+# lab/nixos/default-commands), as every NixOS system's is; a copy of this file outside
+# the repository (the evaluation tests make some) has an empty one.
+{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", slowSwitch ? "", seed ? "", system ? builtins.currentSystem }:
 let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
+  closures = ../../../../lab/closures/default.nix;
+  sw = if builtins.pathExists closures then (import closures { }).nixosPath else "";
 in
 derivation {
   name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
-  inherit system seed plan brick lockout drop marker slowStop;
+  inherit system seed plan brick lockout drop marker slowStop slowSwitch sw;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
     PATH=/usr/bin:/bin
-    mkdir -p $out/bin $out/sw/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
+    mkdir -p $out/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
+    if [ -n "$sw" ]; then ln -s $sw $out/sw; else mkdir -p $out/sw/bin; fi
     printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
     echo "25.05.fediversity-acc" > $out/nixos-version
     cat > $out/etc/systemd/system/fedi-acc.service <<EOF_UNIT
@@ -51,6 +59,7 @@ derivation {
     switch|test) ;;
     *) echo "usage: \$0 switch|boot|test|dry-activate" >&2; exit 1 ;;
     esac
+    if [ -n "$slowSwitch" ]; then sleep "$slowSwitch"; fi
     ln -sfn $out /run/current-system.tmp && mv -T /run/current-system.tmp /run/current-system
     if [ "$brick" = 1 ]; then
       echo "bricking the node" >&2
