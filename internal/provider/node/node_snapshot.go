@@ -120,7 +120,9 @@ func snapshotBlockSchema() schema.SingleNestedBlock {
 			"restored (every member), the instance started, and the apply fails saying so. Before anything changes, the restore checks that the " +
 			"storage pools and the project's `limits.disk` have room for a copy of every member, and refuses with the figures if not. " +
 			"Before the restore, the state that stopped answering is kept aside as its own snapshots " +
-			"(`fediversity-bricked-<time>`) for inspection; rotation never deletes those: remove them with `incus snapshot delete <instance> <snapshot>`. " +
+			"(`fediversity-bricked-<time>`, of the root disk and of each custom volume); inspect them in a copy of their own with " +
+			"`fediversity incus inspect-copy <instance> <snapshot> <new-name>`, whose volumes are copies of those snapshots and nothing of the live node. " +
+			"Rotation never deletes them: remove them with `incus snapshot delete <instance> <snapshot>`. " +
 			"A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
 		Attributes: map[string]schema.Attribute{
 			"enabled": schema.BoolAttribute{Optional: true, MarkdownDescription: "Take the snapshot. Default `true` when the block is present."},

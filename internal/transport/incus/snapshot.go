@@ -23,8 +23,8 @@ const generationPrefix = SnapshotPrefix + "gen-"
 
 // BrickedPrefix starts the snapshots of a node's state as it was when it stopped
 // answering after a switch, kept aside before the rollback point is restored so the
-// broken state can still be inspected (`incus copy <instance>/<snapshot> <new>`). They
-// are never rotated: remove them with `incus snapshot delete <instance> <snapshot>`.
+// broken state can still be inspected (InspectCopy: `fediversity incus inspect-copy`).
+// They are never rotated: remove them with `incus snapshot delete <instance> <snapshot>`.
 const BrickedPrefix = SnapshotPrefix + "bricked-"
 
 // GenerationSnapshotName is the snapshot name for system profile generation gen.
