@@ -50,9 +50,9 @@ const (
 // emptied, by a reboot or a snapshot restore), or "held <age seconds>" / "lost"
 // followed by the holder's lines; the record operation adds "recorded" or "unrecorded
 // <error>", then "pinned" or "unpinned <error>" when it was given a last good system.
-var lockScript = `set -u
+const lockScript = `set -u
 umask 077
-` + requireTools(lockTools...) + `f=` + LockFile + `
+` + requireToolsHead + lockTools + requireToolsTail + `f=` + LockFile + `
 mkdir -p "${f%/*}"
 exec 9>>"$f.guard"
 flock -w 10 9 || { echo busy; exit 0; }
@@ -100,7 +100,7 @@ esac
 
 // lockTools are the commands lockScript calls (NixOS' default system packages:
 // coreutils, util-linux, gnused).
-var lockTools = []string{"mkdir", "flock", "cat", "date", "stat", "sed", "mv", "rm", "touch", "head", "sh"}
+const lockTools = "mkdir flock cat date stat sed mv rm touch head sh"
 
 // lockPath is where the lock's tools are looked up (fixed: the heartbeat runs beside
 // the phases, which may change the run's toplevel).

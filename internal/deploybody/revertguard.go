@@ -52,19 +52,20 @@ const RevertUnitPrefix = "fediversity-revert-"
 // later run waits for an earlier run's switch before it goes on.
 const revertSwitchUnitPrefix = "fediversity-switch-"
 
-// RevertGuardTools are the commands the guard calls: the revert unit checks for them
-// before it arms anything and, when one is missing, says so in the revert's state
-// ("broken"), never leaving it armed in silence. Each is in NixOS' default system
-// packages (coreutils, util-linux, gnused, getconf, systemd).
-var RevertGuardTools = []string{"mkdir", "flock", "readlink", "sed", "cat", "rm", "mv", "date", "cut", "tr", "touch", "systemctl"}
+// RevertGuardTools are the commands the guard calls, space-separated: the revert unit
+// checks for them before it arms anything and, when one is missing, says so in the
+// revert's state ("broken"), never leaving it armed in silence. Each is in NixOS'
+// default system packages (coreutils, util-linux, gnused, systemd).
+const RevertGuardTools = "mkdir flock readlink sed cat rm mv date cut tr touch systemctl"
 
-// requireTools is a script fragment that exits 127 naming the first of tools that is
-// not on PATH: a clear error, never a silent success.
-func requireTools(tools ...string) string {
-	return `for c in ` + strings.Join(tools, " ") + `; do command -v "$c" >/dev/null 2>&1 || ` +
-		`{ echo "missing command $c (PATH=$PATH)" >&2; exit 127; }; done
+// requireToolsHead and requireToolsTail wrap a list of commands into a script fragment
+// that exits 127 naming the first one that is not on PATH: a clear error, never a
+// silent success. (Constants, so that a checker can read every node-side script.)
+const (
+	requireToolsHead = `for c in `
+	requireToolsTail = `; do command -v "$c" >/dev/null 2>&1 || { echo "missing command $c (PATH=$PATH)" >&2; exit 127; }; done
 `
-}
+)
 
 // RevertGuardScript is run as `sh -c RevertGuardScript sh <op> <unit> [args]` by the
 // deployer (disarm, pending) and, from its file <unit>.sh, by the revert unit (arm,
@@ -81,9 +82,9 @@ func requireTools(tools ...string) string {
 //	                 earlier run (those this login may settle are disarmed: the caller
 //	                 holds the lock), "switching <unit>" per detached switch still
 //	                 running, then running and profile
-var RevertGuardScript = `set -u
+const RevertGuardScript = `set -u
 umask 077
-` + requireTools(RevertGuardTools...) + `f=` + LockFile + `
+` + requireToolsHead + RevertGuardTools + requireToolsTail + `f=` + LockFile + `
 d=${f%/*}
 mkdir -p "$d"
 exec 9>>"$f.guard"

@@ -39,9 +39,9 @@ const RevertUnitPrefix = deploybody.RevertUnitPrefix
 // tools first: that system ran, the new one may be what is broken), and checks every
 // command it and the guard call. One that is missing leaves the revert "broken", with
 // the command's name, in its state and in the unit's journal, never armed in silence.
-var revertScript = `PATH="$6/sw/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:$PATH"; export PATH; ` +
+const revertScript = `PATH="$6/sw/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:$PATH"; export PATH; ` +
 	`g=$1 u=$2 prev=$6; ` +
-	`for c in sleep readlink nix-env ` + strings.Join(deploybody.RevertGuardTools, " ") + `; do command -v "$c" >/dev/null 2>&1 || ` +
+	`for c in sleep readlink nix-env ` + deploybody.RevertGuardTools + `; do command -v "$c" >/dev/null 2>&1 || ` +
 	`{ why="the revert cannot run on this node: $c is not on its PATH ($PATH)"; echo "$why" >&2; echo "broken $why" >` + ResultDir + `/"$u.state"; exit 127; }; done; ` +
 	`i=0; while [ ! -e "$3.rc" ] && [ "$i" -lt "$4" ]; do sleep 1; i=$((i + 1)); done; ` +
 	`sleep "$5"; ` +
@@ -56,7 +56,7 @@ var revertScript = `PATH="$6/sw/bin:/run/current-system/sw/bin:/nix/var/nix/prof
 // own arguments): one round trip for both, so the switch never runs unarmed.
 // $1 revert unit, $2 switch prefix, $3 wait, $4 confirm, $5 previous, $6 guarded,
 // $7 lock token, $8 the guard script, then the switch's systemd-run argv.
-var revertStart = `ru=$1 p=$2 w=$3 c=$4 prev=$5 guarded=$6 token=$7 g=$8; shift 8; ` +
+const revertStart = `ru=$1 p=$2 w=$3 c=$4 prev=$5 guarded=$6 token=$7 g=$8; shift 8; ` +
 	`d=` + ResultDir + `; mkdir -p "$d" && printf '%s' "$g" >"$d/$ru.sh" || exit 1; ` +
 	`[ "$(/bin/sh "$d/$ru.sh" arm "$ru" "$prev" "$guarded" "$token" "$p")" = armed ] || exit 1; ` +
 	`systemd-run --unit="$ru" --description="fediversity: revert to the previous system unless the deployer logs in again" ` +

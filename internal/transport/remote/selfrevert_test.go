@@ -84,7 +84,7 @@ func (b *revertUnitBench) run(t *testing.T) (int, string, string) {
 // PATH, exited 0 at once and left the revert "armed" for the next login to disarm.
 func TestRevertUnitRunsWithNixOSUnitPath(t *testing.T) {
 	b := newRevertUnitBench(t)
-	for _, tool := range append([]string{"sleep", "sh"}, deploybody.RevertGuardTools...) {
+	for _, tool := range append([]string{"sleep", "sh"}, strings.Fields(deploybody.RevertGuardTools)...) {
 		if _, err := os.Lstat(filepath.Join(b.prev, "sw/bin", tool)); tool == "systemctl" || err == nil {
 			continue
 		}
