@@ -157,7 +157,8 @@ func brickedOfJournal(journal string) string {
 // bricking system powers the node off, but a unit whose stop takes ten minutes holds the
 // shutdown, so the instance keeps running the state that stopped answering (systemd
 // says "stopping"); the plugin is SIGKILLed as soon as the journal appears, before the
-// restore's stop could end. The next apply finishes the restore: it tells a bricked
+// restore's stop could end. The next plan, although the instance answers, names the
+// unfinished restore and plans a deploy. The next apply finishes the restore: it tells a bricked
 // instance that runs under a "begun" journal from one its restore started, restores the
 // set (root disk and data volume), starts it, says so, and deploys. The node runs its
 // previous system with the data volume's old marker, the journal is closed and the
@@ -190,7 +191,13 @@ func TestAccNodeSwitchIncusRestoreCutBeforeTheStop(t *testing.T) {
 		t.Fatalf("the cut did not come between the journal and the stop (journal %s, instance %s):\n%s", journal, atCut, out.String())
 	}
 
+	// The instance answers, but the plan knows a restore is owed: it names the journal
+	// and plans a deploy, also with the configuration that names the state's system.
 	c.Write(good)
+	planOut, actions := c.PlanActions(addr)
+	if flatPlan := strings.Join(strings.Fields(planOut), " "); strings.Join(actions, ",") != "update" || !strings.Contains(flatPlan, journal) || !strings.Contains(flatPlan, "has not finished") {
+		t.Fatalf("after the cut the plan's actions are %v; want [update] and a warning naming the unfinished restore %s:\n%s", actions, journal, planOut)
+	}
 	applyOut := strings.Join(strings.Fields(c.MustApply("finishing the restore")), " ")
 	said := strings.Contains(applyOut, "still ran the state that stopped answering") && strings.Contains(applyOut, "was restored and the instance started")
 	st := c.StateAttrs(addr)
