@@ -27,8 +27,7 @@ func InspectCopyCommand(instance, snapshot string) string {
 
 // KeptAsideText says where the state that stopped answering is kept and how to inspect
 // or remove it, in both front ends' errors: bricked is the instance snapshot, vols the
-// custom volumes kept aside under the same name (nil when not known: then "its custom
-// volumes").
+// custom volumes kept aside under the same name.
 func KeptAsideText(instance, bricked string, vols []SetVolume) string {
 	what := fmt.Sprintf("snapshot %s of %s", bricked, instance)
 	if len(vols) > 0 {
@@ -37,8 +36,6 @@ func KeptAsideText(instance, bricked string, vols []SetVolume) string {
 			names = append(names, v.Pool+"/"+v.Volume)
 		}
 		what += " and of its custom volumes " + strings.Join(names, ", ")
-	} else if vols == nil {
-		what += " (and of its custom volumes)"
 	}
 	text := fmt.Sprintf("The state that stopped answering is kept as %s; it is never rotated. Inspect it in a copy of its own, whose volumes are copies of those snapshots and nothing of the live node: `%s` (not `incus copy`, whose copy would mount the node's live volumes). Remove it with `incus snapshot delete %s %s`",
 		what, InspectCopyCommand(instance, bricked), instance, bricked)

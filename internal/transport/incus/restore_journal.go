@@ -233,8 +233,14 @@ func (g *SnapshotGuard) ResumeRestore(ctx context.Context) (string, error) {
 			return "", g.classify(ctx, phase+": rename "+other.Snapshot, err)
 		}
 	}
+	// The volumes kept aside with the root disk: the attached ones with a snapshot of
+	// the bricked name (a list that fails names none; the root disk's is named anyway).
+	var kept []SetVolume
+	if inst, err := g.c.GetInstance(ctx, g.instance); err == nil {
+		kept, _ = g.restoreVolumes(ctx, inst, p.Bricked)
+	}
 	return fmt.Sprintf("An earlier run's restore of rollback point %s (begun %s) did not finish: %s. %s",
-		p.Set, p.Since.UTC().Format(time.RFC3339), did, KeptAsideText(g.instance, p.Bricked, nil)), nil
+		p.Set, p.Since.UTC().Format(time.RFC3339), did, KeptAsideText(g.instance, p.Bricked, kept)), nil
 }
 
 // restoreQuiet is how long a stopped instance under a journal must go without a running
