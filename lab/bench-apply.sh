@@ -33,7 +33,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # This machine reaches no binary cache: tell nix not to ask one (each build otherwise
 # spends seconds on a cache it cannot reach). The provider never changes nix settings.
-export NIX_CONFIG="substituters =${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
+export NIX_CONFIG="substituters =
+sandbox = false${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
 root=$PWD
 transports=${*:-ssh incus}
 TF=${TF:-/usr/local/bin/terraform}

@@ -39,8 +39,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # This machine reaches no binary cache: tell nix not to ask one (each build otherwise
-# spends seconds on a cache it cannot reach). The provider never changes nix settings.
-export NIX_CONFIG="substituters =${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
+# spends seconds on a cache it cannot reach). The lab's stand-in systems are built by
+# /bin/sh, which a build sandbox lacks: the sandbox is off. The provider never changes
+# nix settings: the lab sets them here.
+export NIX_CONFIG="substituters =
+sandbox = false${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
 mode=${1:-all}
 case "$mode" in all | acc | setup) ;; *) echo "usage: $0 [all|acc|setup]" >&2; exit 2 ;; esac
 

@@ -10,8 +10,9 @@ import (
 
 // The JUnit XML export (--junit): one test suite for the group, one test case per
 // node. A node whose verdict is not ok fails, with its reasons as the message and its
-// report (or its error) as the text; a node a halted rollout left alone, or one the
-// submission disables, is skipped with the reason. The document follows the JUnit
+// report (or its error) as the text; a node whose run an interrupt cut short is an
+// error of type "interrupted" (not a failure: nothing judged it); a node a halted
+// rollout left alone, or one the submission disables, is skipped with the reason. The document follows the JUnit
 // schema of Jenkins' xUnit plugin (junit-10.xsd), which GitLab, GitHub actions and
 // Jenkins read.
 
@@ -53,6 +54,7 @@ type junitTestcase struct {
 	Time      string        `xml:"time,attr"`
 	Skipped   *junitMessage `xml:"skipped"`
 	Failure   *junitMessage `xml:"failure"`
+	Error     *junitMessage `xml:"error"`
 	SystemOut string        `xml:"system-out,omitempty"`
 }
 
@@ -78,10 +80,12 @@ func writeJUnit(w io.Writer, info junitSuiteInfo, s jsonSummary) error {
 			suite.Skipped++
 		case c.Failure != nil:
 			suite.Failures++
+		case c.Error != nil:
+			suite.Errors++
 		}
 	}
 	suite.Tests = len(suite.Cases)
-	doc := junitTestsuites{Name: info.name, Tests: suite.Tests, Failures: suite.Failures, Time: suite.Time,
+	doc := junitTestsuites{Name: info.name, Tests: suite.Tests, Failures: suite.Failures, Errors: suite.Errors, Time: suite.Time,
 		Suites: []junitTestsuite{suite}}
 	if _, err := io.WriteString(w, xml.Header); err != nil {
 		return err
@@ -102,6 +106,8 @@ func junitCase(suite string, n jsonNode) junitTestcase {
 		c.Skipped = &junitMessage{Message: "disabled by the submission: the node was not touched"}
 	case n.NotAttempted != "":
 		c.Skipped = &junitMessage{Message: "not attempted: " + n.NotAttempted}
+	case n.Interrupted:
+		c.Error = &junitMessage{Type: "interrupted", Message: "interrupted before the node's verdict: " + strings.Join(n.reasons, "; "), Text: junitFailureText(n)}
 	case !n.OK:
 		c.Failure = &junitMessage{Type: junitFailureType(n), Message: strings.Join(n.reasons, "; "), Text: junitFailureText(n)}
 	}

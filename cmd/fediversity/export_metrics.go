@@ -23,8 +23,11 @@ type metricFamily struct {
 
 var nodeMetrics = []metricFamily{
 	{"fediversity_verdict_ok",
-		"1 if the node's verdict in the last run was ok, 0 if not (failed, unreachable, not deployed, or not attempted by a halted rollout).",
-		func(n jsonNode) (float64, bool) { return boolValue(n.OK), true }},
+		"1 if the node's verdict in the last run was ok, 0 if not (failed, unreachable, not deployed, or not attempted by a halted rollout); absent when an interrupt cut the node's run short (fediversity_node_interrupted).",
+		func(n jsonNode) (float64, bool) { return boolValue(n.OK), !n.Interrupted }},
+	{"fediversity_node_interrupted",
+		"1 if an interrupt (Ctrl-C, SIGTERM) cut the node's run short in the last run, so it has no verdict: neither ok nor a failed deploy; 0 if not.",
+		func(n jsonNode) (float64, bool) { return boolValue(n.Interrupted), true }},
 	{"fediversity_node_attempted",
 		"1 if the last run judged the node, 0 if a halted rollout left it alone (not attempted).",
 		func(n jsonNode) (float64, bool) { return boolValue(n.NotAttempted == ""), true }},

@@ -283,3 +283,39 @@ func TestEveryAndExportFlagsAreCheckedBeforeAnything(t *testing.T) {
 		t.Errorf("deploy --every: exit %d, want %d (only verdict repeats)", code, exitBadInput)
 	}
 }
+
+// Issue 39, item 9: a node whose run a Ctrl-C cut short is interrupted, not failed: an
+// error of type "interrupted" in JUnit (no failure), fediversity_node_interrupted 1 and
+// no verdict_ok sample (it has no verdict) in the metrics, and "interrupted", not
+// "failed", in the summary. On the current main it was a failure, verdict_ok 0.
+func TestExportsSayInterruptedNotFailed(t *testing.T) {
+	outcomes := []fleet.Outcome{
+		{Node: "web02", Elapsed: 2 * time.Second, Result: &deploybody.Result{Verdict: &deploybody.Verdict{OK: true}}},
+		{Node: "web05", Elapsed: time.Second, Interrupted: true, Result: &deploybody.Result{},
+			Err: &deploybody.DeployError{Node: "web05", Phase: deploybody.PhaseSettle, Err: context.Canceled}},
+	}
+	dir := t.TempDir()
+	e := &exports{junit: filepath.Join(dir, "v.xml"), metrics: filepath.Join(dir, "m.prom"), command: "deploy"}
+	end := time.Date(2026, 12, 2, 3, 0, 3, 0, time.UTC)
+	s := summarize(outcomes, nil)
+	if err := e.write(s, end.Add(-3*time.Second), end); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Failed) != 0 || len(s.Interrupted) != 1 || s.Interrupted[0] != "web05" {
+		t.Errorf("summary: failed %v, interrupted %v", s.Failed, s.Interrupted)
+	}
+	suite := readJUnit(t, e.junit).Suites[0]
+	var web05 junitTestcase
+	for _, c := range suite.Cases {
+		if c.Name == "web05" {
+			web05 = c
+		}
+	}
+	if suite.Failures != 0 || suite.Errors != 1 || web05.Failure != nil || web05.Error == nil || web05.Error.Type != "interrupted" {
+		t.Errorf("JUnit: failures %d, errors %d, web05 %+v", suite.Failures, suite.Errors, web05)
+	}
+	m := readMetrics(t, e.metrics)
+	if _, ok := m["fediversity_verdict_ok"]["web05"]; ok || m["fediversity_node_interrupted"]["web05"] != 1 || m["fediversity_node_interrupted"]["web02"] != 0 {
+		t.Errorf("metrics: verdict_ok %v, interrupted %v", m["fediversity_verdict_ok"], m["fediversity_node_interrupted"])
+	}
+}

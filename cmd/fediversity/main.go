@@ -6,6 +6,11 @@
 //	                    [--canary 1|web01,web02] [--wave-size 2|50%] [--waves 'a,b;c'] [--failure-budget 1|20%]
 //	fediversity verdict --roster nodes.json [--every 5m] [...]
 //	fediversity rollback --roster nodes.json [--to last-good] [rollout flags] [...]
+//	fediversity incus inspect-copy [--project P] <instance> <snapshot> <new-name>
+//
+// `incus inspect-copy` makes a copy, for inspection, of the state a restore of an
+// Incus node kept aside (docs/design.md#incus-snapshots): its volumes are copies of the
+// bricked volume snapshots, and nothing of the live node is in it.
 //
 // A deploy can be staged (the roster's "rollout", or the flags): a canary, then waves,
 // under a failure budget; past the budget the rollout halts and later waves are not
@@ -73,6 +78,9 @@ commands:
   verdict   judge the running nodes (no build, no copy, no switch);
             with --every 5m, again and again until SIGTERM or SIGINT
   rollback  switch every node back to its last good system and judge it
+  incus inspect-copy <instance> <snapshot> <new-name>
+            make a stopped copy of a state a restore kept aside, with copies
+            of its volumes' snapshots and nothing of the live node
   version   print the version
 
 deploy, verdict and rollback also write the verdicts, on request, each file
@@ -92,6 +100,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, nodes *no
 	switch args[0] {
 	case "deploy", "verdict", "rollback":
 		return runGroup(ctx, args[0], args[1:], stdout, stderr, nodes)
+	case "incus":
+		return runIncus(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "fediversity", version)
 		return exitOK

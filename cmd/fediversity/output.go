@@ -50,10 +50,13 @@ func writeTable(w io.Writer, outcomes []fleet.Outcome) {
 			fmt.Fprintln(w, strings.TrimRight(o.Result.Report, "\n"))
 		}
 	}
-	ok, failed, disabled, notAttempted := counts(outcomes)
+	ok, failed, disabled, notAttempted, interrupted := counts(outcomes)
 	fmt.Fprintf(w, "\n%d ok, %d failed, %d disabled by the submission", ok, failed, disabled)
 	if notAttempted > 0 {
 		fmt.Fprintf(w, ", %d not attempted", notAttempted)
+	}
+	if interrupted > 0 {
+		fmt.Fprintf(w, ", %d interrupted", interrupted)
 	}
 	fmt.Fprintln(w)
 }
@@ -64,6 +67,8 @@ func resultWord(o fleet.Outcome) string {
 		return "disabled"
 	case o.NotAttempted != "":
 		return "not attempted"
+	case o.Interrupted:
+		return "interrupted"
 	case o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.Unreachable:
 		return "unreachable"
 	case o.OK() && o.Resumed:
@@ -81,6 +86,9 @@ func resultWord(o fleet.Outcome) string {
 func reasons(o fleet.Outcome) []string {
 	if o.NotAttempted != "" {
 		return []string{o.NotAttempted}
+	}
+	if o.Interrupted && o.Err != nil {
+		return []string{"interrupted: " + firstLine(o.Err.Error())}
 	}
 	if o.Result != nil && o.Result.Verdict != nil && len(o.Result.Verdict.Reasons) > 0 {
 		return o.Result.Verdict.Reasons
@@ -103,13 +111,15 @@ func elapsed(o fleet.Outcome) string {
 	return o.Elapsed.Round(100 * time.Millisecond).String()
 }
 
-func counts(outcomes []fleet.Outcome) (ok, failed, disabled, notAttempted int) {
+func counts(outcomes []fleet.Outcome) (ok, failed, disabled, notAttempted, interrupted int) {
 	for _, o := range outcomes {
 		switch {
 		case o.Disabled:
 			disabled++
 		case o.NotAttempted != "":
 			notAttempted++
+		case o.Interrupted:
+			interrupted++
 		case o.OK():
 			ok++
 		default:
@@ -128,6 +138,9 @@ type jsonNode struct {
 	Wave int `json:"wave,omitempty"`
 	// NotAttempted says why the rollout left the node alone (it halted before its turn).
 	NotAttempted string `json:"not_attempted,omitempty"`
+	// Interrupted: the run was interrupted while the node's run was under way, and it
+	// ended with no verdict (Error says where). Not a failed deploy.
+	Interrupted bool `json:"interrupted,omitempty"`
 	// Resumed: the node already ran this system with an ok verdict from an earlier
 	// run; it was judged again, not switched.
 	Resumed    bool         `json:"resumed,omitempty"`
@@ -327,8 +340,10 @@ type jsonSummary struct {
 	Failed   []string   `json:"failed"`
 	Disabled []string   `json:"disabled"`
 	// NotAttempted are the nodes a halted rollout left alone.
-	NotAttempted []string     `json:"not_attempted"`
-	Rollout      *jsonRollout `json:"rollout,omitempty"`
+	NotAttempted []string `json:"not_attempted"`
+	// Interrupted are the nodes whose run an interrupt cut short.
+	Interrupted []string     `json:"interrupted"`
+	Rollout     *jsonRollout `json:"rollout,omitempty"`
 }
 
 func writeJSON(w io.Writer, s jsonSummary) error {
@@ -340,10 +355,10 @@ func writeJSON(w io.Writer, s jsonSummary) error {
 // summarize gathers every node's data once: --json prints it, and the JUnit and
 // metrics exports are written from it.
 func summarize(outcomes []fleet.Outcome, rollout *jsonRollout) jsonSummary {
-	s := jsonSummary{Nodes: []jsonNode{}, OK: []string{}, Failed: []string{}, Disabled: []string{}, NotAttempted: []string{}, Rollout: rollout}
+	s := jsonSummary{Nodes: []jsonNode{}, OK: []string{}, Failed: []string{}, Disabled: []string{}, NotAttempted: []string{}, Interrupted: []string{}, Rollout: rollout}
 	for _, o := range outcomes {
 		n := jsonNode{Node: o.Node, OK: o.OK(), Disabled: o.Disabled, Seconds: o.Elapsed.Seconds(), Warnings: o.Warnings(),
-			Wave: o.Wave, NotAttempted: o.NotAttempted, Resumed: o.Resumed, reasons: reasons(o)}
+			Wave: o.Wave, NotAttempted: o.NotAttempted, Interrupted: o.Interrupted, Resumed: o.Resumed, reasons: reasons(o)}
 		if o.Err != nil {
 			n.Error = o.Err.Error()
 			var de *deploybody.DeployError
@@ -372,6 +387,8 @@ func summarize(outcomes []fleet.Outcome, rollout *jsonRollout) jsonSummary {
 			s.Disabled = append(s.Disabled, o.Node)
 		case o.NotAttempted != "":
 			s.NotAttempted = append(s.NotAttempted, o.Node)
+		case o.Interrupted:
+			s.Interrupted = append(s.Interrupted, o.Node)
 		case n.OK:
 			s.OK = append(s.OK, o.Node)
 		default:

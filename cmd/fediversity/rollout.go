@@ -78,6 +78,9 @@ func writeRolloutTable(w io.Writer, res *fleet.RolloutResult, staged bool) {
 			if len(wave.Failed) > 0 {
 				state += " (" + strings.Join(wave.Failed, ", ") + ")"
 			}
+			if len(wave.Interrupted) > 0 {
+				state += fmt.Sprintf(", %d interrupted (%s)", len(wave.Interrupted), strings.Join(wave.Interrupted, ", "))
+			}
 		}
 		fmt.Fprintf(w, "  %s: %s: %s\n", name, strings.Join(wave.Nodes, ", "), state)
 	}
@@ -116,6 +119,8 @@ type jsonWave struct {
 	Attempted    bool     `json:"attempted"`
 	Failed       []string `json:"failed"`
 	NotAttempted []string `json:"not_attempted"`
+	// Interrupted are the nodes whose run an interrupt cut short: not failed.
+	Interrupted []string `json:"interrupted"`
 }
 
 func rolloutJSON(res *fleet.RolloutResult, staged bool) *jsonRollout {
@@ -131,7 +136,8 @@ func rolloutJSON(res *fleet.RolloutResult, staged bool) *jsonRollout {
 	}
 	for _, w := range res.Waves {
 		out.Waves = append(out.Waves, jsonWave{Number: w.Number, Canary: w.Canary, Nodes: w.Nodes, Attempted: w.Attempted,
-			Failed: append([]string{}, w.Failed...), NotAttempted: append([]string{}, w.NotAttempted...)})
+			Failed: append([]string{}, w.Failed...), NotAttempted: append([]string{}, w.NotAttempted...),
+			Interrupted: append([]string{}, w.Interrupted...)})
 	}
 	return out
 }

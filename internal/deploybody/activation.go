@@ -183,8 +183,14 @@ func switchedActivation(a Activation, rb *Reboot, sr SwitchResult) string {
 // cannot tell.
 const rebootMarker = "/run/fediversity/reboot-pending"
 
-// rebootScript leaves the marker and asks systemd to reboot without waiting for it.
-const rebootScript = `mkdir -p /run/fediversity && echo "$1" >` + rebootMarker + ` && systemctl reboot --no-block`
+// rebootMarkScript leaves the marker and reads it back: the run asks for the reboot
+// only once the node said the marker is there. A marker never written would look like
+// one a reboot emptied, and a reboot that never happened would be judged as one.
+const rebootMarkScript = `mkdir -p /run/fediversity && echo "$1" >` + rebootMarker + ` && cat ` + rebootMarker
+
+// rebootScript asks systemd to reboot without waiting for it, while the marker is this
+// run's.
+const rebootScript = `[ "$(cat ` + rebootMarker + ` 2>/dev/null)" = "$1" ] && systemctl reboot --no-block`
 
 // bootAnswerScript prints "pending" while the marker of this reboot is still there,
 // "booting <state>" while systemd still starts the boot's units (the verdict judges a
@@ -233,6 +239,14 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 		return sr, rb, err
 	}
 	token := newToken()
+	marked, err := e.t.Run(ctx, []string{"sh", "-c", rebootMarkScript, "sh", token}, RunOptions{Path: lockPath, Privileged: true})
+	if err == nil && (marked.ExitCode != 0 || strings.TrimSpace(string(marked.Stdout)) != token) {
+		err = fmt.Errorf("exit %d: %s", marked.ExitCode, firstLine(string(marked.Stderr), "no output"))
+	}
+	if err != nil {
+		return sr, rb, withHint(fmt.Errorf("leaving the reboot marker %s before the reboot: %w (the reboot was not asked for)", rebootMarker, err),
+			"the boot entry points at the new system, the node runs its previous one and did not reboot: apply again")
+	}
 	e.log(ctx, LevelInfo, PhaseSwitch, "rebooting the node", map[string]any{"why": why})
 	start := e.o.Clock.Now()
 	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootScript, "sh", token}, RunOptions{Path: lockPath, Privileged: true})
@@ -340,6 +354,7 @@ func (e *runEnv) relock(ctx context.Context, lock *nodeLock) error {
 		lock.recordLost(parseLockHolder(out[1:], 0), true)
 		return lock.lostError(e.o.Node)
 	}
+	lock.relocked()
 	return nil
 }
 

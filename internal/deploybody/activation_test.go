@@ -315,3 +315,23 @@ func TestActivationRebootIfNeededBootedWithoutTriggers(t *testing.T) {
 		t.Fatalf("reboot = %+v, want one for the kernel links", res.Reboot)
 	}
 }
+
+// Issue 39, item 5: the reboot command never reached the node (the connection broke as
+// it was sent). The marker the run left and read back is still there, so the node has
+// not rebooted: the run waits node_wait and fails saying the reboot has not begun,
+// never "rebooted" and never "the boot loader did not take the new boot entry". On the
+// current main the marker and the reboot were one command, and a marker never written
+// looked like one a reboot emptied.
+func TestActivationRebootThatNeverReachedTheNode(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.opts.Activation = ActivationReboot
+	s.node.boots.rebootLost = true
+	res, err := s.deploy()
+	if err == nil || !errors.Is(err, ErrNotBack) || !strings.Contains(err.Error(), "the reboot has not begun") ||
+		strings.Contains(err.Error(), "did not take the new boot entry") {
+		t.Fatalf("err = %v", err)
+	}
+	if res.Verdict != nil || s.node.boots.count != 0 {
+		t.Fatalf("verdict %+v after %d reboots", res.Verdict, s.node.boots.count)
+	}
+}

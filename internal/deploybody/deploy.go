@@ -320,12 +320,19 @@ func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
 		err := e.phase(ctx, f, s)
 		if err == nil {
 			// Before each next phase: a run whose lock another run took stops here,
-			// before it switches, restarts or writes the boot entry.
+			// before it switches, restarts or writes the boot entry; so does one whose
+			// lock vanished with the node's /run (a reboot it did not ask for).
 			if lost := f.lock.lostError(e.o.Node); lost != nil {
 				err = e.asDeployError(s.name, lost)
+			} else if gone := f.lock.vanishedError(e.o.Node); gone != nil {
+				err = e.asDeployError(s.name, gone)
 			}
 		}
-		if s.name == PhaseLockNode && err == nil {
+		if s.name == PhaseLockNode && f.lock != nil {
+			// Every path that took the lock releases it: also a lock phase that took it
+			// and then failed to settle what earlier runs left (an interrupt while it
+			// waited, a transport fault), or the heartbeat would keep it fresh for
+			// the life of the process.
 			defer func() {
 				e.restoreIfUnreachable(ctx, f.lock, f.switched.started, f.res, runErr)
 				if f.pushed && !f.rootReleased && f.lock.lostError(e.o.Node) == nil {

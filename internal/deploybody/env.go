@@ -35,6 +35,10 @@ func (h *hintedError) Unwrap() error { return h.err }
 
 func withHint(err error, hint string) error { return &hintedError{err: err, hint: hint} }
 
+// interruptedHint is what to do after a run that was interrupted (Ctrl-C, the
+// operator's tool stopping it), not one whose time ran out.
+const interruptedHint = "the run was interrupted; apply again: the next plan says what is unfinished on the node"
+
 func (e *runEnv) asDeployError(phase string, err error) *DeployError {
 	var deployErr *DeployError
 	if errors.As(err, &deployErr) {
@@ -49,8 +53,12 @@ func (e *runEnv) asDeployError(phase string, err error) *DeployError {
 	if hint == "" && errors.Is(err, ErrUnreachable) {
 		hint = "check that the node is running and reachable with the transport's settings, then apply again"
 	}
-	if hint == "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+	switch {
+	case hint != "":
+	case errors.Is(err, context.DeadlineExceeded):
 		hint = "the operation's time limit ran out; raise the resource's timeouts or the matching timing"
+	case errors.Is(err, context.Canceled):
+		hint = interruptedHint
 	}
 	return &DeployError{Node: e.o.Node, Phase: phase, Err: err, Hint: hint}
 }

@@ -166,12 +166,29 @@ type fakeNode struct {
 	// New logins: refused until freshRefusedUntil, each reaching the node freshDelay
 	// late; onFresh is told every attempt (an interrupt).
 	freshAttempts     int
+	freshRefused      bool // every new login is refused (a system that locks them out)
 	freshRefusedUntil time.Time
 	freshDelay        time.Duration
 	onFresh           func(attempt int)
 	// freshGate, if set, is called as a new login is dialled, before it reaches the
 	// node (a login whose handshake takes a while).
 	freshGate func()
+
+	// connectedAt is when the run's own connection was made (its first command): a
+	// login that old settles no revert whose switch ended after it.
+	connectedAt time.Time
+	// lockFreeAt, if set, is when lockFreeToken's holder releases the lock.
+	lockFreeAt    time.Time
+	lockFreeToken string
+	// pendingFails makes the guard's pending fail (a node fault on the run's transport).
+	pendingFails bool
+	// onLockAcquired is told when a run takes the lock (an interrupt right after).
+	onLockAcquired func()
+	// lockScriptFails, if set, is what every run of the lock script gives.
+	lockScriptFails *RunResult
+	// rebootsAt, if set, is when the node reboots by itself (a power cut, a watchdog):
+	// /run is emptied, the boot entry's system runs.
+	rebootsAt time.Time
 
 	// lockHolderLines are the holder lines the lock script prints after "held"/"lost"
 	// ("" gives host=other, pid=1).
@@ -342,6 +359,11 @@ func (n *fakeNode) isUnreachable() bool {
 
 func (n *fakeNode) Reach(ctx context.Context) error {
 	n.record(call{what: "reach"})
+	n.mu.Lock()
+	if n.connectedAt.IsZero() {
+		n.connectedAt = n.clock.now
+	}
+	n.mu.Unlock()
 	if n.refuses {
 		return fmt.Errorf("ssh root@127.0.0.1:2201: host key SHA256:abc is not the pinned key (%w)", ErrRefused)
 	}
@@ -526,13 +548,25 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	if n.isUnreachable() {
 		return RunResult{}, errFakeUnreachable
 	}
+	n.mu.Lock()
+	if n.connectedAt.IsZero() {
+		n.connectedAt = n.clock.now // the run's connection is made at its first command
+	}
+	n.mu.Unlock()
 	if len(argv) == 0 {
 		return RunResult{ExitCode: 127}, nil
+	}
+	if n.boots.rebootLost && len(argv) > 2 && argv[2] == rebootScript {
+		// The command never reached the node: the connection broke as it was sent.
+		return RunResult{}, fmt.Errorf("ssh root@127.0.0.1:2201: connection reset by peer: %w", ErrUnreachable)
 	}
 	if res, ok := n.rebootCall(argv); ok {
 		return res, nil
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
+		if n.lockScriptFails != nil {
+			return *n.lockScriptFails, nil
+		}
 		res := n.lockCall(argv[4:], opts.Stdin)
 		if argv[4] == "acquire" && n.lockAnswerLost != nil {
 			return RunResult{}, n.lockAnswerLost // the lock is taken; its answer never arrives
@@ -540,17 +574,17 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		return res, nil
 	}
 	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == RevertGuardScript {
-		return n.guardCall(argv[4:]), nil
+		return n.guardCall(argv[4:], time.Time{}), nil // over the run's own connection
 	}
-	if argv[0] == "sh" && len(argv) == 5 && argv[2] == writeRecordScript && argv[4] == VerdictRecordFile {
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == writeRecordScript && argv[4] == VerdictRecordFile {
 		if n.recordFails {
-			return RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/var/lib/fediversity': Read-only file system\n")}, nil
+			return RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/var/lib/fediversity-deploy': Read-only file system\n")}, nil
 		}
 		n.verdictRecord = append([]byte(nil), opts.Stdin...)
 		n.entryAtRecord, n.recorded = n.boots.entry, true
 		return RunResult{}, nil
 	}
-	if argv[0] == "sh" && len(argv) == 5 && argv[2] == readRecordScript && argv[4] == VerdictRecordFile {
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == readRecordScript && argv[4] == VerdictRecordFile {
 		if n.verdictRecord == nil {
 			return RunResult{ExitCode: 3}, nil
 		}
@@ -882,9 +916,16 @@ func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 			out += "took-over 1\n" + holder + "\n"
 		}
 		n.lockToken = token
+		if n.onLockAcquired != nil {
+			n.onLockAcquired()
+		}
 		return RunResult{Stdout: []byte(out)}
 	case op == "acquire":
 		return RunResult{Stdout: []byte("held 1\n" + holder + "\n")}
+	case n.lockToken == "" && op == "release":
+		return RunResult{Stdout: []byte("released\n")}
+	case n.lockToken == "":
+		return RunResult{Stdout: []byte("gone\n")} // the node's /run was emptied
 	case n.lockToken != token:
 		return RunResult{Stdout: []byte("lost\n" + holder + "\n")}
 	case op == "release":
@@ -895,7 +936,7 @@ func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 		// As the script: the heartbeat's answer, then each record's.
 		out := "ok\n"
 		if n.recordFails {
-			out += "unrecorded mkdir: cannot create directory '/var/lib/fediversity': Read-only file system\n"
+			out += "unrecorded mkdir: cannot create directory '/var/lib/fediversity-deploy': Read-only file system\n"
 		} else {
 			n.verdictRecord = append([]byte(nil), stdin...)
 			out += "recorded\n"

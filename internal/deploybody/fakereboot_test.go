@@ -41,6 +41,8 @@ type fakeBoot struct {
 	next    string // the system the boot under way runs (chooseBoot)
 	// diesOnceUp: the booted system answers once, then powers the node off.
 	diesOnceUp bool
+	// rebootLost: the reboot command never reaches the node (the connection breaks).
+	rebootLost bool
 }
 
 // chooseBoot is the boot loader at the start of a boot: the one-shot entry (read
@@ -133,8 +135,13 @@ func (n *fakeNode) rebootCall(argv []string) (RunResult, bool) {
 			booted = n.running
 		}
 		return RunResult{Stdout: []byte(n.factsOf(booted, n.running) + "\n" + n.factsOf(argv[4], argv[4]) + "\n")}, true
-	case rebootScript:
+	case rebootMarkScript:
 		n.boots.marker = argv[4]
+		return RunResult{Stdout: []byte(argv[4] + "\n")}, true
+	case rebootScript:
+		if n.boots.marker != argv[4] {
+			return RunResult{ExitCode: 1}, true
+		}
 		takes := n.boots.takes
 		if takes == 0 {
 			takes = 10 * time.Second

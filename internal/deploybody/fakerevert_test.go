@@ -22,6 +22,9 @@ type fakeRevert struct {
 	// switchEnds is when the guarded switch leaves its result (the window starts).
 	switchEnds time.Time
 	begunAt    time.Time
+	// dies: once begun, its unit stops before it ends (its time limit, OOM, systemctl
+	// stop), leaving the state "begun".
+	dies bool
 }
 
 // revertNode is a fake node whose transport can arm the revert (SSH-like).
@@ -81,33 +84,44 @@ func (n revertNode) RunFresh(ctx context.Context, argv []string, opts RunOptions
 	}
 	n.clock.now = n.clock.now.Add(n.freshDelay)
 	n.record(call{what: "fresh", argv: argv})
-	if n.clock.now.Before(n.freshRefusedUntil) {
+	if n.clock.now.Before(n.freshRefusedUntil) || n.freshRefused {
 		return RunResult{}, fmt.Errorf("ssh root@127.0.0.1:2201: connection refused: %w", ErrUnreachable)
+	}
+	if len(argv) >= 5 && argv[0] == "sh" && argv[2] == RevertGuardScript {
+		return n.guardCall(argv[4:], n.clock.now), nil // a login made now
 	}
 	return n.fakeNode.Run(ctx, argv, opts)
 }
 
-// advance lets the node's own time act: a detached switch that ends, an armed revert
-// whose window ended (it begins or stands down under the lock's rules), a begun revert
-// that finishes. Called with n.mu held.
+// advance lets the node's own time act: a detached switch that ends, a lock another
+// holder releases, an armed revert whose window ended (it begins, taking the lock from
+// whoever holds it, or stands down), a begun revert that finishes (or whose unit dies).
+// Called with n.mu held.
 func (n *fakeNode) advance() {
 	now := n.clock.now
 	if n.switchGoesOn != "" && !now.Before(n.switchGoesOnUntil) {
 		n.running, n.switchGoesOn = n.switchGoesOn, ""
 	}
+	if !n.rebootsAt.IsZero() && !now.Before(n.rebootsAt) {
+		// A reboot nobody asked for: /run is emptied, the boot entry's system runs.
+		n.lockToken, n.running, n.rebootsAt = "", n.profile, time.Time{}
+	}
+	if !n.lockFreeAt.IsZero() && !now.Before(n.lockFreeAt) {
+		if n.lockToken == n.lockFreeToken {
+			n.lockToken = ""
+		}
+		n.lockFreeAt = time.Time{}
+	}
 	for _, u := range n.sortedReverts() {
 		rv := n.reverts[u]
 		if rv.state == "armed" && n.switchGoesOn == "" && !now.Before(rv.switchEnds.Add(rv.arm.Confirm)) {
-			switch {
-			case n.running != rv.arm.Guarded:
+			if n.running != rv.arm.Guarded {
 				rv.state = "stood-down the node runs " + n.running
-			case n.lockToken != "" && n.lockToken != rv.arm.Token:
-				rv.state = "stood-down a later run holds the node lock"
-			default:
+			} else {
 				rv.state, rv.begunAt, n.lockToken = "begun", rv.switchEnds.Add(rv.arm.Confirm), u
 			}
 		}
-		if rv.state == "begun" && !now.Before(rv.begunAt.Add(n.revertTakes)) {
+		if rv.state == "begun" && !rv.dies && !now.Before(rv.begunAt.Add(n.revertTakes)) {
 			n.running, n.profile = rv.arm.Previous, rv.arm.Previous
 			n.gen++
 			rv.state = "reverted 0"
@@ -141,45 +155,57 @@ func (n *fakeNode) armAtSwitch(ends time.Time) {
 	n.armNext = nil
 }
 
-// guardCall plays RevertGuardScript's disarm and pending.
-func (n *fakeNode) guardCall(args []string) RunResult {
+// guardCall plays RevertGuardScript's disarm and pending for a login made at login
+// (zero: the run's own connection): an armed revert is settled only by a login made
+// after its switch ended.
+func (n *fakeNode) guardCall(args []string, login time.Time) RunResult {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.advance()
+	if login.IsZero() {
+		login = n.connectedAt
+	}
 	say := fmt.Sprintf("running %s\nprofile system-%d-link\n", n.running, n.gen)
+	// settle is what the guard does with an armed or begun revert for this login.
+	settle := func(u string, rv *fakeRevert) string {
+		switch {
+		case rv.state == "armed" && n.switchGoesOn != "":
+			return "switching"
+		case rv.state == "armed" && login.Before(rv.switchEnds):
+			return fmt.Sprintf("unconfirmed %d %d", login.Unix(), rv.switchEnds.Unix())
+		case rv.state == "armed":
+			delete(n.reverts, u)
+			return "disarmed"
+		case rv.state == "begun" && rv.dies:
+			delete(n.reverts, u)
+			if n.lockToken == u {
+				n.lockToken = ""
+			}
+			return "died"
+		case rv.state == "begun":
+			return "begun"
+		}
+		delete(n.reverts, u)
+		return rv.state
+	}
 	switch args[0] {
 	case "disarm":
 		rv := n.reverts[args[1]]
-		switch {
-		case rv == nil:
+		if rv == nil {
 			return RunResult{Stdout: []byte("gone\n" + say)}
-		case rv.state == "armed" && n.switchGoesOn != "":
-			return RunResult{Stdout: []byte("switching\n" + say)}
-		case rv.state == "armed":
-			delete(n.reverts, args[1])
-			return RunResult{Stdout: []byte("disarmed\n" + say)}
-		case rv.state == "begun":
-			return RunResult{Stdout: []byte("begun\n" + say)}
 		}
-		delete(n.reverts, args[1])
-		return RunResult{Stdout: []byte(rv.state + "\n" + say)}
+		return RunResult{Stdout: []byte(settle(args[1], rv) + "\n" + say)}
 	case "pending":
 		var b strings.Builder
 		for _, u := range n.sortedReverts() {
 			rv := n.reverts[u]
-			st := rv.state
-			switch st {
-			case "armed":
-				st = "disarmed"
-				delete(n.reverts, u)
-			case "begun":
-			default:
-				delete(n.reverts, u)
-			}
-			fmt.Fprintf(&b, "revert %s %s %s\n", u, rv.arm.Previous, st)
+			fmt.Fprintf(&b, "revert %s %s %s %s\n", u, rv.arm.Previous, rv.arm.Guarded, settle(u, rv))
 		}
 		if n.switchGoesOn != "" {
 			b.WriteString("switching fediversity-switch-0123456789ab\n")
+		}
+		if n.pendingFails {
+			return RunResult{ExitCode: 1, Stderr: []byte("sh: 1: cannot create /run/fediversity/node.lock.guard: Read-only file system\n")}
 		}
 		return RunResult{Stdout: []byte(b.String() + say)}
 	}

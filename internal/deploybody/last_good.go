@@ -21,8 +21,9 @@ import (
 )
 
 const (
-	// LastGoodFile is the node's record of its last good system.
-	LastGoodFile = "/var/lib/fediversity/last-good.json"
+	// LastGoodFile is the node's record of its last good system (node_record.go).
+	LastGoodFile       = RecordsDir + "/last-good.json"
+	legacyLastGoodFile = legacyRecordsDir + "/last-good.json"
 	// LastGoodRoot is the GC root that keeps the last good system in the node's store.
 	LastGoodRoot = "/nix/var/nix/gcroots/fediversity/last-good"
 	// PhaseReadLastGood is the phase a roll back to the last good system fails in when
@@ -47,10 +48,12 @@ var ErrNoLastGood = errors.New("the node has no last good system (" + LastGoodFi
 const NoLastGoodHint = "deploy a good system to it first (a deploy whose verdict is ok with no reason records it); it was left untouched"
 
 // writeLastGoodScript pins $2 (a GC root $3, replaced atomically) and then writes
-// stdin to $1 atomically: the record never names a system that is not pinned.
-const writeLastGoodScript = `set -e; umask 077; r=$3; mkdir -p "${r%/*}" "${1%/*}"; chmod 700 "${1%/*}"
+// stdin to $1 as writeRecordScript does ($4: the older version's record, removed once
+// the new one is written): the record never names a system that is not pinned.
+const writeLastGoodScript = `set -eu; umask 077; r=$3; mkdir -p "${r%/*}"
 ln -sfn "$2" "$r.tmp"; mv -fT "$r.tmp" "$r"
-cat >"$1.tmp"; mv -f "$1.tmp" "$1"`
+set -- "$1" "${4:-}"
+` + writeRecordScript
 
 var lastGoodToolPath = []string{"/run/current-system/sw/bin", "/usr/bin", "/bin"}
 
@@ -92,7 +95,7 @@ func lastGoodRecord(res *Result, now time.Time) []byte {
 
 // writeLastGood pins toplevel and writes rec as the node's last good system.
 func writeLastGood(ctx context.Context, t Transport, toplevel string, rec []byte) error {
-	out, err := t.Run(ctx, []string{"sh", "-c", writeLastGoodScript, "sh", LastGoodFile, toplevel, LastGoodRoot},
+	out, err := t.Run(ctx, []string{"sh", "-c", writeLastGoodScript, "sh", LastGoodFile, toplevel, LastGoodRoot, legacyLastGoodFile},
 		RunOptions{Path: lastGoodToolPath, Stdin: rec, Privileged: true})
 	if err == nil && out.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", out.ExitCode, strings.TrimSpace(string(out.Stderr)))
@@ -118,7 +121,7 @@ func (e *runEnv) recordLastGood(ctx context.Context, res *Result, rec []byte) {
 // has none.
 func ReadLastGood(ctx context.Context, t Transport) (*LastGood, error) {
 	var rec LastGood
-	if found, err := readNodeRecord(ctx, t, LastGoodFile, "a record of the last good system", lastGoodToolPath, &rec); !found || err != nil {
+	if found, err := readNodeRecord(ctx, t, LastGoodFile, legacyLastGoodFile, "a record of the last good system", lastGoodToolPath, &rec); !found || err != nil {
 		return nil, err
 	}
 	if rec.Version != lastGoodVersion || !strings.HasPrefix(rec.Toplevel, "/nix/store/") {
@@ -130,9 +133,12 @@ func ReadLastGood(ctx context.Context, t Transport) (*LastGood, error) {
 // LastGoodReadScript prints one line: "last-good:" and the node's record of its last
 // good system as it is on disk ("last-good:none" when there is none), or
 // "last-good?" when this login cannot read the record (it is root's only: an SSH user
-// other than root, whose reads run without sudo). Read runs it in its one round trip,
-// so that the plan of `deploy = "last-good"` takes the record the refresh saw.
-var LastGoodReadScript = `f=` + LastGoodFile + `; if [ -r "$f" ]; then printf 'last-good:%s\n' "$(cat "$f")"; ` +
+// other than root, whose reads run without sudo). A node an older version deployed has
+// its record in the older place until the next deploy moves it. Read runs it in its one
+// round trip, so that the plan of `deploy = "last-good"` takes the record the refresh
+// saw.
+var LastGoodReadScript = `f=` + LastGoodFile + `; if [ ! -e "$f" ] && [ -f ` + legacyLastGoodFile + ` ] && [ ! -L ` + legacyLastGoodFile + ` ]; then f=` + legacyLastGoodFile + `; fi; ` +
+	`if [ -r "$f" ]; then printf 'last-good:%s\n' "$(cat "$f")"; ` +
 	`elif [ -e "$f" ] || { [ -d "${f%/*}" ] && [ ! -x "${f%/*}" ]; }; then echo 'last-good?'; else echo 'last-good:none'; fi`
 
 // ParseLastGoodLine reads LastGoodReadScript's line: the last good system ("" when the

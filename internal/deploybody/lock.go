@@ -16,7 +16,9 @@ package deploybody
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -50,7 +52,7 @@ const (
 // <error>", then "pinned" or "unpinned <error>" when it was given a last good system.
 const lockScript = `set -u
 umask 077
-f=` + LockFile + `
+` + requireToolsHead + lockTools + requireToolsTail + `f=` + LockFile + `
 mkdir -p "${f%/*}"
 exec 9>>"$f.guard"
 flock -w 10 9 || { echo busy; exit 0; }
@@ -77,21 +79,28 @@ release)
   elif [ -z "$held" ]; then echo released
   else echo lost; printf '%s\n' "$held"; fi ;;
 record)
-  # The heartbeat, then, unless the lock is another run's: the verdict record $3 from
+  # The heartbeat, then, unless the lock is another run's or gone: the verdict record $3 from
   # stdin and, when $4 is set, the last good system $5 pinned by the GC root $6 and its
   # record $4 (the JSON $7), each by the script that writes it on its own (neither holds
   # a single quote), each failure a line of its own.
   if [ "$cur" = "$2" ]; then touch "$f" && echo ok
-  elif [ -z "$held" ]; then echo gone
+  elif [ -z "$held" ]; then echo gone; exit 0
   else echo lost; printf '%s\n' "$held"; exit 0; fi
-  if e=$(sh -c '` + writeRecordScript + `' sh "$3" 2>&1); then echo recorded
+  if e=$(sh -c '` + writeRecordScript + `' sh "$3" ` + legacyVerdictRecordFile + ` 2>&1); then echo recorded
   else printf 'unrecorded %s\n' "$(printf '%s\n' "$e" | head -n 1)"; fi
   if [ -n "${4:-}" ]; then
-    if e=$(printf '%s' "$7" | sh -c '` + writeLastGoodScript + `' sh "$4" "$5" "$6" 2>&1); then echo pinned
+    if e=$(printf '%s' "$7" | sh -c '` + writeLastGoodScript + `' sh "$4" "$5" "$6" ` + legacyLastGoodFile + ` 2>&1); then echo pinned
     else printf 'unpinned %s\n' "$(printf '%s\n' "$e" | head -n 1)"; fi
+  elif [ ! -e ` + LastGoodFile + ` ] && [ -f ` + legacyLastGoodFile + ` ] && [ ! -L ` + legacyLastGoodFile + ` ]; then
+    # An older version's last good system, not replaced by this run: moved to the new place.
+    sh -c '` + writeRecordScript + `' sh ` + LastGoodFile + ` ` + legacyLastGoodFile + ` <` + legacyLastGoodFile + ` || true
   fi ;;
 esac
 `
+
+// lockTools are the commands lockScript calls (NixOS' default system packages:
+// coreutils, util-linux, gnused).
+const lockTools = "mkdir flock cat date stat sed mv rm touch head sh"
 
 // lockPath is where the lock's tools are looked up (fixed: the heartbeat runs beside
 // the phases, which may change the run's toplevel).
@@ -103,8 +112,9 @@ type LockHolder struct {
 	// Host is the deployer's host name, for people: it proves nothing (two deployers
 	// may share one).
 	Host string
-	// MachineID (/etc/machine-id), BootID (the kernel's boot id) and PIDNamespace (the
-	// inode of /proc/self/ns/pid) say where the process runs; PID and Start (its start
+	// MachineID (an app-specific hash of /etc/machine-id, LockMachineID), BootID (the
+	// kernel's boot id) and PIDNamespace (the inode of /proc/self/ns/pid) say where the
+	// process runs; PID and Start (its start
 	// time in clock ticks since boot) which process it is there, so a reused PID is not
 	// mistaken for a live holder. Together they name one deployer process.
 	MachineID    string
@@ -214,7 +224,7 @@ func ThisProcess() LockHolder {
 	host, _ := os.Hostname()
 	h := LockHolder{
 		Host:         host,
-		MachineID:    firstFileLine("/etc/machine-id", "/var/lib/dbus/machine-id"),
+		MachineID:    LockMachineID(firstFileLine("/etc/machine-id", "/var/lib/dbus/machine-id")),
 		BootID:       firstFileLine("/proc/sys/kernel/random/boot_id"),
 		PIDNamespace: pidNamespace(),
 		PID:          os.Getpid(),
@@ -227,6 +237,24 @@ func ThisProcess() LockHolder {
 		h.PIDNamespace = "" // this process cannot prove any other one dead
 	}
 	return h
+}
+
+// lockAppID names this use of the machine id: the lock's hash of it is this project's
+// own, and tells nothing of the id to whoever reads the node's lock.
+const lockAppID = "fediversity node lock holder"
+
+// LockMachineID is the deployer's machine id as the node's lock names it: an
+// app-specific hash (HMAC-SHA256 keyed with the machine id, over lockAppID, cut to 128
+// bits), as machine-id(5) asks of an id shown to others ("" for no machine id). The raw
+// id is confidential; the hash still tells two deployers apart, and the same deployer
+// from one run to the next.
+func LockMachineID(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	mac := hmac.New(sha256.New, []byte(raw))
+	mac.Write([]byte(lockAppID))
+	return hex.EncodeToString(mac.Sum(nil)[:16])
 }
 
 // firstFileLine is the first non-empty first line of the files, "" when none has one.
@@ -310,6 +338,12 @@ type nodeLock struct {
 
 	mu   sync.Mutex
 	lost *LockHolder // who took the lock from this run
+	// vanished: the node answered that there was no lock at all, after this run took
+	// it: its /run was emptied (a reboot this run did not ask for, a restore). epoch
+	// counts the run's own retakes after its own reboot (relock): an answer asked for
+	// before one of them says nothing about the lock after it.
+	vanished bool
+	epoch    int
 }
 
 // ErrLockLost is wrapped by the error of a run whose lock another deploy took.
@@ -337,9 +371,25 @@ func lockOpWith(ctx context.Context, t Transport, stdin []byte, args ...string) 
 	}
 	out := strings.Split(strings.TrimSpace(string(res.Stdout)), "\n")
 	if res.ExitCode != 0 || len(out) == 0 || out[0] == "" {
-		return nil, fmt.Errorf("the lock script on the node exited %d: %s", res.ExitCode, firstLine(string(res.Stderr), "no output"))
+		return nil, nodeScriptError("the lock script", res)
 	}
 	return out, nil
+}
+
+// lockHint is what to do about a lock operation that failed with err: the command the
+// node lacks, the transport, or the script's own error.
+func lockHint(err error) string {
+	switch {
+	case errors.Is(err, ErrMissingCommand):
+		return "install it in the node's system (NixOS' default system packages have it), then apply again"
+	case errors.Is(err, ErrUnreachable), errors.Is(err, ErrRefused):
+		return "check that the node answers with the transport's settings, then apply again"
+	case errors.Is(err, context.Canceled):
+		return interruptedHint
+	case errors.Is(err, context.DeadlineExceeded):
+		return "the node did not answer the lock script in time; check its load and the transport, then apply again"
+	}
+	return "read the lock script's error above on the node (" + LockFile + " and its .guard beside it), then apply again"
 }
 
 // lockNode takes the node's lock for a run of toplevel, waiting up to
@@ -368,8 +418,7 @@ func (e *runEnv) lockNode(ctx context.Context, toplevel string, nodeSilent bool)
 		out, err := lockOp(ctx, e.t, "acquire", self.Token, self.lines(), stale, takeover)
 		if err != nil {
 			e.releaseUnanswered(ctx, self.Token)
-			return nil, "", withHint(fmt.Errorf("taking the node lock %s: %w", LockFile, err),
-				"the node needs sh, flock, stat and date in its PATH; check the transport, then apply again")
+			return nil, "", withHint(fmt.Errorf("taking the node lock %s: %w", LockFile, err), lockHint(err))
 		}
 		switch {
 		case out[0] == "acquired":
@@ -439,13 +488,17 @@ func (e *runEnv) heartbeat(ctx context.Context, l *nodeLock) {
 			return
 		case <-tick.C:
 		}
+		epoch := l.currentEpoch()
 		out, err := lockOp(ctx, e.t, "heartbeat", l.holder.Token)
 		if err != nil {
 			e.log(ctx, LevelDebug, PhaseLockNode, "lock heartbeat failed; trying again", map[string]any{"error": err.Error()})
 			continue
 		}
 		if out[0] == "gone" {
-			// Nobody holds it (the node's /run was emptied): take it back.
+			// Nobody holds it (the node's /run was emptied): take it back, so that no
+			// other run takes the node meanwhile, and tell the run (vanishedError): what
+			// it read of the node before may be of a boot that is gone.
+			l.sawVanished(epoch)
 			e.log(ctx, LevelWarn, PhaseLockNode, "the node lock was gone (the node's /run was emptied); taking it again", nil)
 			stale := strconv.Itoa(int(lockStale / time.Second))
 			if _, err := lockOp(ctx, e.t, "acquire", l.holder.Token, l.holder.lines(), stale, ""); err != nil {
@@ -467,6 +520,49 @@ func (l *nodeLock) recordLost(h LockHolder, replace bool) {
 	if replace || l.lost == nil {
 		l.lost = &h
 	}
+}
+
+func (l *nodeLock) currentEpoch() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.epoch
+}
+
+// sawVanished records that the node had no lock when asked at epoch.
+func (l *nodeLock) sawVanished(epoch int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if epoch == l.epoch {
+		l.vanished = true
+	}
+}
+
+// relocked is the run's own retake after the reboot it asked for: the lock it had was
+// gone with the boot, as expected.
+func (l *nodeLock) relocked() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.epoch++
+	l.vanished = false
+}
+
+// ErrLockVanished is wrapped by the error of a run whose node lost its lock while the
+// run held it: the node's /run was emptied by a reboot the run did not ask for (or a
+// restore), so what the run read of the node may be of a boot that is gone.
+var ErrLockVanished = errors.New("the node's lock vanished while this run held it")
+
+// vanishedError is the error of a run whose lock vanished, nil while it did not.
+func (l *nodeLock) vanishedError(node string) error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.vanished {
+		return nil
+	}
+	return withHint(fmt.Errorf("%w: node %s's /run was emptied during the run (a reboot nobody asked this run for, or a restore of the node), so what this run judged may be of a boot that is gone; it stops before it writes the boot entry", ErrLockVanished, node),
+		"apply again: the next plan reads what the node runs and boots now, and the next run judges it anew")
 }
 
 // lostError is the error of a run whose lock another run took, nil while it holds it
@@ -539,9 +635,16 @@ func (e *runEnv) confirmLock(ctx context.Context, l *nodeLock) error {
 	if l == nil {
 		return nil
 	}
+	epoch := l.currentEpoch()
 	out, err := lockOp(ctx, e.t, "heartbeat", l.holder.Token)
-	if err == nil && out[0] == "lost" {
+	switch {
+	case err == nil && out[0] == "lost":
 		l.recordLost(parseLockHolder(out[1:], 0), true)
+	case err == nil && out[0] == "gone":
+		l.sawVanished(epoch)
 	}
-	return l.lostError(e.o.Node)
+	if err := l.lostError(e.o.Node); err != nil {
+		return err
+	}
+	return l.vanishedError(e.o.Node)
 }

@@ -2,6 +2,7 @@ package deploybody
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strconv"
@@ -173,5 +174,69 @@ func TestAcquireWhoseAnswerWasLostKeepsAnotherRunsLock(t *testing.T) {
 	wantDeployErr(t, err, PhaseLockNode)
 	if s.node.lockToken != "another-run" {
 		t.Fatalf("another run's lock was replaced by %q", s.node.lockToken)
+	}
+}
+
+// Issue 39, item 9: a reboot nobody asked for between the switch and the boot entry
+// empties the node's /run, and the lock with it. The run notices (the lock is gone when
+// it asks before the boot entry), writes no record and no boot entry, and fails saying
+// the node's /run was emptied. On the current main it wrote both over the new boot.
+func TestUnplannedRebootBeforeTheBootEntryFailsTheRun(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.atSwitch = func() { s.node.rebootsAt = s.clock.now.Add(time.Second) }
+	res, err := Deploy(context.Background(), s.node, s.opts)
+	if err == nil || !errors.Is(err, ErrLockVanished) || !strings.Contains(err.Error(), "/run was emptied") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(s.node.callsOf("finalize")); n != 0 || s.node.verdictRecord != nil || s.node.profile != testPrevious {
+		t.Fatalf("after the reboot: %d boot entries written, record %q, profile %s", n, s.node.verdictRecord, s.node.profile)
+	}
+	if res.Generation != 0 {
+		t.Fatalf("generation %d claimed", res.Generation)
+	}
+}
+
+// Issue 39, item 9: the lock names the deployer's machine by an app-specific hash of
+// its machine id, never the id itself (machine-id(5): confidential), in the lock
+// script's arguments and on the node.
+func TestLockNamesNoRawMachineID(t *testing.T) {
+	raw := firstFileLine("/etc/machine-id", "/var/lib/dbus/machine-id")
+	if raw == "" {
+		t.Fatal("this machine has no machine id to test with")
+	}
+	self := ThisProcess()
+	self.Token = "t"
+	if self.MachineID == "" || self.MachineID == raw || strings.Contains(self.lines(), raw) {
+		t.Fatalf("the lock holder's lines name the raw machine id %s: %q", raw, self.lines())
+	}
+	if self.MachineID != LockMachineID(raw) || LockMachineID(raw) == LockMachineID(raw+"x") {
+		t.Fatalf("the machine's lock id %q does not tell machines apart", self.MachineID)
+	}
+}
+
+// Issue 39, item 9: a lock error says what to do for its cause: the command the node
+// lacks (named, as the script found it missing), or the transport; never the blanket
+// "the node needs sh, flock, stat and date in its PATH". On the current main every
+// lock error carried that hint, whatever the cause.
+func TestLockErrorSaysWhatToDoForItsCause(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		fails            RunResult
+		wantErr, wantFix string
+	}{
+		{"a command is missing", RunResult{ExitCode: 127, Stderr: []byte("missing command flock (PATH=/run/current-system/sw/bin:/usr/bin:/bin)\n")},
+			"the lock script on the node needs flock, which is not on its PATH (/run/current-system/sw/bin:/usr/bin:/bin)", "install it in the node's system"},
+		{"the script fails otherwise", RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/run/fediversity': Read-only file system\n")},
+			"the lock script on the node exited 1: mkdir: cannot create directory", "read the lock script's error"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+			s.node.lockScriptFails = &tc.fails
+			_, err := Deploy(context.Background(), s.node, s.opts)
+			de := deployErr(t, err, PhaseLockNode)
+			if !strings.Contains(de.Err.Error(), tc.wantErr) || !strings.Contains(de.Hint, tc.wantFix) || strings.Contains(de.Hint, "stat and date") {
+				t.Fatalf("err %q, hint %q", de.Err, de.Hint)
+			}
+		})
 	}
 }

@@ -172,9 +172,18 @@ func (e *runEnv) confirmNewLogin(ctx context.Context, armed *armedRevert) (strin
 				"apply again: the next plan deploys it again and judges it")
 		}
 		return fmt.Sprintf("%s (%s, attempt %d)", disarmed, took, attempts), settled, nil
-	case revertReverted, revertBegun:
+	case revertReverted, revertBegun, revertDied:
 		done := reverted(ans, prev, &settled)
 		return "", settled, e.revertedError(done, answered && last == nil, interrupted, last)
+	case revertBroken:
+		// The new login got through, so the node accepts logins; but the revert could
+		// not have saved it had it not.
+		e.warn(ctx, PhaseDetectUnconfirmed, fmt.Sprintf("the lock-out revert could not run on the node (%s): had the new system refused new logins, nothing would have switched it back", ans.detail))
+		note := "a new login was accepted; the revert could not run: " + ans.detail
+		if interrupted != nil {
+			return "", settled, fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.running))
+		}
+		return note, settled, nil
 	case revertStoodDown, revertGone:
 		// The revert will not fire: the node does not run the system it guarded, or a
 		// later run took the node (the lock check after this phase says so).
@@ -203,8 +212,11 @@ func (e *runEnv) confirmNewLogin(ctx context.Context, armed *armedRevert) (strin
 // reverts to.
 func reverted(ans revertAnswer, previous string, settled *revertSettled) string {
 	settled.reverted, settled.running = true, ans.running
-	if ans.state == revertBegun {
+	switch ans.state {
+	case revertBegun:
 		return fmt.Sprintf("it began to switch back to %s and was still at it when this run stopped waiting", previous)
+	case revertDied:
+		return fmt.Sprintf("it began to switch back to %s, and its revert unit stopped before it ended (its time limit, out of memory, or systemctl stop); the node runs %s", previous, describeSystem(ans.running))
 	}
 	done := fmt.Sprintf("it put itself back on %s (generation %d)", describeSystem(ans.running), ans.generation())
 	if ans.detail != "" && ans.detail != "0" {
@@ -244,11 +256,11 @@ func (e *runEnv) settleAfterFailure(ctx context.Context, armed *armedRevert, swi
 		// RunningSystem stays unset: the run never read it itself, and the provider
 		// takes a set one for a judged system.
 		return settled, withHint(fmt.Errorf("%w; after the switch ended a new login disarmed the revert before it began: the node runs %s", switchErr, describeSystem(ans.running)), hint)
-	case revertReverted, revertBegun:
+	case revertReverted, revertBegun, revertDied:
 		done := reverted(ans, prev, &settled)
 		return settled, withHint(fmt.Errorf("%w; the node's confirm window (%s) ended before a new login reached it, and %s: %w", switchErr, e.o.Timings.ConfirmTimeout, done, ErrSelfReverted),
 			"the node runs and boots its previous system; apply again")
-	case revertStoodDown, revertGone:
+	case revertStoodDown, revertGone, revertBroken:
 		return settled, withHint(fmt.Errorf("%w; the revert stood down (%s); the node runs %s", switchErr, strings.TrimSpace(ans.state+" "+ans.detail), describeSystem(ans.running)), hint)
 	}
 	return settled, withHint(switchErr, fmt.Sprintf("%s; a revert is still armed on the node: unless a later run takes the node's lock first, it switches back to %s by itself %s after the switch ends (the next apply deals with it)",

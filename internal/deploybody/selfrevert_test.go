@@ -187,41 +187,68 @@ func TestSelfRevertAfterLostSwitch(t *testing.T) {
 	}
 }
 
+// earlierRevertScenario is a node on which an earlier run, killed after its switch
+// from testPrevious to testToplevel started, left its revert armed; the switch still
+// runs for switchGoing (0: it is over).
+func earlierRevertScenario(t *testing.T, switchGoing time.Duration) *scenario {
+	t.Helper()
+	s := newRevertScenario(t)
+	n := s.node
+	n.store[testToplevel] = true
+	n.running, n.profile = testToplevel, testPrevious
+	if switchGoing > 0 {
+		n.running, n.switchGoesOn, n.switchGoesOnUntil = testPrevious, testToplevel, s.clock.now.Add(switchGoing)
+	}
+	n.reverts = map[string]*fakeRevert{earlierUnit: {
+		arm:   RevertArm{Unit: earlierUnit, Previous: testPrevious, Guarded: testToplevel, Token: "killed-run", Confirm: 30 * time.Second},
+		state: "armed", switchEnds: s.clock.now.Add(switchGoing),
+	}}
+	return s
+}
+
+const earlierUnit = RevertUnitPrefix + "0123456789ab"
+
 // The orphan revert of issue 19: a run killed after its switch leaves its revert
-// armed. The next run takes the lock and deals with it: it waits for the earlier
-// switch still running, disarms the revert before it began, and warns, naming what
-// the node runs; nothing reverts behind it afterwards.
+// armed. The next run takes the lock and deals with it: it waits for the earlier switch
+// still running, disarms the revert before it began with a login made after that
+// switch ended (issue 39, item 1), and warns, naming what the node runs; nothing
+// reverts behind it afterwards.
 func TestLaterRunSettlesEarlierRevert(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		switchGoing time.Duration
+		// lockHeldFor: another run holds the lock that long, past the switch's end: this
+		// run's connection is older than the end when it gets the lock.
+		lockHeldFor time.Duration
+		// fresh: the run needs a new login (its own connection predates the end).
+		fresh bool
 	}{
-		{"switch over, revert armed", 0},
-		{"switch still running", 12 * time.Second},
+		{"switch over, revert armed", 0, 0, false},
+		{"switch still running", 12 * time.Second, 0, true},
+		{"the run waited in the lock past the switch's end", 12 * time.Second, 20 * time.Second, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newRevertScenario(t)
+			s := earlierRevertScenario(t, tc.switchGoing)
 			n := s.node
-			n.store[testToplevel] = true
-			n.running, n.profile = testToplevel, testPrevious
-			if tc.switchGoing > 0 {
-				n.running, n.switchGoesOn, n.switchGoesOnUntil = testPrevious, testToplevel, s.clock.now.Add(tc.switchGoing)
+			if tc.lockHeldFor > 0 {
+				n.lockToken, n.lockFreeToken, n.lockFreeAt = "other-run", "other-run", s.clock.now.Add(tc.lockHeldFor)
 			}
-			n.reverts = map[string]*fakeRevert{RevertUnitPrefix + "0123456789ab": {
-				arm:   RevertArm{Unit: RevertUnitPrefix + "0123456789ab", Previous: testPrevious, Guarded: testToplevel, Token: "killed-run", Confirm: 30 * time.Second},
-				state: "armed", switchEnds: s.clock.now.Add(tc.switchGoing),
-			}}
 			res, err := s.deployReverting(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
 			warnings := strings.Join(res.Warnings, "\n")
-			if !strings.Contains(warnings, "an earlier run left a revert armed on the node ("+RevertUnitPrefix+"0123456789ab: back to "+testPrevious) ||
-				!strings.Contains(warnings, "disarmed it before it began; the node runs "+testToplevel) {
+			if !strings.Contains(warnings, "an earlier run left a revert armed on the node ("+earlierUnit+": back to "+testPrevious) ||
+				!strings.Contains(warnings, "a new login made after its switch ended disarmed it before it began, under this run's lock; the node runs "+testToplevel) {
 				t.Fatalf("warnings = %q", res.Warnings)
 			}
-			if tc.switchGoing > 0 && !strings.Contains(phaseNote(res, PhaseLockNode), "waited") {
+			if tc.switchGoing > tc.lockHeldFor && !strings.Contains(phaseNote(res, PhaseLockNode), "waited") {
 				t.Fatalf("lock-node note %q: the run did not wait for the earlier switch", phaseNote(res, PhaseLockNode))
+			}
+			// The disarm came over a login made after the earlier switch ended, not over the
+			// run's own connection, made before it.
+			if fresh := len(n.callsOf("fresh")) > 0; fresh != tc.fresh {
+				t.Fatalf("new logins made: %v, want %v", fresh, tc.fresh)
 			}
 			s.later(time.Hour)
 			if n.revertsFired != 0 || n.running != testToplevel || n.profile != testToplevel {
@@ -231,12 +258,115 @@ func TestLaterRunSettlesEarlierRevert(t *testing.T) {
 	}
 	t.Run("revert already done", func(t *testing.T) {
 		s := newRevertScenario(t)
-		s.node.reverts = map[string]*fakeRevert{RevertUnitPrefix + "0123456789ab": {
-			arm: RevertArm{Unit: RevertUnitPrefix + "0123456789ab", Previous: testPrevious, Guarded: testToplevel}, state: "reverted 0",
+		s.node.reverts = map[string]*fakeRevert{earlierUnit: {
+			arm: RevertArm{Unit: earlierUnit, Previous: testPrevious, Guarded: testToplevel}, state: "reverted 0",
 		}}
 		res, err := s.deployReverting(context.Background())
 		if err != nil || !strings.Contains(strings.Join(res.Warnings, "\n"), "it had switched the node back before this run took the lock; the node runs "+testPrevious) {
 			t.Fatalf("err=%v warnings=%q", err, res.Warnings)
 		}
 	})
+}
+
+// Issue 39, item 1: the earlier run's switch activates a system that refuses new
+// logins, and this run's connection was made before that switch ended (it survives
+// sshd's stop). Nothing that proves the new system accepts logins gets through, so the
+// revert stays armed, its window ends, and it switches the node back, taking the lock:
+// the run fails saying that the node locks out new logins and what it runs, and changes
+// nothing itself. On the current main the run disarmed the revert over its old
+// connection and reported ok for a node that refuses every new login.
+func TestLaterRunLeavesTheRevertToALockedOutNode(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		switchGoing time.Duration
+		lockHeldFor time.Duration
+	}{
+		{"switch still running", 12 * time.Second, 0},
+		{"the run waited in the lock past the switch's end", 12 * time.Second, 20 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := earlierRevertScenario(t, tc.switchGoing)
+			n := s.node
+			n.freshRefused = true
+			if tc.lockHeldFor > 0 {
+				n.lockToken, n.lockFreeToken, n.lockFreeAt = "other-run", "other-run", s.clock.now.Add(tc.lockHeldFor)
+			}
+			res, err := s.deployReverting(context.Background())
+			wantDeployErr(t, err, PhaseLockNode)
+			msg := err.Error()
+			if !errors.Is(err, ErrLockedOut) || !errors.Is(err, ErrSelfReverted) ||
+				!strings.Contains(msg, "no new login reached the node") || !strings.Contains(msg, "switched the node back to "+testPrevious) ||
+				!strings.Contains(msg, "stops new logins") {
+				t.Fatalf("err = %v", err)
+			}
+			if n.revertsFired != 1 || n.running != testPrevious || n.profile != testPrevious {
+				t.Fatalf("fired %d; node runs %s, boots %s", n.revertsFired, n.running, n.profile)
+			}
+			if len(n.callsOf("switch")) != 0 || len(n.callsOf("finalize")) != 0 || res.Verdict != nil {
+				t.Fatalf("the run went on after the revert took the node: %d switches, %d boot entries, verdict %+v",
+					len(n.callsOf("switch")), len(n.callsOf("finalize")), res.Verdict)
+			}
+			if n.lockToken != "" {
+				t.Fatalf("lock %q left behind", n.lockToken)
+			}
+		})
+	}
+}
+
+// Issue 39, item 2: whatever stops the settling of earlier runs (an interrupt while
+// it waits for an earlier switch, that switch running past its bound, a transport fault
+// on pending), the lock the run took is released: a second deployer gets it at once.
+// On the current main the lock stayed, its heartbeat kept fresh for the life of the
+// process.
+func TestLockReleasedWhenSettlingEarlierRunsFails(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(s *scenario, cancel context.CancelFunc)
+		want  string
+	}{
+		{"Ctrl-C while waiting for an earlier switch", func(s *scenario, cancel context.CancelFunc) {
+			s.node.onLockAcquired = cancel
+		}, "context canceled"},
+		{"an earlier switch past its bound", func(s *scenario, cancel context.CancelFunc) {
+			s.node.switchGoesOnUntil = s.clock.now.Add(24 * time.Hour)
+		}, "is still not settled on node"},
+		{"a fault on pending", func(s *scenario, cancel context.CancelFunc) {
+			s.node.pendingFails = true
+		}, "looking for reverts armed by earlier runs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := earlierRevertScenario(t, 12*time.Second)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			tc.setup(s, cancel)
+			_, err := s.deployReverting(ctx)
+			wantDeployErr(t, err, PhaseLockNode)
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v", err)
+			}
+			if s.node.lockToken != "" {
+				t.Fatalf("the node keeps the lock %q of a run that stopped", s.node.lockToken)
+			}
+		})
+	}
+}
+
+// Issue 39, item 3: a revert that began and whose unit then died stays "begun" on the
+// node. The next run hears that it died, warns with what the node runs, and deploys.
+func TestLaterRunDeploysOverARevertWhoseUnitDied(t *testing.T) {
+	s := earlierRevertScenario(t, 0)
+	rv := s.node.reverts[earlierUnit]
+	rv.state, rv.dies = "begun", true
+	s.node.lockToken = earlierUnit
+	s.node.lockFreeAt, s.node.lockFreeToken = s.clock.now.Add(time.Minute), earlierUnit // its heartbeat went stale
+	res, err := s.deployReverting(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(res.Warnings, "\n"); !strings.Contains(w, "its unit stopped before it ended") || !strings.Contains(w, "the node runs "+testToplevel) {
+		t.Fatalf("warnings = %q", res.Warnings)
+	}
+	if len(s.node.reverts) != 0 || s.node.running != testToplevel {
+		t.Fatalf("reverts left %d, node runs %s", len(s.node.reverts), s.node.running)
+	}
 }

@@ -105,6 +105,10 @@ var ErrSystemdUnanswered = errors.New("systemd does not answer")
 // node_wait.
 var ErrRefused = errors.New("refused")
 
+// ErrMissingCommand is wrapped by the error of a node-side script that found a command
+// it needs missing from the node's PATH: the error names the command.
+var ErrMissingCommand = errors.New("a command is missing on the node")
+
 // BatchRunner is implemented by transports that can run several commands in one round
 // trip (one remote shell that frames each command's output). The body uses it for the
 // reads it takes together (a watch sample, the snapshot); without it, the commands run

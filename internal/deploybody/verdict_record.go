@@ -9,11 +9,11 @@ package deploybody
 // provider's Read, an import) can pair X with X's own verdict, or, when the node holds
 // no record of X, deploy it again rather than guess.
 //
-// It lives on disk (/var/lib/fediversity), not in /run beside the lock: it must hold as
-// long as the boot entry it speaks for, and the boot entry survives a reboot. It is
-// written atomically (a temporary file renamed over the old one) in a directory only
-// root reads: it holds what the state holds, minus the summary of changes and the
-// output of checks.
+// It lives on disk (RecordsDir), not in /run beside the lock: it must hold as long as
+// the boot entry it speaks for, and the boot entry survives a reboot. It is written
+// atomically (a fresh temporary file renamed over the old one) in a directory only root
+// reads (node_record.go): it holds what the state holds, minus the summary of changes
+// and the output of checks.
 
 import (
 	"context"
@@ -24,8 +24,12 @@ import (
 	"time"
 )
 
-// VerdictRecordFile is where a node keeps the verdict of its last deploy.
-const VerdictRecordFile = "/var/lib/fediversity/last-verdict.json"
+// VerdictRecordFile is where a node keeps the verdict of its last deploy;
+// legacyVerdictRecordFile is where older versions kept it.
+const (
+	VerdictRecordFile       = RecordsDir + "/last-verdict.json"
+	legacyVerdictRecordFile = legacyRecordsDir + "/last-verdict.json"
+)
 
 // verdictRecordVersion is the record's format; a record of another version is read as
 // no record (the safe side: a redeploy).
@@ -44,9 +48,6 @@ type VerdictRecord struct {
 	// check output.
 	Result *Result `json:"result"`
 }
-
-// writeRecordScript writes stdin to $1 atomically, in a directory only root reads.
-const writeRecordScript = `umask 077; d=${1%/*}; mkdir -p "$d" && chmod 700 "$d" && cat >"$1.tmp" && mv -f "$1.tmp" "$1"`
 
 // verdictRecordOf is the node's verdict record of this run (nil when the run has no
 // verdict): the result as far as the verdict, without changes or check output.
@@ -76,7 +77,7 @@ func (e *runEnv) recordVerdict(ctx context.Context, record []byte, err error, to
 	}
 	if err == nil {
 		var out RunResult
-		out, err = e.t.Run(ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile}, RunOptions{Path: lockPath, Stdin: record, Privileged: true})
+		out, err = e.t.Run(ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile, legacyVerdictRecordFile}, RunOptions{Path: lockPath, Stdin: record, Privileged: true})
 		if err == nil && out.ExitCode != 0 {
 			err = fmt.Errorf("exit %d: %s", out.ExitCode, firstLine(string(out.Stderr), "no output"))
 		}
@@ -120,12 +121,21 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 	if lastGood != nil {
 		copy(args[3:], []string{LastGoodFile, res.Toplevel, LastGoodRoot, string(lastGood)})
 	}
+	if err := lock.vanishedError(e.o.Node); err != nil {
+		return err // the heartbeat saw the node's /run emptied
+	}
+	epoch := lock.currentEpoch()
 	out, err := lockOpWith(ctx, e.t, record, args...)
 	switch {
 	case err == nil && out[0] == "lost":
 		lock.recordLost(parseLockHolder(out[1:], 0), true)
 		return lock.lostError(e.o.Node)
-	case err == nil && (out[0] == "ok" || out[0] == "gone"):
+	case err == nil && out[0] == "gone":
+		// No lock at all: the node's /run was emptied since this run took it. Nothing
+		// was written.
+		lock.sawVanished(epoch)
+		return lock.vanishedError(e.o.Node)
+	case err == nil && out[0] == "ok":
 		recorded, pinned := false, lastGood == nil
 		for _, line := range out[1:] {
 			word, why, _ := strings.Cut(line, " ")
@@ -157,7 +167,7 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 // has none, or one of another format.
 func ReadVerdictRecord(ctx context.Context, t Transport) (*VerdictRecord, error) {
 	var rec VerdictRecord
-	if found, err := readNodeRecord(ctx, t, VerdictRecordFile, "a verdict record", lockPath, &rec); !found || err != nil {
+	if found, err := readNodeRecord(ctx, t, VerdictRecordFile, legacyVerdictRecordFile, "a verdict record", lockPath, &rec); !found || err != nil {
 		return nil, err
 	}
 	if rec.Version != verdictRecordVersion || rec.Result == nil || rec.Result.Verdict == nil || strings.TrimSpace(rec.Toplevel) == "" {

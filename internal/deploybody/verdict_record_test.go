@@ -108,8 +108,8 @@ func TestDeployRecordsLastGoodWithItsVerdictInOneRoundTrip(t *testing.T) {
 // The lock script's record operation, run by the real sh on this machine against a
 // lock file in a temporary directory (a fake node's /run and /var/lib; what is proven
 // is the script, which the lab tests run on real nodes): it writes both records while
-// the run holds the lock or the node lost every lock, and nothing once another run
-// holds it; a write that fails is named, and the others still happen.
+// the run holds the lock, and nothing once another run holds it or the lock is gone; a
+// write that fails is named, and the others still happen.
 func TestLockScriptRecordWritesOnlyUnderThisRunsLock(t *testing.T) {
 	for _, tool := range []string{"flock", "stat", "sed"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -146,11 +146,13 @@ func TestLockScriptRecordWritesOnlyUnderThisRunsLock(t *testing.T) {
 			t.Fatalf("GC root -> %q (%v)", target, err)
 		}
 	})
+	// The node's /run was emptied since the run took its lock (a reboot it did not ask
+	// for): the run judged a boot that is gone, and writes nothing (issue 39, item 9).
 	t.Run("no lock on the node", func(t *testing.T) {
 		dir := t.TempDir()
-		out, rec, _ := run(t, dir, "mine", filepath.Join(dir, "lib", "last-verdict.json"))
-		if out != "gone\nrecorded\npinned\n" || rec == "" {
-			t.Fatalf("out %q, record %q", out, rec)
+		out, rec, lg := run(t, dir, "mine", filepath.Join(dir, "lib", "last-verdict.json"))
+		if out != "gone\n" || rec != "" || lg != "" {
+			t.Fatalf("out %q, record %q, last good %q: want nothing written", out, rec, lg)
 		}
 	})
 	t.Run("held by another run", func(t *testing.T) {
@@ -196,4 +198,126 @@ func recordsAndBootEntry(t *testing.T, n *fakeNode) (order string, records []cal
 		}
 	}
 	return strings.Join(seq, ","), records
+}
+
+// recordBench runs the lock script's record operation with the real sh on this
+// machine, with the node's /var/lib, /run and /nix/var moved into a temporary
+// directory: what is proven is the script's writes (the lab tests run it on nodes).
+type recordBench struct {
+	root, dataDir, victim string
+	moved                 *strings.Replacer
+}
+
+func newRecordBench(t *testing.T) *recordBench {
+	t.Helper()
+	for _, tool := range []string{"flock", "stat", "sed", "mktemp"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed to run the lock script: %v", tool, err)
+		}
+	}
+	root := t.TempDir()
+	b := &recordBench{root: root, dataDir: filepath.Join(root, "var/lib/fediversity"), victim: filepath.Join(root, "etc-shadow")}
+	b.moved = strings.NewReplacer("/var/lib/", root+"/var/lib/", "/run/fediversity", root+"/run/fediversity", "/nix/var/", root+"/nix/var/")
+	// /var/lib/fediversity is an Incus node's data volume: a service owns it, 0755.
+	must(t, os.MkdirAll(b.dataDir, 0o755))
+	must(t, os.Chmod(b.dataDir, 0o755))
+	must(t, os.WriteFile(b.victim, []byte("root:secret\n"), 0o600))
+	must(t, os.MkdirAll(filepath.Join(root, "run/fediversity"), 0o700))
+	must(t, os.WriteFile(filepath.Join(root, "run/fediversity/node.lock"), []byte("token=mine\nhost=h\n"), 0o600))
+	return b
+}
+
+// record runs the record operation as a run that holds the lock; lastGood "" writes no
+// last good system (a lenient verdict).
+func (b *recordBench) record(t *testing.T, lastGood string) string {
+	t.Helper()
+	args := []string{"-c", b.moved.Replace(lockScript), "sh", "record", "mine", b.moved.Replace(VerdictRecordFile), "", "", "", ""}
+	if lastGood != "" {
+		args = append(args[:6], b.moved.Replace(LastGoodFile), "/nix/store/aaaa-system", b.moved.Replace(LastGoodRoot), lastGood)
+	}
+	cmd := exec.Command("sh", args...)
+	cmd.Stdin = strings.NewReader(`{"version":1}`)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("lock script: %v: %s", err, out)
+	}
+	return string(out)
+}
+
+func (b *recordBench) file(rel string) string {
+	raw, _ := os.ReadFile(filepath.Join(b.root, rel))
+	return string(raw)
+}
+
+// Issue 39, item 6: the records live in a directory of their own. A deploy never
+// changes the mode of /var/lib/fediversity (an Incus node's data volume, owned by a
+// service); what an older version left there is moved to the new directory, and the
+// old directory stays as it was. On the current main every deploy ran chmod 700 on it.
+func TestRecordsKeepOutOfTheDataDirectory(t *testing.T) {
+	b := newRecordBench(t)
+	must(t, os.WriteFile(filepath.Join(b.dataDir, "last-verdict.json"), []byte(`{"version":1,"old":true}`), 0o600))
+	must(t, os.WriteFile(filepath.Join(b.dataDir, "last-good.json"), []byte(`{"version":1,"toplevel":"/nix/store/bbbb-old"}`), 0o600))
+	must(t, os.WriteFile(filepath.Join(b.dataDir, "app.db"), []byte("service data"), 0o644))
+	// A lenient verdict: no last good system of its own; the older one moves over.
+	if out := b.record(t, ""); out != "ok\nrecorded\n" {
+		t.Fatalf("record: %q", out)
+	}
+	if fi, err := os.Stat(b.dataDir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the data directory's mode is %v (%v), want 0755 as the service left it", fi.Mode().Perm(), err)
+	}
+	if got := b.file("var/lib/fediversity-deploy/last-verdict.json"); got != `{"version":1}` {
+		t.Fatalf("verdict record %q", got)
+	}
+	if got := b.file("var/lib/fediversity-deploy/last-good.json"); got != `{"version":1,"toplevel":"/nix/store/bbbb-old"}` {
+		t.Fatalf("the older last good system was not moved over: %q", got)
+	}
+	if fi, err := os.Stat(filepath.Join(b.root, "var/lib/fediversity-deploy")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the records' directory: %v (%v), want 0700", fi.Mode().Perm(), err)
+	}
+	for _, old := range []string{"last-verdict.json", "last-good.json"} {
+		if _, err := os.Lstat(filepath.Join(b.dataDir, old)); !os.IsNotExist(err) {
+			t.Fatalf("the older %s is still in the data directory (%v)", old, err)
+		}
+	}
+	if b.file("var/lib/fediversity/app.db") != "service data" {
+		t.Fatal("the service's data was touched")
+	}
+	// Until a deploy moves them, the readers find the older records.
+	for _, read := range []struct{ script, file, legacy string }{
+		{readRecordScript, VerdictRecordFile, legacyVerdictRecordFile},
+	} {
+		must(t, os.WriteFile(filepath.Join(b.dataDir, "last-verdict.json"), []byte("older"), 0o600))
+		must(t, os.Remove(filepath.Join(b.root, "var/lib/fediversity-deploy/last-verdict.json")))
+		out, err := exec.Command("sh", "-c", read.script, "sh", b.moved.Replace(read.file), b.moved.Replace(read.legacy)).Output()
+		if err != nil || string(out) != "older" {
+			t.Fatalf("reading with only the older record: %q (%v)", out, err)
+		}
+	}
+}
+
+// Issue 39, item 7: a service that owns /var/lib/fediversity plants symbolic links at
+// the names the records were written through; root's write follows none of them. On
+// the current main the record was written through "$1.tmp" with cat, and a link there
+// made root overwrite any file on the node.
+func TestRecordWritesFollowNoPlantedLink(t *testing.T) {
+	b := newRecordBench(t)
+	for _, name := range []string{"last-verdict.json.tmp", "last-good.json.tmp", "last-verdict.json", "last-good.json"} {
+		must(t, os.Symlink(b.victim, filepath.Join(b.dataDir, name)))
+	}
+	b.record(t, `{"version":1,"toplevel":"/nix/store/aaaa-system"}`)
+	if got := b.file("etc-shadow"); got != "root:secret\n" {
+		t.Fatalf("a planted link made the record write overwrite another file: %q", got)
+	}
+	if got := b.file("var/lib/fediversity-deploy/last-good.json"); got != `{"version":1,"toplevel":"/nix/store/aaaa-system"}` {
+		t.Fatalf("last good record %q", got)
+	}
+	// A link in place of the records' directory itself is refused, not followed.
+	b2 := newRecordBench(t)
+	must(t, os.Symlink(filepath.Dir(b2.victim), filepath.Join(b2.root, "var/lib/fediversity-deploy")))
+	if out := b2.record(t, ""); !strings.Contains(out, "unrecorded") || !strings.Contains(out, "is not a directory of its own") {
+		t.Fatalf("record through a linked directory: %q", out)
+	}
+	if b2.file("etc-shadow") != "root:secret\n" {
+		t.Fatal("the linked directory's files were overwritten")
+	}
 }

@@ -8,7 +8,8 @@ import (
 
 // WaveGate is the check a rollout makes between two waves, as Terraform runs it (the
 // provider's fediversity_rollout_gate): Terraform orders the waves, the gate only counts.
-// It is the same arithmetic as runRollout's: Amount.Budget, PastBudget, HaltMessage.
+// It is the same arithmetic as runRollout's: Amount.Budget, FailsBudget, PastBudget,
+// HaltMessage.
 type WaveGate struct {
 	// Wave is the wave just finished (from 1); Waves how many the rollout has.
 	Wave, Waves int
@@ -39,7 +40,7 @@ func (g WaveGate) Judge() (halt string, failures []string, err error) {
 	}
 	var failed []string
 	for node, v := range g.Verdicts {
-		if !v.OK {
+		if FailsBudget(v.OK, v.Reasons) {
 			failed = append(failed, node)
 		}
 	}

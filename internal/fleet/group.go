@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -87,11 +88,47 @@ type Outcome struct {
 	// Resumed: an earlier run had already deployed this run's system with an ok
 	// verdict; the node was judged again (verdict only), not copied to or switched.
 	Resumed bool
+	// Interrupted: the run was interrupted (Ctrl-C, SIGTERM) while the node's run was
+	// under way, and it ended with no verdict. It is neither ok nor a failed deploy: it
+	// does not count against a rollout's failure budget, and the exports say
+	// "interrupted". Err says where it stopped.
+	Interrupted bool
 }
 
 // OK is true when the node's verdict does not fail the run.
 func (o Outcome) OK() bool {
-	return o.Disabled || (o.NotAttempted == "" && o.Err == nil && o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.OK)
+	return o.Disabled || (o.NotAttempted == "" && !o.Interrupted && o.Err == nil && o.Result != nil && o.Result.Verdict != nil && o.Result.Verdict.OK)
+}
+
+// CountsAgainstBudget reports whether the node counts as failed against a rollout's
+// failure budget: a node deployed whose verdict failed, or that could not be deployed,
+// and also one whose lenient verdict was ok with reasons (the failures it let pass): one
+// rule for both front ends (FailsBudget). A node left alone (disabled, not attempted)
+// or whose run was interrupted is not counted.
+func (o Outcome) CountsAgainstBudget() bool {
+	if o.Disabled || o.NotAttempted != "" || o.Interrupted {
+		return false
+	}
+	if !o.OK() {
+		return true
+	}
+	v := o.Result.Verdict
+	return FailsBudget(v.OK, v.Reasons)
+}
+
+// FailsBudget is the failure budget's rule for one node's verdict, in the command's
+// rollout and in the provider's gate (fediversity_rollout_gate, the group modules): a
+// verdict that is not ok fails, and so does a lenient one that is ok with reasons.
+// A lenient verdict keeps the apply (or the command) going over a failed unit; it does
+// not make the node good, and a rollout's budget is about nodes that are not good.
+func FailsBudget(ok bool, reasons []string) bool {
+	return !ok || len(reasons) > 0
+}
+
+// interruptedOutcome tells whether o, returned while ctx (the group's) was done, is an
+// interrupted run rather than a failed one: it ended with an error and no verdict.
+func interruptedOutcome(ctx context.Context, o Outcome) bool {
+	return ctx.Err() != nil && o.Err != nil && (o.Result == nil || o.Result.Verdict == nil)
 }
 
 // NotBack is true when the node was rebooted and did not come back within node_wait
@@ -334,11 +371,15 @@ func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
 	if incustransport.IsSpaceError(restoreErr) {
 		return fmt.Errorf("the node did not answer after %s; %w", g.LostAfter(), restoreErr)
 	}
-	if restoreErr != nil {
-		return fmt.Errorf("the node did not answer after %s, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)",
-			g.LostAfter(), g.Taken(), restoreErr, g.Instance(), g.Taken())
+	aside := ""
+	if text := g.AsideText(); text != "" {
+		aside = ". " + strings.TrimSuffix(text, ".")
 	}
-	return fmt.Errorf("the node did not answer after %s: snapshot %s was restored and the instance started again; it runs its previous system", g.LostAfter(), g.Taken())
+	if restoreErr != nil {
+		return fmt.Errorf("the node did not answer after %s, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)%s",
+			g.LostAfter(), g.Taken(), restoreErr, g.Instance(), g.Taken(), aside)
+	}
+	return fmt.Errorf("the node did not answer after %s: snapshot %s was restored and the instance started again; it runs its previous system%s", g.LostAfter(), g.Taken(), aside)
 }
 
 // setBuild makes opts build the node as the provider does: its node plan goes to the

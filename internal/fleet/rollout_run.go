@@ -14,8 +14,13 @@ type WaveResult struct {
 	Nodes  []string
 	// Attempted: the wave started (at least one of its nodes was deployed).
 	Attempted bool
-	// Failed are the wave's nodes whose verdict failed (or that could not be deployed).
+	// Failed are the wave's nodes that count against the failure budget (their
+	// verdict failed, was ok only by being lenient, or they could not be deployed:
+	// Outcome.CountsAgainstBudget).
 	Failed []string
+	// Interrupted are the wave's nodes whose run the interrupt cut short (no verdict):
+	// not failed, not counted against the budget.
+	Interrupted []string
 	// NotBack are those of Failed that did not come back from their reboot within
 	// node_wait (Outcome.NotBack): they count against the budget like any failure.
 	NotBack []string
@@ -74,10 +79,12 @@ func HaltMessage(wave, waves int, failed []string, attempted, budget int) string
 type nodeDeployer func(ctx context.Context, node string) Outcome
 
 // runRollout runs plan's waves in order, at most parallel nodes at once. A wave starts
-// only when every verdict of the one before is in. A failing node counts against the
-// budget and does not stop the others while the budget holds; past it, no further node
-// is started (the rest of the wave and every later wave are not attempted: deploy is
-// never called for them). Outcomes are in plan order.
+// only when every verdict of the one before is in. A failing node (FailsBudget) counts
+// against the budget and does not stop the others while the budget holds; past it, no
+// further node is started (the rest of the wave and every later wave are not attempted:
+// deploy is never called for them). An interrupt (ctx done) starts no further node
+// either; a node whose run it cut short is interrupted, not failed. Outcomes are in plan
+// order.
 //
 // started, if not nil, is told when each wave starts (before its first node).
 func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy nodeDeployer, started func(WaveResult, int)) ([]Outcome, *RolloutResult) {
@@ -105,15 +112,15 @@ func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy node
 				select {
 				case slots <- struct{}{}:
 				case <-ctx.Done():
-					mu.Lock()
-					outcomes[node] = &Outcome{Node: node, Wave: wave.Number, Err: ctx.Err()}
-					mu.Unlock()
-					continue
+					continue // not attempted: the run was interrupted before its turn
 				}
 				mu.Lock()
 				halted := past()
 				mu.Unlock()
-				if halted {
+				if halted || ctx.Err() != nil {
+					// Past the budget, or interrupted while it waited for a slot (a free
+					// slot and the interrupt may come together): the node is not handed
+					// to the deployer with an ended context.
 					<-slots
 					continue // not attempted: marked below, once the reason is final
 				}
@@ -123,10 +130,11 @@ func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy node
 					defer func() { <-slots }()
 					o := deploy(ctx, node)
 					o.Wave = wave.Number
+					o.Interrupted = o.Interrupted || interruptedOutcome(ctx, o)
 					mu.Lock()
 					defer mu.Unlock()
 					res.Attempted++
-					if !o.OK() {
+					if o.CountsAgainstBudget() {
 						res.Failed++
 					}
 					outcomes[node] = &o
@@ -139,7 +147,9 @@ func runRollout(ctx context.Context, plan RolloutPlan, parallel int, deploy node
 			switch {
 			case o == nil:
 				wave.NotAttempted = append(wave.NotAttempted, node)
-			case !o.OK():
+			case o.Interrupted:
+				wave.Interrupted = append(wave.Interrupted, node)
+			case o.CountsAgainstBudget():
 				wave.Failed = append(wave.Failed, node)
 				if o.NotBack() {
 					wave.NotBack = append(wave.NotBack, node)

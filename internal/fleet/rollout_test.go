@@ -98,7 +98,7 @@ func TestRolloutPlanRefusesBadInput(t *testing.T) {
 // The per-node deploy itself is proven on real nodes by the command's lab tests.
 type fakeFleet struct {
 	mu      sync.Mutex
-	fail    map[string]string // node → "failed", "unreachable" or "not-back"
+	fail    map[string]string // node → "failed", "lenient", "unreachable" or "not-back"
 	events  []string          // "start n1", "end n1", in order
 	running int
 	peak    int
@@ -114,6 +114,9 @@ func (f *fakeFleet) deploy(ctx context.Context, node string) Outcome {
 	switch f.fail[node] {
 	case "failed":
 		v = &deploybody.Verdict{Reasons: []string{"fedi-broken.service failed"}}
+	case "lenient":
+		// strict = false: ok, with the failure it let pass as its reason.
+		v = &deploybody.Verdict{OK: true, Reasons: []string{"fedi-broken.service failed"}}
 	case "unreachable":
 		v = &deploybody.Verdict{Unreachable: true, Reasons: []string{"unreachable"}}
 	}
@@ -312,5 +315,60 @@ func TestRolloutInterruptedLeavesLaterWavesAlone(t *testing.T) {
 	}
 	if !strings.Contains(outcomes[2].NotAttempted, "interrupted") {
 		t.Errorf("n3: %q, want not attempted because the run was interrupted", outcomes[2].NotAttempted)
+	}
+}
+
+// Issue 39, item 9: a Ctrl-C in the middle of a wave. The node whose run it cut short
+// is interrupted, not failed; the node that waited for a slot is never handed to the
+// deployer with an ended context; nothing counts against the budget, and the rollout
+// says it was interrupted, not halted. On the current main both counted as failed
+// nodes and the rollout "halted" past a budget of 0.
+func TestRolloutInterruptIsNotAFailure(t *testing.T) {
+	for round := 0; round < 20; round++ { // the slot and the interrupt race: try it often
+		ctx, cancel := context.WithCancel(context.Background())
+		var mu sync.Mutex
+		var handed []string
+		deploy := func(ctx context.Context, node string) Outcome {
+			mu.Lock()
+			handed = append(handed, node)
+			mu.Unlock()
+			if ctx.Err() != nil {
+				return Outcome{Node: node, Err: fmt.Errorf("handed an ended context: %w", ctx.Err())}
+			}
+			cancel() // the operator's Ctrl-C, while this node's run is under way
+			return Outcome{Node: node, Result: &deploybody.Result{Node: node},
+				Err: &deploybody.DeployError{Node: node, Phase: deploybody.PhaseSettle, Err: context.Canceled}}
+		}
+		outcomes, res := runRollout(ctx, planOf(t, `{"failure_budget": 0}`, 3), 1, deploy, nil)
+		cancel()
+		if len(handed) != 1 || handed[0] != "n1" {
+			t.Fatalf("round %d: handed %v to the deployer, want n1 only", round, handed)
+		}
+		w := res.Waves[0]
+		if res.Halted || !res.Interrupted || res.Failed != 0 || len(w.Failed) != 0 || !reflect.DeepEqual(w.Interrupted, []string{"n1"}) {
+			t.Fatalf("round %d: %+v, wave %+v: want n1 interrupted, nothing failed, no halt", round, res, w)
+		}
+		if !outcomes[0].Interrupted || outcomes[0].CountsAgainstBudget() || outcomes[1].NotAttempted == "" || outcomes[2].NotAttempted == "" {
+			t.Fatalf("round %d: outcomes %+v", round, outcomes)
+		}
+	}
+}
+
+// Issue 39, item 9: one rule for a lenient verdict, in both front ends: ok with reasons
+// counts against the failure budget (FailsBudget), here and in the provider's gate
+// (which the group modules feed). On the current main the command counted it as ok.
+func TestLenientVerdictCountsAgainstTheBudget(t *testing.T) {
+	f := &fakeFleet{fail: map[string]string{"n1": "lenient"}}
+	outcomes, res := runRollout(context.Background(), planOf(t, `{"canary": 1, "failure_budget": 0}`, 3), 10, f.deploy, nil)
+	if !res.Halted || res.Failed != 1 || !reflect.DeepEqual(res.Waves[0].Failed, []string{"n1"}) || !reflect.DeepEqual(f.started(), []string{"n1"}) {
+		t.Fatalf("deployed %v, result %+v: want the lenient canary counted and the rollout halted", f.started(), res)
+	}
+	if !outcomes[0].OK() {
+		t.Fatal("the lenient node's own result is not ok any more: only the budget counts it")
+	}
+	g := WaveGate{Wave: 1, Waves: 2, GroupSize: 3, FailureBudget: mustAmount(t, "0"),
+		Verdicts: map[string]GateVerdict{"n1": {OK: true, Reasons: []string{"fedi-broken.service failed"}}}}
+	if halt, failures, err := g.Judge(); err != nil || halt == "" || len(failures) != 1 || !strings.Contains(failures[0], "fedi-broken.service failed") {
+		t.Fatalf("gate on a lenient verdict: halt %q, failures %v, err %v", halt, failures, err)
 	}
 }

@@ -24,6 +24,8 @@ type Instance struct {
 	Location   string            `json:"location"`
 	Config     map[string]string `json:"config"`
 	CreatedAt  time.Time         `json:"created_at"`
+	// LastUsedAt is when the instance was last started (zero: never).
+	LastUsedAt time.Time `json:"last_used_at"`
 	// ExpandedDevices are the devices with the profiles' applied: the root disk and
 	// the custom volumes a rollback point holds.
 	ExpandedDevices map[string]map[string]string `json:"expanded_devices"`

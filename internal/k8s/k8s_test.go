@@ -330,6 +330,16 @@ func TestRolloutErrorTellsRollback(t *testing.T) {
 	if !strings.Contains(e.Error(), "no previous image") {
 		t.Error(e.Error())
 	}
+	// A wait of unknown length, or one that stopped at its first read, never says it
+	// waited "0s" (issue 39, item 9).
+	for _, w := range []time.Duration{0, 300 * time.Millisecond} {
+		for _, early := range []bool{false, true} {
+			e := &RolloutError{Node: "n1", Reason: ReasonCrashLoop, Waited: w, Early: early}
+			if msg := e.Error(); strings.Contains(msg, " 0s") || (w > 0 && !strings.Contains(msg, "300ms")) {
+				t.Errorf("waited %s, early %v: %s", w, early, msg)
+			}
+		}
+	}
 	if !errors.As(error(e), new(*RolloutError)) {
 		t.Error("not a RolloutError")
 	}

@@ -111,11 +111,29 @@ func (e *RolloutError) Unwrap() error {
 	return e.OtherWriter
 }
 
+// waitedFor is a wait's length for a message: whole seconds, tenths of a second under
+// one (a wait that stopped at its first read must not read "0s"), "" when unknown.
+func waitedFor(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return ""
+	case d < time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
 func (e *RolloutError) Error() string {
 	var b strings.Builder
-	how := fmt.Sprintf("did not become ready within %s", e.Waited.Round(time.Second))
+	how := "did not become ready"
+	if w := waitedFor(e.Waited); w != "" {
+		how += " within " + w
+	}
 	if e.Early {
-		how = fmt.Sprintf("stopped after %s on a state that does not recover", e.Waited.Round(time.Second))
+		how = "stopped on a state that does not recover"
+		if w := waitedFor(e.Waited); w != "" {
+			how = "stopped after " + w + " on a state that does not recover"
+		}
 	}
 	fmt.Fprintf(&b, "node %s: the rollout of %s in namespace %s %s: %s.", e.Node, e.Image, e.Namespace, how, e.Reason)
 	for _, d := range e.Details {

@@ -19,6 +19,21 @@ import (
 	"time"
 )
 
+// The lab's stand-in systems (lab/closures, the tests' own) are built by /bin/sh, which
+// a build sandbox lacks. The product never changes the deployer's nix settings, so the
+// lab sets it off for every test that uses the lab, as lab/test.sh does for the
+// commands it runs, unless NIX_CONFIG already says otherwise. The provider plugins and
+// the fediversity commands the tests start inherit it.
+func init() {
+	cfg := os.Getenv("NIX_CONFIG")
+	for _, line := range strings.Split(cfg, "\n") {
+		if name, _, ok := strings.Cut(line, "="); ok && strings.TrimSpace(name) == "sandbox" {
+			return
+		}
+	}
+	_ = os.Setenv("NIX_CONFIG", strings.TrimPrefix(cfg+"\nsandbox = false", "\n"))
+}
+
 // StateDir is where lab.sh writes the lab key, known_hosts and nodes.json.
 func StateDir() string {
 	if d := os.Getenv("LAB_STATE"); d != "" {

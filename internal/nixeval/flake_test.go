@@ -2,7 +2,9 @@ package nixeval
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -165,5 +167,51 @@ func TestHandNodePlanFlake(t *testing.T) {
 	again := nixstore.BuildSpec{Flake: "path:/x", Attr: "a"}
 	if _, err := HandNodePlan(&again, `{"n":1}`); err != nil || again.PlanInput != spec.PlanInput {
 		t.Fatalf("the same plan went to %s (%v), want %s", again.PlanInput, err, spec.PlanInput)
+	}
+}
+
+// Issue 39, item 9: the flake is edited between the read its cache key is made of (nix
+// flake metadata) and the evaluation. The evaluation reads the flake at its locked
+// reference, the content the key covers, and an entry is stored only when the flake is
+// unchanged after it: the cache never maps the key of one content to the derivation of
+// another. On the current main the two reads were separate, and a later plan of the
+// first content got the edited one's derivation from the cache.
+func TestEvaluatorFlakeEditedDuringItsEvaluation(t *testing.T) {
+	f := newTestFlake(t)
+	real, err := exec.LookPath("nix")
+	if err != nil {
+		t.Fatal("nix is not installed (lab/install-host.sh installs it)")
+	}
+	wrapperDir := t.TempDir()
+	once := filepath.Join(wrapperDir, "edited")
+	wrapper := filepath.Join(wrapperDir, "nix")
+	// The operator's edit lands right before the first evaluation starts.
+	script := fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do if [ \"$a\" = eval ] && [ ! -e %q ]; then touch %q; printf '%%s' '\"edited\"' >%q; fi; done\nexec %q \"$@\"\n",
+		once, once, filepath.Join(f.dir, "web01.nix"), real)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prev := nixstore.NixBin
+	nixstore.NixBin = wrapper
+	t.Cleanup(func() { nixstore.NixBin = prev })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e := &Evaluator{Cache: &EvalCache{Dir: filepath.Join(t.TempDir(), "eval")}}
+	if _, err := e.Evaluate(ctx, "web01", f.spec("web01", ""), ""); err != nil {
+		t.Fatal(err)
+	}
+	// The operator puts the first content back: a plan of it must give its own
+	// derivation, whatever the cache holds.
+	f.write(f.dir, "web01.nix", `"one"`)
+	got, err := e.Evaluate(ctx, "web01", f.spec("web01", ""), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := (&Evaluator{}).Evaluate(ctx, "web01", f.spec("web01", ""), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Derivation != want.Derivation {
+		t.Fatalf("after the edit was undone the cache gave %s (%s), the flake evaluates to %s", got.Derivation, got.Cache, want.Derivation)
 	}
 }

@@ -181,7 +181,13 @@ func (f *FlakeError) Error() string { return f.Msg }
 // each, so no file the evaluation may read is left out: a pure evaluation reads
 // nothing else), the attribute and the node plan. nix flake metadata runs once per
 // flake at a time, shared by the nodes asking together.
-func (e *Evaluator) flakeKey(ctx context.Context, spec nixstore.BuildSpec, nodePlan string) (string, error) {
+//
+// It also returns the identity: the evaluation reads the flake at its locked reference
+// (id.Locked), the content the key was made of; and, since a flake whose reference nix
+// cannot lock to content (a git tree with changes not committed) is read as it is when
+// evaluated, the identity is read again after a miss's evaluation, and the entry
+// stored only when it is unchanged (Evaluate).
+func (e *Evaluator) flakeKey(ctx context.Context, spec nixstore.BuildSpec, nodePlan string) (string, nixstore.FlakeIdentity, error) {
 	out, _, err := e.flakes.Do(ctx, spec.Flake, func() (string, error) {
 		id, err := nixstore.FlakeMetadata(ctx, spec.Flake)
 		if err != nil {
@@ -191,14 +197,14 @@ func (e *Evaluator) flakeKey(ctx context.Context, spec nixstore.BuildSpec, nodeP
 		return string(b), err
 	})
 	if err != nil {
-		return "", err
+		return "", nixstore.FlakeIdentity{}, err
 	}
 	var id nixstore.FlakeIdentity
 	if err := json.Unmarshal([]byte(out), &id); err != nil {
-		return "", err
+		return "", id, err
 	}
 	if nodePlan != "" && !id.TakesNodePlan {
-		return "", &FlakeError{Msg: fmt.Sprintf("the flake %s does not declare the input %s, so the node plan cannot reach it; "+
+		return "", id, &FlakeError{Msg: fmt.Sprintf("the flake %s does not declare the input %s, so the node plan cannot reach it; "+
 			"add inputs.%s = { url = \"path:./no-node-plan\"; flake = false; } (a directory holding node-plan.json) and read "+
 			"\"${%s}/%s\", or leave node_plan out", spec.Flake, nixstore.NodePlanInput, nixstore.NodePlanInput, nixstore.NodePlanInput, nixstore.NodePlanInputFile)}
 	}
@@ -207,7 +213,7 @@ func (e *Evaluator) flakeKey(ctx context.Context, spec nixstore.BuildSpec, nodeP
 		"flake": spec.Flake,
 		"attr":  spec.Attr,
 		"locks": id.String(),
-	}), nil
+	}), id, nil
 }
 
 // Evaluation is the result of Evaluate.
@@ -239,11 +245,13 @@ func (e *Evaluator) Evaluate(ctx context.Context, node string, spec nixstore.Bui
 		}
 	})
 	var key, why string
+	var flake nixstore.FlakeIdentity
 	if spec.Flake != "" {
 		var err error
-		if key, err = e.flakeKey(ctx, spec, nodePlan); err != nil {
+		if key, flake, err = e.flakeKey(ctx, spec, nodePlan); err != nil {
 			return ev, err
 		}
+		spec.FlakeLocked = flake.Locked
 	} else if key, why = fileKey(spec, nodePlan, func(root string) (string, error) {
 		// The nodes of one repository planning together hash it once.
 		tree, _, err := e.trees.Do(ctx, root, func() (string, error) { return nixstore.HashTree(root) })
@@ -269,6 +277,13 @@ func (e *Evaluator) Evaluate(ctx context.Context, node string, spec nixstore.Bui
 		return ev, err
 	}
 	ev.Derivation, ev.Shared = drv, shared
+	if ev.Cache == "miss" && !shared && spec.Flake != "" {
+		// The flake may have been edited between its metadata and the evaluation, if
+		// nix could not lock it to content: key(A) must never name drv(B).
+		if now, err := nixstore.FlakeMetadata(ctx, spec.Flake); err != nil || now.String() != flake.String() {
+			ev.Cache, ev.Ignored = "off", fmt.Sprintf("the flake %s changed while it was evaluated: not cached", spec.Flake)
+		}
+	}
 	if ev.Cache == "miss" && !shared {
 		if err := e.Cache.Store(key, drv, time.Now()); err != nil {
 			ev.Warnings = append(ev.Warnings, fmt.Sprintf("The evaluation of node %s was not cached, so the next run evaluates it again: %v. "+

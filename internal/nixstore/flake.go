@@ -83,6 +83,10 @@ type FlakeIdentity struct {
 	Hashes map[string]string
 	// TakesNodePlan tells that the flake's inputs include NodePlanInput.
 	TakesNodePlan bool
+	// Locked is the flake's locked reference (the metadata's url: a path flake with its
+	// narHash, a clean git tree with its rev), "" when nix gave none. Not part of the
+	// identity's String: it names the same content the hashes do.
+	Locked string `json:",omitempty"`
 }
 
 // String is the identity as one line, stable for the same hashes.
@@ -107,6 +111,7 @@ func FlakeMetadata(ctx context.Context, ref string) (FlakeIdentity, error) {
 		return FlakeIdentity{}, fmt.Errorf("nix flake metadata of %s failed %w", ref, err)
 	}
 	var meta struct {
+		URL    string `json:"url"`
 		Locked struct {
 			NarHash string `json:"narHash"`
 		} `json:"locked"`
@@ -126,7 +131,7 @@ func FlakeMetadata(ctx context.Context, ref string) (FlakeIdentity, error) {
 	if meta.Locked.NarHash == "" {
 		return FlakeIdentity{}, fmt.Errorf("nix flake metadata of %s reports no narHash for the flake", ref)
 	}
-	id := FlakeIdentity{Hashes: map[string]string{"": meta.Locked.NarHash}}
+	id := FlakeIdentity{Hashes: map[string]string{"": meta.Locked.NarHash}, Locked: meta.URL}
 	for name, n := range meta.Locks.Nodes {
 		if name == meta.Locks.Root {
 			_, id.TakesNodePlan = n.Inputs[NodePlanInput]
@@ -156,7 +161,11 @@ func instantiateFlake(ctx context.Context, spec BuildSpec) (string, error) {
 		}
 		cmd = append(cmd, "--override-input", NodePlanInput, "path:"+abs)
 	}
-	out, err := runNixOutput(ctx, NixBin, append(flakeArgs(cmd...), what+".drvPath"))
+	ref := spec.Flake
+	if spec.FlakeLocked != "" {
+		ref = spec.FlakeLocked
+	}
+	out, err := runNixOutput(ctx, NixBin, append(flakeArgs(cmd...), ref+"#"+spec.Attr+".drvPath"))
 	if err != nil {
 		return "", fmt.Errorf("evaluation of flake %s failed %w", what, err)
 	}

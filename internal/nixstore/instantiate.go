@@ -42,7 +42,7 @@ func Realise(ctx context.Context, drv string, log io.Writer) (string, error) {
 	if !ValidStorePath(drv) || !strings.HasSuffix(drv, ".drv") {
 		return "", fmt.Errorf("realise: %q is not a derivation (want %s/<hash>-<name>.drv)", drv, StoreDir)
 	}
-	args := []string{"--realise", "--option", "sandbox", "false"}
+	args := []string{"--realise"}
 	if needsNoBuildUsers() {
 		args = append(args, "--option", "build-users-group", "")
 	}

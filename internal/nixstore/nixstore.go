@@ -210,6 +210,11 @@ type BuildSpec struct {
 	// PlanInput, for a flake, is a directory holding only the node plan
 	// (NodePlanInputFile), handed to the flake as its NodePlanInput.
 	PlanInput string
+	// FlakeLocked, when set, is the locked reference of Flake (FlakeIdentity.Locked,
+	// from the metadata the cache key was made of): it is what is evaluated, so that
+	// the evaluation reads what the key covers, not the flake as an edit left it since.
+	// Messages still name Flake.
+	FlakeLocked string
 	// File is a Nix file (or a directory with default.nix) to build.
 	File string
 	// Expr is a Nix expression to build (nix-build -E).
@@ -223,13 +228,14 @@ type BuildSpec struct {
 	PlanArg string
 	// ArgStr are further --argstr name value pairs (e.g. a seed).
 	ArgStr map[string]string
-	// Options are further --option name value pairs; "sandbox false" is always given.
+	// Options are further --option name value pairs. The deployer's own nix settings
+	// (its sandbox among them) are left as they are.
 	Options map[string]string
 	// Log, if not nil, receives nix-build's stderr (build logs) as it is written.
 	Log io.Writer
 }
 
-// Build builds spec with nix-build --option sandbox false --no-out-link and returns
+// Build builds spec with nix-build --no-out-link and returns
 // the one output path it printed (the toplevel).
 func Build(ctx context.Context, spec BuildSpec) (string, error) {
 	args, what, err := spec.nixArgs()
@@ -255,7 +261,6 @@ func (spec BuildSpec) nixArgs() (args []string, what string, err error) {
 	if (spec.File == "") == (spec.Expr == "") {
 		return nil, "", errors.New("set exactly one of File and Expr")
 	}
-	args = []string{"--option", "sandbox", "false"}
 	if needsNoBuildUsers() {
 		// Root without a nixbld group (a plain nix-bin install): nix refuses to build
 		// unless told to build as root itself.

@@ -19,6 +19,9 @@ func requireNix(t *testing.T) {
 		}
 		t.Skip("nix-build is not installed on this machine")
 	}
+	// The test derivations are built by /bin/sh, which a build sandbox lacks; the
+	// product leaves the deployer's sandbox setting alone, so the test sets it.
+	t.Setenv("NIX_CONFIG", os.Getenv("NIX_CONFIG")+"\nsandbox = false")
 }
 
 func closuresFile(t *testing.T) string {
@@ -210,4 +213,42 @@ func contains(l []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// Issue 39, item 9: the deployer's nix runs with the sandbox its own nix.conf (or
+// NIX_CONFIG) says: the plan's evaluation, the apply's build and realise pass no
+// `--option sandbox`. A recording stand-in for each nix command shows the arguments.
+// On the current main every call turned the sandbox off.
+func TestNixLeavesTheSandboxToTheDeployer(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "args")
+	for _, bin := range []*string{&NixBuildBin, &NixInstantiateBin, &NixStoreBin} {
+		stand := filepath.Join(dir, filepath.Base(*bin))
+		out := "/nix/store/00000000000000000000000000000000-x"
+		if filepath.Base(*bin) == "nix-instantiate" {
+			out += ".drv"
+		}
+		script := "#!/bin/sh\necho \"$*\" >>" + log + "\necho " + out + "\n"
+		if err := os.WriteFile(stand, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		prev := *bin
+		*bin = stand
+		t.Cleanup(func() { *bin = prev })
+	}
+	file := filepath.Join(dir, "node.nix")
+	if err := os.WriteFile(file, []byte("{ }: { }"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, _ = Instantiate(ctx, BuildSpec{File: file})
+	_, _ = Build(ctx, BuildSpec{File: file})
+	_, _ = Realise(ctx, "/nix/store/00000000000000000000000000000000-x.drv", nil)
+	b, err := os.ReadFile(log)
+	if err != nil || strings.Count(string(b), "\n") != 3 {
+		t.Fatalf("the stand-ins ran %q (%v), want three calls", b, err)
+	}
+	if strings.Contains(string(b), "sandbox") {
+		t.Fatalf("a nix call set the sandbox itself:\n%s", b)
+	}
 }

@@ -4,8 +4,10 @@ package kit
 // that is true for one run or one login only, so storing it makes every plan differ or
 // leaks where a credential was staged. The rule, checked at plan time:
 //   - an absolute path under a directory whose contents live for one run or login:
-//     /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc, and the run's own temporary
-//     directories ($TMPDIR, $XDG_RUNTIME_DIR, $RUNNER_TEMP: a CI job's temp dir);
+//     /tmp, /var/tmp, /run/user, /dev/shm, /dev/fd, /proc, macOS' /private/tmp,
+//     /private/var/tmp and /var/folders (its per-user temporary and cache directories,
+//     also as /private/var/folders), and the run's own temporary directories ($TMPDIR,
+//     $XDG_RUNTIME_DIR, $RUNNER_TEMP: a CI job's temp dir);
 //   - any of the provider's own credential locations (ssh_private_key_file,
 //     ssh_auth_sock, registry_auth_file, kubeconfig, the Incus client key), wherever
 //     they are.
@@ -51,7 +53,8 @@ func PerRunValues(cfg *Config) map[string]string {
 	return out
 }
 
-var perRunDirs = []string{"/tmp", "/var/tmp", "/run/user", "/dev/shm", "/dev/fd", "/proc"}
+var perRunDirs = []string{"/tmp", "/var/tmp", "/run/user", "/dev/shm", "/dev/fd", "/proc",
+	"/private/tmp", "/private/var/tmp", "/var/folders", "/private/var/folders"}
 
 // perRunDirEnv are the environment variables that name a run's own temporary
 // directory.

@@ -40,6 +40,14 @@ func TestPerRunReason(t *testing.T) {
 		"https://example.org/tmp/x":          false, // a URL's path, not a local one
 		"--name=web01 --root=/srv/fedi/tree": false,
 		"a/tmp/b":                            false,
+		// macOS' temporary directories (issue 39, item 9): /tmp is /private/tmp there,
+		// and $TMPDIR is under /var/folders.
+		"/private/tmp/key":   true,
+		"/private/var/tmp/x": true,
+		"/var/folders/zz/zyxvpxvq6csfxvn_n0000000000000/T/key": true,
+		"/private/var/folders/zz/zyxvpxvq6csfxvn_n000/T/k":     true,
+		"/private/etc/fedi/plan.json":                          false,
+		"/var/foldersx/a":                                      false,
 	} {
 		if got := perRunReason(v, cfg) != ""; got != perRun {
 			t.Errorf("perRunReason(%q) per-run = %v, want %v (%s)", v, got, perRun, perRunReason(v, cfg))

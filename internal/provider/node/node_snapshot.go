@@ -28,17 +28,10 @@ import (
 func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, restoreErr error, judged string) diag.Diagnostics {
 	var diags diag.Diagnostics
 	taken := g.Taken()
+	// What became of the state that stopped answering, in the words of both front ends.
 	aside := ""
-	switch bricked, err := g.Bricked(); {
-	case bricked != "":
-		aside = fmt.Sprintf(" The state that stopped answering is kept as snapshot %s for inspection (`incus copy %s/%s <new-name>`); "+
-			"it is never rotated: remove it with `incus snapshot delete %s %s`.", bricked, g.Instance(), bricked, g.Instance(), bricked)
-		for _, v := range g.BrickedVolumes() {
-			aside += fmt.Sprintf(" Custom volume %s's state is kept as its snapshot %s (`incus storage volume copy %s/%s/%s %s/<new-name>`; remove it with `incus storage volume snapshot delete %s %s %s`).",
-				v.Volume, bricked, v.Pool, v.Volume, bricked, v.Pool, v.Pool, v.Volume, bricked)
-		}
-	case err != nil:
-		aside = fmt.Sprintf(" Keeping the state that stopped answering as a snapshot failed: %v.", err)
+	if text := g.AsideText(); text != "" {
+		aside = " " + text
 	}
 	after := g.LostAfter()
 	if incustransport.IsSpaceError(restoreErr) {
@@ -127,7 +120,9 @@ func snapshotBlockSchema() schema.SingleNestedBlock {
 			"restored (every member), the instance started, and the apply fails saying so. Before anything changes, the restore checks that the " +
 			"storage pools and the project's `limits.disk` have room for a copy of every member, and refuses with the figures if not. " +
 			"Before the restore, the state that stopped answering is kept aside as its own snapshots " +
-			"(`fediversity-bricked-<time>`) for inspection; rotation never deletes those: remove them with `incus snapshot delete <instance> <snapshot>`. " +
+			"(`fediversity-bricked-<time>`, of the root disk and of each custom volume); inspect them in a copy of their own with " +
+			"`fediversity incus inspect-copy <instance> <snapshot> <new-name>`, whose volumes are copies of those snapshots and nothing of the live node. " +
+			"Rotation never deletes them: remove them with `incus snapshot delete <instance> <snapshot>`. " +
 			"A node with a failed unit is not restored (it keeps its new boot entry). Changing it redeploys nothing by itself.",
 		Attributes: map[string]schema.Attribute{
 			"enabled": schema.BoolAttribute{Optional: true, MarkdownDescription: "Take the snapshot. Default `true` when the block is present."},

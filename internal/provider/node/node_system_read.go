@@ -17,6 +17,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
+	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 	"github.com/fediversity/terraform-provider-fediversity/internal/transport/remote"
 )
 
@@ -37,6 +38,9 @@ type nodeSystem struct {
 	// false when the login could not read its record (deploybody.LastGoodReadScript).
 	lastGood     string
 	lastGoodRead bool
+	// pendingRestore describes an earlier run's unfinished restore of the (Incus)
+	// node, read only when wantPending asked: "" when there is none.
+	pendingRestore string
 }
 
 // readSystemScript prints /run/current-system, the system profile (both resolved;
@@ -49,8 +53,11 @@ var readSystemScript = `printf '%s\n' "$(readlink -e /run/current-system)" "$(re
 	deploybody.RebootFactsScript + "; " + deploybody.LastGoodReadScript
 
 // readNodeSystem asks the node what it runs and boots, in one round trip, and, when
-// wantRecord says so, reads its verdict record over the same connection.
-func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget, cfg *kit.Config, wantRecord func(nodeSystem) bool) (_ nodeSystem, err error) {
+// wantRecord says so, reads its verdict record over the same connection; when
+// wantPending says so (a node that does not run what the state says), it lists an Incus
+// node's unfinished restores too: an instance that runs the state a cut-off restore
+// kept aside answers like any other, and only its snapshots tell.
+func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget, cfg *kit.Config, wantRecord, wantPending func(nodeSystem) bool) (_ nodeSystem, err error) {
 	var ns nodeSystem
 	opened, err := kit.OpenTransport(ctx, node, target, cfg)
 	if err != nil {
@@ -76,6 +83,11 @@ func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget
 	}
 	if wantRecord != nil && wantRecord(ns) {
 		ns.record, ns.recordErr = deploybody.ReadVerdictRecord(ctx, t)
+	}
+	if it, ok := opened.(*incustransport.Transport); ok && wantPending != nil && wantPending(ns) {
+		if pending, err := it.PendingRestores(ctx); err == nil && len(pending) > 0 {
+			ns.pendingRestore = pending[len(pending)-1].Describe(it.Instance())
+		}
 	}
 	return ns, nil
 }

@@ -535,7 +535,10 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	wantRecord := func(ns nodeSystem) bool {
 		return ns.running == ns.profile && ns.running != m.Toplevel.ValueString() && ns.running != failedToplevel
 	}
-	ns, err := readNodeSystem(ctx, node, target, r.cfg, wantRecord)
+	// An Incus node that does not run what the state says may run a state a cut-off
+	// restore kept aside: its restore's journal is looked for then.
+	wantPending := func(ns nodeSystem) bool { return ns.running != m.Toplevel.ValueString() }
+	ns, err := readNodeSystem(ctx, node, target, r.cfg, wantRecord, wantPending)
 	var pending *pendingRestoreError
 	if errors.As(err, &pending) && interrupted != nil && !m.Toplevel.IsNull() {
 		// A restore cut off in the middle is an unfinished deploy: the next plan
@@ -547,6 +550,13 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
 			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
 				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
+		return diags, nil
+	}
+	if ns.pendingRestore != "" && interrupted != nil && !m.Toplevel.IsNull() {
+		// The instance answers, but runs what an unfinished restore has not put back yet
+		// (one cut off before its stop): the next plan deploys, whose first step
+		// finishes the restore.
+		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: fmt.Sprintf("Node %s runs %s: %s.", node, describeProfile(ns.running), ns.pendingRestore)}
 		return diags, nil
 	}
 	booted := ns.booted.String()

@@ -108,7 +108,9 @@ func (r *rolloutGateResource) Schema(_ context.Context, _ resource.SchemaRequest
 				Required:    true,
 				ElementType: gateVerdictType,
 				MarkdownDescription: "Per node deployed so far (every wave up to `wave`): `ok` and the `reasons` it fails, e.g. " +
-					"`{ for n, s in fediversity_node_switch.wave_1 : n => { ok = length(s.verdict.reasons) == 0, reasons = s.verdict.reasons } }`. " + gateReplaces,
+					"`{ for n, s in fediversity_node_switch.wave_1 : n => { ok = s.verdict.ok, reasons = s.verdict.reasons } }`. " +
+					"A node counts against the budget when `ok` is false or `reasons` is not empty: a lenient verdict that is ok with reasons " +
+					"let failures pass, and counts, as in the `fediversity` command's rollout. " + gateReplaces,
 				PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
 			},
 		},

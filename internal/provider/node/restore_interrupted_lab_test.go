@@ -6,6 +6,7 @@ package node_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -90,7 +91,7 @@ func TestAccNodeSwitchIncusRestoreInterrupted(t *testing.T) {
 			if !agree {
 				t.Fatalf("after the finishing apply the node says %q (want running %s, marker %q); state toplevel=%v verdict.ok=%v", got, goodTop, mode.marker, st["toplevel"], verdict["ok"])
 			}
-			bricked := "fediversity-bricked-" + strings.TrimPrefix(strings.SplitN(journal, "-from-", 2)[0], "fediversity-restoring-")
+			bricked := brickedOfJournal(journal)
 			snaps := ourSnapshots(t, node)
 			if strings.Contains(strings.Join(snaps, " "), "fediversity-restoring-") || !strings.Contains(strings.Join(snaps, " "), bricked) {
 				t.Fatalf("after the finishing apply the snapshots are %v: want the journal closed, the bricked state kept as %s", snaps, bricked)
@@ -142,4 +143,77 @@ func cutAtJournal(t *testing.T, node labtest.Node, cliPID int) (journal, status 
 	}
 	t.Fatalf("no restore journal appeared on %s within 10 minutes", node.Instance)
 	return "", ""
+}
+
+// brickedOfJournal is the name the bricked state of a restore's journal is kept under
+// once the restore finished: fediversity-bricked-<time>.
+func brickedOfJournal(journal string) string {
+	stamp := strings.TrimPrefix(strings.SplitN(journal, "-from-", 2)[0], "fediversity-restoring-")
+	stamp, _, _ = strings.Cut(stamp, "-") // the step (begun, restored)
+	return "fediversity-bricked-" + stamp
+}
+
+// Issue 39, item 4: a restore cut off between its journal and the instance's stop. The
+// bricking system powers the node off, but a unit whose stop takes ten minutes holds the
+// shutdown, so the instance keeps running the state that stopped answering (systemd
+// says "stopping"); the plugin is SIGKILLed as soon as the journal appears, before the
+// restore's stop could end. The next plan, although the instance answers, names the
+// unfinished restore and plans a deploy. The next apply finishes the restore: it tells a bricked
+// instance that runs under a "begun" journal from one its restore started, restores the
+// set (root disk and data volume), starts it, says so, and deploys. The node runs its
+// previous system with the data volume's old marker, the journal is closed and the
+// bricked state kept. On the current main the next apply took "it runs" for "the
+// restore started it", closed the journal and restored nothing.
+func TestAccNodeSwitchIncusRestoreCutBeforeTheStop(t *testing.T) {
+	acctest.Lab(t)
+	acctest.PreCheck(t)
+	node, vol := labtest.NewInstanceWithDataVolume(t, "cli-rcut-run")
+	nodeExec(t, node, "printf before > /var/lib/fediversity/marker && sync")
+	snap := "snapshot {\n    keep = 3\n  }"
+	seed := fmt.Sprintf("cli-rcut-run-%d", time.Now().UnixNano())
+	good := buildConfig(node, incusBlock(node), `{}`, `{ seed = "`+seed+`" }`, snap)
+	bad := buildConfig(node, incusBlock(node), `{}`, `{ seed = "`+seed+`", brick = "1", marker = "after", slowStop = "600" }`, snap)
+	c := acctest.NewCLIDir(t)
+	c.Write(good)
+	c.MustApply("deploying good")
+	goodTop := c.StateAttrs(addr)["toplevel"]
+
+	c.Write(bad)
+	var out bytes.Buffer
+	cli := c.Command(&out, "apply", "-auto-approve", "-no-color")
+	if err := cli.Start(); err != nil {
+		t.Fatal(err)
+	}
+	journal, atCut := cutAtJournal(t, node, cli.Process.Pid)
+	_ = cli.Wait()
+	t.Logf("plugin killed when journal %s appeared, the instance %s", journal, atCut)
+	if atCut != "Running" || !strings.Contains(journal, "-begun-from-") {
+		t.Fatalf("the cut did not come between the journal and the stop (journal %s, instance %s):\n%s", journal, atCut, out.String())
+	}
+
+	// The instance answers, but the plan knows a restore is owed: it names the journal
+	// and plans a deploy, also with the configuration that names the state's system.
+	c.Write(good)
+	planOut, actions := c.PlanActions(addr)
+	if flatPlan := strings.Join(strings.Fields(planOut), " "); strings.Join(actions, ",") != "update" || !strings.Contains(flatPlan, journal) || !strings.Contains(flatPlan, "has not finished") {
+		t.Fatalf("after the cut the plan's actions are %v; want [update] and a warning naming the unfinished restore %s:\n%s", actions, journal, planOut)
+	}
+	applyOut := strings.Join(strings.Fields(c.MustApply("finishing the restore")), " ")
+	said := strings.Contains(applyOut, "still ran the state that stopped answering") && strings.Contains(applyOut, "was restored and the instance started")
+	st := c.StateAttrs(addr)
+	got := strings.TrimSpace(nodeExec(t, node, "timeout 60 systemctl is-system-running --wait; readlink -f /run/current-system; cat /var/lib/fediversity/marker"))
+	agree := said && got == "running\n"+goodTop.(string)+"\nbefore" && st["toplevel"] == goodTop
+	faultRow(t, "SIGKILL of the plugin between a restore's journal and its stop (the bricked instance still runs)", "next apply: \"still ran the state that stopped answering … restored\"", agree)
+	if !said {
+		t.Fatalf("the apply does not say it restored the bricked instance that still ran:\n%s", applyOut)
+	}
+	if !agree {
+		t.Fatalf("after the finishing apply the node says %q (want running %s, marker \"before\"); state toplevel=%v", got, goodTop, st["toplevel"])
+	}
+	bricked := brickedOfJournal(journal)
+	snaps := strings.Join(ourSnapshots(t, node), " ")
+	if strings.Contains(snaps, "fediversity-restoring-") || !strings.Contains(snaps, bricked) {
+		t.Fatalf("after the finishing apply the snapshots are %s: want the journal closed, the bricked state kept as %s", snaps, bricked)
+	}
+	checkAsideMarker(t, node, vol, bricked, "after")
 }

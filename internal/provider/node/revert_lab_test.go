@@ -138,7 +138,7 @@ func TestAccNodeSwitchOrphanRevertSettled(t *testing.T) {
 
 	second := strings.Join(strings.Fields(c.MustApply("applying again at once")), " ")
 	t.Logf("second apply done %s after the start", time.Since(start).Round(time.Second))
-	found := strings.Contains(second, "an earlier run left a revert armed on the node") && strings.Contains(second, "disarmed it before it began; the node runs")
+	found := strings.Contains(second, "an earlier run left a revert armed on the node") && strings.Contains(second, "a new login made after its switch ended disarmed it before it began")
 	if !found {
 		t.Fatalf("the second apply did not say it dealt with the first run's revert:\n%s", second)
 	}

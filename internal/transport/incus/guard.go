@@ -40,6 +40,9 @@ type SnapshotGuard struct {
 	bricked     string
 	brickedVols []SetVolume
 	brickedErr  error
+	// brickedName is the name the volumes' bricked snapshots have when keeping the
+	// bricked state aside failed half-way (bricked is "" then).
+	brickedName string
 	// set is the set taken before the switch (its manifest, and the host-path disks
 	// it could not hold).
 	set SetTaken
@@ -235,16 +238,25 @@ func (g *SnapshotGuard) Restore(ctx context.Context) error {
 	// leaves the next one that name to finish from.
 	now := time.Now()
 	pending, name := PendingRestoreName(now, g.taken), BrickedSnapshotName(now)
-	if vols, err := g.KeepAside(rctx, pending, name); err != nil {
+	vols, err := g.KeepAside(rctx, pending, name)
+	// The volumes kept aside before a failure are reported all the same (the error
+	// names them, and how to remove them): rotation never deletes a bricked state.
+	g.brickedVols = vols
+	journal := ""
+	if err != nil {
 		g.brickedErr = err
+		g.brickedName = name
 	} else {
-		g.bricked, g.brickedVols = pending, vols
+		g.bricked, journal = pending, pending
 	}
-	g.restoreErr = g.RestoreSnapshot(rctx, g.taken)
-	if g.restoreErr == nil && g.bricked != "" {
-		if err := g.c.RenameSnapshot(rctx, g.instance, pending, name); err != nil {
+	journal, g.restoreErr = g.restoreFrom(rctx, g.taken, g.taken, journal)
+	if journal != "" {
+		g.bricked = journal
+	}
+	if g.restoreErr == nil && journal != "" {
+		if err := g.c.RenameSnapshot(rctx, g.instance, journal, name); err != nil {
 			// The node runs its rollback point; the next run closes the journal.
-			g.logPrintf("restore: renaming %s to %s failed (the next deploy does it): %v", pending, name, err)
+			g.logPrintf("restore: renaming %s to %s failed (the next deploy does it): %v", journal, name, err)
 		} else {
 			g.bricked = name
 		}

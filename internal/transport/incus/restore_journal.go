@@ -3,14 +3,21 @@ package incus
 // The journal of a restore. A restore stops the instance, restores the root disk and
 // the custom volumes of a set, and starts the instance again; a run cut off in the
 // middle (the plugin killed, the deployer's machine gone) leaves the instance stopped,
-// or restored by half. The next run must know that, and which set was being restored.
+// restored by half, or still running the state that stopped answering. The next run
+// must know that, which set was being restored, and how far the restore got.
 //
-// The journal is the name of the snapshot that keeps the bricked root disk aside: it is
-// taken as fediversity-restoring-<time>-from-<set> before the instance is stopped, and
+// The journal is the name of the snapshot that keeps the bricked root disk aside:
+// fediversity-restoring-<time>-<step>-from-<set>. It is taken at step "begun", after
+// the volumes' bricked snapshots and before the instance is stopped; renamed to step
+// "restored" once every member is restored, before the instance is started; and
 // renamed to its kept name, fediversity-bricked-<time>, as the restore's very last
-// step. Not a config key: restoring the root disk rolls the instance's configuration
-// back to the set's, which would drop a journal kept there half-way through. A
-// snapshot's name outlives every step of a restore, and a rename touches no data.
+// step. So an instance that runs under a "begun" journal was never stopped by its
+// restore: it runs the state that stopped answering, and the restore is owed; one that
+// runs under a "restored" journal was started by it. A journal of an older version has
+// no step: the instance's last start against the journal's time tells then. Not a
+// config key: restoring the root disk rolls the instance's configuration back to the
+// set's, which would drop a journal kept there half-way through. A snapshot's name
+// outlives every step of a restore, and a rename touches no data.
 
 import (
 	"context"
@@ -39,10 +46,20 @@ const (
 // brickedTimeFormat is the time in the names of the bricked states.
 const brickedTimeFormat = "20060102t150405z"
 
-// PendingRestoreName is the name the bricked root disk is kept under while the restore
-// of set runs, begun at at.
+// The steps a journal names (see the file comment).
+const (
+	journalBegun    = "begun"
+	journalRestored = "restored"
+)
+
+// PendingRestoreName is the name the bricked root disk is kept under when the restore
+// of set begins at at: its journal at step "begun".
 func PendingRestoreName(at time.Time, set string) string {
-	return restoringPrefix + at.UTC().Format(brickedTimeFormat) + "-from-" + strings.TrimPrefix(set, SnapshotPrefix)
+	return journalName(at.UTC().Format(brickedTimeFormat), journalBegun, set)
+}
+
+func journalName(stamp, step, set string) string {
+	return restoringPrefix + stamp + "-" + step + "-from-" + strings.TrimPrefix(set, SnapshotPrefix)
 }
 
 // PendingRestore is a restore that has not finished: its run is still at work, or was
@@ -57,6 +74,14 @@ type PendingRestore struct {
 	Bricked string
 	// Since is when the restore began.
 	Since time.Time
+	// Step is how far the restore got: journalBegun, journalRestored, or "" for a
+	// journal of an older version, which does not say.
+	Step string
+}
+
+// restoredName is the journal's name at step "restored".
+func (p PendingRestore) restoredName() string {
+	return journalName(strings.TrimPrefix(p.Bricked, BrickedPrefix), journalRestored, p.Set)
 }
 
 // parsePendingRestore reads a journal snapshot's name.
@@ -69,6 +94,13 @@ func parsePendingRestore(s incusapi.Snapshot) (PendingRestore, bool) {
 	if !ok || set == "" {
 		return PendingRestore{}, false
 	}
+	step := ""
+	if t, st, found := strings.Cut(stamp, "-"); found {
+		if st != journalBegun && st != journalRestored {
+			return PendingRestore{}, false
+		}
+		stamp, step = t, st
+	}
 	at, err := time.Parse(brickedTimeFormat, stamp)
 	if err != nil {
 		return PendingRestore{}, false
@@ -77,7 +109,7 @@ func parsePendingRestore(s incusapi.Snapshot) (PendingRestore, bool) {
 	if since.IsZero() {
 		since = at
 	}
-	return PendingRestore{Snapshot: s.Name, Set: SnapshotPrefix + set, Bricked: BrickedPrefix + stamp, Since: since}, true
+	return PendingRestore{Snapshot: s.Name, Set: SnapshotPrefix + set, Bricked: BrickedPrefix + stamp, Since: since, Step: step}, true
 }
 
 // PendingRestores lists the restores of this instance that have not finished, oldest
@@ -129,14 +161,20 @@ var _ deploybody.RestoreResumer = (*SnapshotGuard)(nil)
 // run waits for the node; it returns what it did, for the run's warnings ("" when
 // there was none).
 //
-//   - An instance that runs was started by that restore (the start is its last step but
-//     one): only the journal is closed.
-//   - A stopped instance may be in the hands of another run, still at work: its steps
-//     are daemon operations back to back, so it is taken as gone once the instance has
-//     had no running operation for restoreQuiet, or its journal is older than
-//     restoreLease (whichever comes first; a journal closed meanwhile ends the wait).
-//     Then it is restored again from the set (or, with "abort", from the state kept
-//     aside) and started.
+//   - An instance that runs under a journal at step "restored" was started by that
+//     restore (the start is its last step but one): only the journal is closed. So is
+//     one under an older version's journal that it started after the journal was
+//     written.
+//   - An instance that runs under a journal at step "begun" (or an older version's, and
+//     has run since before it) was never stopped by its restore: it runs the state that
+//     stopped answering, and the restore is owed.
+//   - Either that, or a stopped instance, may be in the hands of another run, still at
+//     work: its steps are daemon operations back to back, so it is taken as gone once
+//     the instance has had no running operation for restoreQuiet, or its journal is
+//     older than restoreLease (whichever comes first; a journal closed meanwhile ends
+//     the wait). Then it is restored again from the set and started (a stopped one whose
+//     members are all restored is only started); with "abort", it is put back on the
+//     state kept aside instead.
 //
 // Either way the bricked state stays, under its kept name.
 func (g *SnapshotGuard) ResumeRestore(ctx context.Context) (string, error) {
@@ -148,38 +186,61 @@ func (g *SnapshotGuard) ResumeRestore(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	p := pending[len(pending)-1]
+	inst, err := g.c.GetInstance(ctx, g.instance)
+	if err != nil {
+		return "", g.classify(ctx, phase, err)
+	}
 	st, err := g.stateSettled(ctx)
 	if err != nil {
 		return "", g.classify(ctx, phase, err)
 	}
+	startedByIt := p.Step == journalRestored || (p.Step == "" && inst.LastUsedAt.After(p.Since))
 	var did string
-	if st.Running() {
-		did = fmt.Sprintf("the instance runs: the cut-off restore of %s had started it", p.Set)
-	} else {
+	switch {
+	case st.Running() && startedByIt:
+		did = fmt.Sprintf("the instance runs: the cut-off restore of %s had restored it and started it", p.Set)
+	default:
 		gone, err := g.waitUntilGone(ctx, p)
 		if err != nil || !gone {
 			return "", err
 		}
-		if g.interrupted == nodespec.InterruptedRestoreAbort {
-			if err := g.restoreFrom(ctx, p.Snapshot, p.Bricked); err != nil {
+		journal := p.Snapshot
+		switch {
+		case g.interrupted == nodespec.InterruptedRestoreAbort:
+			if _, err := g.restoreFrom(ctx, p.Snapshot, p.Bricked, ""); err != nil {
 				return "", err
 			}
 			did = fmt.Sprintf("snapshot.interrupted_restore = \"abort\": the instance was put back on the state kept aside (%s) and started, not on %s", p.Snapshot, p.Set)
-		} else {
-			if err := g.RestoreSnapshot(ctx, p.Set); err != nil {
+		case !st.Running() && p.Step == journalRestored:
+			if err := g.startRestored(ctx); err != nil {
+				return "", err
+			}
+			did = fmt.Sprintf("every member of %s was restored already; the instance was started", p.Set)
+		default:
+			if journal, err = g.restoreFrom(ctx, p.Set, p.Set, p.Snapshot); err != nil {
 				return "", err
 			}
 			did = fmt.Sprintf("%s was restored again and the instance started", p.Set)
+			if st.Running() {
+				did = fmt.Sprintf("the instance still ran the state that stopped answering (the cut-off restore had not stopped it yet): %s was restored and the instance started", p.Set)
+			}
 		}
+		p.Snapshot = journal
 	}
+	pending[len(pending)-1] = p
 	for _, other := range pending {
 		if err := g.c.RenameSnapshot(ctx, g.instance, other.Snapshot, other.Bricked); err != nil {
 			return "", g.classify(ctx, phase+": rename "+other.Snapshot, err)
 		}
 	}
-	return fmt.Sprintf("An earlier run's restore of rollback point %s (begun %s) did not finish: %s. "+
-		"The state that stopped answering is kept as snapshot %s (`incus copy %s/%s <new-name>`; remove it with `incus snapshot delete %s %s`).",
-		p.Set, p.Since.UTC().Format(time.RFC3339), did, p.Bricked, g.instance, p.Bricked, g.instance, p.Bricked), nil
+	// The volumes kept aside with the root disk: the attached ones with a snapshot of
+	// the bricked name (a list that fails names none; the root disk's is named anyway).
+	var kept []SetVolume
+	if inst, err := g.c.GetInstance(ctx, g.instance); err == nil {
+		kept, _ = g.restoreVolumes(ctx, inst, p.Bricked)
+	}
+	return fmt.Sprintf("An earlier run's restore of rollback point %s (begun %s) did not finish: %s. %s",
+		p.Set, p.Since.UTC().Format(time.RFC3339), did, KeptAsideText(g.instance, p.Bricked, kept)), nil
 }
 
 // restoreQuiet is how long a stopped instance under a journal must go without a running

@@ -21,11 +21,22 @@ func TestPendingRestoreNameRoundTrip(t *testing.T) {
 	if !ok {
 		t.Fatalf("%q not read back as a pending restore", name)
 	}
-	want := PendingRestore{Snapshot: name, Set: "fediversity-gen-7", Bricked: BrickedSnapshotName(at), Since: at}
+	want := PendingRestore{Snapshot: name, Set: "fediversity-gen-7", Bricked: BrickedSnapshotName(at), Since: at, Step: journalBegun}
 	if p != want {
 		t.Fatalf("parsed %+v, want %+v", p, want)
 	}
-	for _, other := range []string{"fediversity-gen-7", BrickedSnapshotName(at), "fediversity-restoring-junk", "fediversity-restoring-20261202t153000z-from-", "mine"} {
+	// Once every member is restored, before the start, the journal says so; an older
+	// version's journal says no step.
+	restored, ok := parsePendingRestore(incusapi.Snapshot{Name: p.restoredName()})
+	if !ok || restored.Step != journalRestored || restored.Set != p.Set || restored.Bricked != p.Bricked {
+		t.Fatalf("%s read back as %+v (%v)", p.restoredName(), restored, ok)
+	}
+	older, ok := parsePendingRestore(incusapi.Snapshot{Name: "fediversity-restoring-20261202t153000z-from-gen-7"})
+	if !ok || older.Step != "" || older.Set != p.Set || older.Bricked != p.Bricked {
+		t.Fatalf("an older version's journal read as %+v (%v)", older, ok)
+	}
+	for _, other := range []string{"fediversity-gen-7", BrickedSnapshotName(at), "fediversity-restoring-junk", "fediversity-restoring-20261202t153000z-from-",
+		"fediversity-restoring-20261202t153000z-other-from-gen-7", "mine"} {
 		if _, ok := parsePendingRestore(incusapi.Snapshot{Name: other}); ok {
 			t.Errorf("%q taken for a pending restore", other)
 		}

@@ -23,8 +23,8 @@ const generationPrefix = SnapshotPrefix + "gen-"
 
 // BrickedPrefix starts the snapshots of a node's state as it was when it stopped
 // answering after a switch, kept aside before the rollback point is restored so the
-// broken state can still be inspected (`incus copy <instance>/<snapshot> <new>`). They
-// are never rotated: remove them with `incus snapshot delete <instance> <snapshot>`.
+// broken state can still be inspected (InspectCopy: `fediversity incus inspect-copy`).
+// They are never rotated: remove them with `incus snapshot delete <instance> <snapshot>`.
 const BrickedPrefix = SnapshotPrefix + "bricked-"
 
 // GenerationSnapshotName is the snapshot name for system profile generation gen.
@@ -146,7 +146,8 @@ func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
 	if name == "" {
 		return t.errorf("restore snapshot", "no snapshot name given")
 	}
-	return t.restoreFrom(ctx, name, name)
+	_, err := t.restoreFrom(ctx, name, name, "")
+	return err
 }
 
 // restoreFrom is RestoreSnapshot from root disk snapshot root and custom volume
@@ -154,38 +155,40 @@ func (t *Transport) RestoreSnapshot(ctx context.Context, name string) error {
 // apart). The volumes are those the set's manifest names; without a manifest (a
 // bricked state has none, and a restore cut off after the root disk's restore lost
 // it with the configuration), every attached custom volume that has a snapshot called
-// volumes.
-func (t *Transport) restoreFrom(ctx context.Context, root, volumes string) error {
+// volumes. journal, when set, is the restore's journal (restore_journal.go): once every
+// member is restored, before the start, it is renamed to step "restored"; its name
+// then is returned.
+func (t *Transport) restoreFrom(ctx context.Context, root, volumes, journal string) (string, error) {
 	const phase = "restore snapshot"
 	inst, err := t.c.GetInstance(ctx, t.instance)
 	if err != nil {
-		return t.classify(ctx, phase, err)
+		return journal, t.classify(ctx, phase, err)
 	}
 	keep := manifests(inst.Config)
 	vols, err := t.restoreVolumes(ctx, inst, volumes)
 	if err != nil {
-		return t.classify(ctx, phase, err)
+		return journal, t.classify(ctx, phase, err)
 	}
 	st, err := t.stateSettled(ctx)
 	if err != nil {
-		return t.classify(ctx, phase, err)
+		return journal, t.classify(ctx, phase, err)
 	}
 	if st.Running() {
 		if err := t.c.Stop(ctx, t.instance, false, 60); err != nil {
 			if ctx.Err() != nil {
-				return t.classify(ctx, phase+": stop", err)
+				return journal, t.classify(ctx, phase+": stop", err)
 			}
 			if ferr := t.c.Stop(ctx, t.instance, true, 0); ferr != nil {
-				return t.classify(ctx, phase+": stop", errors.Join(err, ferr))
+				return journal, t.classify(ctx, phase+": stop", errors.Join(err, ferr))
 			}
 		}
 	}
 	if err := t.c.RestoreSnapshot(ctx, t.instance, root); err != nil {
-		return t.errorf(phase, "%w (the instance is left stopped; list snapshots with `incus snapshot list %s`)", err, t.instance)
+		return journal, t.errorf(phase, "%w (the instance is left stopped; list snapshots with `incus snapshot list %s`)", err, t.instance)
 	}
 	for _, v := range vols {
 		if err := t.c.RestoreVolume(ctx, v.Pool, v.Volume, volumes); err != nil {
-			return t.errorf(phase, "%w (the root disk is restored, the instance is left stopped: restore volume %s by hand with `incus storage volume snapshot restore %s %s %s`, then `incus start %s`)",
+			return journal, t.errorf(phase, "%w (the root disk is restored, the instance is left stopped: restore volume %s by hand with `incus storage volume snapshot restore %s %s %s`, then `incus start %s`)",
 				err, v.Volume, v.Pool, v.Volume, volumes, t.instance)
 		}
 	}
@@ -194,6 +197,23 @@ func (t *Transport) restoreFrom(ctx context.Context, root, volumes string) error
 			t.logPrintf("restore: writing back the set manifests failed: %v", err)
 		}
 	}
+	if journal != "" {
+		if p, ok := parsePendingRestore(incusapi.Snapshot{Name: journal}); ok {
+			if err := t.c.RenameSnapshot(ctx, t.instance, journal, p.restoredName()); err != nil {
+				// The next run restores once more what is restored already: no harm.
+				t.logPrintf("restore: marking journal %s restored failed: %v", journal, err)
+			} else {
+				journal = p.restoredName()
+			}
+		}
+	}
+	return journal, t.startRestored(ctx)
+}
+
+// startRestored starts the instance whose members are restored and waits until it
+// answers.
+func (t *Transport) startRestored(ctx context.Context) error {
+	const phase = "restore snapshot"
 	if err := t.c.Start(ctx, t.instance); err != nil {
 		return t.classify(ctx, phase+": start", err)
 	}

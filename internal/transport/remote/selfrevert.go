@@ -31,18 +31,26 @@ const RevertUnitPrefix = deploybody.RevertUnitPrefix
 
 // revertScript is the armed revert unit. $1 the guard's file, $2 the unit, $3 the
 // switch's result prefix, $4 seconds to wait at most for the switch to end, $5 confirm
-// seconds, $6 previous system. It passes through systemd-run, which expands ${…} and
-// $$ itself: it uses neither.
-const revertScript = `i=0; while [ ! -e "$3.rc" ] && [ "$i" -lt "$4" ]; do sleep 1; i=$((i + 1)); done; ` +
-	`sleep "$5"; ` +
+// seconds, $6 previous system. It passes through systemd-run, which expands ${…}, $$
+// and %-specifiers itself: it uses none of them.
+//
+// A unit systemd-run starts gets systemd's own bin directory as its PATH on NixOS, and
+// nothing else: the script sets PATH before its first command (the previous system's
+// tools first: that system ran, the new one may be what is broken), and checks every
+// command it and the guard call. One that is missing leaves the revert "broken", with
+// the command's name, in its state and in the unit's journal, never armed in silence.
+const revertScript = `PATH="$6/sw/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:$PATH"; export PATH; ` +
 	`g=$1 u=$2 prev=$6; ` +
-	`[ "$(sh "$g" begin "$u")" = begin ] || exit 0; ` +
-	`PATH="$prev/sw/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:$PATH"; ` +
-	`(while sleep 5; do sh "$g" touch "$u" >/dev/null; done) & hb=$!; ` +
+	`for c in sleep readlink nix-env ` + deploybody.RevertGuardTools + `; do command -v "$c" >/dev/null 2>&1 || ` +
+	`{ why="the revert cannot run on this node: $c is not on its PATH ($PATH)"; echo "$why" >&2; echo "broken $why" >` + ResultDir + `/"$u.state"; exit 127; }; done; ` +
+	`i=0; while [ ! -e "$3.rc" ] && [ "$i" -lt "$4" ]; do sleep 1; i=$((i + 1)); done; ` +
+	`sleep "$5"; ` +
+	`[ "$(/bin/sh "$g" begin "$u")" = begin ] || exit 0; ` +
+	`(while sleep 5; do /bin/sh "$g" touch "$u"; done) >/dev/null 2>&1 & hb=$!; ` +
 	`p=` + SystemProfile + `; rc=0; ` +
 	`if [ "$(readlink -f "$p" 2>/dev/null)" != "$prev" ]; then nix-env --profile "$p" --set "$prev" || rc=10; fi; ` +
 	`if [ "$rc" = 0 ]; then "$prev/bin/switch-to-configuration" switch; rc=$?; "$prev/bin/switch-to-configuration" boot; fi; ` +
-	`kill "$hb" 2>/dev/null; sh "$g" end "$u" "$rc"`
+	`kill "$hb" 2>/dev/null; /bin/sh "$g" end "$u" "$rc"`
 
 // revertStart is the command that arms the revert and then starts the switch unit (its
 // own arguments): one round trip for both, so the switch never runs unarmed.
@@ -50,7 +58,7 @@ const revertScript = `i=0; while [ ! -e "$3.rc" ] && [ "$i" -lt "$4" ]; do sleep
 // $7 lock token, $8 the guard script, then the switch's systemd-run argv.
 const revertStart = `ru=$1 p=$2 w=$3 c=$4 prev=$5 guarded=$6 token=$7 g=$8; shift 8; ` +
 	`d=` + ResultDir + `; mkdir -p "$d" && printf '%s' "$g" >"$d/$ru.sh" || exit 1; ` +
-	`[ "$(sh "$d/$ru.sh" arm "$ru" "$prev" "$guarded" "$token" "$p")" = armed ] || exit 1; ` +
+	`[ "$(/bin/sh "$d/$ru.sh" arm "$ru" "$prev" "$guarded" "$token" "$p")" = armed ] || exit 1; ` +
 	`systemd-run --unit="$ru" --description="fediversity: revert to the previous system unless the deployer logs in again" ` +
 	`--property=RuntimeMaxSec=$((w + c + w))s --no-block --collect --quiet ` +
 	`/bin/sh -c '` + revertScript + `' sh "$d/$ru.sh" "$ru" "$p" "$w" "$c" "$prev" || exit 1; exec "$@"`

@@ -31,24 +31,32 @@
 #   neverActivates an exit code: `switch` and `test` exit with it before they change
 #             anything (no /run/current-system, no units), after a line that says so: a
 #             switch that never activated the new system.
+#   slowSwitch seconds: `switch` waits that long before it activates anything (a switch
+#             a deploy can be cut off in, or a later run can arrive during).
 #   seed      any string, for fresh store paths.
+# Its sw is a default NixOS system's (lab/closures' nixosPath: the commands of
+# lab/nixos/default-commands), as every NixOS system's is; a copy of this file outside
+# the repository (the evaluation tests make some) has an empty one.
 # As switch-to-configuration-ng (pkgs/by-name/sw/switch-to-configuration-ng/src/main.rs)
 # it takes /run/nixos/switch-to-configuration.lock (flock, non-blocking: "Could not
 # acquire lock", exit 11, nothing changed), and `switch` makes $out the boot default at
 # once (a GRUB-like loader: the boot loader installer's argument is the default entry),
 # `test` does not.
-{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", activateFails ? "", initInterface ? "", linkMAC ? "", neverActivates ? "", seed ? "", system ? builtins.currentSystem }:
+{ planFile ? "", brick ? "", lockout ? "", drop ? "", marker ? "", slowStop ? "", activateFails ? "", initInterface ? "", linkMAC ? "", neverActivates ? "", slowSwitch ? "", seed ? "", system ? builtins.currentSystem }:
 let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
+  closures = ../../../../lab/closures/default.nix;
+  sw = if builtins.pathExists closures then (import closures { }).nixosPath else "";
 in
 derivation {
   name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
-  inherit system seed plan brick lockout drop marker slowStop activateFails initInterface linkMAC neverActivates;
+  inherit system seed plan brick lockout drop marker slowStop activateFails initInterface linkMAC neverActivates slowSwitch sw;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
     PATH=/usr/bin:/bin
-    mkdir -p $out/bin $out/sw/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
+    mkdir -p $out/bin $out/etc/systemd/system/multi-user.target.wants $out/etc/fediversity
+    if [ -n "$sw" ]; then ln -s $sw $out/sw; else mkdir -p $out/sw/bin; fi
     printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
     echo "25.05.fediversity-acc" > $out/nixos-version
     echo "systemd$initInterface" > $out/init-interface-version
@@ -77,6 +85,7 @@ derivation {
     switch|test) ;;
     *) echo "usage: \$0 switch|boot|test|dry-activate" >&2; exit 1 ;;
     esac
+    if [ -n "$slowSwitch" ]; then sleep "$slowSwitch"; fi
     if [ "\$1" = switch ]; then mkdir -p /nix/var/nix; echo $out > /nix/var/nix/fediversity-boot-entry; fi
     if [ -n "$neverActivates" ]; then
       echo "fedi-acc: stopping before the activation: nothing of $out was activated" >&2
