@@ -38,10 +38,7 @@ var dynamicScripts = map[string]string{
 // knownFaults are faults found in files another change owns, reported but not failing
 // the check until that change lands; each must still occur (a fixed one fails the
 // check until it is removed here), so the list cannot go stale.
-var knownFaults = map[string]string{
-	`remote.revertStart calls "sleep", which a NixOS systemd unit`: "the lock-out revert unit's script (internal/transport/remote/selfrevert.go), issue 39",
-	`remote.revertStart calls "sh", which a NixOS systemd unit`:    "the lock-out revert unit's script (internal/transport/remote/selfrevert.go), issue 39",
-}
+var knownFaults = map[string]string{}
 
 // skippedDirs hold test helpers that run on the deployer or only in the lab's tests.
 var skippedDirs = map[string]bool{"internal/labtest": true, "internal/provider/acctest": true}
