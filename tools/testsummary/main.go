@@ -1,16 +1,22 @@
 // Command testsummary runs the test suites of `make test` and says at the end what they
-// proved: per suite the tests passed, failed and skipped, the wall time, and every
-// skipped test with the reason it gave.
+// proved: per suite the tests passed, failed and skipped, the wall time and the CPU it
+// used, and every skipped test with the reason it gave.
 //
-//	testsummary run -suite NAME -record DIR [-v] -- go test -json …
-//	testsummary report DIR
+//	testsummary run -suite NAME -record DIR [-binary NAME] [-v] -- go test -json …
+//	testsummary report [-durations FILE] DIR
+//	testsummary deal -durations FILE -shards N [-default SECONDS] <JOBS
 //
 // `run` starts the command, reads its `go test -json` events and prints what plain
 // `go test` would print (package lines, and the whole output of every failed test; with
-// -v every line), then records the suite's counts in DIR. It exits non-zero when a test
-// failed or the command did. `report` prints the table of every suite recorded in DIR,
-// in the order they ran, and a last line "N passed, N failed, N skipped"; it exits
-// non-zero when any suite failed. A new suite is one more `run` with its own name.
+// -v every line), then records the suite's counts, its CPU and each test's (cpu.go) in
+// DIR. It exits non-zero when a test failed or the command did. `report` prints the
+// table of every suite recorded in DIR, in the order they ran, the counts per binary,
+// the tests that cost the most CPU, and a last line "N passed, N failed, N skipped"; it
+// exits non-zero when any suite failed; with -durations it writes each acceptance test's
+// wall time and CPU of this run into FILE. A new suite is one more `run` with its own
+// name. `deal` reads jobs, one "<binary> <test binary> <test>" line each, and deals them
+// into N shards by their recorded wall times, longest first, each to the shard with the
+// least so far; it prints each job's line after its shard's number (1…N).
 //
 // It uses the standard library only, so `go run ./tools/testsummary` needs nothing the
 // module does not already have.
@@ -23,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -36,10 +43,9 @@ func main() {
 	case "run":
 		code, err = runCommand(os.Args[2:], os.Stdout)
 	case "report":
-		if len(os.Args) != 3 {
-			usage()
-		}
-		code, err = reportCommand(os.Args[2], os.Stdout)
+		code, err = reportCommand(os.Args[2:], os.Stdout)
+	case "deal":
+		err = dealCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
 	default:
 		usage()
 	}
@@ -51,7 +57,9 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testsummary run -suite NAME -record DIR [-v] -- CMD [ARG…]\n       testsummary report DIR")
+	fmt.Fprintln(os.Stderr, "usage: testsummary run -suite NAME -record DIR [-binary NAME] [-v] -- CMD [ARG…]\n"+
+		"       testsummary report [-durations FILE] DIR\n"+
+		"       testsummary deal -durations FILE -shards N [-default SECONDS] <JOBS")
 	os.Exit(2)
 }
 
@@ -63,6 +71,7 @@ func runCommand(args []string, out io.Writer) (int, error) {
 	suite := fs.String("suite", "", "the suite's name in the summary")
 	record := fs.String("record", "", "directory that collects the suites of one run")
 	verbose := fs.Bool("v", false, "print every output line, not only those of failed tests")
+	binary := fs.String("binary", "", "the Terraform or OpenTofu the suite's acceptance tests run")
 	if err := fs.Parse(args); err != nil {
 		return 0, err
 	}
@@ -82,11 +91,19 @@ func runCommand(args []string, out io.Writer) (int, error) {
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("suite %q: %w", *suite, err)
 	}
-	result := Read(stdout, out, *verbose)
+	// The suite's lab is the one its environment names (lab/test.sh's lab_env).
+	cpu := newCPUTracker(cmd.Process.Pid, os.Getenv("LAB_PREFIX"))
+	result := Read(stdout, out, *verbose, cpu)
 	waitErr := cmd.Wait()
 	result.Suite = *suite
+	result.Binary = *binary
 	result.Start = start
 	result.Wall = time.Since(start)
+	result.NodesCPU = cpu.close()
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		// Its command's and every descendant's reaped below it.
+		result.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
 	if waitErr != nil {
 		result.ExitError = waitErr.Error()
 		if result.Failed == 0 {
@@ -108,17 +125,33 @@ func runCommand(args []string, out io.Writer) (int, error) {
 	for _, t := range result.Slowest {
 		fmt.Fprintf(out, "slow: %8s  %s\n", t.Elapsed.Round(time.Second), t.Test)
 	}
-	fmt.Fprintf(out, "--- %s: %s\n", result.Suite, result.Counts())
+	fmt.Fprintf(out, "--- %s: %s; wall %s, cpu %s + nodes %s core-s\n", result.Suite, result.Counts(), result.Wall.Round(time.Second), coreSeconds(result.CPU), coreSeconds(result.NodesCPU))
 	if result.Failed > 0 {
 		return 1, nil
 	}
 	return 0, nil
 }
 
-func reportCommand(dir string, out io.Writer) (int, error) {
-	suites, err := Load(dir)
+func reportCommand(args []string, out io.Writer) (int, error) {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	durations := fs.String("durations", "", "file of each acceptance test's wall time and CPU, updated from this run")
+	if err := fs.Parse(args); err != nil {
+		return 0, err
+	}
+	if fs.NArg() != 1 {
+		usage()
+	}
+	suites, err := Load(fs.Arg(0))
 	if err != nil {
 		return 0, err
+	}
+	// Before the report, whose last line is the totals.
+	if *durations != "" {
+		n, err := UpdateDurations(*durations, suites)
+		if err != nil {
+			return 0, err
+		}
+		fmt.Fprintf(out, "\n%d acceptance tests' wall time and CPU written to %s (commit it: lab/test.sh deals the tests by it)\n", n, *durations)
 	}
 	total := Report(suites, out)
 	if total.Failed > 0 {
@@ -126,3 +159,5 @@ func reportCommand(dir string, out io.Writer) (int, error) {
 	}
 	return 0, nil
 }
+
+func newFlagSet(name string) *flag.FlagSet { return flag.NewFlagSet(name, flag.ContinueOnError) }

@@ -27,8 +27,11 @@ type event struct {
 // of a run after they ran, each in its own process.
 type Suite struct {
 	Suite    string
+	Binary   string    // the acceptance suites' Terraform or OpenTofu; "" for the others
 	Start    time.Time // when the suite's command started: suites may run side by side
 	Wall     time.Duration
+	CPU      float64 // core-seconds of the suite's processes (cpu.go)
+	NodesCPU float64 // core-seconds of its lab's containers
 	Passed   int
 	Failed   int
 	Skipped  int
@@ -39,6 +42,7 @@ type Suite struct {
 	// says why it failed even when the whole logs above are cut off.
 	FailureEnds map[string][]string `json:",omitempty"`
 	Slowest     []Timed             // the suite's slowest top-level tests, slowest first (at most slowestKept)
+	Tests       []Timed             `json:",omitempty"` // every top-level test that passed or failed, with its CPU
 	ExitError   string              `json:",omitempty"`
 	// Loose holds the last lines the command printed that were not go test events (a
 	// suite whose lab part could not be brought up prints only such lines); run names
@@ -52,10 +56,14 @@ type Skip struct {
 	Reason string
 }
 
-// Timed is one top-level test and how long it ran.
+// Timed is one top-level test, how long it ran and the CPU it used (core-seconds: its
+// processes', and its lab's containers').
 type Timed struct {
-	Test    string
-	Elapsed time.Duration
+	Test     string
+	Elapsed  time.Duration
+	CPU      float64 `json:",omitempty"`
+	NodesCPU float64 `json:",omitempty"`
+	Passed   bool    `json:",omitempty"`
 }
 
 // slowestKept is how many of a suite's slowest tests are kept: enough to say where a
@@ -70,7 +78,8 @@ func (s Suite) Counts() string {
 // Read consumes a `go test -json` stream. It writes what plain `go test` writes (the
 // package result lines and the output of each failed test) or, verbose, every output
 // line, as the events arrive; lines that are not JSON are passed through untouched.
-func Read(r io.Reader, out io.Writer, verbose bool) Suite {
+// cpu, when not nil, is told when each top-level test starts and ends.
+func Read(r io.Reader, out io.Writer, verbose bool, cpu *cpuTracker) Suite {
 	var s Suite
 	buffered := map[string][]string{} // output of each running test, printed if it fails
 	failedIn := map[string]bool{}     // packages with at least one failed test
@@ -89,6 +98,10 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 		}
 		key := e.Package + "\x00" + e.Test
 		switch e.Action {
+		case "run":
+			if e.Test != "" && !strings.Contains(e.Test, "/") {
+				cpu.started(key)
+			}
 		case "output":
 			switch {
 			case verbose:
@@ -103,11 +116,14 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 		case "pass":
 			if e.Test != "" {
 				s.Passed++
-				s.timed(e)
+				s.timed(e, cpu, key, true)
 			}
 			delete(buffered, key)
 		case "skip":
 			if e.Test != "" {
+				if !strings.Contains(e.Test, "/") {
+					cpu.ended(key)
+				}
 				s.Skipped++
 				s.Skips = append(s.Skips, Skip{Test: name(e), Reason: skipReason(buffered[key])})
 			}
@@ -118,7 +134,7 @@ func Read(r io.Reader, out io.Writer, verbose bool) Suite {
 				s.Failed++
 				s.Failures = append(s.Failures, failure)
 				s.failureEnd(failure, buffered[key])
-				s.timed(e)
+				s.timed(e, cpu, key, false)
 				failedIn[e.Package] = true
 				if !verbose {
 					for _, o := range buffered[key] {
@@ -185,13 +201,16 @@ func lastLines(lines []string, n int) []string {
 	return out
 }
 
-// timed keeps a top-level test's time when it is among the slowest (subtests are in
-// their parent's).
-func (s *Suite) timed(e event) {
+// timed records a top-level test's time and CPU, and keeps it among the slowest when it
+// is (subtests are in their parent's).
+func (s *Suite) timed(e event, cpu *cpuTracker, key string, passed bool) {
 	if strings.Contains(e.Test, "/") {
 		return
 	}
-	s.Slowest = append(s.Slowest, Timed{Test: name(e), Elapsed: time.Duration(e.Elapsed * float64(time.Second))})
+	t := Timed{Test: name(e), Elapsed: time.Duration(e.Elapsed * float64(time.Second)), Passed: passed}
+	t.CPU, t.NodesCPU = cpu.ended(key)
+	s.Tests = append(s.Tests, t)
+	s.Slowest = append(s.Slowest, t)
 	sort.SliceStable(s.Slowest, func(i, j int) bool { return s.Slowest[i].Elapsed > s.Slowest[j].Elapsed })
 	if len(s.Slowest) > slowestKept {
 		s.Slowest = s.Slowest[:slowestKept]
@@ -289,15 +308,19 @@ func Load(dir string) ([]Suite, error) {
 	return suites, nil
 }
 
-// Report prints the table of suites, the skipped tests grouped by their reason, the
-// failed tests, and a last line with the totals; it returns the totals.
+// Report prints the table of suites (with the CPU each used beside its wall time), the
+// counts per binary, the tests that cost the most CPU, the skipped tests grouped by
+// their reason, the failed tests, and a last line with the totals; it returns the totals.
 func Report(suites []Suite, out io.Writer) Suite {
 	var total Suite
 	width := len("suite")
 	for _, s := range suites {
 		width = max(width, len(s.Suite))
 	}
-	fmt.Fprintf(out, "\n=== test summary\n%-*s  %7s  %7s  %7s  %9s  %8s\n", width, "suite", "passed", "failed", "skipped", "wall", "started")
+	// cpu: core-seconds of the suite's processes; nodes: of its lab's containers (cpu.go).
+	row := "%-*s  %7v  %7v  %7v  %9v  %7v  %7v  %8v\n"
+	fmt.Fprintf(out, "\n=== test summary (cpu: core-seconds of the suite's processes; nodes: of its lab's containers)\n")
+	fmt.Fprintf(out, row, width, "suite", "passed", "failed", "skipped", "wall", "cpu", "nodes", "started")
 	var first, last time.Time
 	for _, s := range suites {
 		started := "-"
@@ -310,18 +333,23 @@ func Report(suites []Suite, out io.Writer) Suite {
 				last = end
 			}
 		}
-		fmt.Fprintf(out, "%-*s  %7d  %7d  %7d  %9s  %8s\n", width, s.Suite, s.Passed, s.Failed, s.Skipped, s.Wall.Round(time.Second), started)
+		fmt.Fprintf(out, row, width, s.Suite, s.Passed, s.Failed, s.Skipped, s.Wall.Round(time.Second), coreSeconds(s.CPU), coreSeconds(s.NodesCPU), started)
 		total.Passed += s.Passed
 		total.Failed += s.Failed
 		total.Skipped += s.Skipped
 		total.Wall += s.Wall
+		total.CPU += s.CPU
+		total.NodesCPU += s.NodesCPU
 	}
 	// Suites run side by side: the run's wall time is from the first start to the last
-	// end, not the sum of the suites' times.
+	// end, not the sum of the suites' times; their CPU adds up.
 	if !first.IsZero() {
 		total.Wall = last.Sub(first)
 	}
-	fmt.Fprintf(out, "%-*s  %7d  %7d  %7d  %9s\n", width, "total", total.Passed, total.Failed, total.Skipped, total.Wall.Round(time.Second))
+	fmt.Fprintf(out, row, width, "total", total.Passed, total.Failed, total.Skipped, total.Wall.Round(time.Second), coreSeconds(total.CPU), coreSeconds(total.NodesCPU), "")
+
+	byBinary(suites, out)
+	costliest(suites, out, costliestShown)
 
 	for _, s := range suites {
 		if len(s.Skips) == 0 {
@@ -359,4 +387,67 @@ func Report(suites []Suite, out io.Writer) Suite {
 	}
 	fmt.Fprintf(out, "\n%s\n", total.Counts())
 	return total
+}
+
+// coreSeconds prints a CPU figure in whole core-seconds.
+func coreSeconds(v float64) string { return fmt.Sprintf("%.0f", v) }
+
+// byBinary prints the counts of each binary's suites: every acceptance test runs under
+// OpenTofu, those of test/terraform-compat.txt under Terraform too.
+func byBinary(suites []Suite, out io.Writer) {
+	counts := map[string]*Suite{}
+	var order []string
+	for _, s := range suites {
+		b := s.Binary
+		if b == "" {
+			b = "no binary (unit, lab, lint)"
+		}
+		if counts[b] == nil {
+			counts[b] = &Suite{}
+			order = append(order, b)
+		}
+		c := counts[b]
+		c.Passed += s.Passed
+		c.Failed += s.Failed
+		c.Skipped += s.Skipped
+		c.CPU += s.CPU
+		c.NodesCPU += s.NodesCPU
+		for _, t := range s.Tests {
+			if !strings.Contains(t.Test, "/") {
+				c.Tests = append(c.Tests, t)
+			}
+		}
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i] < order[j] })
+	fmt.Fprintf(out, "\nby binary (tests and subtests):\n")
+	for _, b := range order {
+		c := counts[b]
+		fmt.Fprintf(out, "  %-28s %s; %d top-level tests; cpu %s + nodes %s core-s\n", b+":", c.Counts(), len(c.Tests), coreSeconds(c.CPU), coreSeconds(c.NodesCPU))
+	}
+}
+
+// costliestShown is how many of the run's costliest tests the report names.
+const costliestShown = 10
+
+// costliest prints the top-level tests that used the most CPU (their processes' and
+// their lab's), each binary's run apart.
+func costliest(suites []Suite, out io.Writer, n int) {
+	type run struct {
+		Timed
+		binary string
+	}
+	var runs []run
+	for _, s := range suites {
+		for _, t := range s.Tests {
+			runs = append(runs, run{t, s.Binary})
+		}
+	}
+	if len(runs) == 0 {
+		return
+	}
+	sort.SliceStable(runs, func(i, j int) bool { return runs[i].CPU+runs[i].NodesCPU > runs[j].CPU+runs[j].NodesCPU })
+	fmt.Fprintf(out, "\nthe %d tests that cost the most CPU (core-s: processes + nodes, wall):\n", min(n, len(runs)))
+	for _, r := range runs[:min(n, len(runs))] {
+		fmt.Fprintf(out, "  %6s = %5s + %5s  %8s  %s (%s)\n", coreSeconds(r.CPU+r.NodesCPU), coreSeconds(r.CPU), coreSeconds(r.NodesCPU), r.Elapsed.Round(time.Second), r.Test, r.binary)
+	}
 }

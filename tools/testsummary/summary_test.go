@@ -26,7 +26,7 @@ func readFixture(t *testing.T, name string, verbose bool) (Suite, string) {
 	}
 	defer f.Close()
 	var out bytes.Buffer
-	return Read(f, &out, verbose), out.String()
+	return Read(f, &out, verbose, nil), out.String()
 }
 
 func TestReadCountsEveryOutcome(t *testing.T) {
@@ -209,7 +209,7 @@ func TestReadKeepsTheSlowestTests(t *testing.T) {
 	}
 	in.WriteString(`{"Action":"pass","Package":"example.test/tp","Test":"Test01/sub","Elapsed":999}` + "\n")
 	in.WriteString(`{"Action":"fail","Package":"example.test/tp","Test":"TestFailsSlowly","Elapsed":500}` + "\n")
-	s := Read(strings.NewReader(in.String()), io.Discard, false)
+	s := Read(strings.NewReader(in.String()), io.Discard, false, nil)
 	if len(s.Slowest) != slowestKept {
 		t.Fatalf("kept %d tests, want %d: %+v", len(s.Slowest), slowestKept, s.Slowest)
 	}
