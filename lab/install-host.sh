@@ -7,6 +7,7 @@
 # `fediversity` command's JUnit file against the vendored JUnit schema; the packages of NixOS's default commands
 # (below); knot, the DNS server of the DNS lane's tests. Safe to run again; does nothing that is already done.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/retry.sh"
 need=()
 command -v incus >/dev/null 2>&1 || need+=(incus)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
@@ -51,7 +52,8 @@ SRC
 fi
 export DEBIAN_FRONTEND=noninteractive
 # Another job of the set-up (the real node's build) may hold the dpkg lock: wait for it.
-apt_get() { apt-get -o DPkg::Lock::Timeout=600 "$@"; }
+# A mirror that answers slowly once is tried again (lab/retry.sh).
+apt_get() { retry apt-get -o DPkg::Lock::Timeout=600 "$@"; }
 apt_get update -qq
 rest=()
 for p in "${need[@]}"; do [ "$p" = incus ] || rest+=("$p"); done

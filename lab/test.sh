@@ -3,47 +3,57 @@
 # Kubernetes control plane with kwok's fake node and a real node, SPIRE), and runs every
 # suite as soon as the parts it needs are up, side by side:
 #
-#   suite                                   needs                    lab (prefix, ports)
-#   make lint (go vet, golangci-lint)       nothing                  -
-#   unit and lab                            the lab                  fedi, 2200
-#   acceptance: Terraform, nodes i of N     the lab                  fedtn<i>, 4000+100i
-#   acceptance: OpenTofu, nodes i of N      the lab, OpenTofu        fedon<i>, 4500+100i
-#   k8s and SPIRE lab                       + Kubernetes, SPIRE      fedi, 2200
-#   acceptance: Terraform, k8s and SPIRE i  + Kubernetes, SPIRE      fedtk<i>, 5000+100i
-#   acceptance: OpenTofu, k8s and SPIRE i   + Kubernetes, SPIRE      fedok<i>, 5500+100i
-#   acceptance: Terraform/OpenTofu, alone   the lab, and no other    fedtn1/fedon1
-#                                           suite running ($ALONE_TESTS: incusd restarts)
+#   suite                                       needs                  lab (prefix, ports)
+#   make lint (go vet, golangci-lint)           nothing                -
+#   unit and lab                                the lab                fedi, 2200
+#   acceptance, nodes shard i: Terraform,       the lab (OpenTofu)     fedn<i>, 4000+100i
+#     then OpenTofu
+#   k8s and SPIRE lab                           + Kubernetes, SPIRE    fedi, 2200
+#   acceptance, k8s and SPIRE shard i:          + Kubernetes, SPIRE    fedk<i>, 5000+100i
+#     Terraform, then OpenTofu
+#   acceptance, alone: OpenTofu (and Terraform  the lab, and no other  fedn1
+#     for a test of its set)                    suite running ($ALONE_TESTS: incusd restarts)
+#
+# Which binary runs which acceptance test: OpenTofu (the binary the methods name) runs
+# every one; Terraform runs the compatibility set named in test/terraform-compat.txt,
+# with the reason for each (what the two binaries could do differently). The summary
+# counts each binary's tests.
 #
 # The acceptance tests live in several packages (the provider's root and families under
 # internal/provider, and test/ for the modules and examples), each built once into a test
-# binary of its own, listed, and split in groups: those that need the cluster or SPIRE
-# ($K8S_TESTS), and all the others (the nodes tests), dealt by name into $NODES_SHARDS
-# shards per Terraform/OpenTofu binary (N, one per core beyond the first). A suite runs
-# its tests of each package with that package's binary, from its directory (the tests
-# read testdata/ by relative path), one after the other, as one output. The nodes tests mostly wait on their nodes (settle and watch windows), so on a
-# machine with cores to spare shards side by side cut the wall time. Each acceptance suite has a lab of its own
-# (its nodes, throwaway instances, ports and spire node), so suites that run at the same
-# time never touch each other's nodes; the Kubernetes control plane and the real node
-# are shared (every test makes a namespace of its own).
+# binary of its own, and listed. Each test to run under a binary is a job; the jobs are
+# split in groups: those that need the cluster or SPIRE ($K8S_TESTS), those that must run
+# alone ($ALONE_TESTS), and all the others (the nodes tests). The jobs of each group are
+# dealt into shards by their recorded wall times (test/durations.txt, which the summary
+# rewrites after each run), longest first, each to the shard with the least so far
+# (tools/testsummary deal), so that the shards end together. A shard runs its Terraform
+# jobs, then its OpenTofu jobs, as two suites, on a lab of its own (its nodes, throwaway
+# instances, ports and spire node), so that shards side by side never touch each other's
+# nodes; the Kubernetes control plane and the real node are shared (every test makes a
+# namespace of its own). A suite runs its tests of each package with that package's
+# binary, from its directory (the tests read testdata/ by relative path), as one output.
+# The nodes tests mostly wait on their nodes (settle and watch windows): shards side by
+# side cut the wall time.
 #
-# The parts (OpenTofu, Kubernetes, the real node's runtime, SPIRE) are built
-# in the background, each only when its version is not in /var/cache/fediversity. Every
+# The parts (OpenTofu, Kubernetes, the real node's runtime, SPIRE) are built in the
+# background, each only when its version is not in
+# /var/cache/fediversity; a cold machine is said at the start, with the time its build
+# takes. Every module the run needs is fetched first, with retries (lab/retry.sh). Every
 # suite's output goes to its own log, printed whole when the suite ends; the run ends
-# with the timeline and the summary of what each suite proved (tools/testsummary), whose
-# last line is "N passed, N failed, N skipped". Every suite runs even when another one
-# failed; the run then fails.
+# with the timeline and the summary of what each suite proved and the CPU it used
+# (tools/testsummary), whose last line is "N passed, N failed, N skipped". Every suite
+# runs even when another one failed; the run then fails.
 #
 #   bash lab/test.sh        all of it
 #   bash lab/test.sh acc    only the acceptance suites
-#   bash lab/test.sh setup  only bring up what the tests need
+#   bash lab/test.sh setup  only bring up what the tests need (on a new machine: the
+#                           parts' build, alone, before any test)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. lab/retry.sh
 # This machine reaches no binary cache: tell nix not to ask one (each build otherwise
-# spends seconds on a cache it cannot reach). The lab's stand-in systems are built by
-# /bin/sh, which a build sandbox lacks: the sandbox is off. The provider never changes
-# nix settings: the lab sets them here.
-export NIX_CONFIG="substituters =
-sandbox = false${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
+# spends seconds on a cache it cannot reach). The provider never changes nix settings.
+export NIX_CONFIG="substituters =${NIX_CONFIG:+$'\n'$NIX_CONFIG}"
 mode=${1:-all}
 case "$mode" in all | acc | setup) ;; *) echo "usage: $0 [all|acc|setup]" >&2; exit 2 ;; esac
 
@@ -52,11 +62,16 @@ K8S_TESTS='^TestAcc(K8s|Image|ModuleK8s|Spire)'
 # The tests that restart the one incusd every lab shares: they run alone, after the
 # other suites, or they would cut the exec sessions of every test running beside them.
 ALONE_TESTS='^TestAccNodeSwitchIncusdRestart$'
-# One nodes shard per core beyond the first. On two cores one per binary: three were
-# measured there (47m45s, the same as one, since the suites side by side use every
-# core) and the CPU-starved nodes then broke the timing of the interrupt tests.
+# The acceptance tests Terraform runs too (every one runs under OpenTofu), and each
+# test's recorded wall time and CPU, by which the jobs are dealt.
+COMPAT=test/terraform-compat.txt
+DURATIONS=test/durations.txt
+# Two nodes shards per core beyond the first (at most 9: their ports): two on two cores,
+# as many nodes suites side by side as when each binary had one shard of every test.
+# Three were measured there (47m45s, the same as two, since the suites side by side use
+# every core) and the CPU-starved nodes then broke the timing of the interrupt tests.
 cores=$(nproc)
-NODES_SHARDS=${NODES_SHARDS:-$((cores > 2 ? cores - 1 : 1))}
+NODES_SHARDS=${NODES_SHARDS:-$((cores > 2 ? (2 * (cores - 1) > 9 ? 9 : 2 * (cores - 1)) : 2))}
 # The packages that hold acceptance tests (TestAcc*); a package with none is left out
 # once listed.
 ACC_PKGS=(./internal/provider/... ./test/)
@@ -65,6 +80,9 @@ export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
 
 # A TF_CLI_CONFIG_FILE naming a missing file only adds warnings to every run.
 [ -f "${TF_CLI_CONFIG_FILE:-/nonexistent}" ] || unset TF_CLI_CONFIG_FILE
+# The provider's one flag set (as GNUmakefile's): its test binaries, the unit suite, the
+# CLI tests' provider and the release share each dependency's build cache entry.
+export CGO_ENABLED=0 GOFLAGS="-trimpath $(go env GOFLAGS | sed 's/-trimpath//')"
 
 logs=$(mktemp -d)
 timeline=$logs/timeline
@@ -84,19 +102,39 @@ wait_for() { # wait_for NAME: 0 when NAME ended well; otherwise its log's tail a
   return 1
 }
 
+# 0. A cold machine is said, not discovered: what is not cached is built in this run.
+cold=""
+bash lab/build-tofu.sh --cached >/dev/null || cold="OpenTofu"
+bash lab/k8s/build.sh --cached >/dev/null || cold="$cold Kubernetes"
+bash lab/k8s/node-build.sh --cached >/dev/null || cold="$cold the-real-node's-runtime"
+bash lab/spire/build.sh --cached >/dev/null || cold="$cold SPIRE"
+if [ -n "$cold" ]; then
+  mark "cold machine: not cached: $cold"
+  mark "  their build takes about 67 core-minutes (Kubernetes, kwok, containerd, runc and SPIRE each with its own"
+  mark "  Kubernetes libraries; OpenTofu about 5), longer beside the suites; the k8s and SPIRE suites wait for it"
+  [ "$mode" = setup ] || mark "  (\`bash lab/test.sh setup\` builds them alone first)"
+fi
+
 # 1. The lab (incusd, the node image, three nodes) at the run's priority, since every
 # suite waits on it; beside it, at the lowest priority until the lab is up, the parts
-# (each a no-op when its version is cached) and the acceptance test binary; the linters
-# niced throughout. On a
-# cold machine the image's debootstrap is one process among dozens of compilers: at equal
-# priority it took 20 minutes instead of 4.
+# (each a no-op when its version is cached) and the acceptance test binaries; the
+# linters niced throughout. On a cold machine the image's debootstrap is one process
+# among dozens of compilers: at equal priority it took 20 minutes instead of 4.
 background lab bash lab/lab.sh up
+# Every module the run needs (the provider's, the lab's parts', the tools': docs,
+# release, lint), fetched once while the lab starts, with retries: a registry that is
+# slow once then costs a minute here, and one that is down fails the run in its first
+# minutes, not after an hour of tests.
+mark "fetching the Go modules (lab/fetch-modules.sh)"
+bash lab/fetch-modules.sh || { mark "the Go modules could not be fetched"; exit 1; }
 mark "building the parts in the background (cached: no-op)"
 export FEDIVERSITY_BUILD_NICE=0
 declare -A early=()
 background_early() { # background_early NAME CMD…: as background, niced to 19 until the lab is up
+  # (setup runs nothing else: the builds keep the run's priority)
   local name=$1; shift
-  background "$name" nice -n 19 "$@"; early[$name]=$!
+  if [ "$mode" = setup ]; then background "$name" "$@"; else background "$name" nice -n 19 "$@"; fi
+  early[$name]=$!
 }
 renice_tree() { # renice_tree PRIO PID: PID and every process below it, every thread of each
   # Linux keeps a niceness per thread, and `renice -p PID` sets the main thread's only: a
@@ -129,11 +167,11 @@ fi
 wait_for lab
 mark "lab up"
 # What the nodes suites (the run's longest) wait for at the run's priority from now on:
-# the acceptance test binaries and OpenTofu. The Kubernetes, real node and SPIRE parts
-# stay niced until both are built, as their suites are shorter: on a cold machine, at
-# equal priority, the four builds shared the two cores and the nodes suites started
-# 40 minutes in. (Lowering a niceness needs root, as the lab does; without it they stay
-# niced.)
+# the acceptance test binaries and OpenTofu. The parts (Kubernetes, the real node,
+# SPIRE) stay niced until both are built, as their suites are shorter: on a cold
+# machine, at equal priority, the builds shared the two cores and the nodes suites
+# started 40 minutes in. (Lowering a niceness needs root, as the lab does; without it
+# they stay niced.)
 for name in build-tofu build-provider-tests; do
   [ -z "${early[$name]:-}" ] || renice_tree 0 "${early[$name]}"
 done
@@ -146,14 +184,15 @@ done
 sudo_debs=${FEDIVERSITY_CACHE:-/var/cache/fediversity}/lab-sudo
 if ! ls "$sudo_debs"/sudo_*.deb >/dev/null 2>&1; then
   mkdir -p "$sudo_debs"
-  (cd "$sudo_debs" && apt-get download sudo >/dev/null)
+  (cd "$sudo_debs" && retry apt-get download sudo >/dev/null)
 fi
 
 # 3. Kubernetes (control plane, then the real node) and the lab's spire node, once built.
 # A part that does not come up is taken down, its state wiped, and brought up once more
 # from scratch: a whole CI run's Kubernetes and SPIRE suites must not be lost to one
 # failed start (one was: kube-apiserver exited on a loaded start, beside every lab
-# instance booting at once and the test builds), nor to state a part left behind. A build that failed (a module download cut off) is run once more the same way.
+# instance booting at once and the test builds), nor to state a part left behind. A
+# build that failed is run once more the same way.
 # The first attempt's log stays in this part's log.
 part_up() { # part_up NAME RESET UP…: run UP; when it fails, RESET and run UP once more
   local name=$1 reset=$2; shift 2
@@ -189,11 +228,12 @@ fi
 # 4. The suites.
 export FEDIVERSITY_LAB=1 FEDIVERSITY_K8S=1 FEDIVERSITY_K8S_NODE=1 FEDIVERSITY_SPIRE=1
 go build -o "$logs/testsummary" ./tools/testsummary
-suite() { # suite NAME CMD…: run one suite (CMD prints go test -json) and record it
-  local name=$1; shift
+suite() { # suite NAME BINARY CMD…: run one suite (CMD prints go test -json) and record it
+  # BINARY: Terraform or OpenTofu for an acceptance suite, "" for the others.
+  local name=$1 binary=$2; shift 2
   mark "start: $name"
   local rc=0
-  "$logs/testsummary" run -suite "$name" -record "$logs/suites" -- "$@" >"$logs/suite-$name.log" 2>&1 || rc=$?
+  "$logs/testsummary" run -suite "$name" -binary "$binary" -record "$logs/suites" -- "$@" >"$logs/suite-$name.log" 2>&1 || rc=$?
   mark "end:   $name: $(tail -1 "$logs/suite-$name.log")"
   # One suite's log at a time, whole, so that side-by-side suites do not interleave.
   flock "$logs/print.lock" sh -c 'printf "\n=== log of %s\n" "$1"; cat "$2"' _ "$name" "$logs/suite-$name.log"
@@ -212,11 +252,10 @@ lab_env() { export LAB_PREFIX=$1 LAB_PORT_BASE=$2 LAB_STATE=/var/lib/fediversity
 # with its binary from its directory, one package after the other, as one go test -json
 # output (test2json); the exit status is 1 when any of them failed. SELECTION is what
 # acc_select prints: "<binary>=<-test.run pattern>" words. -test.parallel=3: the tests
-# themselves run one after the other; only the subtests that mark themselves parallel
-# (each on a node of its own, mostly waiting on it) run side by side, up to three, where
-# the default (GOMAXPROCS, two here) would hold the third back. -test.timeout=85m is
-# each binary's bound against a hang, under CI's 90 minutes: the node package's tests
-# alone took about an hour on a loaded machine.
+# themselves run one after the other; only those that mark themselves parallel (each on
+# a node of its own, mostly waiting on it) run side by side, up to three, where the
+# default (GOMAXPROCS, two here) would hold the third back. -test.timeout=85m is each
+# binary's bound against a hang, under CI's 90 minutes.
 acc_run() {
   local dir=$1 selection=$2 rc=0 word bin pattern pkg pkgdir; shift 2
   for word in $selection; do
@@ -243,43 +282,65 @@ acc_list() {
   done >"$tmp"
   mv "$tmp" "$logs/acc/tests"
 }
-# acc_select INCLUDE EXCLUDE SHARDS: the acceptance tests of every binary whose names
-# match INCLUDE and not EXCLUDE (extended regexps; EXCLUDE may be empty), dealt by name
-# round-robin into SHARDS selections, one per line, each "<binary>=^(A|B)$ …" for the
-# binaries that got a test (the same deal as one binary's, across the packages).
-acc_select() {
-  acc_list
-  awk -v inc="$1" -v exc="$2" -v n="$3" '
-    $2 ~ inc && (exc == "" || $2 !~ exc) { i = k++ % n; t[i, $1] = t[i, $1] (t[i, $1] == "" ? "" : "|") $2; if (!((i, $1) in seen)) { seen[i, $1]; b[i] = b[i] " " $1 } }
-    END { for (i = 0; i < n && i < k; i++) { line = ""; m = split(substr(b[i], 2), bs, " ")
-      for (j = 1; j <= m; j++) line = line (j > 1 ? " " : "") bs[j] "=^(" t[i, bs[j]] ")$"; print line } }' "$logs/acc/tests"
+# acc_jobs: every job, one "<Terraform|OpenTofu> <binary> <test>" line each: every test
+# under OpenTofu, and the tests of $COMPAT under Terraform too.
+acc_jobs() {
+  awk 'NR == FNR { if ($0 !~ /^[[:space:]]*(#|$)/) compat[$1]; next }
+    { print "OpenTofu", $1, $2; if ($2 in compat) print "Terraform", $1, $2 }' "$COMPAT" "$logs/acc/tests"
 }
-# acc_count SELECTION…: how many tests the selections name.
-acc_count() { printf '%s\n' "$@" | tr ' ' '\n' | sed -n 's/^[^=]*=^(\(.*\))\$$/\1/p' | tr '|' '\n' | grep -c . || true; }
-# acceptance NAME BINARY SELECTION: acceptance tests with Terraform or OpenTofu (BINARY)
-# from the test binaries built once.
+# acc_deal INCLUDE EXCLUDE SHARDS: the jobs whose tests match INCLUDE and not EXCLUDE
+# (extended regexps; EXCLUDE may be empty), dealt into SHARDS by their recorded wall
+# times, longest first; one "<shard> <Terraform|OpenTofu> <binary> <test>" line each.
+acc_deal() {
+  acc_jobs | awk -v inc="$1" -v exc="$2" '$3 ~ inc && (exc == "" || $3 !~ exc)' |
+    "$logs/testsummary" deal -durations "$DURATIONS" -shards "$3" 2>>"$logs/deal.log"
+}
+# acc_select DEALT SHARD BINARY: the selection of one shard's jobs under one binary,
+# "<binary>=^(A|B)$ …" words, one per test binary ("" when it has none).
+acc_select() {
+  awk -v s="$2" -v b="$3" '$1 == s && $2 == b {
+      if (!c[$3]++) { order[++n] = $3; t[$3] = $4 } else t[$3] = t[$3] "|" $4 }
+    END { for (i = 1; i <= n; i++) printf "%s%s=^(%s)$", (i > 1 ? " " : ""), order[i], t[order[i]]; print "" }' "$1"
+}
+# acceptance NAME BINARY SELECTION: acceptance tests with Terraform or OpenTofu (BINARY:
+# the word) from the test binaries built once.
 acceptance() {
-  local name=$1 bin=$2 selection=$3
-  wait_for build-provider-tests || { blocked "$name" "the acceptance test binaries" "$logs/build-provider-tests.log"; return 1; }
-  export TF_ACC=1 TF_ACC_TERRAFORM_PATH=$bin FEDIVERSITY_CLI_PROVIDER_DIR=$logs/acc/cli-provider
-  if [ "$bin" != "$TERRAFORM" ]; then
+  local name=$1 binary=$2 selection=$3 path
+  [ -n "$selection" ] || return 0
+  if [ "$binary" = Terraform ]; then
+    path=$TERRAFORM
+  else
+    path=$(tofu_path) || { blocked "$name" OpenTofu "$logs/build-tofu.log"; return 1; }
     export TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org
   fi
-  suite "$name" bash -c 'acc_run "$@"' _ "$logs/acc" "$selection"
+  export TF_ACC=1 TF_ACC_TERRAFORM_PATH=$path FEDIVERSITY_CLI_PROVIDER_DIR=$logs/acc/cli-provider
+  suite "$name" "$binary" bash -c 'acc_run "$@"' _ "$logs/acc" "$selection"
 }
-# nodes_suite NAME BINARY PREFIX PORT_BASE SELECTION: nodes tests on a lab of their own.
-nodes_suite() {
-  lab_env "$3" "$4"
-  bash lab/lab.sh up >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3" "$logs/lab-$3.log"; return 1; }
-  acceptance "$1" "$2" "$5"
+# shard NAME PREFIX PORT_BASE DEALT N: shard N's Terraform suite, then its OpenTofu suite,
+# on a lab of its own (already up), each in a subshell of its own environment.
+shard() {
+  local name=$1 dealt=$4 n=$5 rc=0
+  lab_env "$2" "$3"
+  ( acceptance "acceptance: Terraform, $name" Terraform "$(acc_select "$dealt" "$n" Terraform)" ) || rc=1
+  ( acceptance "acceptance: OpenTofu, $name" OpenTofu "$(acc_select "$dealt" "$n" OpenTofu)" ) || rc=1
+  return $rc
 }
-# k8s_suite NAME BINARY PREFIX PORT_BASE SELECTION: acceptance tests that need Kubernetes
-# and SPIRE, on a lab and spire node of their own.
-k8s_suite() {
-  wait_for k8s-parts || { blocked "$1" "Kubernetes or SPIRE" "$logs/k8s-parts.log"; return 1; }
-  lab_env "$3" "$4"
-  { bash lab/lab.sh up && part_up "spire node $3" "bash lab/spire/down.sh" bash lab/spire/up.sh; } >"$logs/lab-$3.log" 2>&1 || { blocked "$1" "lab $3" "$logs/lab-$3.log"; return 1; }
-  acceptance "$1" "$2" "$5"
+# nodes_shard N OF: nodes shard N of OF on a lab of its own.
+nodes_shard() {
+  local prefix=fedn$1 name="nodes $1 of $2"
+  lab_env "$prefix" $((4000 + 100 * $1))
+  bash lab/lab.sh up >"$logs/lab-$prefix.log" 2>&1 || {
+    blocked "acceptance: nodes shard $1 of $2" "lab $prefix" "$logs/lab-$prefix.log"; return 1; }
+  shard "$name" "$prefix" $((4000 + 100 * $1)) "$logs/acc/nodes.dealt" "$1"
+}
+# k8s_shard N OF: k8s and SPIRE shard N of OF, on a lab and spire node of its own.
+k8s_shard() {
+  local prefix=fedk$1 name="k8s and SPIRE $1 of $2"
+  wait_for k8s-parts || { blocked "acceptance: k8s and SPIRE shard $1 of $2" "Kubernetes or SPIRE" "$logs/k8s-parts.log"; return 1; }
+  lab_env "$prefix" $((5000 + 100 * $1))
+  { bash lab/lab.sh up && part_up "spire node $prefix" "bash lab/spire/down.sh" bash lab/spire/up.sh; } >"$logs/lab-$prefix.log" 2>&1 || {
+    blocked "acceptance: k8s and SPIRE shard $1 of $2" "lab $prefix" "$logs/lab-$prefix.log"; return 1; }
+  shard "$name" "$prefix" $((5000 + 100 * $1)) "$logs/acc/k8s.dealt" "$1"
 }
 tofu_path() { wait_for build-tofu && tail -1 "$logs/build-tofu.log"; }
 
@@ -289,71 +350,63 @@ if [ "$mode" = all ]; then
   # are the run's longest, and its own compiling would take half the CPU from their
   # binaries' (it ends long before them all the same).
   ( wait_for build-provider-tests || true
-    suite "unit and lab" go test -json -count=1 -timeout 40m $(go list ./... | grep -v -e '/internal/k8s$' -e '/internal/spire$') ) &
+    export LAB_PREFIX=${LAB_PREFIX:-fedi} # the default lab's (lab.sh), for the summary's CPU of its nodes
+    suite "unit and lab" "" go test -json -count=1 -timeout 40m $(go list ./... | grep -v -e '/internal/k8s$' -e '/internal/spire$') ) &
   pids+=($!)
   ( wait_for k8s-parts || { blocked "k8s and SPIRE lab" "Kubernetes or SPIRE" "$logs/k8s-parts.log"; exit 1; }
-    suite "k8s and SPIRE lab" go test -json -count=1 -timeout 40m ./internal/k8s/ ./internal/spire/ ) &
+    export LAB_PREFIX=${LAB_PREFIX:-fedi}
+    suite "k8s and SPIRE lab" "" go test -json -count=1 -timeout 40m ./internal/k8s/ ./internal/spire/ ) &
   pids+=($!)
 fi
-failed=0
+failed=0 nodes_shards=0 k8s_shards=0
 if wait_for build-provider-tests; then
   acc_list
-  mapfile -t shards < <(acc_select '^TestAcc' "$K8S_TESTS|$ALONE_TESTS" "$NODES_SHARDS")
-  # The k8s and SPIRE tests in K8S_SHARDS shards per binary. When the Kubernetes, real
-  # node and SPIRE parts are built by now (they were cached: a warm machine), their
-  # suites start within a minute and end long before the nodes suites: one shard each.
-  # When they are still building (a cold machine), they come up about 45 minutes in and
-  # their suites, the tests one after the other (10 to 11 minutes per binary), are then
-  # the run's critical path: two shards each, side by side. The tests share the control
-  # plane and the real node already (each makes a namespace of its own; the binaries'
-  # suites run side by side), and each shard has a lab and a spire node of its own.
-  parts_built=1
-  for part in build-k8s build-node build-spire; do [ -f "$logs/$part.rc" ] || parts_built=0; done
-  k8s_shards=${K8S_SHARDS:-$((parts_built ? 1 : 2))}
-  mapfile -t k8s_shard_tests < <(acc_select "$K8S_TESTS" "" "$k8s_shards")
-  alone=$(acc_select "$ALONE_TESTS" "" 1)
-  # Every acceptance test the binaries list is in exactly one suite; a selection that
-  # lost tests fails the run here instead of passing with fewer tests.
-  listed=$(wc -l <"$logs/acc/tests")
-  selected=$(( $(acc_count "${shards[@]}") + $(acc_count "$alone") + $(acc_count "$(acc_select "$K8S_TESTS" "" 1)") ))
-  if [ "$listed" -eq 0 ] || [ "$selected" -ne "$listed" ]; then
-    blocked "acceptance: selection" "the acceptance test selection ($selected of $listed tests selected)"
+  # The k8s and SPIRE tests: when the parts were cached (a warm machine) their shards
+  # start within a minute and end long before the nodes shards: two. When the parts are
+  # built in this run (a cold machine) they come up late and their shards are the run's
+  # critical path: four. The tests share the control plane and the real node already
+  # (each makes a namespace of its own); each shard has a lab and a spire node of its own.
+  k8s_shards=${K8S_SHARDS:-$([ -z "$cold" ] && echo 2 || echo 4)}
+  acc_deal '^TestAcc' "$K8S_TESTS|$ALONE_TESTS" "$NODES_SHARDS" >"$logs/acc/nodes.dealt"
+  acc_deal "$K8S_TESTS" "$ALONE_TESTS" "$k8s_shards" >"$logs/acc/k8s.dealt"
+  acc_deal "$ALONE_TESTS" "" 1 >"$logs/acc/alone.dealt"
+  nodes_shards=$(cut -d' ' -f1 "$logs/acc/nodes.dealt" | sort -u | wc -l)
+  k8s_shards=$(cut -d' ' -f1 "$logs/acc/k8s.dealt" | sort -u | wc -l)
+  # Every job is in exactly one shard, and every test of $COMPAT is listed: a deal that
+  # lost jobs, or a compatibility set that names a test the binaries do not have, fails
+  # the run here instead of passing with fewer tests.
+  jobs=$(acc_jobs | wc -l)
+  dealt=$(cat "$logs/acc/"{nodes,k8s,alone}.dealt | wc -l)
+  unknown=$(awk 'NR == FNR { listed[$2]; next } $0 !~ /^[[:space:]]*(#|$)/ && !($1 in listed) { print $1 }' "$logs/acc/tests" "$COMPAT" | tr '\n' ' ')
+  if [ ! -s "$logs/acc/tests" ] || [ "$dealt" -ne "$jobs" ] || [ -n "$unknown" ]; then
+    blocked "acceptance: selection" "the acceptance test selection ($dealt of $jobs jobs dealt; in $COMPAT but not listed: ${unknown:-none})"
     failed=1
   fi
-  mark "acceptance tests: $listed listed, in ${#shards[@]} nodes shard(s), ${#k8s_shard_tests[@]} k8s and SPIRE shard(s), and alone"
+  mark "acceptance tests: $(wc -l <"$logs/acc/tests") listed; $jobs jobs ($(grep -c '^OpenTofu' < <(acc_jobs)) under OpenTofu, $(grep -c '^Terraform' < <(acc_jobs)) under Terraform), in $nodes_shards nodes shard(s), $k8s_shards k8s and SPIRE shard(s), and alone"
+  while read -r line; do mark "  deal: $line"; done <"$logs/deal.log"
 else
-  shards=() alone="" k8s_shard_tests=()
   blocked "acceptance: nodes" "the acceptance test binaries" "$logs/build-provider-tests.log"
   failed=1
 fi
-for i in "${!shards[@]}"; do
-  n=$((i + 1)) of=" of ${#shards[@]}"
-  ( nodes_suite "acceptance: Terraform, nodes $n$of" "$TERRAFORM" "fedtn$n" $((4000 + 100 * n)) "${shards[$i]}" ) &
-  pids+=($!)
-  ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, nodes $n$of" OpenTofu "$logs/build-tofu.log"; exit 1; }
-    nodes_suite "acceptance: OpenTofu, nodes $n$of" "$tofu" "fedon$n" $((4500 + 100 * n)) "${shards[$i]}" ) &
+for ((i = 1; i <= nodes_shards; i++)); do
+  ( nodes_shard "$i" "$nodes_shards" ) &
   pids+=($!)
 done
-for i in "${!k8s_shard_tests[@]}"; do
-  n=$((i + 1)) of=" $((i + 1)) of ${#k8s_shard_tests[@]}"
-  ( k8s_suite "acceptance: Terraform, k8s and SPIRE$of" "$TERRAFORM" "fedtk$n" $((5000 + 100 * n)) "${k8s_shard_tests[$i]}" ) &
-  pids+=($!)
-  ( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, k8s and SPIRE$of" OpenTofu "$logs/build-tofu.log"; exit 1; }
-    k8s_suite "acceptance: OpenTofu, k8s and SPIRE$of" "$tofu" "fedok$n" $((5500 + 100 * n)) "${k8s_shard_tests[$i]}" ) &
+for ((i = 1; i <= k8s_shards; i++)); do
+  ( k8s_shard "$i" "$k8s_shards" ) &
   pids+=($!)
 done
 
 for p in "${pids[@]}"; do wait "$p" || failed=1; done
-# The tests that must have the machine to themselves, with each binary in turn, on the
-# labs of the first nodes shards.
-( lab_env fedtn1 4100; acceptance "acceptance: Terraform, alone" "$TERRAFORM" "$alone" ) || failed=1
-( tofu=$(tofu_path) || { blocked "acceptance: OpenTofu, alone" OpenTofu "$logs/build-tofu.log"; exit 1; }
-  lab_env fedon1 4600; acceptance "acceptance: OpenTofu, alone" "$tofu" "$alone" ) || failed=1
+# The tests that must have the machine to themselves, on the lab of the first nodes shard.
+if [ -s "$logs/acc/alone.dealt" ]; then
+  ( shard "alone" fedn1 4100 "$logs/acc/alone.dealt" 1 ) || failed=1
+fi
 if [ "$mode" = all ]; then
   wait_for lint && mark "make lint passed" || { mark "make lint failed"; cat "$logs/lint.log"; failed=1; }
 fi
 mark "done"
 printf '\n=== timeline\n'
 cat "$timeline"
-"$logs/testsummary" report "$logs/suites" || failed=1
+"$logs/testsummary" report -durations "$DURATIONS" "$logs/suites" || failed=1
 exit "$failed"

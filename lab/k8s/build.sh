@@ -41,6 +41,8 @@ if [[ $have_all == 1 ]]; then
   print_paths
   exit 0
 fi
+# --cached: say whether it is built (exit 0, its paths) or not (exit 1), and build nothing.
+[[ "${1:-}" != --cached ]] || exit 1
 
 start=$(date +%s)
 mkdir -p "$BIN" "$KWOK_BIN"

@@ -37,6 +37,8 @@ print_paths() {
 have_all=1
 while IFS='=' read -r _ p; do [[ -e $p ]] || have_all=0; done < <(print_paths)
 if [[ $have_all == 1 ]]; then print_paths; exit 0; fi
+# --cached: say whether it is built (exit 0, its paths) or not (exit 1), and build nothing.
+[[ "${1:-}" != --cached ]] || exit 1
 start=$(date +%s)
 
 apt_need=()

@@ -23,6 +23,8 @@ print_paths() { for c in "${commands[@]}"; do echo "$c=$BIN/$c"; done; }
 have_all=1
 for c in "${commands[@]}"; do [[ -x "$BIN/$c" ]] || have_all=0; done
 if [[ $have_all == 1 ]]; then print_paths; exit 0; fi
+# --cached: say whether it is built (exit 0, its paths) or not (exit 1), and build nothing.
+[[ "${1:-}" != --cached ]] || exit 1
 
 start=$(date +%s)
 work="$OUT/tools"
