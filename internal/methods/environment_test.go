@@ -167,8 +167,7 @@ func environmentReads(t *testing.T, root string) map[string]string {
 	}
 	// resolve names the variable of expression e in function fn: a literal, a constant,
 	// a range over a list, or a parameter of fn (then fn forwards).
-	var resolve func(fn *ast.FuncDecl, e ast.Expr, where string) bool
-	resolve = func(fn *ast.FuncDecl, e ast.Expr, where string) bool {
+	resolve := func(fn *ast.FuncDecl, e ast.Expr, where string) bool {
 		if s, ok := stringLit(e); ok {
 			reads[s] = where
 			return true

@@ -206,15 +206,6 @@ func sameSet(a, b []string) bool {
 	return true
 }
 
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // Issue 39, item 9: the deployer's nix runs with the sandbox its own nix.conf (or
 // NIX_CONFIG) says: the plan's evaluation, the apply's build and realise pass no
 // `--option sandbox`. A recording stand-in for each nix command shows the arguments.

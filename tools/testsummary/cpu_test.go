@@ -23,10 +23,10 @@ func TestTreeCPUCountsAReapedChild(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
+	defer func() { _ = cmd.Wait() }()
 	// The shell loops in itself; sleep is a child: read while it sleeps.
 	for i := 0; i < 100 && treeCPU(cmd.Process.Pid) == 0; i++ {
-		exec.Command("sleep", "0.05").Run()
+		_ = exec.Command("sleep", "0.05").Run()
 	}
 	if got := treeCPU(cmd.Process.Pid); got <= 0 {
 		t.Fatalf("treeCPU of a busy shell = %v, want more than 0", got)

@@ -162,11 +162,11 @@ func nodeSwitchArguments(s schema.Schema) map[string]bool {
 		}
 	}
 	for n, b := range s.Blocks {
-		switch {
-		case n == "ssh":
+		switch n {
+		case "ssh":
 			nested("", b.(schema.SingleNestedBlock).Attributes, b.(schema.SingleNestedBlock).Blocks)
 			continue
-		case n == "timeouts":
+		case "timeouts":
 			names[n] = true
 			continue
 		}
