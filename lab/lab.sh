@@ -65,15 +65,19 @@ start_incusd() {
   mkdir -p /var/lib/incus /var/log
   # A killed daemon may leave its socket behind.
   rm -f /var/lib/incus/unix.socket
-  # lxcfs is optional; incusd works without it.
-  nohup /usr/libexec/incus/incusd --group root --logfile "$INCUS_LOG" >>"$INCUS_LOG" 2>&1 &
+  # lxcfs is optional; incusd works without it. The daemon does not inherit the lab's
+  # lock (fd 9): an `up` that failed before it let go would leave the lock held by incusd
+  # and every later `up` waiting for ever.
+  nohup /usr/libexec/incus/incusd --group root --logfile "$INCUS_LOG" >>"$INCUS_LOG" 2>&1 9>&- &
   echo $! >/run/fediversity-incusd.pid
   for _ in $(seq 1 60); do
     incusd_up && break
     sleep 1
   done
   incusd_up || { log "incusd did not start; see $INCUS_LOG"; tail -20 "$INCUS_LOG" >&2; exit 1; }
-  incus admin waitready --timeout 60
+  # Ready once it has started the instances that were running when it stopped: on a
+  # machine that kept sixty lab instances this took over a minute.
+  incus admin waitready --timeout 300
 }
 
 # The lab's instances live on a btrfs pool (a sparse loop file that incusd makes and
