@@ -442,3 +442,116 @@ type planCheckFunc func(*tfjson.Plan) error
 func (f planCheckFunc) CheckPlan(_ context.Context, req plancheck.CheckPlanRequest, resp *plancheck.CheckPlanResponse) {
 	resp.Error = f(req.Plan)
 }
+
+// loaderStateScript is bootDefaultScript with the boot default read from the stand-in
+// firmware's boot loader (labtest.BootDefault: systemd-boot's default entry, or GRUB's
+// default), not from a record the stand-in installer keeps.
+const loaderStateScript = `/usr/lib/fediversity-standin/firmware default || echo; ` +
+	`readlink -e /nix/var/nix/profiles/system || echo; readlink -e /run/current-system || echo; ` +
+	`sed -n 's/.*"toplevel": *"\([^"]*\)".*/\1/p' ` + deploybody.VerdictRecordFile + ` 2>/dev/null | head -n 1; echo`
+
+// The deploy's order on each boot loader the lab's stand-in firmware has, with the lab's
+// stand-in systems (lab/closures good, then good-v2, whose switch-to-configuration keeps
+// switch-to-configuration-ng's contract): on GRUB a `switch` would make its argument
+// the default at once, on systemd-boot the default follows the system profile's
+// generations. On both, sampled every 200 ms during the second apply, neither the boot
+// loader's default nor the system profile names the new system before the verdict
+// record does; the journal shows `test`, then `boot`; afterwards the boot loader's
+// default, the profile, the running system and the state agree.
+func TestAccNodeSwitchNixOSBootOrderOnEachLoader(t *testing.T) {
+	acctest.Lab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	v2 := labtest.BuildClosure(t, labtest.ClosureGoodV2)
+	for _, loader := range []string{labtest.BootLoaderSystemdBoot, labtest.BootLoaderGRUB} {
+		t.Run(loader, func(t *testing.T) {
+			node := labtest.NewInstance(t, "acc-order-"+strings.ReplaceAll(loader, "-", ""))
+			labtest.SetBootLoader(t, node, loader)
+			read := func() (nodeBootState, error) {
+				out, err := labtest.IncusErr("exec", node.Instance, "--", "/bin/sh", "-c", loaderStateScript)
+				if err != nil {
+					return nodeBootState{}, err
+				}
+				l := strings.Split(out, "\n")
+				for len(l) < 4 {
+					l = append(l, "")
+				}
+				return nodeBootState{at: time.Now(), bootDefault: strings.TrimSpace(l[0]), profile: strings.TrimSpace(l[1]),
+					running: strings.TrimSpace(l[2]), record: strings.TrimSpace(l[3])}, nil
+			}
+			agree := func(want string) error {
+				st, err := read()
+				if err != nil {
+					return err
+				}
+				if st.bootDefault != want || st.profile != want || st.running != want || st.record != want {
+					return fmt.Errorf("%s: boot loader default %s, profile %s, running %s, verdict record %s; want all %s",
+						loader, st.bootDefault, st.profile, st.running, st.record, want)
+				}
+				return nil
+			}
+			var (
+				samples []nodeBootState
+				mu      sync.Mutex
+				stop    = make(chan struct{})
+				done    = make(chan struct{})
+				since   time.Time
+			)
+			resource.Test(t, resource.TestCase{
+				PreCheck:                 func() { acctest.PreCheck(t) },
+				ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+				Steps: []resource.TestStep{
+					{
+						Config: activationConfig(node, good, "switch"),
+						Check:  func(*terraform.State) error { return agree(good) },
+					},
+					{
+						PreConfig: func() {
+							since = time.Now()
+							go func() {
+								defer close(done)
+								for {
+									if st, err := read(); err == nil {
+										mu.Lock()
+										samples = append(samples, st)
+										mu.Unlock()
+									}
+									select {
+									case <-stop:
+										return
+									case <-time.After(200 * time.Millisecond):
+									}
+								}
+							}()
+						},
+						Config: activationConfig(node, v2, "switch"),
+						Check: func(s *terraform.State) error {
+							close(stop)
+							<-done
+							mu.Lock()
+							defer mu.Unlock()
+							if len(samples) < 3 {
+								return fmt.Errorf("%s: only %d samples during the apply", loader, len(samples))
+							}
+							sawRecord := false
+							for _, st := range samples {
+								sawRecord = sawRecord || st.record == v2
+								if st.record != v2 && (st.bootDefault == v2 || st.profile == v2) {
+									return fmt.Errorf("%s: at %s the boot loader's default was %s and the profile %s before the verdict record named the new system (it named %q)",
+										loader, st.at.Format(time.RFC3339Nano), st.bootDefault, st.profile, st.record)
+								}
+							}
+							t.Logf("%s: %d samples during the apply; the verdict record named the new system during it: %v", loader, len(samples), sawRecord)
+							if actions, _ := detachedRuns(t, node, since); strings.Join(actions, " ") != "test boot" {
+								return fmt.Errorf("%s: the detached switch-to-configuration runs were %v, want [test boot]", loader, actions)
+							}
+							if got := s.RootModule().Resources[addr].Primary.Attributes["toplevel"]; got != v2 {
+								return fmt.Errorf("%s: the state records %s, want %s", loader, got, v2)
+							}
+							return agree(v2)
+						},
+					},
+				},
+			})
+		})
+	}
+}
