@@ -69,6 +69,11 @@ if [ "$want" != "$have" ]; then
   incus file push --mode 0755 "${BIN[spire-agent]}" "$NAME/usr/local/bin/spire-agent" >/dev/null
   incus exec "$NAME" -- systemctl try-restart spire-server.service 2>/dev/null || true
 fi
+# The node is shaped like NixOS: a login's PATH (SSH, as the provider and the tests reach
+# the server's CLI) has no /usr/local/bin. The commands go where a NixOS root's
+# `nix-env -i` puts them, the default profile, which is on that PATH.
+incus exec "$NAME" -- /bin/sh -c 'mkdir -p /nix/var/nix/profiles/default/bin &&
+  for c in spire-server spire-agent; do ln -sfn /usr/local/bin/$c /nix/var/nix/profiles/default/bin/$c; done'
 
 incus exec "$NAME" -- sh -c '
 set -e
