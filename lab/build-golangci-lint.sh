@@ -4,6 +4,8 @@
 # module@version` checks the sources against the Go checksum database. A second run with
 # the cache present does nothing.
 set -euo pipefail
+# A registry that answers slowly once is tried again (lab/retry.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/retry.sh"
 GOLANGCI_VERSION=${GOLANGCI_VERSION:-v2.15.0}
 CACHE=${FEDIVERSITY_CACHE:-/var/cache/fediversity}
 bin="$CACHE/golangci-lint-$GOLANGCI_VERSION/bin"
@@ -14,7 +16,7 @@ mkdir -p "$bin"
 # GOBIN, then a rename, so an interrupted build never leaves a half-written binary.
 tmp=$(mktemp -d "$bin/.build.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-(cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= nice -n 10 go install -trimpath \
+(cd "$tmp" && CGO_ENABLED=0 GOBIN="$tmp" GOFLAGS= retry nice -n 10 go install -trimpath \
   "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_VERSION" >&2)
 mv "$tmp/golangci-lint" "$out"
 echo "$out"

@@ -14,6 +14,8 @@
 #
 # See /work/shared/K8S-LAB.md for the verified facts this follows.
 set -euo pipefail
+# A registry that answers slowly once is tried again (lab/retry.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/../retry.sh"
 
 K8S_VERSION="${K8S_VERSION:-v1.36.1}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
@@ -58,7 +60,7 @@ build_k8s() {
   cd "$work"
   log "resolving k8s.io/kubernetes@$K8S_VERSION"
   local gomod
-  gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
+  gomod=$(retry go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')
   [[ -f "$gomod" ]] || { log "cannot find go.mod of k8s.io/kubernetes@$K8S_VERSION"; exit 1; }
 
   # Every k8s.io/* module required at v0.0.0 is a staging module.
@@ -92,7 +94,7 @@ import (
 )
 GO
   log "go mod tidy (wrapper)"
-  GOFLAGS=-mod=mod $NICE go mod tidy -e >&2
+  GOFLAGS=-mod=mod retry $NICE go mod tidy -e >&2
   # etcd's main package lives in the server module (go.etcd.io/etcd/server/v3 is the etcd binary's main).
   if ! grep -q 'go.etcd.io/etcd/server/v3' go.mod; then
     log "go.etcd.io/etcd/server/v3 not in the module graph"; exit 1
@@ -118,7 +120,7 @@ GO
 build_kwok() {
   [[ -x "$KWOK_BIN/kwok" ]] && return 0
   log "building kwok $KWOK_VERSION"
-  GOBIN="$KWOK_BIN" CGO_ENABLED=0 $NICE go install -trimpath "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >&2
+  GOBIN="$KWOK_BIN" CGO_ENABLED=0 retry $NICE go install -trimpath "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" >&2
 }
 
 ( build_k8s )

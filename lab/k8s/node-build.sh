@@ -9,6 +9,8 @@
 # Idempotent: when every binary is cached it prints the paths and does nothing.
 # Output (stdout): one line per binary, "name=/abs/path".
 set -euo pipefail
+# A registry that answers slowly once is tried again (lab/retry.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/../retry.sh"
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
@@ -46,7 +48,7 @@ apt_need=()
 [[ -e /usr/include/seccomp.h ]] || apt_need+=(libseccomp-dev)
 if (( ${#apt_need[@]} )); then
   log "apt-get install ${apt_need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y "${apt_need[@]}" >&2
+  DEBIAN_FRONTEND=noninteractive retry apt-get -o DPkg::Lock::Timeout=600 install -y "${apt_need[@]}" >&2
 fi
 
 build_containerd() {
@@ -55,7 +57,7 @@ build_containerd() {
   mkdir -p "$work" "$CTRD_BIN"; cd "$work"
   [[ -f go.mod ]] || go mod init fediversity.local/containerd-tools >&2
   log "building containerd $CONTAINERD_VERSION"
-  GOFLAGS=-mod=mod $NICE go get -tool "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
+  GOFLAGS=-mod=mod retry $NICE go get -tool "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
     "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
     "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION" >&2
   # No btrfs headers here, and the lab needs only the overlayfs snapshotter.
@@ -69,7 +71,7 @@ build_runc() {
   [[ -x $RUNC_BIN/runc ]] && return 0
   mkdir -p "$RUNC_BIN"
   log "building runc $RUNC_VERSION"
-  GOBIN="$RUNC_BIN" CGO_ENABLED=1 $NICE go install -trimpath -tags "seccomp urfave_cli_no_docs" \
+  GOBIN="$RUNC_BIN" CGO_ENABLED=1 retry $NICE go install -trimpath -tags "seccomp urfave_cli_no_docs" \
     -ldflags "-s -w" "github.com/opencontainers/runc@$RUNC_VERSION" >&2
 }
 

@@ -8,6 +8,8 @@
 # a small module. cgo is needed: the sqlite datastore is github.com/mattn/go-sqlite3.
 # A cold build takes about 11 minutes on 2 cores with a peak of about 4 GB RSS.
 set -euo pipefail
+# A registry that answers slowly once is tried again (lab/retry.sh).
+. "$(dirname "${BASH_SOURCE[0]}")/../retry.sh"
 
 SPIRE_VERSION="${SPIRE_VERSION:-v1.13.3}"
 CACHE_ROOT="${FEDIVERSITY_CACHE:-/var/cache/fediversity}"
@@ -34,7 +36,7 @@ if [[ ! -f go.mod ]]; then
   go mod init fediversity.local/spire-tools >&2
 fi
 for c in "${commands[@]}"; do
-  GOFLAGS=-mod=mod $NICE go get -tool "github.com/spiffe/spire/cmd/$c@$SPIRE_VERSION" >&2
+  GOFLAGS=-mod=mod retry $NICE go get -tool "github.com/spiffe/spire/cmd/$c@$SPIRE_VERSION" >&2
 done
 for c in "${commands[@]}"; do
   [[ -x "$BIN/$c" ]] && continue
