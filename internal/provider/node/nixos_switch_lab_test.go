@@ -13,7 +13,9 @@ import (
 
 	tfjson "github.com/hashicorp/terraform-json"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
@@ -554,4 +556,35 @@ func TestAccNodeSwitchNixOSBootOrderOnEachLoader(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Exit 100 under reboot-if-needed, with the lab's stand-in systems (lab/closures good,
+// then good-init-v3, whose init-interface-version differs and whose kernel does not, so
+// the reboot rule alone would switch): switch-to-configuration refuses to activate it
+// (exit 100), the deploy reboots the node into it instead, and judges the booted system.
+// The verdict says it rebooted because init-interface-version changed; afterwards the
+// node runs and booted the new system, its boot loader boots it next, its profile names
+// it, and the state records it.
+func TestAccNodeSwitchNixOSInitInterfaceChangeRebootsIfNeeded(t *testing.T) {
+	acctest.Lab(t)
+	good := labtest.BuildClosure(t, labtest.ClosureGood)
+	initV3 := labtest.BuildClosure(t, labtest.ClosureGoodInitV3)
+	node := labtest.NewInstance(t, "acc-exit100-reboot")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{Config: activationConfig(node, good, "reboot"), Check: nodeAgrees(t, node, good, good)},
+			{
+				Config: activationConfig(node, initV3, "reboot-if-needed"),
+				ConfigStateChecks: []statecheck.StateCheck{
+					verdictBool("ok", true),
+					verdictBool("rebooted", true),
+					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(init-interface-version changed \(switch-to-configuration exit 100\)\)`))),
+					stateToplevel(initV3),
+				},
+				Check: nodeAgrees(t, node, initV3, initV3),
+			},
+		},
+	})
 }
