@@ -21,7 +21,9 @@
 #   activateFails "1": the activation fails as NixOS' does (exit 2, "Activation script
 #             snippet 'fediSecrets' failed (1)", "Failed to run activate script"), after
 #             /run/current-system points at $out, and the units still start.
-#   initInterface a suffix of $out/init-interface-version ("systemd" + it): a switch or
+#   initInterface a suffix of $out/init-interface-version ("systemd 2" + it, "systemd 2"
+#             as NixOS writes it for systemd's interface version 2, and as every lab
+#             node's first system has it): a switch or
 #             test from a system whose version differs exits 100 before it activates
 #             anything (switch-to-configuration-ng's init-interface check).
 #   linkMAC   a hardware address: the system carries
@@ -59,7 +61,7 @@ derivation {
     if [ -n "$sw" ]; then ln -s $sw $out/sw; else mkdir -p $out/sw/bin; fi
     printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
     echo "25.05.fediversity-acc" > $out/nixos-version
-    echo "systemd$initInterface" > $out/init-interface-version
+    printf 'systemd 2%s' "$initInterface" > $out/init-interface-version
     cat > $out/etc/systemd/system/fedi-acc.service <<EOF_UNIT
     [Unit]
     Description=fediversity acceptance unit
