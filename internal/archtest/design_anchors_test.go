@@ -10,27 +10,33 @@ import (
 )
 
 // TestDesignPageAnchorsExist: code comments, object descriptions and docs point at
-// sections of docs/design.md by anchor ("docs/design.md#verdict-classes"). A renamed or
-// removed section would leave them pointing nowhere, so every such pointer in the
-// repository must name an anchor the page defines (<a id="…">).
+// sections of docs/design.md and docs/testing.md by anchor
+// ("docs/design.md#verdict-classes", "docs/testing.md#lab-node"). A renamed, removed or
+// moved section would leave them pointing nowhere, so every such pointer in the
+// repository must name an anchor the page defines (<a id="…">), and so must each page's
+// links within itself.
 func TestDesignPageAnchorsExist(t *testing.T) {
 	root := filepath.Join("..", "..")
-	page, err := os.ReadFile(filepath.Join(root, "docs", "design.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defined := map[string]bool{}
-	for _, m := range regexp.MustCompile(`<a id="([a-z0-9-]+)"></a>`).FindAllStringSubmatch(string(page), -1) {
-		defined[m[1]] = true
-	}
-	if len(defined) < 10 {
-		t.Fatalf("docs/design.md defines %d anchors; its sections lost their <a id> names", len(defined))
+	pages := []string{"design.md", "testing.md"}
+	defined := map[string]map[string]bool{}
+	for _, name := range pages {
+		page, err := os.ReadFile(filepath.Join(root, "docs", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defined[name] = map[string]bool{}
+		for _, m := range regexp.MustCompile(`<a id="([a-z0-9-]+)"></a>`).FindAllStringSubmatch(string(page), -1) {
+			defined[name][m[1]] = true
+		}
+		if len(defined[name]) < 5 {
+			t.Fatalf("docs/%s defines %d anchors; its sections lost their <a id> names", name, len(defined[name]))
+		}
 	}
 
-	pointer := regexp.MustCompile(`design\.md#([A-Za-z0-9_-]+)`)
+	pointer := regexp.MustCompile(`\b(design|testing)\.md#([A-Za-z0-9_-]+)`)
 	inPage := regexp.MustCompile(`\]\(#([A-Za-z0-9_-]+)\)`)
 	checked := 0
-	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -50,14 +56,22 @@ func TestDesignPageAnchorsExist(t *testing.T) {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		refs := pointer.FindAllStringSubmatch(string(b), -1)
-		if rel == filepath.Join("docs", "design.md") {
-			refs = append(refs, inPage.FindAllStringSubmatch(string(b), -1)...)
+		type ref struct{ page, anchor string }
+		var refs []ref
+		for _, m := range pointer.FindAllStringSubmatch(string(b), -1) {
+			refs = append(refs, ref{m[1] + ".md", m[2]})
 		}
-		for _, m := range refs {
+		for _, name := range pages {
+			if rel == filepath.Join("docs", name) {
+				for _, m := range inPage.FindAllStringSubmatch(string(b), -1) {
+					refs = append(refs, ref{name, m[1]})
+				}
+			}
+		}
+		for _, r := range refs {
 			checked++
-			if !defined[m[1]] {
-				t.Errorf("%s points at docs/design.md#%s, which the page does not define (anchors: %s)", rel, m[1], strings.Join(keys(defined), " "))
+			if !defined[r.page][r.anchor] {
+				t.Errorf("%s points at docs/%s#%s, which the page does not define (anchors: %s)", rel, r.page, r.anchor, strings.Join(keys(defined[r.page]), " "))
 			}
 		}
 		return nil

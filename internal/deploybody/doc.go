@@ -10,10 +10,10 @@
 // # Phases
 //
 // Deploy runs, in order, each timed, logged and recorded in Result.Phases:
-// build → wait-for-node → push-closure → wait-for-secret-chain → snapshot-unit-states →
-// switch → read-switch-result → detect-unconfirmed-switch → collect-owned-units →
-// restart-failed-owned-units → settle → watch → checks → classify → verdict → report →
-// finalize-boot-entry → conclude. The verdict's failure is returned only in conclude,
+// build → wait-for-node → lock-node → push-closure → wait-for-secret-chain →
+// snapshot-unit-states → switch → read-switch-result → detect-unconfirmed-switch →
+// collect-owned-units → restart-failed-owned-units → settle → watch → checks → classify →
+// verdict → report → finalize-boot-entry → conclude (the Phases list in result.go). The verdict's failure is returned only in conclude,
 // after the boot entry is finalized, so a node with a failed unit keeps the new boot
 // entry. VerdictOnly records build, push-closure, switch, read-switch-result,
 // detect-unconfirmed-switch and finalize-boot-entry as skipped.
@@ -55,6 +55,9 @@
 //
 // # Defaults (docs/design.md#timings)
 //
+// Every row of TimingTable (timing_table.go), which the provider's `timings` blocks and
+// the roster's keys are made from:
+//
 //	node_wait        2m   node must answer within this, else the deploy fails
 //	switch_timeout  10m   time limit of switch-to-configuration on the node
 //	settle           5s   pause after the switch/restarts before the watch
@@ -63,6 +66,14 @@
 //	stale_job       60s   a start job seen this long is stale
 //	chain_wait       5m   bound of the secret chain wait (and of a loop-budget extension)
 //	no_progress     60s   a chain member unchanged this long stops the chain wait
+//	confirm_timeout 30s   SSH: a new login must get through this soon after the switch, else the node reverts
+//	lock_wait        2m   wait for another run's lock on the node, then fail naming its holder
+//	rollout_wait     5m   k8s rollout: the pod must be ready within this, else it rolls back
+//	pull_grace      20s   k8s rollout: an image pull may fail this long before the wait stops
+//	degraded_grace  10s   k8s rollout: the pod may answer "degraded" this long before the wait stops
+//	rollback_wait    2m   k8s rollout: wait for the previous image's pod after a rollback
+//
+// The k8s rollout's four are the k8s engine's (internal/k8s); the body reads the others.
 //
 // # Classes (docs/design.md#verdict-classes)
 //

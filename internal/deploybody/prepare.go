@@ -10,6 +10,7 @@ import (
 )
 
 // The phases that bring the closure to the node: build, wait for node, push closure.
+// The lock-node phase between the last two is lock.go's and earlierreverts.go's.
 
 // built is what the build phase produces.
 type built struct {

@@ -13,7 +13,7 @@ import (
 // all made from it; there is no second list.
 //
 // It lives in the deploy body, a leaf package every front end already imports, and so
-// also holds the k8s rollout's two timings: the k8s engine takes its defaults from here
+// also holds the k8s rollout's four timings: the k8s engine takes its defaults from here
 // (importing internal/k8s from here would pull the Kubernetes client into the command).
 
 // The objects that read timings, as the provider names them.

@@ -1,9 +1,9 @@
 package kit
 
-// The one form of a failure in this provider's diagnostics (see STYLE.md): the summary is
-// "Unable to <verb> <object>" or a precise fact ("Unit nginx.service failed on web01");
-// the detail says which node or object, in which phase, the cause, and what the operator
-// can do.
+// The one form of a failure in this provider's diagnostics, kept in this file so every
+// family writes it the same way: the summary is "Unable to <verb> <object>" or a precise
+// fact ("Unit nginx.service failed on web01"); the detail says which node or object, in
+// which phase, the cause, and what the operator can do.
 
 import (
 	"fmt"
