@@ -66,7 +66,7 @@ func TestLabCLIActivationRebootIfNeeded(t *testing.T) {
 	setToplevel(same, kernelAv2)
 	out, stderr := deploy("--activation", "reboot-if-needed")
 	t.Logf("stderr:\n%s", stderr)
-	why := "kernel, initrd, kernel-modules changed"
+	why := labtest.KernelTriggerWhy(t, kernelA, kernelB)
 	activation := map[string]string{}
 	for _, n := range out.Nodes {
 		if n.Verdict != nil {

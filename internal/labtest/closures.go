@@ -2,6 +2,7 @@ package labtest
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"os"
 	"os/exec"
@@ -119,4 +120,24 @@ func buildClosure(t testing.TB, attr string, args map[string]string) string {
 	}
 	closureCache.Store(key, p)
 	return p
+}
+
+// KernelTriggerWhy is why NixOS' reboot rule reboots from the stand-in system booted to
+// the stand-in system next, when their kernels alone differ: both carry reboot-triggers
+// (as every stand-in with a kernel does, nixos/modules/tasks/auto-upgrade.nix), so the
+// rule names the trigger, old -> new, in the words the deploy prints.
+func KernelTriggerWhy(t testing.TB, booted, next string) string {
+	t.Helper()
+	kernel := func(toplevel string) string {
+		data, err := os.ReadFile(toplevel + "/reboot-triggers")
+		if err != nil {
+			t.Fatalf("reboot-triggers of %s: %v", toplevel, err)
+		}
+		var triggers map[string]string
+		if err := json.Unmarshal(data, &triggers); err != nil || triggers["kernel"] == "" {
+			t.Fatalf("reboot-triggers of %s: no kernel (%v): %s", toplevel, err, data)
+		}
+		return triggers["kernel"]
+	}
+	return "reboot-triggers changed: kernel : " + kernel(booted) + " -> " + kernel(next)
 }

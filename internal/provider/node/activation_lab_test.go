@@ -95,7 +95,7 @@ func TestAccNodeSwitchActivationReboot(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					verdictBool("ok", true),
 					verdictBool("rebooted", true),
-					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(kernel, initrd, kernel-modules changed\); boot took \d.*; booted once from a one-shot boot entry; the new system is the default entry now that the verdict is ok$`))),
+					verdictString("activation", knownvalue.StringRegexp(regexp.MustCompile(`^rebooted \(`+regexp.QuoteMeta(labtest.KernelTriggerWhy(t, kernelA, kernelB))+`\); boot took \d.*; booted once from a one-shot boot entry; the new system is the default entry now that the verdict is ok$`))),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("toplevel"), knownvalue.StringExact(kernelB)),
 				},
 				Check: resource.ComposeTestCheckFunc(nodeLinkIs("/run/booted-system", kernelB), nodeLinkIs("/run/current-system", kernelB)),
@@ -192,7 +192,7 @@ func TestAccNodeSwitchPlanSaysReboot(t *testing.T) {
 				Config:             activationConfig(node, kernelB, "reboot-if-needed"),
 				PlanOnly:           true,
 				ExpectNonEmptyPlan: true,
-				ConfigPlanChecks:   plannedReboots("kernel, initrd, kernel-modules changed"),
+				ConfigPlanChecks:   plannedReboots(labtest.KernelTriggerWhy(t, kernelA, kernelB)),
 			},
 			{
 				Config:             activationConfig(node, kernelAv2, "reboot-if-needed"),
