@@ -80,9 +80,6 @@ export KUBE_CONFIG_PATH=${KUBE_CONFIG_PATH:-/var/lib/fediversity-k8s/kubeconfig}
 
 # A TF_CLI_CONFIG_FILE naming a missing file only adds warnings to every run.
 [ -f "${TF_CLI_CONFIG_FILE:-/nonexistent}" ] || unset TF_CLI_CONFIG_FILE
-# The provider's one flag set (as GNUmakefile's): its test binaries, the unit suite, the
-# CLI tests' provider and the release share each dependency's build cache entry.
-export CGO_ENABLED=0 GOFLAGS="-trimpath $(go env GOFLAGS | sed 's/-trimpath//')"
 
 logs=$(mktemp -d)
 timeline=$logs/timeline

@@ -13,15 +13,15 @@ import (
 )
 
 // cliFlake is a flake of two node systems, the lab's good closure
-// (lab/closures, reached as the path: input closures) seeded with each node's plan, so
+// (lab/closures, reached through the path: input lab, as it reads lab/nixos too) seeded with each node's plan, so
 // each node gets a system of its own only when its plan reaches the flake.
 const cliFlake = `{
   inputs.fediversity-node-plan = { url = "path:./no-node-plan"; flake = false; };
-  inputs.closures = { url = "path:CLOSURES"; flake = false; };
-  outputs = { self, fediversity-node-plan, closures }:
+  inputs.lab = { url = "path:LAB"; flake = false; };
+  outputs = { self, fediversity-node-plan, lab }:
     let
       plan = builtins.readFile "${fediversity-node-plan}/node-plan.json";
-      node = { config.system.build.toplevel = (import closures { system = "x86_64-linux"; seed = "SEED " + plan; }).good; };
+      node = { config.system.build.toplevel = (import "${lab}/closures" { system = "x86_64-linux"; seed = "SEED " + plan; }).good; };
     in { nixosConfigurations = { NODE_A = node; NODE_B = node; }; };
 }
 `
@@ -38,7 +38,7 @@ func TestLabCLIDeployFlake(t *testing.T) {
 
 	dir := t.TempDir()
 	flake := filepath.Join(dir, "fleet")
-	src := strings.NewReplacer("CLOSURES", filepath.Join(labtest.RepoRoot(t), "lab", "closures"),
+	src := strings.NewReplacer("LAB", filepath.Join(labtest.RepoRoot(t), "lab"),
 		"SEED", fmt.Sprintf("cli-flake-%d", time.Now().UnixNano()), "NODE_A", nodes[0].Name, "NODE_B", nodes[1].Name).Replace(cliFlake)
 	for file, content := range map[string]string{"flake.nix": src, "no-node-plan/node-plan.json": "null"} {
 		p := filepath.Join(flake, file)
@@ -107,13 +107,28 @@ func TestLabCLIDeployFlake(t *testing.T) {
 // evaluates a copy no other process writes.
 func closuresCopy(t *testing.T) string {
 	t.Helper()
-	src := filepath.Join(labtest.RepoRoot(t), "lab", "closures")
-	dst := t.TempDir()
+	root := t.TempDir()
+	// lab/closures reads lab/nixos (../nixos/default-commands): both are copied, side by side.
+	for _, dir := range []string{"nixos", "closures"} {
+		copyFlatDir(t, filepath.Join(labtest.RepoRoot(t), "lab", dir), filepath.Join(root, dir))
+	}
+	return filepath.Join(root, "closures", "default.nix")
+}
+
+// copyFlatDir copies the files of src (no subdirectories) into dst, content and mode.
+func copyFlatDir(t *testing.T, src, dst string) {
+	t.Helper()
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	entries, err := os.ReadDir(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
 		b, err := os.ReadFile(filepath.Join(src, e.Name()))
 		if err != nil {
 			t.Fatal(err)
@@ -127,5 +142,4 @@ func closuresCopy(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	return filepath.Join(dst, "default.nix")
 }

@@ -145,3 +145,22 @@ func UnitProperty(t testing.TB, n Node, unit, property string) string {
 
 // String shows a switch's exit and output in a failure.
 func (r SwitchResult) String() string { return fmt.Sprintf("exit %d\n%s", r.Exit, r.Output) }
+
+// MissingOnNode is how many paths of toplevel's closure (in this machine's store) the
+// node's store lacks: what a first copy must send, now that every lab node's base
+// system already holds the paths the stand-in systems share with it (their systemd and
+// default commands).
+func MissingOnNode(t testing.TB, n Node, toplevel string) int {
+	t.Helper()
+	req, err := exec.Command("nix-store", "--query", "--requisites", toplevel).Output()
+	if err != nil {
+		t.Fatalf("nix-store --query --requisites %s: %v", toplevel, err)
+	}
+	args := []string{"exec", n.Instance}
+	if n.Project != "" {
+		args = append(args, "--project", n.Project)
+	}
+	script := `for p in "$@"; do /usr/bin/nix-store --check-validity "$p" 2>/dev/null || echo "$p"; done`
+	out := Incus(t, append(append(args, "--", "/bin/sh", "-c", script, "sh"), strings.Fields(string(req))...)...)
+	return len(strings.Fields(out))
+}

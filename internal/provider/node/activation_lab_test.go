@@ -123,7 +123,10 @@ func TestAccNodeSwitchActivationInhibitor(t *testing.T) {
 	inhibitorA := labtest.BuildClosure(t, "inhibitor-a")
 	inhibitorB := labtest.BuildClosure(t, "inhibitor-b")
 	node := labtest.NewInstance(t, "acc-inhibitor")
-	const why = "switch inhibitors changed: fedi-driver : 570 -> 575"
+	// The reboot rule's why: both systems carry reboot-triggers (they have a kernel), and
+	// NixOS writes the inhibitors into them, so the rule names the trigger that changed.
+	// The switch's own refusal names the inhibitor in switch-to-configuration's words.
+	const why = "reboot-triggers changed: fedi-driver : 570 -> 575"
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { acctest.PreCheck(t) },
 		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,

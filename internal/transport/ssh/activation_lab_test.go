@@ -12,6 +12,7 @@ package ssh
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -128,7 +129,7 @@ func TestLabActivationInhibitor(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reboot-if-needed: %v", err)
 	}
-	if res.Reboot == nil || res.Reboot.Why != "switch inhibitors changed: fedi-driver : 570 -> 575" || !res.Verdict.OK {
+	if res.Reboot == nil || res.Reboot.Why != "reboot-triggers changed: fedi-driver : 570 -> 575" || !res.Verdict.OK {
 		t.Fatalf("reboot = %+v, verdict:\n%s", res.Reboot, res.Report)
 	}
 	if got := nodeLink(t, n, "/run/booted-system"); got != b {
@@ -173,8 +174,17 @@ func efiVars(t *testing.T, n labtest.Node) string {
 }
 
 // entryOf is the stand-in boot loader's entry of a toplevel.
-func entryOf(toplevel string) string {
-	return "nixos-" + strings.TrimPrefix(toplevel, "/nix/store/")[:32] + ".conf"
+// entryOf is the ID of the node's systemd-boot entry that boots toplevel: its file
+// name, less a boot-counting counter (the stand-in names entries by generation, as
+// systemd-boot-builder.py does).
+func entryOf(t *testing.T, n labtest.Node, toplevel string) string {
+	t.Helper()
+	f := strings.TrimSpace(labtest.Incus(t, "exec", n.Instance, "--", "/bin/sh", "-c",
+		"grep -l 'init="+toplevel+"/init' /boot/loader/entries/*.conf | head -n 1"))
+	if f == "" {
+		t.Fatalf("no boot entry on %s boots %s", n.Instance, toplevel)
+	}
+	return regexp.MustCompile(`\+[0-9]+(-[0-9]+)?\.conf$`).ReplaceAllString(strings.TrimPrefix(f, "/boot/loader/entries/"), ".conf")
 }
 
 // The one-shot boot entry over SSH, on the lab's stand-in boot loader (the closure's
@@ -197,7 +207,7 @@ func TestLabActivationRebootOneShotBootEntry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reboot into kernel-b: %v", err)
 	}
-	if res.Reboot.OneShotEntry != entryOf(kernelB) || res.Reboot.DefaultEntry != entryOf(kernelA) ||
+	if res.Reboot.OneShotEntry != entryOf(t, n, kernelB) || res.Reboot.DefaultEntry != entryOf(t, n, kernelA) ||
 		!strings.Contains(res.Verdict.Activation, "booted once from a one-shot boot entry; the new system is the default entry now that the verdict is ok") {
 		t.Fatalf("reboot %+v, verdict activation %q", res.Reboot, res.Verdict.Activation)
 	}
@@ -224,7 +234,7 @@ func TestLabActivationRebootOneShotBootEntry(t *testing.T) {
 	if got := nodeLink(t, n, "/run/booted-system"); got != kernelB {
 		t.Fatalf("after the failed one-shot boot the node boots %s, want its previous system %s", got, kernelB)
 	}
-	if got := efiVars(t, n); got != "- "+entryOf(kernelB)+" "+entryOf(kernelB) {
+	if got := efiVars(t, n); got != "- "+entryOf(t, n, kernelB)+" "+entryOf(t, n, kernelB) {
 		t.Fatalf("boot loader after the failed one-shot: %q, want no one-shot and the previous system pinned", got)
 	}
 
@@ -237,7 +247,7 @@ func TestLabActivationRebootOneShotBootEntry(t *testing.T) {
 	if got := nodeLink(t, n, "/run/booted-system"); got != failsAtBoot {
 		t.Fatalf("boot-fails was not booted: %s", got)
 	}
-	if !strings.Contains(res.Verdict.Activation, "the previous system stays the default entry ("+entryOf(kernelB)+")") {
+	if !strings.Contains(res.Verdict.Activation, "the previous system stays the default entry ("+entryOf(t, n, kernelB)+")") {
 		t.Fatalf("verdict activation = %q", res.Verdict.Activation)
 	}
 	if got := efiVars(t, n); got != "- - -" {

@@ -141,11 +141,12 @@ func TestLabDeploy(t *testing.T) {
 	roundTrip(t, tr)
 
 	t.Run("copy then re-copy sends nothing", func(t *testing.T) {
+		missing := labtest.MissingOnNode(t, n, good)
 		st, err := tr.CopyClosure(ctx, good)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.PathsTotal != 3 || st.PathsMissing != 3 || st.BytesSent < 256<<10 {
+		if st.PathsTotal < 3 || missing == 0 || st.PathsMissing != missing || st.BytesSent < 256<<10 {
 			t.Fatalf("first copy into a fresh node: %+v", st)
 		}
 		st, err = tr.CopyClosure(ctx, good)
