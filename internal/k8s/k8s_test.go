@@ -413,6 +413,29 @@ func TestWaitLimitCuttingAReadIsTheLimit(t *testing.T) {
 	}
 }
 
+// The same when client-go's rate limiter refuses a read it could not start before the
+// limit ("rate: Wait(n=1) would exceed context deadline", returned at once, while the
+// context is still live): a timeout, not "readiness unknown". A loaded CI run on the real
+// node met it. Fake clientset: the limiter's refusal cannot be timed on a real API.
+func TestWaitLimiterRefusalAtTheLimitIsTheLimit(t *testing.T) {
+	d := deploymentNotDone()
+	cs := fake.NewClientset(d)
+	start := time.Now()
+	const limit, poll = 500 * time.Millisecond, 200 * time.Millisecond
+	cs.PrependReactor("get", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
+		if time.Since(start) > limit-poll/2 {
+			return true, nil, errors.New("client rate limiter Wait returned an error: rate: Wait(n=1) would exceed context deadline")
+		}
+		return false, nil, nil
+	})
+	c := &Client{CS: cs, Poll: poll}
+	err := c.Wait(context.Background(), testSpec(), writtenBy(d), WaitOptions{Limit: limit})
+	var rerr *RolloutError
+	if !errors.As(err, &rerr) || rerr.Reason != ReasonTimeout {
+		t.Fatalf("err = %v, want a RolloutError with reason %s (a timeout, which rolls back)", err, ReasonTimeout)
+	}
+}
+
 func TestRollbackTarget(t *testing.T) {
 	tpl := func(img string) *corev1.PodTemplateSpec {
 		s := testSpec()

@@ -184,6 +184,11 @@ func (c *Client) Wait(ctx context.Context, s NodeSpec, ours Written, o WaitOptio
 			// it. The wait ends as a timeout on the state the last reads saw (a CI run
 			// on the real node took this for an outage, and left a never-ready pod
 			// without its rollback).
+		case err != nil && w.lastAPIErr == nil && limiterRefusedPastDeadline(err):
+			// client-go's rate limiter refused to wait for a read it could not start
+			// before the limit ("rate: Wait(n=1) would exceed context deadline"): the
+			// limit cut it, the API was not asked. As above, a timeout on the state the
+			// last reads saw (a loaded CI run took this for an outage too).
 		case err != nil:
 			// A failed API read says nothing about the pod: it is retried, every poll
 			// interval, within the limit (the apiserver can blink, or be restarted). A
@@ -281,6 +286,13 @@ func (c *Client) writeAnswerLost(ctx context.Context, s NodeSpec, writeErr error
 			return Outcome{}, e
 		}
 	}
+}
+
+// limiterRefusedPastDeadline: the error is golang.org/x/time/rate's refusal to wait
+// past the context's deadline, which client-go's rate limiter returns before it sends
+// anything. The rate package has no sentinel for it, only its text.
+func limiterRefusedPastDeadline(err error) bool {
+	return strings.Contains(err.Error(), "would exceed context deadline")
 }
 
 // isAPIStatus tells an answer of the apiserver (a refusal, a conflict) from an answer
