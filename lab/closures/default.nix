@@ -702,7 +702,10 @@ let
       "app.service" = service {
         exec = "${tools}/bin/fedi-idle";
         extraUnit = "Requires=secret-chain-install.service\nAfter=secret-chain-install.service";
-        extraService = "Environment=FEDI_CHAIN_SCENARIO=${scenario}\nExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
+        # The same unit in every SPIRE chain system: a switch between them leaves it
+        # running (the activation empties /run/secret, and the chain's oneshots, which
+        # did not change, are not run again to fill it).
+        extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
       };
     };
     wants = baseWants ++ builtins.attrNames extra ++ [ "fedi-spire-agent.service" "secret-chain-fetch.service" "secret-chain-install.service" "app.service" ];

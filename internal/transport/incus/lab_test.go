@@ -218,6 +218,19 @@ func TestLabTransport(t *testing.T) {
 		if got != slow {
 			t.Fatalf("/run/current-system = %q after the abandoned switch, want %q", got, slow)
 		}
+		// It still holds switch-to-configuration's lock while it starts the units, as
+		// the real one does: what follows (a boot) would be turned away with exit 11.
+		// Wait for the switch to end.
+		for i := 0; ; i++ {
+			res, err := tr.Run(ctx, []string{"sh", "-c", "flock -n " + deploybody.SwitchLockFile + " true"}, deploybody.RunOptions{})
+			if err == nil && res.ExitCode == 0 {
+				break
+			}
+			if i == 60 {
+				t.Fatalf("the abandoned switch still holds %s after a minute: %v %+v", deploybody.SwitchLockFile, err, res)
+			}
+			time.Sleep(time.Second)
+		}
 	})
 
 	t.Run("finalize and revert boot", func(t *testing.T) {
