@@ -684,7 +684,11 @@ let
     # At most 120 tries a second apart, so a node whose agent never attests fails the
     # chain instead of holding the switch.
     fetch = "/bin/sh -c 'd=/run/fediversity-chain; mkdir -p $d/svid; i=0; until /usr/local/bin/spire-agent api fetch x509 -socketPath /run/spire-agent/api.sock -write $d/svid >/dev/null 2>&1; do i=$((i + 1)); [ $i -le 120 ] || exit 1; echo $i > $d/secret-chain-fetch.service.progress; sleep 1; done; touch $d/secret-chain-fetch.service.done'";
-    oneshot = exec: extraUnit: service { type = "oneshot"; inherit exec extraUnit; extraService = "RemainAfterExit=yes"; };
+    # The chain's oneshots name their system's scenario: a switch between two SPIRE chain
+    # systems changes them, so it runs them again (as it restarts any changed unit) after
+    # the activation emptied /run/secret; app.service, which requires them, is restarted
+    # with them (Requires=), and finds the secret again.
+    oneshot = exec: extraUnit: service { type = "oneshot"; inherit exec extraUnit; extraService = "RemainAfterExit=yes\nEnvironment=FEDI_CHAIN_SCENARIO=${scenario}"; };
   in toplevel {
     inherit scenario;
     # As a NixOS service that needs its secrets is ordered: app.service requires the
@@ -702,9 +706,8 @@ let
       "app.service" = service {
         exec = "${tools}/bin/fedi-idle";
         extraUnit = "Requires=secret-chain-install.service\nAfter=secret-chain-install.service";
-        # The same unit in every SPIRE chain system: a switch between them leaves it
-        # running (the activation empties /run/secret, and the chain's oneshots, which
-        # did not change, are not run again to fill it).
+        # The same unit in every SPIRE chain system: a switch between them restarts it
+        # only through the chain it requires.
         extraService = "ExecStartPre=/bin/sh -c 'test -e /run/secret || { echo \"no /run/secret yet\" >&2; exit 1; }'";
       };
     };
