@@ -40,16 +40,23 @@ func inUTSNamespace(c *acctest.CLIDir, out *bytes.Buffer, clone bool, args ...st
 // switchSpan is one detached switch unit as the node's journal saw it.
 type switchSpan struct {
 	unit       string
+	action     string  // switch-to-configuration's action (the unit's description names it)
 	start, end float64 // unix seconds; end 0: no end seen
 }
 
-var journalLine = regexp.MustCompile(`^(\d+\.\d+) \S+ systemd\[1\]: (?:Started )?(fediversity-switch-[0-9a-f]+)\.service`)
+var (
+	journalLine = regexp.MustCompile(`^(\d+\.\d+) \S+ systemd\[1\]: (?:Started )?(fediversity-switch-[0-9a-f]+)\.service`)
+	// startedAction reads the action from the unit's Started line: systemd writes "Started
+	// <unit> - <description>.", and the provider describes each detached unit as
+	// "fediversity switch-to-configuration <action>".
+	startedAction = regexp.MustCompile(`: Started fediversity-switch-[0-9a-f]+\.service - fediversity switch-to-configuration (\S+?)\.?$`)
+)
 
 // switchSpans reads from the node's journal every detached switch that started at or
 // after since (unix seconds, the node's clock), with when it started and ended.
-func switchSpans(t *testing.T, node labtest.Node, since int64) []switchSpan {
+func switchSpans(t *testing.T, node labtest.Node, since float64) []switchSpan {
 	t.Helper()
-	out := nodeExec(t, node, fmt.Sprintf("journalctl --no-pager -o short-unix --since @%d _PID=1 | grep 'fediversity-switch-' || true", since))
+	out := nodeExec(t, node, fmt.Sprintf("journalctl --no-pager -o short-unix --since @%d _PID=1 | grep 'fediversity-switch-' || true", int64(since)))
 	spans := map[string]*switchSpan{}
 	for _, l := range strings.Split(out, "\n") {
 		m := journalLine.FindStringSubmatch(l)
@@ -65,16 +72,46 @@ func switchSpans(t *testing.T, node labtest.Node, since int64) []switchSpan {
 		switch {
 		case strings.Contains(l, ": Started "):
 			s.start = at
+			if a := startedAction.FindStringSubmatch(l); a != nil {
+				s.action = a[1]
+			}
 		case strings.Contains(l, "Deactivated") || strings.Contains(l, "Failed") || strings.Contains(l, "Consumed"):
 			s.end = at
 		}
 	}
 	var list []switchSpan
 	for _, s := range spans {
+		// Started before since (or only its end seen): an earlier deploy's. The apply
+		// returns once its last unit, the boot entry's `boot`, left its result, before
+		// systemd logs that unit's end.
+		if s.start < since {
+			continue
+		}
 		list = append(list, *s)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].start < list[j].start })
 	return list
+}
+
+// switchActions lists the switches' actions in the order they started, e.g. "test boot":
+// a deploy activates with `test` and, once judged, writes the boot entry with `boot`,
+// each a detached unit of its own.
+func switchActions(spans []switchSpan) string {
+	var actions []string
+	for _, s := range spans {
+		a := s.action
+		if a == "" {
+			a = "?"
+		}
+		actions = append(actions, a)
+	}
+	return strings.Join(actions, " ")
+}
+
+// deploysActions is what the node's journal shows for n deploys one after the other:
+// each one's `test`, then its `boot`.
+func deploysActions(n int) string {
+	return strings.TrimSpace(strings.Repeat("test boot ", n))
 }
 
 // overlapping tells whether two of the switches ran at once (one started before the
@@ -94,7 +131,7 @@ func overlapping(spans []switchSpan) bool {
 // first holds the node's lock through a 15 s switch. The second never takes that live
 // lock over: with lock_wait 3s it fails naming the holder; with the default it waits,
 // then runs. The node's journal shows the switches one after the other, never two at
-// once.
+// once: each deploy's `test`, then its `boot` (A's alone when B is refused).
 func TestAccNodeSwitchSameHostNameDeployers(t *testing.T) {
 	acctest.Lab(t)
 	acctest.PreCheck(t)
@@ -120,7 +157,7 @@ func TestAccNodeSwitchSameHostNameDeployers(t *testing.T) {
 			a.MustApply("deploying good from A")
 			a.Write(cliSwitchConfigTimings(node, slow, ""))
 			b.Write(cliSwitchConfigTimings(node, goodV2, tc.lockWait))
-			since, _ := strconv.ParseInt(strings.TrimSpace(nodeExec(t, node, "date +%s")), 10, 64)
+			since, _ := strconv.ParseFloat(strings.TrimSpace(nodeExec(t, node, "date +%s.%N")), 64)
 
 			var aOut, bOut bytes.Buffer
 			first := inUTSNamespace(a, &aOut, false, "apply", "-auto-approve", "-no-color")
@@ -147,8 +184,8 @@ func TestAccNodeSwitchSameHostNameDeployers(t *testing.T) {
 			if !tc.wantWait {
 				named := strings.Contains(flatB, "is locked by a deploy of "+slow+" from host "+sharedHostName+" (process ") &&
 					strings.Contains(flatB, "machine ") && strings.Contains(flatB, "lock_wait (3s)")
-				agree := bErr != nil && bState == nil && truth.running == slow && truth.profile == slow && len(spans) == 1
-				faultRow(t, "two deployers named \"nixos\", lock_wait 3s", "second: \"node … is locked by a deploy of <slow> from host nixos (process …, machine …)\"; one switch in the node's journal", agree && named)
+				agree := bErr != nil && bState == nil && truth.running == slow && truth.profile == slow && switchActions(spans) == deploysActions(1)
+				faultRow(t, "two deployers named \"nixos\", lock_wait 3s", fmt.Sprintf("second: \"node … is locked by a deploy of <slow> from host nixos (process …, machine …)\"; the node's journal: %s (one deploy's)", switchActions(spans)), agree && named)
 				if !named || !agree {
 					t.Fatalf("second apply err %v, node %+v, switches %+v, B's state %v:\n%s", bErr, truth, spans, bState, bOut.String())
 				}
@@ -160,8 +197,8 @@ func TestAccNodeSwitchSameHostNameDeployers(t *testing.T) {
 			verdict, _ := bState["verdict"].(map[string]any)
 			timings, _ := verdict["phase_timings"].(map[string]any)
 			lockPhase, _ := time.ParseDuration(fmt.Sprint(timings["lock-node"]))
-			agree := truth.running == goodV2 && truth.profile == goodV2 && bState["toplevel"] == goodV2 && len(spans) == 2 && lockPhase >= 5*time.Second
-			faultRow(t, "two deployers named \"nixos\", default lock_wait", fmt.Sprintf("second waited %s in lock-node, then ran; %d switches, one after the other", timings["lock-node"], len(spans)), agree)
+			agree := truth.running == goodV2 && truth.profile == goodV2 && bState["toplevel"] == goodV2 && switchActions(spans) == deploysActions(2) && lockPhase >= 5*time.Second
+			faultRow(t, "two deployers named \"nixos\", default lock_wait", fmt.Sprintf("second waited %s in lock-node, then ran; the node's journal: %s, one after the other", timings["lock-node"], switchActions(spans)), agree)
 			if !agree {
 				t.Fatalf("node %+v, switches %+v, B's state toplevel=%v lock-node=%v", truth, spans, bState["toplevel"], timings["lock-node"])
 			}
