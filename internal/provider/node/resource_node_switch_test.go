@@ -270,8 +270,15 @@ func verdictScenarioSteps(t *testing.T, node labtest.Node, transport string) []r
 		},
 		{
 			// A unit the configuration does not define fails on the node: set aside.
+			// NixOS's switch-to-configuration forgets every failed unit (reset-failed,
+			// before it starts units), so an outsider failed before the deploy is gone
+			// from the verdict; this one fails after the switch: it waits for the
+			// activation to move /run/current-system, then for the switch to release
+			// its lock, and exits 1. It is transient (no file in the system's unit
+			// directory), so the switch neither stops nor restarts it. The script sets
+			// its own PATH, as a unit's PATH on NixOS is systemd's bin directory alone.
 			PreConfig: func() {
-				nodeExec(t, node, "systemd-run --unit=fedi-outsider --service-type=oneshot /bin/false >/dev/null 2>&1; systemctl is-failed fedi-outsider.service >/dev/null")
+				nodeExec(t, node, outsiderScript)
 			},
 			Config: cfg(good, "strict = true # redeploy"),
 			ConfigStateChecks: []statecheck.StateCheck{
@@ -282,6 +289,24 @@ func verdictScenarioSteps(t *testing.T, node labtest.Node, transport string) []r
 		},
 	}
 }
+
+// outsiderScript starts fedi-outsider.service, a transient unit that fails once the
+// next switch has finished (see the set-aside step of verdictScenarioSteps). Its script
+// is a file, so no $ of it is expanded by systemd-run or PID 1.
+const outsiderScript = `cat >/run/fedi-outsider.sh <<'EOF'
+PATH=/run/current-system/sw/bin
+was=$(readlink /run/current-system)
+i=0
+while [ "$(readlink /run/current-system)" = "$was" ]; do
+	i=$((i + 1))
+	[ "$i" -lt 6000 ] || exit 0
+	sleep 0.1
+done
+flock /run/nixos/switch-to-configuration.lock true
+exit 1
+EOF
+systemd-run --unit=fedi-outsider /bin/sh /run/fedi-outsider.sh >/dev/null 2>&1
+systemctl is-active fedi-outsider.service >/dev/null`
 
 func TestAccNodeSwitchSSHVerdictClasses(t *testing.T) {
 	acctest.Lab(t)
