@@ -68,10 +68,14 @@ func (e *runEnv) restoreIfUnreachable(ctx context.Context, lock *nodeLock, switc
 		return
 	}
 	// The heartbeat's answer may be old: ask the node once more. An unreachable node
-	// does not answer (that is why it is restored); only a "lost" answer stops it.
+	// does not answer (that is why it is restored); only a "lost" answer stops it. A
+	// lock that vanished does not: the heartbeat took it back (a node that never came
+	// back from this run's own reboot answered "gone" while its bricked boot emptied
+	// /run, before it powered off), and no other run took it.
 	lctx, cancel := context.WithTimeout(ctx, lockCallLimit)
 	defer cancel()
-	if e.confirmLock(lctx, lock) != nil {
+	_ = e.confirmLock(lctx, lock)
+	if lock.lostError(e.o.Node) != nil {
 		e.noRestoreLockLost(ctx, switchStarted)
 		return
 	}

@@ -81,6 +81,28 @@ func TestRestoreNeverAfterTheLockIsLost(t *testing.T) {
 	}
 }
 
+// A lock that vanished is not a lock lost: a node that never came back from the run's
+// own reboot answered "gone" to the heartbeat while its bricked boot emptied /run, then
+// powered off. No other run took the lock, so the run restores its rollback point and
+// does not say that another run owns the node.
+func TestRestoreAfterTheLockVanished(t *testing.T) {
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	s.node.unreachable = true
+	g := &restoringNode{fakeNode: s.node}
+	var warnings []string
+	e := &runEnv{t: g, o: s.opts, warnings: &warnings}
+	lock := &nodeLock{holder: LockHolder{Token: "this-run"}}
+	lock.sawVanished(lock.currentEpoch())
+	runErr := e.asDeployError(PhaseSwitch, NotBackError(40*time.Second, "instance is Stopped"))
+	e.restoreIfUnreachable(context.Background(), lock, true, &Result{}, runErr)
+	if g.restores != 1 {
+		t.Fatalf("restored %d times after the lock vanished, want once", g.restores)
+	}
+	if w := strings.Join(warnings, "\n"); strings.Contains(w, "lost the node's lock") {
+		t.Fatalf("warnings say another run took the lock: %q", w)
+	}
+}
+
 // A run whose context is done (a time limit, Ctrl-C) after its switch lost the node
 // still restores it, under the lock, on a context of its own.
 func TestRestoreAfterTheRunsContextIsDone(t *testing.T) {
