@@ -49,10 +49,16 @@ let
   plan = if planFile == "" then "{}" else builtins.readFile planFile;
   closures = ../../../../lab/closures/default.nix;
   sw = if builtins.pathExists closures then (import closures { }).nixosPath else "";
+  # The lab's stand-in boot loader installer (systemd-boot entries from the system
+  # profile's generations, or GRUB's default), which the node's stand-in firmware reads
+  # at boot: a restored or rebooted node boots what `boot` installed, as a NixOS node
+  # does. A copy of this file outside the repository has none.
+  installer = ../../../../lab/closures/install-bootloader.sh;
+  installBootloader = if builtins.pathExists installer then "${installer}" else "";
 in
 derivation {
   name = "nixos-system-fedi-acc${if brick == "1" then "-brick" else ""}${if lockout == "1" then "-lockout" else ""}";
-  inherit system seed plan brick lockout drop marker slowStop activateFails initInterface linkMAC neverActivates slowSwitch sw;
+  inherit system seed plan brick lockout drop marker slowStop activateFails initInterface linkMAC neverActivates slowSwitch sw installBootloader;
   builder = "/bin/sh";
   args = [ "-c" ''
     set -e
@@ -82,9 +88,12 @@ derivation {
     exec 9>>/run/nixos/switch-to-configuration.lock
     flock -n 9 || { echo "Could not acquire lock" >&2; exit 11; }
     case "\$1" in
-    boot) mkdir -p /nix/var/nix; echo $out > /nix/var/nix/fediversity-boot-entry; exit 0 ;;
+    boot)
+      if [ -n "$installBootloader" ]; then /bin/sh $installBootloader $out || { echo "Failed to install bootloader" >&2; exit 1; }; fi
+      mkdir -p /nix/var/nix; echo $out > /nix/var/nix/fediversity-boot-entry; exit 0 ;;
     dry-activate) exit 0 ;;
     switch|test) ;;
+    stage2) ln -sfn $out /run/booted-system ;;
     *) echo "usage: \$0 switch|boot|test|dry-activate" >&2; exit 1 ;;
     esac
     if [ -n "$slowSwitch" ]; then sleep "$slowSwitch"; fi
@@ -93,7 +102,7 @@ derivation {
       echo "fedi-acc: stopping before the activation: nothing of $out was activated" >&2
       exit $neverActivates
     fi
-    if [ -e /run/current-system/init-interface-version ] && [ "\$(cat /run/current-system/init-interface-version)" != "\$(cat $out/init-interface-version)" ]; then
+    if [ "\$1" != stage2 ] && [ -e /run/current-system/init-interface-version ] && [ "\$(cat /run/current-system/init-interface-version)" != "\$(cat $out/init-interface-version)" ]; then
       echo "Warning: the new NixOS configuration has an ‘init’ that is" >&2
       echo "incompatible with the current configuration.  The new configuration" >&2
       echo "won't take effect until you reboot the system." >&2
