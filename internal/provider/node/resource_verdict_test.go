@@ -46,11 +46,22 @@ func handDeploy(t *testing.T, n labtest.Node, toplevel string) {
 	}
 	// Detached, so a switch that waits on units (a chain member that never finishes) does
 	// not hold the test; the test goes on once the node points at the new system.
-	labtest.Incus(t, "exec", n.Instance, "--", "systemd-run", "--collect", "--quiet", "--unit=hand-switch-"+fmt.Sprint(time.Now().UnixNano()),
+	unit := "hand-switch-" + fmt.Sprint(time.Now().UnixNano())
+	labtest.Incus(t, "exec", n.Instance, "--", "systemd-run", "--collect", "--quiet", "--unit="+unit,
 		toplevel+"/bin/switch-to-configuration", "switch")
 	for i := 0; i < 60; i++ {
 		out, _ := labtest.IncusErr("exec", n.Instance, "--", "readlink", "-e", "/run/current-system")
 		if strings.TrimSpace(out) == toplevel {
+			// The switch holds switch-to-configuration's lock until it has started the
+			// units, as the real one does: a next switch right away would be turned
+			// away (exit 11). Wait for it to end, within a bound (a chain member that
+			// never finishes may hold it longer; the test goes on then).
+			for j := 0; j < 60; j++ {
+				if out, _ := labtest.IncusErr("exec", n.Instance, "--", "systemctl", "is-active", unit+".service"); strings.TrimSpace(out) != "active" && strings.TrimSpace(out) != "activating" {
+					return
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
 			return
 		}
 		time.Sleep(500 * time.Millisecond)
