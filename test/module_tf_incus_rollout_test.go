@@ -9,6 +9,7 @@ package test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -67,9 +68,11 @@ output "summary" {
 	// /nix/store), so a node that was switched, or had anything copied to it, shows.
 	untouched := labCheck(func() error {
 		for _, n := range []string{b, c} {
-			if _, err := labtest.IncusErr("exec", n, "--", "test", "-e", "/run/current-system"); err == nil {
-				cur, _ := currentSystem(n)
-				return fmt.Errorf("%s runs %s after the halted apply; it is in the wave behind the gate and must not be switched", n, cur)
+			// A lab node runs its image's first system (generation 1 of its system
+			// profile, as nixos-install leaves it) until something is deployed to it.
+			first, _ := labtest.IncusErr("exec", n, "--", "readlink", "-f", "/nix/var/nix/profiles/system-1-link")
+			if cur, _ := currentSystem(n); cur != strings.TrimSpace(first) {
+				return fmt.Errorf("%s runs %s after the halted apply, not its first system %s; it is in the wave behind the gate and must not be switched", n, cur, strings.TrimSpace(first))
 			}
 			if _, err := labtest.IncusErr("exec", n, "--", "test", "-e", good); err == nil {
 				return fmt.Errorf("%s holds %s after the halted apply; nothing may be copied to a node behind the gate", n, good)
