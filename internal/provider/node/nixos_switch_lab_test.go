@@ -38,7 +38,13 @@ type nodeBootState struct {
 }
 
 func readNodeBootState(t *testing.T, n labtest.Node) (nodeBootState, error) {
-	out, err := labtest.IncusErr("exec", n.Instance, "--", "/bin/sh", "-c", bootDefaultScript)
+	return readNodeBootStateWith(n, bootDefaultScript)
+}
+
+// readNodeBootStateWith reads a node's boot state with script (bootDefaultScript or
+// loaderStateScript), which prints the four lines nodeBootState holds.
+func readNodeBootStateWith(n labtest.Node, script string) (nodeBootState, error) {
+	out, err := labtest.IncusErr("exec", n.Instance, "--", "/bin/sh", "-c", script)
 	if err != nil {
 		return nodeBootState{}, err
 	}
@@ -59,11 +65,16 @@ type bootWatch struct {
 }
 
 func watchBoot(t *testing.T, n labtest.Node) *bootWatch {
+	return watchBootWith(n, bootDefaultScript)
+}
+
+// watchBootWith samples with script (see readNodeBootStateWith).
+func watchBootWith(n labtest.Node, script string) *bootWatch {
 	w := &bootWatch{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
 		for {
-			if st, err := readNodeBootState(t, n); err == nil {
+			if st, err := readNodeBootStateWith(n, script); err == nil {
 				w.mu.Lock()
 				w.samples = append(w.samples, st)
 				w.mu.Unlock()
@@ -468,20 +479,8 @@ func TestAccNodeSwitchNixOSBootOrderOnEachLoader(t *testing.T) {
 		t.Run(loader, func(t *testing.T) {
 			node := labtest.NewInstance(t, "acc-order-"+strings.ReplaceAll(loader, "-", ""))
 			labtest.SetBootLoader(t, node, loader)
-			read := func() (nodeBootState, error) {
-				out, err := labtest.IncusErr("exec", node.Instance, "--", "/bin/sh", "-c", loaderStateScript)
-				if err != nil {
-					return nodeBootState{}, err
-				}
-				l := strings.Split(out, "\n")
-				for len(l) < 4 {
-					l = append(l, "")
-				}
-				return nodeBootState{at: time.Now(), bootDefault: strings.TrimSpace(l[0]), profile: strings.TrimSpace(l[1]),
-					running: strings.TrimSpace(l[2]), record: strings.TrimSpace(l[3])}, nil
-			}
 			agree := func(want string) error {
-				st, err := read()
+				st, err := readNodeBootStateWith(node, loaderStateScript)
 				if err != nil {
 					return err
 				}
@@ -492,11 +491,8 @@ func TestAccNodeSwitchNixOSBootOrderOnEachLoader(t *testing.T) {
 				return nil
 			}
 			var (
-				samples []nodeBootState
-				mu      sync.Mutex
-				stop    = make(chan struct{})
-				done    = make(chan struct{})
-				since   time.Time
+				watch *bootWatch
+				since time.Time
 			)
 			resource.Test(t, resource.TestCase{
 				PreCheck:                 func() { acctest.PreCheck(t) },
@@ -509,28 +505,11 @@ func TestAccNodeSwitchNixOSBootOrderOnEachLoader(t *testing.T) {
 					{
 						PreConfig: func() {
 							since = time.Now()
-							go func() {
-								defer close(done)
-								for {
-									if st, err := read(); err == nil {
-										mu.Lock()
-										samples = append(samples, st)
-										mu.Unlock()
-									}
-									select {
-									case <-stop:
-										return
-									case <-time.After(200 * time.Millisecond):
-									}
-								}
-							}()
+							watch = watchBootWith(node, loaderStateScript)
 						},
 						Config: activationConfig(node, v2, "switch"),
 						Check: func(s *terraform.State) error {
-							close(stop)
-							<-done
-							mu.Lock()
-							defer mu.Unlock()
+							samples := watch.end()
 							if len(samples) < 3 {
 								return fmt.Errorf("%s: only %d samples during the apply", loader, len(samples))
 							}
