@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
@@ -97,7 +98,7 @@ func (e *runEnv) readPreviousDefault(ctx context.Context) (previousDefault, erro
 func (e *runEnv) bootOnce(ctx context.Context, toplevel string, prev previousDefault, rb *Reboot) error {
 	res, err := e.t.Run(ctx, []string{"sh", "-c", bootOnceScript, "sh", toplevel, prev.profile, prev.pinned}, RunOptions{Path: lockPath, Privileged: true})
 	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("exited %d: %s", res.ExitCode, firstLine(string(res.Stderr), "no output"))
+		err = fmt.Errorf("exited %d: %s", res.ExitCode, judge.FirstLine(string(res.Stderr), "no output"))
 	}
 	if err != nil {
 		return withHint(fmt.Errorf("setting the one-shot boot entry: %w", err),

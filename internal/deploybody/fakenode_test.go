@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // This file simulates a node for the engine's unit tests. It is a fake, not a lab
@@ -255,10 +257,10 @@ func (n *fakeNode) setUnit(name string, spec unitSpec) {
 	u.jobID = n.nextJob
 }
 
-func (n *fakeNode) state(u *fakeUnit) UnitState {
+func (n *fakeNode) state(u *fakeUnit) judge.UnitState {
 	now := n.clock.now
 	elapsed := now.Sub(u.since)
-	s := UnitState{ID: u.name, LoadState: "loaded", ConditionResult: "yes", ConditionTimestampMono: n.mono(u.since),
+	s := judge.UnitState{ID: u.name, LoadState: "loaded", ConditionResult: "yes", ConditionTimestampMono: n.mono(u.since),
 		FragmentPath: "/etc/systemd/system/" + u.name}
 	invocation := func(k int) string { return fmt.Sprintf("%x%04x%04x", len(u.name), u.activation, k) }
 	switch u.spec.b {
@@ -662,11 +664,11 @@ func (n *fakeNode) systemctl(args []string) RunResult {
 		var blocks []string
 		units := args[4:] // show -p <props> -- units…
 		for _, name := range units {
-			var s UnitState
+			var s judge.UnitState
 			if u, ok := n.units[name]; ok {
 				s = n.state(u)
 			} else {
-				s = UnitState{ID: name, LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}
+				s = judge.UnitState{ID: name, LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}
 			}
 			blocks = append(blocks, renderShowBlock(s))
 		}
@@ -731,7 +733,7 @@ func (n *fakeNode) sortedUnitNames() []string {
 
 // renderShowBlock prints a unit the way `systemctl show -p …` does (systemd's own
 // property order, not the -p order).
-func renderShowBlock(s UnitState) string {
+func renderShowBlock(s judge.UnitState) string {
 	return fmt.Sprintf("Result=%s\nNRestarts=%d\nExecMainStartTimestampMonotonic=%d\nExecMainCode=%d\nExecMainStatus=%d\nId=%s\nLoadState=%s\nActiveState=%s\nSubState=%s\nFragmentPath=%s\nConditionResult=%s\nConditionTimestampMonotonic=%d\nInvocationID=%s\n",
 		s.Result, s.NRestarts, s.ExecMainStartMono, s.ExecMainCode, s.ExecMainStatus, s.ID, s.LoadState, s.ActiveState, s.SubState,
 		s.FragmentPath, s.ConditionResult, s.ConditionTimestampMono, s.InvocationID)

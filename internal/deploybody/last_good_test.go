@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // localNode runs the last good system's scripts with the real sh, on this machine, in a
@@ -48,10 +50,10 @@ func TestCleanVerdictIsOKWithNoReasonOnTheDeployedSystem(t *testing.T) {
 		res  *Result
 		want bool
 	}{
-		"ok, no reason":                  {&Result{Toplevel: top, RunningSystem: top, Verdict: &Verdict{OK: true}}, true},
-		"lenient: ok with a failed unit": {&Result{Toplevel: top, RunningSystem: top, Verdict: &Verdict{OK: true, Reasons: []string{"unit x failed"}}}, false},
-		"failed":                         {&Result{Toplevel: top, RunningSystem: top, Verdict: &Verdict{OK: false}}, false},
-		"boot: runs the old system":      {&Result{Toplevel: top, RunningSystem: "/nix/store/bbbb-old", Verdict: &Verdict{OK: true}}, false},
+		"ok, no reason":                  {&Result{Toplevel: top, RunningSystem: top, Verdict: &judge.Verdict{OK: true}}, true},
+		"lenient: ok with a failed unit": {&Result{Toplevel: top, RunningSystem: top, Verdict: &judge.Verdict{OK: true, Reasons: []string{"unit x failed"}}}, false},
+		"failed":                         {&Result{Toplevel: top, RunningSystem: top, Verdict: &judge.Verdict{OK: false}}, false},
+		"boot: runs the old system":      {&Result{Toplevel: top, RunningSystem: "/nix/store/bbbb-old", Verdict: &judge.Verdict{OK: true}}, false},
 		"no verdict":                     {&Result{Toplevel: top, RunningSystem: top}, false},
 		"no result":                      {nil, false},
 	} {
@@ -74,12 +76,12 @@ func TestRecordAndReadLastGood(t *testing.T) {
 
 	good, bad := "/nix/store/aaaa-good", "/nix/store/bbbb-bad"
 	at := time.Date(2026, 12, 2, 11, 0, 0, 0, time.UTC)
-	res := &Result{Toplevel: good, RunningSystem: good, Verdict: &Verdict{OK: true}}
+	res := &Result{Toplevel: good, RunningSystem: good, Verdict: &judge.Verdict{OK: true}}
 	RecordLastGood(ctx, n, res, at)
 	if len(res.Warnings) != 0 {
 		t.Fatalf("recording warned: %v", res.Warnings)
 	}
-	RecordLastGood(ctx, n, &Result{Toplevel: bad, RunningSystem: bad, Verdict: &Verdict{OK: true, Reasons: []string{"fedi-broken.service failed"}}}, at.Add(time.Hour))
+	RecordLastGood(ctx, n, &Result{Toplevel: bad, RunningSystem: bad, Verdict: &judge.Verdict{OK: true, Reasons: []string{"fedi-broken.service failed"}}}, at.Add(time.Hour))
 
 	rec, err := ReadLastGood(ctx, n)
 	if err != nil || rec == nil || rec.Toplevel != good || !rec.At.Equal(at) {
@@ -119,7 +121,7 @@ func TestLastGoodReadScriptTellsTheRecord(t *testing.T) {
 		t.Fatalf("a node that never recorded: (%q, %v), want none, told", top, ok)
 	}
 	good := "/nix/store/00000000000000000000000000000000-good"
-	RecordLastGood(context.Background(), n, &Result{Toplevel: good, RunningSystem: good, Verdict: &Verdict{OK: true}}, time.Now())
+	RecordLastGood(context.Background(), n, &Result{Toplevel: good, RunningSystem: good, Verdict: &judge.Verdict{OK: true}}, time.Now())
 	if top, ok := read(); top != good || !ok {
 		t.Fatalf("after a clean verdict recorded: (%q, %v), want (%q, true)", top, ok, good)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The node's records (the verdict of its last deploy, its last good system) live in a
@@ -52,7 +54,7 @@ func readNodeRecord(ctx context.Context, t Transport, file, legacy, what string,
 	case 3:
 		return false, nil
 	default:
-		return false, fmt.Errorf("reading %s exited %d: %s", file, out.ExitCode, firstLine(string(out.Stderr), "no output"))
+		return false, fmt.Errorf("reading %s exited %d: %s", file, out.ExitCode, judge.FirstLine(string(out.Stderr), "no output"))
 	}
 	if err := json.Unmarshal(out.Stdout, v); err != nil {
 		return false, fmt.Errorf("%s is not %s: %w", file, what, err)

@@ -3,6 +3,8 @@ package deploybody
 import (
 	"context"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // Default timings (docs/design.md#timings). The provider exposes each one as a `timings` attribute.
@@ -171,8 +173,8 @@ type Options struct {
 
 	// Checks run on the node and Probes from the deployer after the settle; a failed
 	// one fails a strict verdict and warns a lenient one (see ValidateChecks).
-	Checks []NodeCheck
-	Probes []Probe
+	Checks []judge.NodeCheck
+	Probes []judge.Probe
 
 	// LocalStore is the deployer's Nix store, read for the previous system's closure
 	// when the summary of changes is made; nil leaves removed paths unknown.

@@ -6,6 +6,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The node side of the lock-out revert: every step that decides whether a revert
@@ -330,9 +332,9 @@ func (e *runEnv) revertGuard(ctx context.Context, sr SelfReverter, args ...strin
 func nodeScriptError(what string, res RunResult) error {
 	stderr := string(res.Stderr)
 	if i := strings.Index(stderr, "missing command "); i >= 0 && res.ExitCode == 127 {
-		cmd, path, _ := strings.Cut(strings.TrimPrefix(firstLine(stderr[i:], ""), "missing command "), " ")
+		cmd, path, _ := strings.Cut(strings.TrimPrefix(judge.FirstLine(stderr[i:], ""), "missing command "), " ")
 		path = strings.TrimSuffix(strings.TrimPrefix(path, "(PATH="), ")")
 		return fmt.Errorf("%s on the node needs %s, which is not on its PATH (%s): %w", what, cmd, path, ErrMissingCommand)
 	}
-	return fmt.Errorf("%s on the node exited %d: %s", what, res.ExitCode, firstLine(stderr, "no output"))
+	return fmt.Errorf("%s on the node exited %d: %s", what, res.ExitCode, judge.FirstLine(stderr, "no output"))
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // What switch-to-configuration's exit code and output say, read the way
@@ -118,11 +120,11 @@ func switchDiagnosis(action string, sr SwitchResult) string {
 	case activationFailed(sr):
 		return "the activation script failed: " + strings.Join(activationErrorLines(sr), "; ")
 	case sr.ExitCode == switchExitNotFound:
-		return "the toplevel has no bin/switch-to-configuration the node can run (" + firstLine(sr.Stderr, "no output") + "): is it a NixOS system's toplevel?"
+		return "the toplevel has no bin/switch-to-configuration the node can run (" + judge.FirstLine(sr.Stderr, "no output") + "): is it a NixOS system's toplevel?"
 	case strings.Contains(out, usageLinePrefix):
-		return "switch-to-configuration does not know the action " + action + " (" + firstLine(sr.Stderr, "no output") + ")"
+		return "switch-to-configuration does not know the action " + action + " (" + judge.FirstLine(sr.Stderr, "no output") + ")"
 	}
-	return firstLine(sr.Stderr, "no output")
+	return judge.FirstLine(sr.Stderr, "no output")
 }
 
 // firstErrorLine is the first line of out that is not skip and reads like an error,
@@ -213,7 +215,7 @@ func parseSwitchLockHolder(out string) switchLockHolder {
 		case len(f) >= 2 && f[0] == "held":
 			h := switchLockHolder{known: true}
 			h.pid, _ = strconv.Atoi(f[1])
-			if len(f) >= 3 && f[2] != "-" && ValidUnitName(f[2]) {
+			if len(f) >= 3 && f[2] != "-" && judge.ValidUnitName(f[2]) {
 				h.unit = f[2]
 			}
 			if len(f) >= 4 && f[3] != "-" {

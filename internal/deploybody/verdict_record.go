@@ -22,6 +22,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // VerdictRecordFile is where a node keeps the verdict of its last deploy;
@@ -57,7 +59,7 @@ func (e *runEnv) verdictRecordOf(res Result, toplevel string, lock *nodeLock) ([
 	}
 	res.Changes = nil
 	v := *res.Verdict
-	v.Checks = append([]CheckResult(nil), v.Checks...)
+	v.Checks = append([]judge.CheckResult(nil), v.Checks...)
 	for i := range v.Checks {
 		v.Checks[i].Output = ""
 	}
@@ -79,7 +81,7 @@ func (e *runEnv) recordVerdict(ctx context.Context, record []byte, err error, to
 		var out RunResult
 		out, err = e.t.Run(ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile, legacyVerdictRecordFile}, RunOptions{Path: lockPath, Stdin: record, Privileged: true})
 		if err == nil && out.ExitCode != 0 {
-			err = fmt.Errorf("exit %d: %s", out.ExitCode, firstLine(string(out.Stderr), "no output"))
+			err = fmt.Errorf("exit %d: %s", out.ExitCode, judge.FirstLine(string(out.Stderr), "no output"))
 		}
 	}
 	if err != nil {
@@ -144,12 +146,12 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 				recorded = true
 			case "unrecorded":
 				recorded = true
-				e.warnUnrecorded(ctx, errors.New(firstLine(why, "no output")), toplevel)
+				e.warnUnrecorded(ctx, errors.New(judge.FirstLine(why, "no output")), toplevel)
 			case "pinned":
 				pinned = true
 			case "unpinned":
 				pinned = true
-				e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, errors.New(firstLine(why, "no output"))))
+				e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, errors.New(judge.FirstLine(why, "no output"))))
 			}
 		}
 		if !recorded {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // A deploy leaves the node a record of its verdict, written before the boot entry, so
@@ -17,7 +19,7 @@ import (
 func TestDeployRecordsItsVerdictBeforeTheBootEntry(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}, "broken.service": {b: fails}})
 	s.node.onCheck = func([]string) RunResult { return RunResult{Stdout: []byte("token=hunter2 answered")} }
-	s.opts.Checks = []NodeCheck{{Name: "http", Argv: []string{"check"}, Interval: time.Second, Timeout: 5 * time.Second}}
+	s.opts.Checks = []judge.NodeCheck{{Name: "http", Argv: []string{"check"}, Interval: time.Second, Timeout: 5 * time.Second}}
 	_, err := s.deploy()
 	wantDeployErr(t, err, PhaseVerdict) // strict: the failed unit fails the run after the boot entry
 	if s.node.profile != testToplevel {
