@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // Activation is how a deploy makes the node run its new system.
@@ -143,7 +144,7 @@ facts "$1" "$1"`
 
 // rebootNeeded asks the node whether toplevel needs a reboot; why is "" when not.
 func (e *runEnv) rebootNeeded(ctx context.Context, toplevel string) (why string, err error) {
-	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootNeedScript, "sh", toplevel}, RunOptions{Path: lockPath})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootNeedScript, "sh", toplevel}, RunOptions{Path: records.ToolPath})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exited %d: %s", res.ExitCode, judge.FirstLine(string(res.Stderr), "no output"))
 	}
@@ -241,7 +242,7 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 		return sr, rb, err
 	}
 	token := newToken()
-	marked, err := e.t.Run(ctx, []string{"sh", "-c", rebootMarkScript, "sh", token}, RunOptions{Path: lockPath, Privileged: true})
+	marked, err := e.t.Run(ctx, []string{"sh", "-c", rebootMarkScript, "sh", token}, RunOptions{Path: records.ToolPath, Privileged: true})
 	if err == nil && (marked.ExitCode != 0 || strings.TrimSpace(string(marked.Stdout)) != token) {
 		err = fmt.Errorf("exit %d: %s", marked.ExitCode, judge.FirstLine(string(marked.Stderr), "no output"))
 	}
@@ -251,7 +252,7 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 	}
 	e.log(ctx, LevelInfo, PhaseSwitch, "rebooting the node", map[string]any{"why": why})
 	start := e.o.Clock.Now()
-	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootScript, "sh", token}, RunOptions{Path: lockPath, Privileged: true})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootScript, "sh", token}, RunOptions{Path: records.ToolPath, Privileged: true})
 	if err == nil && res.ExitCode != 0 {
 		return sr, rb, withHint(fmt.Errorf("systemctl reboot exited %d: %s", res.ExitCode, judge.FirstLine(string(res.Stderr), "no output")),
 			"the boot entry points at the new system, the node runs its previous one: reboot it by hand, or apply again")
@@ -324,7 +325,7 @@ func (e *runEnv) bootAnswer(ctx context.Context, token string) (booted, seen str
 		}
 		return "", err.Error()
 	}
-	res, err := e.t.Run(ctx, []string{"sh", "-c", bootAnswerScript, "sh", token}, RunOptions{Path: lockPath})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", bootAnswerScript, "sh", token}, RunOptions{Path: records.ToolPath})
 	if err != nil {
 		return "", err.Error()
 	}
@@ -348,12 +349,12 @@ func (e *runEnv) relock(ctx context.Context, lock *nodeLock) error {
 	if lock == nil {
 		return nil
 	}
-	out, err := lockOp(ctx, e.t, "acquire", lock.holder.Token, lock.holder.lines(), strconv.Itoa(int(lockStale/time.Second)), "")
+	out, err := lockOp(ctx, e.t, "acquire", lock.holder.Token, lock.holder.Lines(), strconv.Itoa(int(lockStale/time.Second)), "")
 	if err != nil {
 		return withHint(fmt.Errorf("taking the node lock again after the reboot: %w", err), "the node rebooted into the new system; apply again to judge it")
 	}
 	if strings.HasPrefix(out[0], "held ") {
-		lock.recordLost(parseLockHolder(out[1:], 0), true)
+		lock.recordLost(records.ParseLockHolder(out[1:], 0), true)
 		return lock.lostError(e.o.Node)
 	}
 	lock.relocked()

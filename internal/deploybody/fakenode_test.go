@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // This file simulates a node for the engine's unit tests. It is a fake, not a lab
@@ -565,7 +566,7 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	if res, ok := n.rebootCall(argv); ok {
 		return res, nil
 	}
-	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
+	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == records.LockScript {
 		if n.lockScriptFails != nil {
 			return *n.lockScriptFails, nil
 		}
@@ -575,10 +576,10 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		}
 		return res, nil
 	}
-	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == RevertGuardScript {
+	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == records.RevertGuardScript {
 		return n.guardCall(argv[4:], time.Time{}), nil // over the run's own connection
 	}
-	if argv[0] == "sh" && len(argv) == 6 && argv[2] == writeRecordScript && argv[4] == VerdictRecordFile {
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == records.WriteRecordScript && argv[4] == records.VerdictRecordFile {
 		if n.recordFails {
 			return RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/var/lib/fediversity-deploy': Read-only file system\n")}, nil
 		}
@@ -586,7 +587,7 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		n.entryAtRecord, n.recorded = n.boots.entry, true
 		return RunResult{}, nil
 	}
-	if argv[0] == "sh" && len(argv) == 6 && argv[2] == readRecordScript && argv[4] == VerdictRecordFile {
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == records.ReadRecordScript && argv[4] == records.VerdictRecordFile {
 		if n.verdictRecord == nil {
 			return RunResult{ExitCode: 3}, nil
 		}
@@ -960,7 +961,7 @@ func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 func (n *fakeNode) lockCalls() []call {
 	var out []call
 	for _, c := range n.callsOf("run") {
-		if len(c.argv) > 2 && c.argv[0] == "sh" && c.argv[2] == lockScript {
+		if len(c.argv) > 2 && c.argv[0] == "sh" && c.argv[2] == records.LockScript {
 			out = append(out, c)
 		}
 	}

@@ -93,7 +93,7 @@ func (e *runEnv) watchSampleCount() int {
 const maxJournalLookups = 32
 
 // skippedInJournal asks the node's journal about the wanted units whose state cannot tell
-// a condition skip from a unit never started (see skippedOnCondition). A journal that
+// a condition skip from a unit never started (see judge.SkippedOnCondition). A journal that
 // cannot be read leaves the unit unclassified rather than guessed.
 func (e *runEnv) skippedInJournal(ctx context.Context, in judgeIn) map[string]bool {
 	out := map[string]bool{}

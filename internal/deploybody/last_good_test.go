@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // localNode runs the last good system's scripts with the real sh, on this machine, in a
@@ -29,7 +30,7 @@ func (n *localNode) Run(ctx context.Context, argv []string, opts RunOptions) (Ru
 	n.runs++
 	args := append([]string(nil), argv...)
 	for i, a := range args {
-		if a == LastGoodFile || a == LastGoodRoot {
+		if a == records.LastGoodFile || a == records.LastGoodRoot {
 			args[i] = filepath.Join(n.dir, filepath.Base(filepath.Dir(a)), filepath.Base(a))
 		}
 	}
@@ -68,7 +69,7 @@ func TestCleanVerdictIsOKWithNoReasonOnTheDeployedSystem(t *testing.T) {
 func TestRecordAndReadLastGood(t *testing.T) {
 	ctx := context.Background()
 	n := &localNode{dir: t.TempDir()}
-	if _, err := LastGoodToplevel(ctx, n, "web01"); !errors.Is(err, ErrNoLastGood) {
+	if _, err := LastGoodToplevel(ctx, n, "web01"); !errors.Is(err, records.ErrNoLastGood) {
 		t.Fatalf("no record: %v, want ErrNoLastGood", err)
 	} else if de := (*DeployError)(nil); !errors.As(err, &de) || de.Phase != PhaseReadLastGood || de.Node != "web01" {
 		t.Fatalf("no record: %#v, want a DeployError of web01 in %s", err, PhaseReadLastGood)
@@ -107,15 +108,15 @@ func TestRecordAndReadLastGood(t *testing.T) {
 func TestLastGoodReadScriptTellsTheRecord(t *testing.T) {
 	dir := t.TempDir()
 	n := &localNode{dir: dir}
-	file := filepath.Join(dir, filepath.Base(filepath.Dir(LastGoodFile)), filepath.Base(LastGoodFile))
+	file := filepath.Join(dir, filepath.Base(filepath.Dir(records.LastGoodFile)), filepath.Base(records.LastGoodFile))
 	read := func() (string, bool) {
 		t.Helper()
-		script := strings.ReplaceAll(LastGoodReadScript, LastGoodFile, file)
+		script := strings.ReplaceAll(records.LastGoodReadScript, records.LastGoodFile, file)
 		out, err := exec.Command("sh", "-c", script).Output()
 		if err != nil {
 			t.Fatalf("the read script: %v", err)
 		}
-		return ParseLastGoodLine(string(out))
+		return records.ParseLastGoodLine(string(out))
 	}
 	if top, ok := read(); top != "" || !ok {
 		t.Fatalf("a node that never recorded: (%q, %v), want none, told", top, ok)
@@ -141,7 +142,7 @@ func TestLastGoodReadScriptTellsTheRecord(t *testing.T) {
 		t.Fatalf("a record of another version: (%q, %v), want none, as ReadLastGood", top, ok)
 	}
 	for _, line := range []string{"last-good?", "", "none"} {
-		if top, ok := ParseLastGoodLine(line); top != "" || ok {
+		if top, ok := records.ParseLastGoodLine(line); top != "" || ok {
 			t.Fatalf("line %q: (%q, %v), want not told", line, top, ok)
 		}
 	}

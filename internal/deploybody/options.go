@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // Default timings (docs/design.md#timings). The provider exposes each one as a `timings` attribute.
@@ -181,7 +182,7 @@ type Options struct {
 	LocalStore LocalStore
 	// Holder names this deployer in the node's lock (host, process); zero means
 	// ThisProcess().
-	Holder LockHolder
+	Holder records.LockHolder
 }
 
 func (o Options) withDefaults(t Transport) Options {
@@ -196,7 +197,7 @@ func (o Options) withDefaults(t Transport) Options {
 		o.Clock = realClock{}
 	}
 	if o.Holder.Host == "" && o.Holder.PID == 0 {
-		o.Holder = ThisProcess()
+		o.Holder = records.ThisProcess()
 	}
 	return o
 }

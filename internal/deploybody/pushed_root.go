@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // The pushed closure's GC root. Between the copy and the moment the system profile (or
@@ -40,7 +41,7 @@ func (e *runEnv) releasePushedRoot(ctx context.Context, toplevel string) {
 	if toplevel == "" {
 		return
 	}
-	res, err := e.t.Run(ctx, []string{"sh", "-c", ReleasePushedRootScript, "sh", "", toplevel}, RunOptions{Path: lockPath, Privileged: true})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", ReleasePushedRootScript, "sh", "", toplevel}, RunOptions{Path: records.ToolPath, Privileged: true})
 	if err == nil && res.ExitCode != 0 {
 		err = fmt.Errorf("exited %d: %s", res.ExitCode, judge.FirstLine(string(res.Stderr), "no output"))
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // guardBench runs RevertGuardScript itself, with sh and flock on this machine: its fixed
@@ -56,13 +58,13 @@ esac
 `), 0o755))
 	self := strconv.Itoa(os.Getpid())
 	b.script = strings.NewReplacer(
-		LockFile, b.lock,
+		records.LockFile, b.lock,
 		"/run/current-system", b.current,
 		"/nix/var/nix/profiles/system", filepath.Join(dir, "system"),
 		`while [ "$p" -gt 1 ]`, `while [ "$p" -gt 1 ] && [ "$p" -ne `+self+` ]`,
 		`if [ "$2" -le 1 ]`, `if [ "$2" -le 1 ] || [ "$2" -eq `+self+` ]`,
-	).Replace(RevertGuardScript)
-	if b.script == RevertGuardScript {
+	).Replace(records.RevertGuardScript)
+	if b.script == records.RevertGuardScript {
 		t.Fatal("the guard's node paths were not moved")
 	}
 	b.path = b.bin + ":" + os.Getenv("PATH")

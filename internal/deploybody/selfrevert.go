@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // The node-side revert (SSH): a switch that leaves the node refusing new logins must
@@ -70,7 +72,7 @@ func (e *runEnv) armRevert(toplevel, previous string, lock *nodeLock) *armedReve
 	if !e.o.SelfRevert || !ok || !sr.CanSelfRevert() || previous == "" || previous == toplevel {
 		return nil
 	}
-	arm := RevertArm{Unit: RevertUnitPrefix + newToken()[:12], Previous: previous, Guarded: toplevel, Confirm: e.o.Timings.ConfirmTimeout, Token: lock.token()}
+	arm := RevertArm{Unit: records.RevertUnitPrefix + newToken()[:12], Previous: previous, Guarded: toplevel, Confirm: e.o.Timings.ConfirmTimeout, Token: lock.token()}
 	sr.ArmRevert(arm)
 	return &armedRevert{sr: sr, arm: arm}
 }
@@ -187,7 +189,11 @@ func (e *runEnv) confirmNewLogin(ctx context.Context, armed *armedRevert) (strin
 	case revertStoodDown, revertGone:
 		// The revert will not fire: the node does not run the system it guarded, or a
 		// later run took the node (the lock check after this phase says so).
-		note := fmt.Sprintf("the revert stood down: %s", orNamed(strings.TrimSpace(ans.state+" "+ans.detail)))
+		why := strings.TrimSpace(ans.state + " " + ans.detail)
+		if why == "" {
+			why = "unknown"
+		}
+		note := fmt.Sprintf("the revert stood down: %s", why)
 		if interrupted != nil {
 			return "", settled, fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.running))
 		}

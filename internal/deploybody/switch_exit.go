@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // What switch-to-configuration's exit code and output say, read the way
@@ -229,7 +230,7 @@ func parseSwitchLockHolder(out string) switchLockHolder {
 
 // readSwitchLockHolder asks the node what holds switch-to-configuration's lock.
 func (e *runEnv) readSwitchLockHolder(ctx context.Context) (switchLockHolder, error) {
-	res, err := e.t.Run(ctx, []string{"sh", "-c", switchLockHolderScript, "sh", SwitchLockFile}, RunOptions{Path: lockPath})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", switchLockHolderScript, "sh", SwitchLockFile}, RunOptions{Path: records.ToolPath})
 	if err != nil {
 		return switchLockHolder{}, err
 	}

@@ -24,7 +24,7 @@ type Sample struct {
 	SystemStateUnread string
 }
 
-// ClassifyInput is everything classification needs; classify is pure so tables can
+// ClassifyInput is everything classification needs; Classify is pure so tables can
 // test it.
 type ClassifyInput struct {
 	Samples []Sample
@@ -33,7 +33,7 @@ type ClassifyInput struct {
 	// Owns reports whether the deployed configuration defines a unit.
 	Owns func(unit string) bool
 	// SkippedInJournal are units whose last start the node's journal reports as
-	// "skipped because of an unmet condition check" (see skippedOnCondition).
+	// "skipped because of an unmet condition check" (see SkippedOnCondition).
 	SkippedInJournal map[string]bool
 	// FailedBefore is the set of units failed at the snapshot; nil when the snapshot
 	// could not be read.
@@ -54,7 +54,7 @@ type ClassifyInput struct {
 const FailedOriginUnknown FailureOrigin = "unknown (snapshot unread)"
 
 // Classify sorts the observed units into the verdict classes (docs/design.md#verdict-classes). It does not decide
-// whether the run fails: decide does. Each class has its own piece below.
+// whether the run fails: Decide does. Each class has its own piece below.
 func Classify(in ClassifyInput) *Verdict {
 	v := &Verdict{Strict: in.Strict, VerdictOnly: in.VerdictOnly, Samples: len(in.Samples), Restarted: in.Restarted}
 	answered := answeredSamples(in.Samples)

@@ -68,7 +68,7 @@ func TestParseShow(t *testing.T) {
 		{ID: "multi-user.target", LoadState: "loaded", ActiveState: "active", SubState: "active", Result: "success"},
 	}
 	if !reflect.DeepEqual(units, want) {
-		t.Fatalf("parseShow =\n%+v\nwant\n%+v", units, want)
+		t.Fatalf("ParseShow =\n%+v\nwant\n%+v", units, want)
 	}
 }
 
@@ -148,7 +148,7 @@ func TestValidUnitName(t *testing.T) {
 		}
 	}
 	if tmpl, ok := TemplateOf("getty@tty1.service"); !ok || tmpl != "getty@.service" {
-		t.Errorf("templateOf = %q %v", tmpl, ok)
+		t.Errorf("TemplateOf = %q %v", tmpl, ok)
 	}
 	if _, ok := TemplateOf("getty@.service"); ok {
 		t.Error("a template has no template")
