@@ -61,7 +61,8 @@
 //     fail (Decide), the report, and the operator's checks and probes;
 //   - records: the node's records: the lock (LockScript, LockHolder), the verdict
 //     record's and the last good system's files and scripts, the boot pin, and the
-//     revert guard's script. The body runs those scripts through its Transport.
+//     revert guard's script and its answers. The body runs those scripts through its
+//     Transport.
 //
 // The body keeps the step table, the phases, and everything that talks to the node.
 //

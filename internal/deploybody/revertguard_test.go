@@ -297,9 +297,9 @@ func TestRevertGuardPending(t *testing.T) {
 	b.set("active-fediversity-switch-0005", "active\n")
 	runConnection := b.connect("sshd: root@notty", "pending")
 	out := b.guard("pending")
-	p := parsePendingAnswer(out)
-	if len(p.reverts) != 1 || p.reverts[0].answer.state != revertSwitching || p.reverts[0].guarded != b.guarded ||
-		len(p.switching) != 1 || p.switching[0] != "fediversity-switch-0005" || p.running != b.guarded {
+	p := records.ParsePendingAnswer(out)
+	if len(p.Reverts) != 1 || p.Reverts[0].Answer.State != records.RevertSwitching || p.Reverts[0].Guarded != b.guarded ||
+		len(p.Switching) != 1 || p.Switching[0] != "fediversity-switch-0005" || p.Running != b.guarded {
 		t.Fatalf("pending while the switch runs: %q → %+v", out, p)
 	}
 	time.Sleep(tickGap)

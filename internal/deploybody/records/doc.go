@@ -8,7 +8,8 @@
 //   - last_good.go: the last good system's record, its pin against garbage collection
 //     and the one-line read the plan uses;
 //   - boot_pin.go: the one-shot boot entry and the default this project pins for it;
-//   - revert_guard.go: the node side of the lock-out revert (RevertGuardScript).
+//   - revert_guard.go: the node side of the lock-out revert (RevertGuardScript) and the
+//     grammar of its answers (RevertAnswer, PendingAnswer).
 //
 // It runs nothing: the body runs these scripts through its transport and reads their
 // answers. The scripts are tested here under the real sh against a temporary

@@ -1,5 +1,11 @@
 package records
 
+import (
+	"path"
+	"strconv"
+	"strings"
+)
+
 // The node side of the lock-out revert: every step that decides whether a revert
 // happens runs under the node lock's guard (flock on LockFile.guard, as LockScript),
 // so the revert, the run that armed it and any later run see one order of events, on
@@ -180,3 +186,114 @@ pending)
   say ;;
 esac
 `
+
+// Revert states, as the guard script says them.
+const (
+	RevertDisarmed  = "disarmed"
+	RevertSwitching = "switching" // armed; the switch it guards still runs
+	// RevertUnconfirmed: armed; the switch ended, but the login that asked was made
+	// before its end, so it proves nothing about the new system.
+	RevertUnconfirmed = "unconfirmed"
+	RevertBegun       = "begun"
+	RevertReverted    = "reverted"
+	RevertStoodDown   = "stood-down"
+	RevertBroken      = "broken" // its unit found a tool missing and never ran
+	RevertDied        = "died"   // it began, and its unit stopped before it ended
+	RevertGone        = "gone"   // no such revert: another run disarmed it, or /run was emptied
+	RevertBusy        = "busy"   // the guard stayed taken
+)
+
+// RevertAnswer is what the guard script said about one revert, and what the node runs.
+type RevertAnswer struct {
+	State   string // one of the revert states
+	Detail  string // the exit code of a revert's switch, or why it stood down
+	Running string
+	Profile string // where the system profile points (system-<n>-link)
+}
+
+// Final tells whether the revert's fate is sealed: nothing changes it any more.
+func (a RevertAnswer) Final() bool {
+	switch a.State {
+	case RevertDisarmed, RevertReverted, RevertStoodDown, RevertGone, RevertBroken, RevertDied:
+		return true
+	}
+	return false
+}
+
+// Generation is the system profile's generation in the answer, 0 when unknown.
+func (a RevertAnswer) Generation() int {
+	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(path.Base(a.Profile), "system-"), "-link"))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// ParseRevertAnswer reads the answer of `disarm`.
+func ParseRevertAnswer(out string) RevertAnswer {
+	var a RevertAnswer
+	for i, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(l), " ")
+		switch {
+		case i == 0:
+			a.State, a.Detail = k, v
+		case k == "running":
+			a.Running = v
+		case k == "profile":
+			a.Profile = v
+		}
+	}
+	return a
+}
+
+// EarlierRevert is one revert of an earlier run, as `pending` lists it: Previous is
+// the system it goes back to, Guarded the one whose switch it guards.
+type EarlierRevert struct {
+	Unit, Previous, Guarded string
+	Answer                  RevertAnswer
+}
+
+// PendingAnswer is the answer of `pending`.
+type PendingAnswer struct {
+	Reverts   []EarlierRevert
+	Switching []string // detached switches still running
+	Running   string
+	Profile   string
+	Busy      bool
+}
+
+// ParsePendingAnswer reads the answer of `pending`.
+func ParsePendingAnswer(out string) PendingAnswer {
+	var p PendingAnswer
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		switch f[0] {
+		case "busy":
+			p.Busy = true
+		case "revert":
+			if len(f) < 5 {
+				continue
+			}
+			e := EarlierRevert{Unit: f[1], Previous: strings.TrimPrefix(f[2], "-"), Guarded: strings.TrimPrefix(f[3], "-")}
+			e.Answer.State = f[4]
+			e.Answer.Detail = strings.Join(f[5:], " ")
+			p.Reverts = append(p.Reverts, e)
+		case "switching":
+			if len(f) > 1 {
+				p.Switching = append(p.Switching, f[1])
+			}
+		case "running":
+			if len(f) > 1 {
+				p.Running = f[1]
+			}
+		case "profile":
+			if len(f) > 1 {
+				p.Profile = f[1]
+			}
+		}
+	}
+	return p
+}
