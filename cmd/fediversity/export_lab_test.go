@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
@@ -148,9 +148,9 @@ func TestLabCLIExports(t *testing.T) {
 	}
 	// The last pass ended as any does: it left no node lock behind.
 	for _, n := range []labtest.Node{okNode, broken} {
-		if _, err := labtest.IncusErr("exec", n.Instance, "--", "test", "-e", deploybody.LockFile); err == nil {
-			lock, _ := labtest.IncusErr("exec", n.Instance, "--", "cat", deploybody.LockFile)
-			t.Errorf("%s: the last verdict pass left its node lock %s: %s\nstderr:\n%s", n.Name, deploybody.LockFile, lock, verr.String())
+		if _, err := labtest.IncusErr("exec", n.Instance, "--", "test", "-e", records.LockFile); err == nil {
+			lock, _ := labtest.IncusErr("exec", n.Instance, "--", "cat", records.LockFile)
+			t.Errorf("%s: the last verdict pass left its node lock %s: %s\nstderr:\n%s", n.Name, records.LockFile, lock, verr.String())
 		}
 	}
 	if again, _ := os.ReadFile(junit); bytes.Equal(again, deployedJUnit) {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
 )
 
@@ -27,15 +28,15 @@ func exportOutcomes() []fleet.Outcome {
 	return []fleet.Outcome{
 		{Node: "web01", Elapsed: 1500 * time.Millisecond, Wave: 1, Result: &deploybody.Result{
 			Report: "unit broken.service: failed (exit-code)\nsystem state: degraded\n",
-			Verdict: &deploybody.Verdict{SystemState: "degraded", Strict: true,
-				Failed:              []deploybody.FailedUnit{{Unit: "broken.service", Result: "exit-code"}},
-				RestartLoops:        []deploybody.LoopingUnit{{Unit: "flappy.service", NRestarts: 9, Budget: 2, PastBudget: true}},
-				NeverSpawnedClosure: []deploybody.SpawnFault{{Unit: "nobin.service", Status: 203, Reason: "exec"}},
-				NeverSpawnedHost:    []deploybody.SpawnFault{},
+			Verdict: &judge.Verdict{SystemState: "degraded", Strict: true,
+				Failed:              []judge.FailedUnit{{Unit: "broken.service", Result: "exit-code"}},
+				RestartLoops:        []judge.LoopingUnit{{Unit: "flappy.service", NRestarts: 9, Budget: 2, PastBudget: true}},
+				NeverSpawnedClosure: []judge.SpawnFault{{Unit: "nobin.service", Status: 203, Reason: "exec"}},
+				NeverSpawnedHost:    []judge.SpawnFault{},
 				Reasons:             []string{"unit broken.service failed (exit-code)", "unit flappy.service restarted 9 times (budget 2)"}}}},
 		{Node: "web02", Elapsed: 2 * time.Second, Wave: 1, Result: &deploybody.Result{
-			Verdict: &deploybody.Verdict{OK: true, SystemState: "running", Failed: []deploybody.FailedUnit{},
-				RestartLoops: []deploybody.LoopingUnit{}, NeverSpawnedClosure: []deploybody.SpawnFault{}, NeverSpawnedHost: []deploybody.SpawnFault{}}}},
+			Verdict: &judge.Verdict{OK: true, SystemState: "running", Failed: []judge.FailedUnit{},
+				RestartLoops: []judge.LoopingUnit{}, NeverSpawnedClosure: []judge.SpawnFault{}, NeverSpawnedHost: []judge.SpawnFault{}}}},
 		{Node: "web03", Wave: 2, NotAttempted: "the rollout halted after wave 1 (1 of 3 failed, budget 0)"},
 		{Node: "web04", Disabled: true},
 	}
@@ -141,7 +142,7 @@ func TestMetricsExportEscapesNodeNamesAndOmitsEmptyFamilies(t *testing.T) {
 	e := &exports{metrics: path, command: "verdict"}
 	odd := "web\\01 \"eu\"\nrack 2"
 	failing := []fleet.Outcome{{Node: odd, Elapsed: time.Second, Result: &deploybody.Result{
-		Verdict: &deploybody.Verdict{Reasons: []string{"unit x.service failed"}, Failed: []deploybody.FailedUnit{{Unit: "x.service"}}}}}}
+		Verdict: &judge.Verdict{Reasons: []string{"unit x.service failed"}, Failed: []judge.FailedUnit{{Unit: "x.service"}}}}}}
 	end := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 	if err := e.write(summarize(failing, nil), end.Add(-time.Second), end); err != nil {
 		t.Fatal(err)
@@ -219,7 +220,7 @@ func TestLastOKVerdictOutlivesAFailingPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	failing := exportOutcomes()[1:2]
-	failing[0].Result = &deploybody.Result{Verdict: &deploybody.Verdict{Reasons: []string{"unit x.service failed"}}}
+	failing[0].Result = &deploybody.Result{Verdict: &judge.Verdict{Reasons: []string{"unit x.service failed"}}}
 	second := first.Add(time.Minute)
 	if err := e.write(summarize(failing, nil), second.Add(-time.Second), second); err != nil {
 		t.Fatal(err)
@@ -290,7 +291,7 @@ func TestEveryAndExportFlagsAreCheckedBeforeAnything(t *testing.T) {
 // "failed", in the summary. On the current main it was a failure, verdict_ok 0.
 func TestExportsSayInterruptedNotFailed(t *testing.T) {
 	outcomes := []fleet.Outcome{
-		{Node: "web02", Elapsed: 2 * time.Second, Result: &deploybody.Result{Verdict: &deploybody.Verdict{OK: true}}},
+		{Node: "web02", Elapsed: 2 * time.Second, Result: &deploybody.Result{Verdict: &judge.Verdict{OK: true}}},
 		{Node: "web05", Elapsed: time.Second, Interrupted: true, Result: &deploybody.Result{},
 			Err: &deploybody.DeployError{Node: "web05", Phase: deploybody.PhaseSettle, Err: context.Canceled}},
 	}

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
@@ -322,7 +322,7 @@ func TestLabCLISecondInterruptQuitsAtOnce(t *testing.T) {
 	}
 	t.Logf("second SIGINT ended the command in %s:\n%s", took.Round(time.Millisecond), all.String())
 	// What it said may be left is there.
-	if _, err := labtest.IncusErr("exec", node.Instance, "--", "test", "-e", deploybody.LockFile); err != nil {
+	if _, err := labtest.IncusErr("exec", node.Instance, "--", "test", "-e", records.LockFile); err != nil {
 		t.Errorf("the node lock is not on the node after the quit: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
 )
 
@@ -218,7 +219,7 @@ type jsonSpawnFault struct {
 	Reason string `json:"reason"`
 }
 
-func verdictJSON(v *deploybody.Verdict) *jsonVerdict {
+func verdictJSON(v *judge.Verdict) *jsonVerdict {
 	if v == nil {
 		return nil
 	}
@@ -226,16 +227,16 @@ func verdictJSON(v *deploybody.Verdict) *jsonVerdict {
 		Unreachable: v.Unreachable, Unread: v.Unread, Samples: v.Samples, Answered: v.Answered,
 		SetAside: v.SetAside, Cycling: v.Cycling, SkippedOnCondition: v.SkippedOnCondition,
 		Restarted: v.Restarted, NotRestarted: v.NotRestarted, Reasons: v.Reasons, Activation: v.Activation}
-	out.Failed = mapList(v.Failed, func(f deploybody.FailedUnit) jsonFailedUnit {
+	out.Failed = mapList(v.Failed, func(f judge.FailedUnit) jsonFailedUnit {
 		return jsonFailedUnit{Unit: f.Unit, Result: f.Result, Origin: string(f.Origin)}
 	})
-	out.RestartLoops = mapList(v.RestartLoops, func(l deploybody.LoopingUnit) jsonLoopingUnit {
+	out.RestartLoops = mapList(v.RestartLoops, func(l judge.LoopingUnit) jsonLoopingUnit {
 		return jsonLoopingUnit{Unit: l.Unit, NRestarts: l.NRestarts, Budget: l.Budget, PastBudget: l.PastBudget, StillLooping: l.StillLooping}
 	})
-	out.StaleJobs = mapList(v.StaleJobs, func(j deploybody.StaleJob) jsonStaleJob {
+	out.StaleJobs = mapList(v.StaleJobs, func(j judge.StaleJob) jsonStaleJob {
 		return jsonStaleJob{Unit: j.Unit, JobID: j.JobID, AgeSeconds: j.Age.Seconds()}
 	})
-	spawn := func(f deploybody.SpawnFault) jsonSpawnFault {
+	spawn := func(f judge.SpawnFault) jsonSpawnFault {
 		return jsonSpawnFault{Unit: f.Unit, Status: f.Status, Reason: f.Reason}
 	}
 	out.NeverSpawnedClosure = mapList(v.NeverSpawnedClosure, spawn)

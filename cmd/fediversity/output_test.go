@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
 )
 
@@ -18,7 +19,7 @@ import (
 // system than asked (ok, with warnings), a lock taken over, a build warning, a failed
 // node with warnings of its own, and a node without any.
 func warnedOutcomes() []fleet.Outcome {
-	okVerdict := &deploybody.Verdict{OK: true, SystemState: "running"}
+	okVerdict := &judge.Verdict{OK: true, SystemState: "running"}
 	return []fleet.Outcome{
 		{Node: "web01", Elapsed: time.Second, Result: &deploybody.Result{Verdict: okVerdict,
 			Warnings: []string{"the node runs /nix/store/b-other, not /nix/store/a-asked; its units are judged on the system the node runs (strict = false)"}}},

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
@@ -94,7 +94,7 @@ func TestLabCLIRollbackToLastGood(t *testing.T) {
 	if running := readlink(t, c.Name, "/run/current-system"); running != bad {
 		t.Errorf("%s (no last good system) runs %s, want it untouched on %s", c.Name, running, bad)
 	}
-	if root := readlink(t, a.Name, deploybody.LastGoodRoot); root != good {
-		t.Errorf("%s: GC root %s points at %s, want %s", a.Name, deploybody.LastGoodRoot, root, good)
+	if root := readlink(t, a.Name, records.LastGoodRoot); root != good {
+		t.Errorf("%s: GC root %s points at %s, want %s", a.Name, records.LastGoodRoot, root, good)
 	}
 }

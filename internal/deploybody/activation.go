@@ -16,6 +16,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // Activation is how a deploy makes the node run its new system.
@@ -141,9 +144,9 @@ facts "$1" "$1"`
 
 // rebootNeeded asks the node whether toplevel needs a reboot; why is "" when not.
 func (e *runEnv) rebootNeeded(ctx context.Context, toplevel string) (why string, err error) {
-	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootNeedScript, "sh", toplevel}, RunOptions{Path: lockPath})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootNeedScript, "sh", toplevel}, RunOptions{Path: records.ToolPath})
 	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("exited %d: %s", res.ExitCode, firstLine(string(res.Stderr), "no output"))
+		err = fmt.Errorf("exited %d: %s", res.ExitCode, judge.FirstLine(string(res.Stderr), "no output"))
 	}
 	if err != nil {
 		return "", fmt.Errorf("comparing /run/booted-system with %s: %w", toplevel, err)
@@ -208,7 +211,7 @@ func (e *runEnv) setBootEntry(ctx context.Context, toplevel string) (SwitchResul
 		return sr, 0, withHint(fmt.Errorf("switch-to-configuration boot: %w", err), "the node runs its previous system; read its journal, then apply again")
 	}
 	if sr.ExitCode != 0 {
-		return sr, 0, withHint(fmt.Errorf("switch-to-configuration boot exited %d: %s", sr.ExitCode, firstLine(sr.Stderr, "no output")),
+		return sr, 0, withHint(fmt.Errorf("switch-to-configuration boot exited %d: %s", sr.ExitCode, judge.FirstLine(sr.Stderr, "no output")),
 			"the node runs its previous system and its boot entry may not be set; read the output, then apply again")
 	}
 	gen, err := e.finalizeBoot(ctx, toplevel)
@@ -239,9 +242,9 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 		return sr, rb, err
 	}
 	token := newToken()
-	marked, err := e.t.Run(ctx, []string{"sh", "-c", rebootMarkScript, "sh", token}, RunOptions{Path: lockPath, Privileged: true})
+	marked, err := e.t.Run(ctx, []string{"sh", "-c", rebootMarkScript, "sh", token}, RunOptions{Path: records.ToolPath, Privileged: true})
 	if err == nil && (marked.ExitCode != 0 || strings.TrimSpace(string(marked.Stdout)) != token) {
-		err = fmt.Errorf("exit %d: %s", marked.ExitCode, firstLine(string(marked.Stderr), "no output"))
+		err = fmt.Errorf("exit %d: %s", marked.ExitCode, judge.FirstLine(string(marked.Stderr), "no output"))
 	}
 	if err != nil {
 		return sr, rb, withHint(fmt.Errorf("leaving the reboot marker %s before the reboot: %w (the reboot was not asked for)", rebootMarker, err),
@@ -249,9 +252,9 @@ func (e *runEnv) rebootInto(ctx context.Context, toplevel, why string, lock *nod
 	}
 	e.log(ctx, LevelInfo, PhaseSwitch, "rebooting the node", map[string]any{"why": why})
 	start := e.o.Clock.Now()
-	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootScript, "sh", token}, RunOptions{Path: lockPath, Privileged: true})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", rebootScript, "sh", token}, RunOptions{Path: records.ToolPath, Privileged: true})
 	if err == nil && res.ExitCode != 0 {
-		return sr, rb, withHint(fmt.Errorf("systemctl reboot exited %d: %s", res.ExitCode, firstLine(string(res.Stderr), "no output")),
+		return sr, rb, withHint(fmt.Errorf("systemctl reboot exited %d: %s", res.ExitCode, judge.FirstLine(string(res.Stderr), "no output")),
 			"the boot entry points at the new system, the node runs its previous one: reboot it by hand, or apply again")
 	}
 	// A transport error here may be the reboot cutting the connection: the wait tells.
@@ -322,7 +325,7 @@ func (e *runEnv) bootAnswer(ctx context.Context, token string) (booted, seen str
 		}
 		return "", err.Error()
 	}
-	res, err := e.t.Run(ctx, []string{"sh", "-c", bootAnswerScript, "sh", token}, RunOptions{Path: lockPath})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", bootAnswerScript, "sh", token}, RunOptions{Path: records.ToolPath})
 	if err != nil {
 		return "", err.Error()
 	}
@@ -346,12 +349,12 @@ func (e *runEnv) relock(ctx context.Context, lock *nodeLock) error {
 	if lock == nil {
 		return nil
 	}
-	out, err := lockOp(ctx, e.t, "acquire", lock.holder.Token, lock.holder.lines(), strconv.Itoa(int(lockStale/time.Second)), "")
+	out, err := lockOp(ctx, e.t, "acquire", lock.holder.Token, lock.holder.Lines(), strconv.Itoa(int(lockStale/time.Second)), "")
 	if err != nil {
 		return withHint(fmt.Errorf("taking the node lock again after the reboot: %w", err), "the node rebooted into the new system; apply again to judge it")
 	}
 	if strings.HasPrefix(out[0], "held ") {
-		lock.recordLost(parseLockHolder(out[1:], 0), true)
+		lock.recordLost(records.ParseLockHolder(out[1:], 0), true)
 		return lock.lostError(e.o.Node)
 	}
 	lock.relocked()
@@ -366,7 +369,7 @@ func activationNote(a Activation, rb *Reboot) string {
 	case a == ActivationBoot:
 		return "boot entry set only: the node runs the new system at its next boot; nothing that needs it running was judged"
 	}
-	return "switched"
+	return judge.ActivationSwitched
 }
 
 // verdictActivation is the verdict's sentence of how the node came to run the system,
@@ -381,6 +384,6 @@ func verdictActivation(a Activation, rb *Reboot, ok bool) string {
 
 // bootOnlyVerdict is the verdict of a boot-only activation: it judged nothing that
 // needs the new system running, and says so.
-func bootOnlyVerdict(strict bool) *Verdict {
-	return &Verdict{Strict: strict, SystemState: "not judged", OK: true, Activation: activationNote(ActivationBoot, nil)}
+func bootOnlyVerdict(strict bool) *judge.Verdict {
+	return &judge.Verdict{Strict: strict, SystemState: "not judged", OK: true, Activation: activationNote(ActivationBoot, nil)}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 const newKernel = "/nix/store/11111111111111111111111111111111-linux-6.18"
@@ -215,7 +217,7 @@ func TestActivationRebootRetakesLock(t *testing.T) {
 		if len(c.argv) > 2 && c.argv[2] == rebootScript {
 			rebootAt = i
 		}
-		if rebootAt >= 0 && i > rebootAt && len(c.argv) > 3 && c.argv[2] == lockScript && c.argv[4] == "acquire" {
+		if rebootAt >= 0 && i > rebootAt && len(c.argv) > 3 && c.argv[2] == records.LockScript && c.argv[4] == "acquire" {
 			return
 		}
 	}

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
-// The one-shot boot entry's script itself (bootOnceScript), run by sh against a
+// The one-shot boot entry's script itself (records.BootOnceScript), run by sh against a
 // systemd-boot entry directory and a bootctl that records what it is asked: with boot
 // counting (boot.loader.systemd-boot.bootCounting) an entry's file name carries its
 // counter, +N or +N-M after tries, and bootctl takes the entry's ID, without it
@@ -50,12 +52,12 @@ func TestBootOnceScriptTakesEntryIDs(t *testing.T) {
 				"is-installed) exit 0 ;;\n--print-boot-path) echo "+boot+" ;;\n"+
 				"*) echo \"$*\" >>"+asked+" ;;\nesac\n"), 0o755))
 			pin := filepath.Join(dir, "pin")
-			script := strings.NewReplacer(BootPinFile, pin, "/run/current-system/sw/bin/bootctl", filepath.Join(dir, "none")).Replace(bootOnceScript)
+			script := strings.NewReplacer(records.BootPinFile, pin, "/run/current-system/sw/bin/bootctl", filepath.Join(dir, "none")).Replace(records.BootOnceScript)
 			cmd := exec.Command("sh", "-c", script, "sh", newSys, oldSys, tc.pinned)
 			cmd.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
 			out, err := cmd.Output()
 			if err != nil {
-				t.Fatalf("bootOnceScript: %v", err)
+				t.Fatalf("BootOnceScript: %v", err)
 			}
 			if got, want := strings.TrimSpace(string(out)), "oneshot "+tc.wantNewID+" "+tc.wantOldID+" "+oldSys; got != want {
 				t.Fatalf("answer %q, want %q", got, want)

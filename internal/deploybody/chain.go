@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // chainMemberUp: active, or a oneshot that ran and exited successfully.
-func chainMemberUp(s UnitState) bool {
+func chainMemberUp(s judge.UnitState) bool {
 	if s.ActiveState == "active" {
 		return true
 	}
@@ -17,15 +19,15 @@ func chainMemberUp(s UnitState) bool {
 }
 
 // chainMemberInProgress: systemd is bringing the member up (or will, after a restart).
-func chainMemberInProgress(s UnitState) bool {
+func chainMemberInProgress(s judge.UnitState) bool {
 	return s.ActiveState == "activating" || s.ActiveState == "reloading" || s.SubState == "auto-restart"
 }
 
-func progressKey(s UnitState) string {
+func progressKey(s judge.UnitState) string {
 	return strings.Join([]string{s.ActiveState, s.SubState, fmt.Sprint(s.NRestarts), s.InvocationID, fmt.Sprint(s.ExecMainStartMono)}, "/")
 }
 
-func describeState(s UnitState) string {
+func describeState(s judge.UnitState) string {
 	d := s.ActiveState + "/" + s.SubState
 	if s.Result != "" && s.Result != "success" {
 		d += ", Result=" + s.Result
@@ -46,9 +48,9 @@ func describeState(s UnitState) string {
 // the verdict-only pass can say whether the chain converged.
 //
 // It returns the unreachable verdict when the node answered none of a few samples.
-func (e *runEnv) waitForSecretChain(ctx context.Context, toplevel string, nodeSilent bool) (*Verdict, string, error) {
+func (e *runEnv) waitForSecretChain(ctx context.Context, toplevel string, nodeSilent bool) (*judge.Verdict, string, error) {
 	for _, u := range e.o.SecretChain {
-		if !ValidUnitName(u) {
+		if !judge.ValidUnitName(u) {
 			return nil, "", withHint(fmt.Errorf("secret chain member %q is not a valid unit name", u), "list the secret chain as systemd unit names, e.g. \"vault-agent.service\"")
 		}
 	}
@@ -115,7 +117,7 @@ func (e *runEnv) waitForSecretChain(ctx context.Context, toplevel string, nodeSi
 
 // sampleChain reads the chain members' states (or, with no chain, only whether the
 // node answers). states is nil when systemd did not answer (unread says why).
-func (e *runEnv) sampleChain(ctx context.Context, toplevel string) (states map[string]UnitState, unread string, answered bool) {
+func (e *runEnv) sampleChain(ctx context.Context, toplevel string) (states map[string]judge.UnitState, unread string, answered bool) {
 	if len(e.o.SecretChain) == 0 {
 		err := e.t.Reach(ctx)
 		return nil, "", err == nil || errors.Is(err, ErrSystemdUnanswered)
@@ -130,14 +132,14 @@ func (e *runEnv) sampleChain(ctx context.Context, toplevel string) (states map[s
 
 // chainPosition returns the first member that is not up. In deploy mode members that
 // are not loaded or were never started are passed over.
-func (e *runEnv) chainPosition(states map[string]UnitState, unread string) (member string, state UnitState, done bool) {
+func (e *runEnv) chainPosition(states map[string]judge.UnitState, unread string) (member string, state judge.UnitState, done bool) {
 	if states == nil {
-		return e.o.SecretChain[0], UnitState{}, false
+		return e.o.SecretChain[0], judge.UnitState{}, false
 	}
 	for _, u := range e.o.SecretChain {
 		s, ok := states[u]
 		if !ok {
-			s = UnitState{ID: u, LoadState: "not-found"}
+			s = judge.UnitState{ID: u, LoadState: "not-found"}
 		}
 		if chainMemberUp(s) {
 			continue
@@ -147,11 +149,11 @@ func (e *runEnv) chainPosition(states map[string]UnitState, unread string) (memb
 		}
 		return u, s, false
 	}
-	return "", UnitState{}, true
+	return "", judge.UnitState{}, true
 }
 
 // chainProblem says why the wait stops early at member, or nil to keep waiting.
-func (e *runEnv) chainProblem(member string, s UnitState, statesUnread bool, unread string, unchangedFor time.Duration) error {
+func (e *runEnv) chainProblem(member string, s judge.UnitState, statesUnread bool, unread string, unchangedFor time.Duration) error {
 	hint := fmt.Sprintf("read `journalctl -u %s` on the node; the members after it were not waited for", member)
 	switch {
 	case !statesUnread && s.ActiveState == "failed":
@@ -170,9 +172,9 @@ func (e *runEnv) chainProblem(member string, s UnitState, statesUnread bool, unr
 
 // chainUnreachable is the unreachable verdict of a node that answered none of the
 // chain wait's samples, and the phase's error.
-func (e *runEnv) chainUnreachable(samples int) (*Verdict, string, error) {
-	v := &Verdict{Strict: e.o.Strict, VerdictOnly: e.verdictOnly, Unreachable: true, SystemState: "unreachable", Samples: samples}
-	v.Reasons, _ = decide(v)
+func (e *runEnv) chainUnreachable(samples int) (*judge.Verdict, string, error) {
+	v := &judge.Verdict{Strict: e.o.Strict, VerdictOnly: e.verdictOnly, Unreachable: true, SystemState: "unreachable", Samples: samples}
+	v.Reasons, _ = judge.Decide(v)
 	return v, "", withHint(fmt.Errorf("node answered none of %d samples in the secret chain wait: unreachable", samples),
 		"check that the node is running and reachable with the transport's settings, then apply again")
 }

@@ -8,6 +8,8 @@ import (
 	"path"
 	"sort"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // What a deploy changed, as nvd and `nixos-rebuild --diff` summarise it: store paths
@@ -136,9 +138,9 @@ func unitDigests(files map[string]string) map[string]string {
 	for name, sum := range files {
 		unit, conf, isDropIn := strings.Cut(name, ".d/")
 		switch {
-		case isDropIn && ValidUnitName(unit) && strings.HasSuffix(conf, ".conf") && !strings.Contains(conf, "/"):
+		case isDropIn && judge.ValidUnitName(unit) && strings.HasSuffix(conf, ".conf") && !strings.Contains(conf, "/"):
 			dropIns[unit] = append(dropIns[unit], conf+" "+sum)
-		case !isDropIn && ValidUnitName(name):
+		case !isDropIn && judge.ValidUnitName(name):
 			main[name] = sum
 		}
 	}
@@ -176,7 +178,7 @@ func localUnitDigests(lt localTree, toplevel string) (map[string]string, error) 
 		switch {
 		case dependencyDir(name):
 		case strings.HasSuffix(name, ".d"):
-			if !ValidUnitName(strings.TrimSuffix(name, ".d")) {
+			if !judge.ValidUnitName(strings.TrimSuffix(name, ".d")) {
 				continue
 			}
 			confs, err := lt.readDir(path.Join(dir, name))
@@ -188,7 +190,7 @@ func localUnitDigests(lt localTree, toplevel string) (map[string]string, error) 
 					digest(name + "/" + c.Name())
 				}
 			}
-		case ValidUnitName(name):
+		case judge.ValidUnitName(name):
 			digest(name)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // A node check that passes only after a while is retried, and its node commands ride
@@ -27,14 +29,14 @@ func TestNodeCheckRetriedInTheWatchBatches(t *testing.T) {
 		return RunResult{Stdout: []byte("hello")}
 	}
 	s.opts.Timings = Timings{Settle: time.Second, Watch: 10 * time.Second, SampleInterval: 2 * time.Second}
-	s.opts.Checks = []NodeCheck{{Name: "http", Argv: []string{"curl", "-fsS", "http://127.0.0.1/"}, Interval: 2 * time.Second, Timeout: time.Minute}}
+	s.opts.Checks = []judge.NodeCheck{{Name: "http", Argv: []string{"curl", "-fsS", "http://127.0.0.1/"}, Interval: 2 * time.Second, Timeout: time.Minute}}
 	readyAt = s.clock.now.Add(5 * time.Second) // the run's phases before the watch take no fake time
 	res, err := Deploy(t.Context(), node, s.opts)
 	if err != nil {
 		t.Fatalf("deploy: %v\n%s", err, res.Report)
 	}
 	c := res.Verdict.Checks
-	if len(c) != 1 || !c[0].OK || c[0].Attempts < 2 || c[0].Name != "http" || c[0].Kind != CheckKindNode {
+	if len(c) != 1 || !c[0].OK || c[0].Attempts < 2 || c[0].Name != "http" || c[0].Kind != judge.CheckKindNode {
 		t.Fatalf("checks = %+v, want http ok after retries", c)
 	}
 	if c[0].Output != "hello" {
@@ -66,7 +68,7 @@ func TestFailedCheckFailsStrictAndWarnsLenient(t *testing.T) {
 		}
 		s.opts.Strict = strict
 		s.opts.Timings = Timings{Settle: time.Second, Watch: 4 * time.Second, SampleInterval: 2 * time.Second}
-		s.opts.Checks = []NodeCheck{{Name: "db", Argv: []string{"check-db"}, Interval: 3 * time.Second, Timeout: 10 * time.Second}}
+		s.opts.Checks = []judge.NodeCheck{{Name: "db", Argv: []string{"check-db"}, Interval: 3 * time.Second, Timeout: 10 * time.Second}}
 		res, err := s.deploy()
 		c := res.Verdict.Checks
 		if len(c) != 1 || c[0].OK || c[0].Attempts < 3 {
@@ -113,7 +115,7 @@ func TestProbesFromTheDeployer(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
 	s.opts.Strict = false
 	s.opts.Timings = Timings{Settle: time.Second, Watch: 2 * time.Second, SampleInterval: 2 * time.Second}
-	s.opts.Probes = []Probe{
+	s.opts.Probes = []judge.Probe{
 		{Name: "web", URL: srv.URL + "/health", BodyPattern: regexp.MustCompile(`fedi\s+ok`), Interval: time.Second, Timeout: 20 * time.Second},
 		{Name: "port", TCP: srv.Listener.Addr().String(), Timeout: 5 * time.Second},
 		{Name: "gone", TCP: closedAddr, Interval: time.Second, Timeout: 3 * time.Second},
@@ -122,11 +124,11 @@ func TestProbesFromTheDeployer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lenient deploy: %v", err)
 	}
-	got := map[string]CheckResult{}
+	got := map[string]judge.CheckResult{}
 	for _, c := range res.Verdict.Checks {
 		got[c.Name] = c
 	}
-	if w := got["web"]; !w.OK || w.Attempts != 3 || w.Kind != CheckKindProbe {
+	if w := got["web"]; !w.OK || w.Attempts != 3 || w.Kind != judge.CheckKindProbe {
 		t.Fatalf("web = %+v, want ok at attempt 3", w)
 	}
 	if p := got["port"]; !p.OK || p.Attempts != 1 {
@@ -135,64 +137,8 @@ func TestProbesFromTheDeployer(t *testing.T) {
 	if g := got["gone"]; g.OK || g.Attempts < 2 || !strings.Contains(g.Output, "refused") {
 		t.Fatalf("gone = %+v", g)
 	}
-	if names := FailedChecks(res.Verdict); len(names) != 1 || names[0] != "gone" {
+	if names := judge.FailedChecks(res.Verdict); len(names) != 1 || names[0] != "gone" {
 		t.Fatalf("failed checks = %v", names)
-	}
-}
-
-func TestValidateChecks(t *testing.T) {
-	cases := map[string]struct {
-		checks []NodeCheck
-		probes []Probe
-		want   string
-	}{
-		"ok":          {checks: []NodeCheck{{Name: "a", Argv: []string{"true"}}}, probes: []Probe{{Name: "b", TCP: "127.0.0.1:80"}}},
-		"empty argv":  {checks: []NodeCheck{{Name: "a"}}, want: `check "a": argv is empty`},
-		"same name":   {checks: []NodeCheck{{Name: "a", Argv: []string{"true"}}}, probes: []Probe{{Name: "a", TCP: "127.0.0.1:80"}}, want: "used twice"},
-		"both":        {probes: []Probe{{Name: "b", TCP: "127.0.0.1:80", URL: "http://x/"}}, want: "exactly one of url and tcp"},
-		"scheme":      {probes: []Probe{{Name: "b", URL: "ftp://u:pw@x/"}}, want: `"ftp://…@x/" is not http`},
-		"tcp no port": {probes: []Probe{{Name: "b", TCP: "127.0.0.1"}}, want: "not host:port"},
-	}
-	for name, c := range cases {
-		err := ValidateChecks(c.checks, c.probes)
-		if (err == nil) != (c.want == "") || (err != nil && !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%s: err = %v, want %q", name, err, c.want)
-		}
-	}
-}
-
-func TestTailOutputMasksAndBounds(t *testing.T) {
-	out := tailOutput(strings.Repeat("x", 1000) + "\nAuthorization: Bearer abc.def\ntoken=s3cr3t\n-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\nend")
-	for _, leak := range []string{"abc.def", "s3cr3t", "AAAA"} {
-		if strings.Contains(out, leak) {
-			t.Fatalf("%q leaked in %q", leak, out)
-		}
-	}
-	if len(out) > checkOutputTail+len("…") || !strings.HasSuffix(out, "end") {
-		t.Fatalf("tail = %q (%d bytes)", out, len(out))
-	}
-}
-
-// Credentials in the shapes check and probe output carries them: JSON and YAML
-// answers of an API, and URLs with a user and password (a database URL in an error).
-func TestMaskSecretsJSONAndURLs(t *testing.T) {
-	for in, want := range map[string]string{
-		`{"user": "app", "password": "hunter2", "ok": true}`:      `{"user": "app", "password": "(masked)", "ok": true}`,
-		`{"access_token":"eyJhbGciOi.x.y","expires_in":3600}`:     `{"access_token":"(masked)","expires_in":3600}`,
-		`{"token": 123456789, "user": "bob"}`:                     `{"token": (masked) "bob"}`,
-		`{"secret": "with \"escaped\" quotes", "n": 1}`:           `{"secret": "(masked)", "n": 1}`,
-		`{'api_key': 'k-123'}`:                                    `{'api_key': '(masked)'}`,
-		"password: hunter2":                                       "password: (masked)",
-		`"Authorization": "Basic dXNlcjpwYXNz"`:                   `"Authorization": "(masked)"`,
-		"error: dial postgres://app:s3cret@db:5432/fedi: refused": "error: dial postgres://(masked)@db:5432/fedi: refused",
-		"GET https://deploy:pa55word@registry.example/v2/ 401":    "GET https://(masked)@registry.example/v2/ 401",
-		"https://user@example.org/ is fine":                       "https://user@example.org/ is fine",
-		"redis://:onlypass@cache:6379":                            "redis://(masked)@cache:6379",
-		`{"passwordless": true}`:                                  `{"passwordless": true}`,
-	} {
-		if got := maskSecrets(in); got != want {
-			t.Errorf("maskSecrets(%q)\n got %q\nwant %q", in, got, want)
-		}
 	}
 }
 
@@ -214,8 +160,8 @@ func TestCheckAndProbeSecretsNeverReachTheResult(t *testing.T) {
 		}
 		s.opts.Strict = strict
 		s.opts.Timings = Timings{Settle: time.Second, Watch: 2 * time.Second, SampleInterval: time.Second}
-		s.opts.Checks = []NodeCheck{{Name: "db", Argv: []string{"check-db"}, Interval: time.Second, Timeout: 3 * time.Second}}
-		s.opts.Probes = []Probe{{Name: "api", URL: srv.URL + "/health", Interval: time.Second, Timeout: 3 * time.Second}}
+		s.opts.Checks = []judge.NodeCheck{{Name: "db", Argv: []string{"check-db"}, Interval: time.Second, Timeout: 3 * time.Second}}
+		s.opts.Probes = []judge.Probe{{Name: "api", URL: srv.URL + "/health", Interval: time.Second, Timeout: 3 * time.Second}}
 		res, _ := s.deploy()
 		all, err := json.Marshal(res)
 		if err != nil {
@@ -239,7 +185,7 @@ func TestVerdictOnlyRunsTheChecks(t *testing.T) {
 	s.node.running = testToplevel
 	s.node.onCheck = func([]string) RunResult { return RunResult{ExitCode: 3, Stderr: []byte("not ready")} }
 	s.opts.Timings = Timings{Settle: time.Second, Watch: 2 * time.Second, SampleInterval: time.Second}
-	s.opts.Checks = []NodeCheck{{Name: "ready", Argv: []string{"ready-check"}, Interval: time.Second, Timeout: 4 * time.Second}}
+	s.opts.Checks = []judge.NodeCheck{{Name: "ready", Argv: []string{"ready-check"}, Interval: time.Second, Timeout: 4 * time.Second}}
 	res, err := s.verdictOnly()
 	wantDeployErr(t, err, PhaseVerdict)
 	if c := res.Verdict.Checks; len(c) != 1 || c[0].OK || c[0].Attempts < 3 || !strings.Contains(c[0].Output, "exit 3, want 0: not ready") {

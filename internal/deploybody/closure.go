@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // localTree reads a closure's files on the deployer. root stands for "/" ("" is the
@@ -111,7 +113,7 @@ func (c *closureUnits) owns(unit string) bool {
 	if c.owned[unit] {
 		return true
 	}
-	tmpl, ok := templateOf(unit)
+	tmpl, ok := judge.TemplateOf(unit)
 	return ok && c.owned[tmpl]
 }
 
@@ -119,7 +121,7 @@ func (c *closureUnits) wants(unit string) bool {
 	if c.wanted[unit] {
 		return true
 	}
-	tmpl, ok := templateOf(unit)
+	tmpl, ok := judge.TemplateOf(unit)
 	return ok && c.wanted[tmpl]
 }
 
@@ -127,12 +129,12 @@ func (c *closureUnits) wants(unit string) bool {
 func (c *closureUnits) concreteUnits() []string {
 	set := map[string]bool{}
 	for u := range c.owned {
-		if !isTemplate(u) {
+		if !judge.IsTemplate(u) {
 			set[u] = true
 		}
 	}
 	for u := range c.wanted {
-		if !isTemplate(u) {
+		if !judge.IsTemplate(u) {
 			set[u] = true
 		}
 	}
@@ -159,7 +161,7 @@ func readClosureUnits(lt localTree, toplevel string) (*closureUnits, error) {
 				continue // a dangling dependency dir wants nothing we can name
 			}
 			for _, w := range sub {
-				if ValidUnitName(w.Name()) {
+				if judge.ValidUnitName(w.Name()) {
 					c.wanted[w.Name()] = true
 				} else {
 					c.rejected = append(c.rejected, path.Join(name, w.Name()))
@@ -170,7 +172,7 @@ func readClosureUnits(lt localTree, toplevel string) (*closureUnits, error) {
 		if strings.HasSuffix(name, ".d") {
 			continue // drop-in directory (or a symlink to one)
 		}
-		if ValidUnitName(name) {
+		if judge.ValidUnitName(name) {
 			c.owned[name] = true
 		} else {
 			c.rejected = append(c.rejected, name)
@@ -196,7 +198,7 @@ const loopBudgetKey = "X-LoopBudget"
 // closure (for an instance, its template's). found is false when none declares it.
 func unitFileLoopBudget(lt localTree, toplevel, unit string) (budget int, found bool, err error) {
 	names := []string{unit}
-	if tmpl, ok := templateOf(unit); ok {
+	if tmpl, ok := judge.TemplateOf(unit); ok {
 		names = []string{tmpl, unit}
 	}
 	dir := unitDir(toplevel)

@@ -3,6 +3,8 @@ package deploybody
 import (
 	"context"
 	"fmt"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // Deploy builds (or takes) the node's toplevel, copies it, switches the node to it and
@@ -65,7 +67,7 @@ type flow struct {
 	afterwards *RunResult // detect-unconfirmed-switch: the failed units, for the restart
 	closure    *closureUnits
 	restarted  []string
-	checks     *checkRun
+	checks     *judge.CheckRun
 	budgets    *loopBudgets
 	watched    watched // watch: the samples, and the jobs seen
 	failed     error   // verdict: the verdict's failure, returned by conclude
@@ -128,10 +130,10 @@ func (e *runEnv) steps(f *flow) []step {
 			return note, err
 		}},
 		{PhaseWaitForSecretChain, func(ctx context.Context) (note string, err error) {
-			var unreachable *Verdict
+			var unreachable *judge.Verdict
 			unreachable, note, err = e.waitForSecretChain(ctx, f.toplevel, f.nodeSilent)
 			if unreachable != nil {
-				f.res.Verdict, f.res.Report = unreachable, renderReport(e.o.Node, unreachable)
+				f.res.Verdict, f.res.Report = unreachable, judge.RenderReport(e.o.Node, unreachable)
 			}
 			return note, err
 		}},
@@ -295,7 +297,7 @@ func (f *flow) judging() judgeIn {
 }
 
 func execute(ctx context.Context, e *runEnv) (_ *Result, runErr error) {
-	f := &flow{res: &Result{Node: e.o.Node}, checks: newCheckRun(e.o)}
+	f := &flow{res: &Result{Node: e.o.Node}, checks: judge.NewCheckRun(e.o.Checks, e.o.Probes)}
 	e.warnings = &f.res.Warnings
 	if e.verdictOnly && e.o.Toplevel != "" {
 		if !validStorePath(e.o.Toplevel) {

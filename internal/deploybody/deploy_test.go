@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 )
 
-func failedNamesOf(v *Verdict) []string { return failedNames(v.Failed) }
+func failedNamesOf(v *judge.Verdict) []string { return judge.FailedNames(v.Failed) }
 
 // A closure that leaves a unit failed fails the deploy and names the
 // unit; the boot entry is finalized first.
@@ -28,7 +29,7 @@ func TestDeployFailedUnitFailsStrictAfterFinalizingBoot(t *testing.T) {
 	if got := failedNamesOf(res.Verdict); !reflect.DeepEqual(got, []string{"web.service"}) {
 		t.Fatalf("failed = %v, want [web.service]", got)
 	}
-	if res.Verdict.Failed[0].Origin != FailedNew {
+	if res.Verdict.Failed[0].Origin != judge.FailedNew {
 		t.Fatalf("origin = %q, want new", res.Verdict.Failed[0].Origin)
 	}
 	if s.node.profile != testToplevel || res.Generation != 2 {
@@ -77,7 +78,7 @@ func TestDeployHostFaultIsNamedNotBlamed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("host faults must not fail the deploy: %v", err)
 	}
-	host := spawnNames(res.Verdict.NeverSpawnedHost)
+	host := judge.SpawnNames(res.Verdict.NeverSpawnedHost)
 	if !reflect.DeepEqual(host, []string{"bigmem.service", "rt.service"}) {
 		t.Fatalf("host faults = %v", host)
 	}
@@ -97,7 +98,7 @@ func TestDeployClosureSpawnFaultFails(t *testing.T) {
 	if !strings.Contains(de.Error(), "203/EXEC") || !strings.Contains(de.Error(), "217/USER") {
 		t.Fatalf("error must name the spawn faults: %v", err)
 	}
-	if got := spawnNames(res.Verdict.NeverSpawnedClosure); !reflect.DeepEqual(got, []string{"app.service", "u.service"}) {
+	if got := judge.SpawnNames(res.Verdict.NeverSpawnedClosure); !reflect.DeepEqual(got, []string{"app.service", "u.service"}) {
 		t.Fatalf("closure faults = %v", got)
 	}
 }
@@ -148,11 +149,11 @@ func TestDeployMarksUnitsAlreadyFailedBeforeSwitch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	origins := map[string]FailureOrigin{}
+	origins := map[string]judge.FailureOrigin{}
 	for _, f := range res.Verdict.Failed {
 		origins[f.Unit] = f.Origin
 	}
-	want := map[string]FailureOrigin{"old.service": FailedBeforeSwitch, "new.service": FailedNew}
+	want := map[string]judge.FailureOrigin{"old.service": judge.FailedBeforeSwitch, "new.service": judge.FailedNew}
 	if !reflect.DeepEqual(origins, want) {
 		t.Fatalf("origins = %v, want %v", origins, want)
 	}

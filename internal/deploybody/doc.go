@@ -50,9 +50,22 @@
 // context and what it reads as arguments and returns what it produces (built, snapshot,
 // switched, confirmation, watched, …); the step table (runEnv.steps) is the only writer
 // of the flow and of the Result. Phase files call only the shared files below them
-// (env.go, reads.go, lock.go, selfrevert.go, judging.go, verdict.go, …), never another
-// phase's file. `go run ./tools/pkggraph internal/deploybody` prints the calls between
-// the files; its test fails on a back-arrow or a struct that holds a context.
+// (env.go, reads.go, lock.go, selfrevert.go, judging.go, …), never another phase's
+// file. `go run ./tools/pkggraph internal/deploybody` prints the calls between the
+// files; its test fails on a back-arrow or a struct that holds a context.
+//
+// # Rooms (docs/design.md#deploy-body-rooms)
+//
+// Two packages sit below the body and import neither it nor each other:
+//   - judge: the judging, pure over what the node printed: systemctl's output parsed
+//     (UnitState, Job), the samples sorted into the classes below (Classify), pass or
+//     fail (Decide), the report, and the operator's checks and probes;
+//   - records: the node's records: the lock (LockScript, LockHolder), the verdict
+//     record's and the last good system's files and scripts, the boot pin, and the
+//     revert guard's script and its answers. The body runs those scripts through its
+//     Transport.
+//
+// The body keeps the step table, the phases, and everything that talks to the node.
 //
 // # Defaults (docs/design.md#timings)
 //
@@ -97,5 +110,5 @@
 //	unreachable                  the node answered none of the samples                  yes, in both modes
 //
 // Lenient mode (Options.Strict=false) keeps every name and turns failures into
-// warnings. decide is the single function that turns a Verdict into pass or fail.
+// warnings. judge.Decide is the single function that turns a Verdict into pass or fail.
 package deploybody

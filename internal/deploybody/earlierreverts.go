@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // Reverts armed by earlier runs. A run that was killed or cut off after its switch
@@ -45,10 +47,10 @@ func (e *runEnv) lockNodeSettlingEarlierRuns(ctx context.Context, toplevel strin
 
 // earlierRuns is what settleEarlierReverts has seen so far.
 type earlierRuns struct {
-	final map[string]earlierRevert
+	final map[string]records.EarlierRevert
 	// watched are the reverts this run found still armed: it holds the node's lock
 	// meanwhile, and one that then begins takes the lock from it.
-	watched map[string]earlierRevert
+	watched map[string]records.EarlierRevert
 	busy    []string
 	running string
 	profile string
@@ -63,7 +65,7 @@ func (e *runEnv) settleEarlierReverts(ctx context.Context) (string, error) {
 	start := e.o.Clock.Now()
 	bound := e.o.Timings.SwitchTimeout + e.o.Timings.ConfirmTimeout + e.o.Timings.NodeWait
 	limit := start.Add(bound)
-	seen := earlierRuns{final: map[string]earlierRevert{}, watched: map[string]earlierRevert{}}
+	seen := earlierRuns{final: map[string]records.EarlierRevert{}, watched: map[string]records.EarlierRevert{}}
 	waited := false
 	for attempt := 1; attempt <= maxSamples; attempt++ {
 		if err := e.askEarlierReverts(ctx, &seen); err != nil {
@@ -117,31 +119,31 @@ func (e *runEnv) askEarlierReverts(ctx context.Context, seen *earlierRuns) error
 		}
 		return guardError(fmt.Errorf("looking for reverts armed by earlier runs: %w", err))
 	}
-	p := parsePendingAnswer(out)
-	seen.running, seen.profile = p.running, p.profile
+	p := records.ParsePendingAnswer(out)
+	seen.running, seen.profile = p.Running, p.Profile
 	seen.busy = seen.busy[:0]
-	if p.busy {
+	if p.Busy {
 		seen.busy = append(seen.busy, "the node lock's guard")
 	}
-	for _, rv := range p.reverts {
-		switch rv.answer.state {
-		case revertBegun:
-			seen.busy = append(seen.busy, fmt.Sprintf("the revert %s (back to %s)", rv.unit, rv.previous))
-		case revertSwitching:
-			seen.watched[rv.unit] = rv
-			if len(p.switching) == 0 {
-				seen.busy = append(seen.busy, fmt.Sprintf("the switch the revert %s guards", rv.unit))
+	for _, rv := range p.Reverts {
+		switch rv.Answer.State {
+		case records.RevertBegun:
+			seen.busy = append(seen.busy, fmt.Sprintf("the revert %s (back to %s)", rv.Unit, rv.Previous))
+		case records.RevertSwitching:
+			seen.watched[rv.Unit] = rv
+			if len(p.Switching) == 0 {
+				seen.busy = append(seen.busy, fmt.Sprintf("the switch the revert %s guards", rv.Unit))
 			}
-		case revertUnconfirmed:
-			seen.watched[rv.unit] = rv
+		case records.RevertUnconfirmed:
+			seen.watched[rv.Unit] = rv
 			if err := e.confirmEarlierRevert(ctx, seen, rv); err != nil {
 				return err
 			}
 		default:
-			seen.final[rv.unit] = rv
+			seen.final[rv.Unit] = rv
 		}
 	}
-	for _, u := range p.switching {
+	for _, u := range p.Switching {
 		seen.busy = append(seen.busy, "the switch "+u)
 	}
 	return nil
@@ -149,30 +151,30 @@ func (e *runEnv) askEarlierReverts(ctx context.Context, seen *earlierRuns) error
 
 // confirmEarlierRevert tries to settle an earlier run's revert over a new login, made
 // now, after its switch ended: the run's own connection was made before that end.
-func (e *runEnv) confirmEarlierRevert(ctx context.Context, seen *earlierRuns, rv earlierRevert) error {
+func (e *runEnv) confirmEarlierRevert(ctx context.Context, seen *earlierRuns, rv records.EarlierRevert) error {
 	sr, ok := e.t.(SelfReverter)
 	if !ok || !sr.CanSelfRevert() {
-		seen.busy = append(seen.busy, fmt.Sprintf("the revert %s (only a new login can settle it, and this transport makes none: it decides by itself when its window ends)", rv.unit))
+		seen.busy = append(seen.busy, fmt.Sprintf("the revert %s (only a new login can settle it, and this transport makes none: it decides by itself when its window ends)", rv.Unit))
 		return nil
 	}
-	out, err := e.revertGuard(ctx, sr, "disarm", rv.unit)
+	out, err := e.revertGuard(ctx, sr, "disarm", rv.Unit)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		seen.lastLogin = err
-		e.log(ctx, LevelWarn, PhaseLockNode, "no new login yet to settle an earlier run's revert", map[string]any{"revert": rv.unit, "error": err.Error()})
-		seen.busy = append(seen.busy, fmt.Sprintf("the revert %s (no new login has got through since the switch it guards ended)", rv.unit))
+		e.log(ctx, LevelWarn, PhaseLockNode, "no new login yet to settle an earlier run's revert", map[string]any{"revert": rv.Unit, "error": err.Error()})
+		seen.busy = append(seen.busy, fmt.Sprintf("the revert %s (no new login has got through since the switch it guards ended)", rv.Unit))
 		return nil
 	}
-	ans := parseRevertAnswer(out)
-	seen.running, seen.profile = ans.running, ans.profile
-	if !ans.final() {
-		seen.busy = append(seen.busy, fmt.Sprintf("the revert %s (%s)", rv.unit, ans.state))
+	ans := records.ParseRevertAnswer(out)
+	seen.running, seen.profile = ans.Running, ans.Profile
+	if !ans.Final() {
+		seen.busy = append(seen.busy, fmt.Sprintf("the revert %s (%s)", rv.Unit, ans.State))
 		return nil
 	}
-	rv.answer = ans
-	seen.final[rv.unit] = rv
+	rv.Answer = ans
+	seen.final[rv.Unit] = rv
 	return nil
 }
 
@@ -180,29 +182,29 @@ func (e *runEnv) confirmEarlierRevert(ctx context.Context, seen *earlierRuns, rv
 // switched the node back (or began to) while this run held the lock: the revert took
 // the lock from it, and the node runs its previous system. When new logins failed, that
 // is a lock-out, and the error says so.
-func (e *runEnv) tookTheNode(seen earlierRuns, rv earlierRevert) error {
-	if _, ok := seen.watched[rv.unit]; !ok {
+func (e *runEnv) tookTheNode(seen earlierRuns, rv records.EarlierRevert) error {
+	if _, ok := seen.watched[rv.Unit]; !ok {
 		return nil
 	}
-	generation := revertAnswer{profile: seen.profile}.generation()
-	switch rv.answer.state {
-	case revertReverted:
+	generation := records.RevertAnswer{Profile: seen.profile}.Generation()
+	switch rv.Answer.State {
+	case records.RevertReverted:
 		back := fmt.Sprintf("that run's revert switched the node back to %s (generation %d)", describeSystem(seen.running), generation)
-		if rv.answer.detail != "" && rv.answer.detail != "0" {
-			back += fmt.Sprintf("; its switch-to-configuration exited %s", rv.answer.detail)
+		if rv.Answer.Detail != "" && rv.Answer.Detail != "0" {
+			back += fmt.Sprintf("; its switch-to-configuration exited %s", rv.Answer.Detail)
 		}
 		if seen.lastLogin != nil {
 			return withHint(fmt.Errorf("%w: an earlier run switched node %s to %s and was cut off; after that switch ended, no new login reached the node (last attempt: %v), so %s: %w",
-				ErrLockedOut, e.o.Node, describeSystem(rv.guarded), seen.lastLogin, back, ErrSelfReverted),
-				fmt.Sprintf("the system %s stops new logins (sshd, its port, a firewall or the network): fix that before applying again; the node runs and boots %s", describeSystem(rv.guarded), describeSystem(rv.previous)))
+				ErrLockedOut, e.o.Node, describeSystem(rv.Guarded), seen.lastLogin, back, ErrSelfReverted),
+				fmt.Sprintf("the system %s stops new logins (sshd, its port, a firewall or the network): fix that before applying again; the node runs and boots %s", describeSystem(rv.Guarded), describeSystem(rv.Previous)))
 		}
 		return withHint(fmt.Errorf("an earlier run switched node %s to %s and was cut off, and no new login settled its revert before its window ended, so %s: %w",
-			e.o.Node, describeSystem(rv.guarded), back, ErrSelfReverted),
-			fmt.Sprintf("the node runs and boots %s; apply again", describeSystem(rv.previous)))
-	case revertDied:
+			e.o.Node, describeSystem(rv.Guarded), back, ErrSelfReverted),
+			fmt.Sprintf("the node runs and boots %s; apply again", describeSystem(rv.Previous)))
+	case records.RevertDied:
 		return withHint(fmt.Errorf("an earlier run's revert on node %s began to switch the node back to %s while this run waited, and its unit stopped before it ended (its time limit, out of memory, or systemctl stop); the node runs %s: %w",
-			e.o.Node, describeSystem(rv.previous), describeSystem(seen.running), errRevertDied),
-			"check the node's journal (journalctl -u "+rv.unit+"), then apply again: the next run deploys the configuration over what the node runs")
+			e.o.Node, describeSystem(rv.Previous), describeSystem(seen.running), errRevertDied),
+			"check the node's journal (journalctl -u "+rv.Unit+"), then apply again: the next run deploys the configuration over what the node runs")
 	}
 	return nil
 }
@@ -220,21 +222,21 @@ func guardError(err error) error {
 }
 
 // describeEarlierRevert is the warning about one earlier run's revert.
-func describeEarlierRevert(e earlierRevert, running string) string {
-	what := fmt.Sprintf("an earlier run left a revert armed on the node (%s: back to %s unless a new login confirmed its switch)", e.unit, describeSystem(e.previous))
-	switch e.answer.state {
-	case revertDisarmed:
+func describeEarlierRevert(e records.EarlierRevert, running string) string {
+	what := fmt.Sprintf("an earlier run left a revert armed on the node (%s: back to %s unless a new login confirmed its switch)", e.Unit, describeSystem(e.Previous))
+	switch e.Answer.State {
+	case records.RevertDisarmed:
 		return fmt.Sprintf("%s; a new login made after its switch ended disarmed it before it began, under this run's lock; the node runs %s", what, describeSystem(running))
-	case revertReverted:
+	case records.RevertReverted:
 		rc := ""
-		if e.answer.detail != "" && e.answer.detail != "0" {
-			rc = fmt.Sprintf(" (its switch-to-configuration exited %s)", e.answer.detail)
+		if e.Answer.Detail != "" && e.Answer.Detail != "0" {
+			rc = fmt.Sprintf(" (its switch-to-configuration exited %s)", e.Answer.Detail)
 		}
 		return fmt.Sprintf("%s; it had switched the node back%s before this run took the lock; the node runs %s", what, rc, describeSystem(running))
-	case revertDied:
-		return fmt.Sprintf("%s; it began to switch the node back, and its unit stopped before it ended (its time limit, out of memory, or systemctl stop: journalctl -u %s); the node runs %s, and this run deploys over it", what, e.unit, describeSystem(running))
-	case revertBroken:
-		return fmt.Sprintf("%s; it could not run on the node (%s), so the node had no lock-out revert; the node runs %s", what, e.answer.detail, describeSystem(running))
+	case records.RevertDied:
+		return fmt.Sprintf("%s; it began to switch the node back, and its unit stopped before it ended (its time limit, out of memory, or systemctl stop: journalctl -u %s); the node runs %s, and this run deploys over it", what, e.Unit, describeSystem(running))
+	case records.RevertBroken:
+		return fmt.Sprintf("%s; it could not run on the node (%s), so the node had no lock-out revert; the node runs %s", what, e.Answer.Detail, describeSystem(running))
 	}
-	return fmt.Sprintf("%s; it stood down by itself (%s); the node runs %s", what, strings.TrimSpace(e.answer.state+" "+e.answer.detail), describeSystem(running))
+	return fmt.Sprintf("%s; it stood down by itself (%s); the node runs %s", what, strings.TrimSpace(e.Answer.State+" "+e.Answer.Detail), describeSystem(running))
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // runEnv is what every phase of one run reads and none changes: the way to the node,
@@ -122,7 +124,7 @@ var (
 )
 
 func cmdShow(units []string) []string {
-	return append([]string{"systemctl", "show", "-p", strings.Join(showProperties, ","), "--"}, units...)
+	return append([]string{"systemctl", "show", "-p", strings.Join(judge.ShowProperties, ","), "--"}, units...)
 }
 
 // sleep waits d on the run's clock, or until ctx is done.

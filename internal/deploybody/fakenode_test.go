@@ -11,6 +11,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // This file simulates a node for the engine's unit tests. It is a fake, not a lab
@@ -255,10 +258,10 @@ func (n *fakeNode) setUnit(name string, spec unitSpec) {
 	u.jobID = n.nextJob
 }
 
-func (n *fakeNode) state(u *fakeUnit) UnitState {
+func (n *fakeNode) state(u *fakeUnit) judge.UnitState {
 	now := n.clock.now
 	elapsed := now.Sub(u.since)
-	s := UnitState{ID: u.name, LoadState: "loaded", ConditionResult: "yes", ConditionTimestampMono: n.mono(u.since),
+	s := judge.UnitState{ID: u.name, LoadState: "loaded", ConditionResult: "yes", ConditionTimestampMono: n.mono(u.since),
 		FragmentPath: "/etc/systemd/system/" + u.name}
 	invocation := func(k int) string { return fmt.Sprintf("%x%04x%04x", len(u.name), u.activation, k) }
 	switch u.spec.b {
@@ -563,7 +566,7 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 	if res, ok := n.rebootCall(argv); ok {
 		return res, nil
 	}
-	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == lockScript {
+	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == records.LockScript {
 		if n.lockScriptFails != nil {
 			return *n.lockScriptFails, nil
 		}
@@ -573,10 +576,10 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		}
 		return res, nil
 	}
-	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == RevertGuardScript {
+	if argv[0] == "sh" && len(argv) >= 5 && argv[2] == records.RevertGuardScript {
 		return n.guardCall(argv[4:], time.Time{}), nil // over the run's own connection
 	}
-	if argv[0] == "sh" && len(argv) == 6 && argv[2] == writeRecordScript && argv[4] == VerdictRecordFile {
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == records.WriteRecordScript && argv[4] == records.VerdictRecordFile {
 		if n.recordFails {
 			return RunResult{ExitCode: 1, Stderr: []byte("mkdir: cannot create directory '/var/lib/fediversity-deploy': Read-only file system\n")}, nil
 		}
@@ -584,7 +587,7 @@ func (n *fakeNode) Run(ctx context.Context, argv []string, opts RunOptions) (Run
 		n.entryAtRecord, n.recorded = n.boots.entry, true
 		return RunResult{}, nil
 	}
-	if argv[0] == "sh" && len(argv) == 6 && argv[2] == readRecordScript && argv[4] == VerdictRecordFile {
+	if argv[0] == "sh" && len(argv) == 6 && argv[2] == records.ReadRecordScript && argv[4] == records.VerdictRecordFile {
 		if n.verdictRecord == nil {
 			return RunResult{ExitCode: 3}, nil
 		}
@@ -662,11 +665,11 @@ func (n *fakeNode) systemctl(args []string) RunResult {
 		var blocks []string
 		units := args[4:] // show -p <props> -- units…
 		for _, name := range units {
-			var s UnitState
+			var s judge.UnitState
 			if u, ok := n.units[name]; ok {
 				s = n.state(u)
 			} else {
-				s = UnitState{ID: name, LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}
+				s = judge.UnitState{ID: name, LoadState: "not-found", ActiveState: "inactive", SubState: "dead"}
 			}
 			blocks = append(blocks, renderShowBlock(s))
 		}
@@ -731,7 +734,7 @@ func (n *fakeNode) sortedUnitNames() []string {
 
 // renderShowBlock prints a unit the way `systemctl show -p …` does (systemd's own
 // property order, not the -p order).
-func renderShowBlock(s UnitState) string {
+func renderShowBlock(s judge.UnitState) string {
 	return fmt.Sprintf("Result=%s\nNRestarts=%d\nExecMainStartTimestampMonotonic=%d\nExecMainCode=%d\nExecMainStatus=%d\nId=%s\nLoadState=%s\nActiveState=%s\nSubState=%s\nFragmentPath=%s\nConditionResult=%s\nConditionTimestampMonotonic=%d\nInvocationID=%s\n",
 		s.Result, s.NRestarts, s.ExecMainStartMono, s.ExecMainCode, s.ExecMainStatus, s.ID, s.LoadState, s.ActiveState, s.SubState,
 		s.FragmentPath, s.ConditionResult, s.ConditionTimestampMono, s.InvocationID)
@@ -958,7 +961,7 @@ func (n *fakeNode) lockCall(args []string, stdin []byte) RunResult {
 func (n *fakeNode) lockCalls() []call {
 	var out []call
 	for _, c := range n.callsOf("run") {
-		if len(c.argv) > 2 && c.argv[0] == "sh" && c.argv[2] == lockScript {
+		if len(c.argv) > 2 && c.argv[0] == "sh" && c.argv[2] == records.LockScript {
 			out = append(out, c)
 		}
 	}

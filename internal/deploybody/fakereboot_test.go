@@ -4,6 +4,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // The fake node's boot loader and reboots, for the engine's activation tests. A fake
@@ -118,7 +120,7 @@ func fakeSystem(entry string) string {
 
 // rebootCall answers the activation's scripts; ok is false for any other command.
 func (n *fakeNode) rebootCall(argv []string) (RunResult, bool) {
-	if len(argv) == 3 && argv[0] == "sh" && argv[2] == previousDefaultScript {
+	if len(argv) == 3 && argv[0] == "sh" && argv[2] == records.PreviousDefaultScript {
 		pinned := ""
 		if n.boots.pinned != "" {
 			pinned = fakeEntry(n.boots.pinned)
@@ -149,7 +151,7 @@ func (n *fakeNode) rebootCall(argv []string) (RunResult, bool) {
 		n.boots.until = n.clock.now.Add(takes)
 		n.chooseBoot()
 		return RunResult{}, true
-	case bootOnceScript:
+	case records.BootOnceScript:
 		if !n.boots.oneShot {
 			return RunResult{Stdout: []byte("none systemd-boot is not installed\n")}, true
 		}
@@ -161,7 +163,7 @@ func (n *fakeNode) rebootCall(argv []string) (RunResult, bool) {
 			return RunResult{Stdout: []byte("none no boot entry boots the previous system\n")}, true
 		}
 		if old == argv[4] {
-			return RunResult{Stdout: []byte("none " + alreadyDefault + "\n")}, true
+			return RunResult{Stdout: []byte("none " + records.AlreadyDefault + "\n")}, true
 		}
 		n.boots.once, n.boots.pinned = argv[4], old
 		return RunResult{Stdout: []byte("oneshot " + fakeEntry(argv[4]) + " " + fakeEntry(old) + " " + old + "\n")}, true

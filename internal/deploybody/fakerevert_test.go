@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // The fake node's side of the lock-out revert: it plays RevertGuardScript (whose real
@@ -87,7 +89,7 @@ func (n revertNode) RunFresh(ctx context.Context, argv []string, opts RunOptions
 	if n.clock.now.Before(n.freshRefusedUntil) || n.freshRefused {
 		return RunResult{}, fmt.Errorf("ssh root@127.0.0.1:2201: connection refused: %w", ErrUnreachable)
 	}
-	if len(argv) >= 5 && argv[0] == "sh" && argv[2] == RevertGuardScript {
+	if len(argv) >= 5 && argv[0] == "sh" && argv[2] == records.RevertGuardScript {
 		return n.guardCall(argv[4:], n.clock.now), nil // a login made now
 	}
 	return n.fakeNode.Run(ctx, argv, opts)

@@ -4,14 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The phases that classify the watch, give the verdict and render the report.
 
 // classify judges the watch's samples (and the checks' results) into the verdict.
-func (e *runEnv) classify(ctx context.Context, in judgeIn, checks *checkRun) (*Verdict, string, error) {
+func (e *runEnv) classify(ctx context.Context, in judgeIn, checks *judge.CheckRun) (*judge.Verdict, string, error) {
 	v := e.classifySamples(ctx, in)
 	if !v.Unreachable {
 		// The last watch sample read the system state at the end of the window; ask
@@ -29,17 +30,17 @@ func (e *runEnv) classify(ctx context.Context, in judgeIn, checks *checkRun) (*V
 			v.Unread = append(v.Unread, "system state: "+unread)
 		} else {
 			v.SystemState = state
-			v.ShuttingDown = v.ShuttingDown || state == systemStopping
+			v.ShuttingDown = v.ShuttingDown || state == judge.SystemStopping
 		}
 	}
-	v.Checks = checks.results()
+	v.Checks = checks.Results()
 	return v, fmt.Sprintf("%d failed, %d set aside, %d looping, %d cycling, %d never spawned", len(v.Failed), len(v.SetAside), len(v.RestartLoops), len(v.Cycling), len(v.NeverSpawnedClosure)+len(v.NeverSpawnedHost)), nil
 }
 
 // verdict decides the verdict v: it fills in its reasons and whether it is OK, and
 // returns the failure it gives the run (returned only in conclude), nil when none.
-func (e *runEnv) verdict(ctx context.Context, v *Verdict, rb *Reboot) (note string, failed error) {
-	reasons, fails := decide(v)
+func (e *runEnv) verdict(ctx context.Context, v *judge.Verdict, rb *Reboot) (note string, failed error) {
+	reasons, fails := judge.Decide(v)
 	v.Reasons = reasons
 	v.OK = !fails
 	if fails {
@@ -59,7 +60,7 @@ func (e *runEnv) verdict(ctx context.Context, v *Verdict, rb *Reboot) (note stri
 	return "ok", nil
 }
 
-func (e *runEnv) verdictHint(v *Verdict, rb *Reboot) string {
+func (e *runEnv) verdictHint(v *judge.Verdict, rb *Reboot) string {
 	if v.Unreachable {
 		return "check that the node is running and reachable; the verdict could not be taken"
 	}
@@ -68,7 +69,7 @@ func (e *runEnv) verdictHint(v *Verdict, rb *Reboot) string {
 			BootEntryAfterFailedVerdict(rb)
 	}
 	hint := "read `journalctl -u <unit>` on the node, fix the configuration and apply again; strict = false keeps the names but only warns"
-	if failed := FailedChecks(v); len(failed) > 0 && len(v.Failed) == 0 && len(v.NeverSpawnedClosure) == 0 {
+	if failed := judge.FailedChecks(v); len(failed) > 0 && len(v.Failed) == 0 && len(v.NeverSpawnedClosure) == 0 {
 		hint = "the units are up but the check named above failed: run it by hand (on the node, or the probe from the deployer) to see why, " +
 			"fix the service and apply again; strict = false keeps the result but only warns"
 	}
@@ -82,49 +83,24 @@ func (e *runEnv) verdictHint(v *Verdict, rb *Reboot) string {
 }
 
 // report renders the verdict v and the changes for the operator, and logs it.
-func (e *runEnv) report(ctx context.Context, v *Verdict, changes *Changes) (report, note string) {
-	report = renderReport(e.o.Node, v) + renderChecks(v.Checks) + renderChanges(changes)
+func (e *runEnv) report(ctx context.Context, v *judge.Verdict, changes *Changes) (report, note string) {
+	report = judge.RenderReport(e.o.Node, v) + judge.RenderChecks(v.Checks) + renderChanges(changes)
 	fields := map[string]any{
 		"system_state":          v.SystemState,
-		"failed":                failedNames(v.Failed),
+		"failed":                judge.FailedNames(v.Failed),
 		"set_aside":             v.SetAside,
-		"restart_loops":         loopNames(v.RestartLoops),
+		"restart_loops":         judge.LoopNames(v.RestartLoops),
 		"cycling":               v.Cycling,
-		"never_spawned_closure": spawnNames(v.NeverSpawnedClosure),
-		"never_spawned_host":    spawnNames(v.NeverSpawnedHost),
+		"never_spawned_closure": judge.SpawnNames(v.NeverSpawnedClosure),
+		"never_spawned_host":    judge.SpawnNames(v.NeverSpawnedHost),
 		"skipped_on_condition":  v.SkippedOnCondition,
 		"unread":                v.Unread,
 		"unreachable":           v.Unreachable,
-		"failed_checks":         FailedChecks(v),
+		"failed_checks":         judge.FailedChecks(v),
 	}
 	e.log(ctx, LevelInfo, PhaseReport, report, fields)
 	if v.OK {
 		return report, "verdict ok"
 	}
 	return report, "verdict fails"
-}
-
-func failedNames(f []FailedUnit) []string {
-	var out []string
-	for _, u := range f {
-		out = append(out, u.Unit)
-	}
-	return out
-}
-
-func loopNames(l []LoopingUnit) []string {
-	var out []string
-	for _, u := range l {
-		out = append(out, u.Unit)
-	}
-	return out
-}
-
-func spawnNames(s []SpawnFault) []string {
-	var out []string
-	for _, u := range s {
-		out = append(out, u.Unit)
-	}
-	sort.Strings(out)
-	return out
 }

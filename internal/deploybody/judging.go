@@ -4,7 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // What the watch (its loop-budget extension) and the classify phase judge the node on,
@@ -16,10 +17,10 @@ type judgeIn struct {
 	closure  *closureUnits
 	// failedBefore are the units failed at the snapshot (nil: unread).
 	failedBefore map[string]bool
-	jobs         jobTracker
+	jobs         judge.JobTracker
 	restarted    []string
 	budgets      *loopBudgets
-	samples      []sample
+	samples      []judge.Sample
 }
 
 // loopBudgets looks up each unit's loop budget once: the options' override, else the
@@ -52,8 +53,8 @@ func (b *loopBudgets) budget(unit string) (budget int, warning string) {
 }
 
 // classifySamples classifies the samples so far (classify's input, made of in).
-func (e *runEnv) classifySamples(ctx context.Context, in judgeIn) *Verdict {
-	return classify(classifyInput{
+func (e *runEnv) classifySamples(ctx context.Context, in judgeIn) *judge.Verdict {
+	return judge.Classify(judge.ClassifyInput{
 		Samples:          in.samples,
 		Window:           e.watchSampleCount(),
 		Owns:             in.closure.owns,
@@ -66,7 +67,7 @@ func (e *runEnv) classifySamples(ctx context.Context, in judgeIn) *Verdict {
 			}
 			return budget
 		},
-		JobFirstSeen: in.jobs.firstSeen,
+		JobFirstSeen: in.jobs.FirstSeen,
 		StaleJob:     e.o.Timings.StaleJob,
 		Now:          e.o.Clock.Now(),
 		Strict:       e.o.Strict,
@@ -92,7 +93,7 @@ func (e *runEnv) watchSampleCount() int {
 const maxJournalLookups = 32
 
 // skippedInJournal asks the node's journal about the wanted units whose state cannot tell
-// a condition skip from a unit never started (see skippedOnCondition). A journal that
+// a condition skip from a unit never started (see judge.SkippedOnCondition). A journal that
 // cannot be read leaves the unit unclassified rather than guessed.
 func (e *runEnv) skippedInJournal(ctx context.Context, in judgeIn) map[string]bool {
 	out := map[string]bool{}
@@ -102,7 +103,7 @@ func (e *runEnv) skippedInJournal(ctx context.Context, in judgeIn) map[string]bo
 	last := in.samples[len(in.samples)-1]
 	var names []string
 	for name, st := range last.Units {
-		if in.closure.wants(name) && ValidUnitName(name) && mayBeForgottenSkip(st) {
+		if in.closure.wants(name) && judge.ValidUnitName(name) && judge.MayBeForgottenSkip(st) {
 			names = append(names, name)
 		}
 	}
@@ -123,24 +124,9 @@ func (e *runEnv) skippedInJournal(ctx context.Context, in judgeIn) map[string]bo
 		return out
 	}
 	for i, res := range answers {
-		if res.ExitCode == 0 && lastStartSkipped(string(res.Stdout)) {
+		if res.ExitCode == 0 && judge.LastStartSkipped(string(res.Stdout)) {
 			out[names[i]] = true
 		}
 	}
 	return out
-}
-
-// jobTracker remembers when this run first saw each job, because systemd publishes no
-// job creation time: a job's age is how long the run has seen it.
-type jobTracker struct{ firstSeen map[int]time.Time }
-
-func (j *jobTracker) observe(jobs []Job, at time.Time) {
-	if j.firstSeen == nil {
-		j.firstSeen = map[int]time.Time{}
-	}
-	for _, job := range jobs {
-		if _, ok := j.firstSeen[job.ID]; !ok {
-			j.firstSeen[job.ID] = at
-		}
-	}
 }

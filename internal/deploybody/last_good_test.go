@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // localNode runs the last good system's scripts with the real sh, on this machine, in a
@@ -27,7 +30,7 @@ func (n *localNode) Run(ctx context.Context, argv []string, opts RunOptions) (Ru
 	n.runs++
 	args := append([]string(nil), argv...)
 	for i, a := range args {
-		if a == LastGoodFile || a == LastGoodRoot {
+		if a == records.LastGoodFile || a == records.LastGoodRoot {
 			args[i] = filepath.Join(n.dir, filepath.Base(filepath.Dir(a)), filepath.Base(a))
 		}
 	}
@@ -48,10 +51,10 @@ func TestCleanVerdictIsOKWithNoReasonOnTheDeployedSystem(t *testing.T) {
 		res  *Result
 		want bool
 	}{
-		"ok, no reason":                  {&Result{Toplevel: top, RunningSystem: top, Verdict: &Verdict{OK: true}}, true},
-		"lenient: ok with a failed unit": {&Result{Toplevel: top, RunningSystem: top, Verdict: &Verdict{OK: true, Reasons: []string{"unit x failed"}}}, false},
-		"failed":                         {&Result{Toplevel: top, RunningSystem: top, Verdict: &Verdict{OK: false}}, false},
-		"boot: runs the old system":      {&Result{Toplevel: top, RunningSystem: "/nix/store/bbbb-old", Verdict: &Verdict{OK: true}}, false},
+		"ok, no reason":                  {&Result{Toplevel: top, RunningSystem: top, Verdict: &judge.Verdict{OK: true}}, true},
+		"lenient: ok with a failed unit": {&Result{Toplevel: top, RunningSystem: top, Verdict: &judge.Verdict{OK: true, Reasons: []string{"unit x failed"}}}, false},
+		"failed":                         {&Result{Toplevel: top, RunningSystem: top, Verdict: &judge.Verdict{OK: false}}, false},
+		"boot: runs the old system":      {&Result{Toplevel: top, RunningSystem: "/nix/store/bbbb-old", Verdict: &judge.Verdict{OK: true}}, false},
 		"no verdict":                     {&Result{Toplevel: top, RunningSystem: top}, false},
 		"no result":                      {nil, false},
 	} {
@@ -66,7 +69,7 @@ func TestCleanVerdictIsOKWithNoReasonOnTheDeployedSystem(t *testing.T) {
 func TestRecordAndReadLastGood(t *testing.T) {
 	ctx := context.Background()
 	n := &localNode{dir: t.TempDir()}
-	if _, err := LastGoodToplevel(ctx, n, "web01"); !errors.Is(err, ErrNoLastGood) {
+	if _, err := LastGoodToplevel(ctx, n, "web01"); !errors.Is(err, records.ErrNoLastGood) {
 		t.Fatalf("no record: %v, want ErrNoLastGood", err)
 	} else if de := (*DeployError)(nil); !errors.As(err, &de) || de.Phase != PhaseReadLastGood || de.Node != "web01" {
 		t.Fatalf("no record: %#v, want a DeployError of web01 in %s", err, PhaseReadLastGood)
@@ -74,12 +77,12 @@ func TestRecordAndReadLastGood(t *testing.T) {
 
 	good, bad := "/nix/store/aaaa-good", "/nix/store/bbbb-bad"
 	at := time.Date(2026, 12, 2, 11, 0, 0, 0, time.UTC)
-	res := &Result{Toplevel: good, RunningSystem: good, Verdict: &Verdict{OK: true}}
+	res := &Result{Toplevel: good, RunningSystem: good, Verdict: &judge.Verdict{OK: true}}
 	RecordLastGood(ctx, n, res, at)
 	if len(res.Warnings) != 0 {
 		t.Fatalf("recording warned: %v", res.Warnings)
 	}
-	RecordLastGood(ctx, n, &Result{Toplevel: bad, RunningSystem: bad, Verdict: &Verdict{OK: true, Reasons: []string{"fedi-broken.service failed"}}}, at.Add(time.Hour))
+	RecordLastGood(ctx, n, &Result{Toplevel: bad, RunningSystem: bad, Verdict: &judge.Verdict{OK: true, Reasons: []string{"fedi-broken.service failed"}}}, at.Add(time.Hour))
 
 	rec, err := ReadLastGood(ctx, n)
 	if err != nil || rec == nil || rec.Toplevel != good || !rec.At.Equal(at) {
@@ -105,21 +108,21 @@ func TestRecordAndReadLastGood(t *testing.T) {
 func TestLastGoodReadScriptTellsTheRecord(t *testing.T) {
 	dir := t.TempDir()
 	n := &localNode{dir: dir}
-	file := filepath.Join(dir, filepath.Base(filepath.Dir(LastGoodFile)), filepath.Base(LastGoodFile))
+	file := filepath.Join(dir, filepath.Base(filepath.Dir(records.LastGoodFile)), filepath.Base(records.LastGoodFile))
 	read := func() (string, bool) {
 		t.Helper()
-		script := strings.ReplaceAll(LastGoodReadScript, LastGoodFile, file)
+		script := strings.ReplaceAll(records.LastGoodReadScript, records.LastGoodFile, file)
 		out, err := exec.Command("sh", "-c", script).Output()
 		if err != nil {
 			t.Fatalf("the read script: %v", err)
 		}
-		return ParseLastGoodLine(string(out))
+		return records.ParseLastGoodLine(string(out))
 	}
 	if top, ok := read(); top != "" || !ok {
 		t.Fatalf("a node that never recorded: (%q, %v), want none, told", top, ok)
 	}
 	good := "/nix/store/00000000000000000000000000000000-good"
-	RecordLastGood(context.Background(), n, &Result{Toplevel: good, RunningSystem: good, Verdict: &Verdict{OK: true}}, time.Now())
+	RecordLastGood(context.Background(), n, &Result{Toplevel: good, RunningSystem: good, Verdict: &judge.Verdict{OK: true}}, time.Now())
 	if top, ok := read(); top != good || !ok {
 		t.Fatalf("after a clean verdict recorded: (%q, %v), want (%q, true)", top, ok, good)
 	}
@@ -139,7 +142,7 @@ func TestLastGoodReadScriptTellsTheRecord(t *testing.T) {
 		t.Fatalf("a record of another version: (%q, %v), want none, as ReadLastGood", top, ok)
 	}
 	for _, line := range []string{"last-good?", "", "none"} {
-		if top, ok := ParseLastGoodLine(line); top != "" || ok {
+		if top, ok := records.ParseLastGoodLine(line); top != "" || ok {
 			t.Fatalf("line %q: (%q, %v), want not told", line, top, ok)
 		}
 	}

@@ -1,36 +1,18 @@
 package deploybody
 
-// The node lock: one deploy or verdict pass at a time on a node, whoever runs it.
-//
-// The lock lives on the node (/run/fediversity/node.lock), so it holds across
-// deployers, state directories and transports. Every operation on it runs under
-// flock(1) on a guard file, so checking and taking it is one atomic step on the node.
-// The holder touches the file every lockHeartbeat; a lock whose heartbeat is older
-// than lockStale, or whose holder is proven dead (a process of this very machine, boot
-// and PID namespace that no longer runs: holderGone), is taken over. A host name is
-// never proof: two deployers may share one (NixOS' default "nixos", cloned CI
-// machines). A connection that drops and comes back does not lose the lock: the lock
-// is the node's file and this run's token, not the connection. A run that finds its
-// token replaced (another deployer took a lock it saw as stale) stops before it
-// switches or writes the boot entry, and says who took the node.
-
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-)
 
-// LockFile is where a node's lock lives. /run is emptied at boot, and so is the lock.
-const LockFile = "/run/fediversity/node.lock"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
+)
 
 const (
 	// lockHeartbeat is how often the holder touches its lock.
@@ -43,301 +25,17 @@ const (
 	lockCallLimit = 20 * time.Second
 )
 
-// lockScript is run as `sh -c lockScript sh <op> <token> [<holder> <stale seconds> <takeover token>]`,
-// or for the record operation `… record <token> <verdict record file> <last good file>
-// <toplevel> <GC root> <last good JSON>` (the last four empty: no last good system).
-// It prints "acquired", "ok", "released", "gone" (no lock at all: the node's /run was
-// emptied, by a reboot or a snapshot restore), or "held <age seconds>" / "lost"
-// followed by the holder's lines; the record operation adds "recorded" or "unrecorded
-// <error>", then "pinned" or "unpinned <error>" when it was given a last good system.
-const lockScript = `set -u
-umask 077
-` + requireToolsHead + lockTools + requireToolsTail + `f=` + LockFile + `
-mkdir -p "${f%/*}"
-exec 9>>"$f.guard"
-flock -w 10 9 || { echo busy; exit 0; }
-held=""; age=0; cur=""
-if [ -f "$f" ]; then
-  held=$(cat "$f")
-  age=$(( $(date +%s) - $(stat -c %Y "$f") ))
-  cur=$(sed -n 's/^token=//p' "$f")
-fi
-case "$1" in
-acquire)
-  if [ -z "$held" ] || [ "$cur" = "$2" ] || [ "$age" -gt "$4" ] || { [ -n "$5" ] && [ "$cur" = "$5" ]; }; then
-    printf '%s\n' "$3" >"$f.new" && mv -f "$f.new" "$f" && echo acquired
-    if [ -n "$held" ] && [ "$cur" != "$2" ]; then echo "took-over $age"; printf '%s\n' "$held"; fi
-  else
-    echo "held $age"; printf '%s\n' "$held"
-  fi ;;
-heartbeat)
-  if [ "$cur" = "$2" ]; then touch "$f" && echo ok
-  elif [ -z "$held" ]; then echo gone
-  else echo lost; printf '%s\n' "$held"; fi ;;
-release)
-  if [ "$cur" = "$2" ]; then rm -f "$f" && echo released
-  elif [ -z "$held" ]; then echo released
-  else echo lost; printf '%s\n' "$held"; fi ;;
-record)
-  # The heartbeat, then, unless the lock is another run's or gone: the verdict record $3 from
-  # stdin and, when $4 is set, the last good system $5 pinned by the GC root $6 and its
-  # record $4 (the JSON $7), each by the script that writes it on its own (neither holds
-  # a single quote), each failure a line of its own.
-  if [ "$cur" = "$2" ]; then touch "$f" && echo ok
-  elif [ -z "$held" ]; then echo gone; exit 0
-  else echo lost; printf '%s\n' "$held"; exit 0; fi
-  if e=$(sh -c '` + writeRecordScript + `' sh "$3" ` + legacyVerdictRecordFile + ` 2>&1); then echo recorded
-  else printf 'unrecorded %s\n' "$(printf '%s\n' "$e" | head -n 1)"; fi
-  if [ -n "${4:-}" ]; then
-    if e=$(printf '%s' "$7" | sh -c '` + writeLastGoodScript + `' sh "$4" "$5" "$6" ` + legacyLastGoodFile + ` 2>&1); then echo pinned
-    else printf 'unpinned %s\n' "$(printf '%s\n' "$e" | head -n 1)"; fi
-  elif [ ! -e ` + LastGoodFile + ` ] && [ -f ` + legacyLastGoodFile + ` ] && [ ! -L ` + legacyLastGoodFile + ` ]; then
-    # An older version's last good system, not replaced by this run: moved to the new place.
-    sh -c '` + writeRecordScript + `' sh ` + LastGoodFile + ` ` + legacyLastGoodFile + ` <` + legacyLastGoodFile + ` || true
-  fi ;;
-esac
-`
-
-// lockTools are the commands lockScript calls (NixOS' default system packages:
-// coreutils, util-linux, gnused).
-const lockTools = "mkdir flock cat date stat sed mv rm touch head sh"
-
-// lockPath is where the lock's tools are looked up (fixed: the heartbeat runs beside
-// the phases, which may change the run's toplevel).
-var lockPath = []string{"/run/current-system/sw/bin", "/usr/bin", "/bin"}
-
-// LockHolder is who holds a node's lock, as written into the lock.
-type LockHolder struct {
-	Token string
-	// Host is the deployer's host name, for people: it proves nothing (two deployers
-	// may share one).
-	Host string
-	// MachineID (an app-specific hash of /etc/machine-id, LockMachineID), BootID (the
-	// kernel's boot id) and PIDNamespace (the inode of /proc/self/ns/pid) say where the
-	// process runs; PID and Start (its start
-	// time in clock ticks since boot) which process it is there, so a reused PID is not
-	// mistaken for a live holder. Together they name one deployer process.
-	MachineID    string
-	BootID       string
-	PIDNamespace string
-	PID          int
-	Start        string
-	Since        time.Time
-	// What is "deploy" or "verdict"; Toplevel is what it deploys or judges.
-	What     string
-	Toplevel string
-	// Age is how long ago the holder last touched the lock (when read from the node).
-	Age time.Duration
-}
-
-func (h LockHolder) String() string {
-	what := h.What
-	if what == "" {
-		what = "run"
-	}
-	s := fmt.Sprintf("a %s", what)
-	if h.Toplevel != "" {
-		s += " of " + h.Toplevel
-	}
-	s += fmt.Sprintf(" from host %s (process %d", orNamed(h.Host), h.PID)
-	if h.MachineID != "" {
-		s += ", machine " + shortID(h.MachineID)
-	}
-	s += ")"
-	if !h.Since.IsZero() {
-		s += " since " + h.Since.UTC().Format(time.RFC3339)
-	}
-	if h.Age > 0 {
-		s += fmt.Sprintf(", last heartbeat %s ago", h.Age.Round(time.Second))
-	}
-	return s
-}
-
-// shortID is the first 12 characters of a machine id: enough to tell machines apart
-// in a message.
-func shortID(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
-
-func orNamed(s string) string {
-	if s == "" {
-		return "unknown"
-	}
-	return s
-}
-
-func (h LockHolder) lines() string {
-	clean := func(s string) string { return strings.NewReplacer("\n", " ", "\r", " ").Replace(s) }
-	return strings.Join([]string{
-		"token=" + clean(h.Token),
-		"host=" + clean(h.Host),
-		"machine=" + clean(h.MachineID),
-		"boot=" + clean(h.BootID),
-		"pidns=" + clean(h.PIDNamespace),
-		"pid=" + strconv.Itoa(h.PID),
-		"start=" + clean(h.Start),
-		"since=" + h.Since.UTC().Format(time.RFC3339),
-		"what=" + clean(h.What),
-		"toplevel=" + clean(h.Toplevel),
-	}, "\n")
-}
-
-func parseLockHolder(lines []string, age time.Duration) LockHolder {
-	h := LockHolder{Age: age}
-	for _, l := range lines {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case "token":
-			h.Token = v
-		case "host":
-			h.Host = v
-		case "machine":
-			h.MachineID = v
-		case "boot":
-			h.BootID = v
-		case "pidns":
-			h.PIDNamespace = v
-		case "pid":
-			h.PID, _ = strconv.Atoi(v)
-		case "start":
-			h.Start = v
-		case "since":
-			h.Since, _ = time.Parse(time.RFC3339, v)
-		case "what":
-			h.What = v
-		case "toplevel":
-			h.Toplevel = v
-		}
-	}
-	return h
-}
-
-// ThisProcess is the holder identity of this process (token, since, what and toplevel
-// are filled by the run).
-func ThisProcess() LockHolder {
-	host, _ := os.Hostname()
-	h := LockHolder{
-		Host:         host,
-		MachineID:    LockMachineID(firstFileLine("/etc/machine-id", "/var/lib/dbus/machine-id")),
-		BootID:       firstFileLine("/proc/sys/kernel/random/boot_id"),
-		PIDNamespace: pidNamespace(),
-		PID:          os.Getpid(),
-	}
-	// /proc must be this PID namespace's own (a process unshared into a new namespace
-	// without a /proc of its own sees its parent's): then /proc/self is os.Getpid().
-	if pid, start := procStat("/proc/self/stat"); pid == h.PID {
-		h.Start = start
-	} else {
-		h.PIDNamespace = "" // this process cannot prove any other one dead
-	}
-	return h
-}
-
-// lockAppID names this use of the machine id: the lock's hash of it is this project's
-// own, and tells nothing of the id to whoever reads the node's lock.
-const lockAppID = "fediversity node lock holder"
-
-// LockMachineID is the deployer's machine id as the node's lock names it: an
-// app-specific hash (HMAC-SHA256 keyed with the machine id, over lockAppID, cut to 128
-// bits), as machine-id(5) asks of an id shown to others ("" for no machine id). The raw
-// id is confidential; the hash still tells two deployers apart, and the same deployer
-// from one run to the next.
-func LockMachineID(raw string) string {
-	if raw == "" {
-		return ""
-	}
-	mac := hmac.New(sha256.New, []byte(raw))
-	mac.Write([]byte(lockAppID))
-	return hex.EncodeToString(mac.Sum(nil)[:16])
-}
-
-// firstFileLine is the first non-empty first line of the files, "" when none has one.
-func firstFileLine(files ...string) string {
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if line, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n"); line != "" {
-			return line
-		}
-	}
-	return ""
-}
-
-// pidNamespace is this process's PID namespace ("pid:[4026531836]"), "" when unknown.
-func pidNamespace() string {
-	ns, err := os.Readlink("/proc/self/ns/pid")
-	if err != nil {
-		return ""
-	}
-	return ns
-}
-
-// processStart is field 22 of /proc/<pid>/stat (start time since boot), "" when unknown.
-func processStart(pid int) string {
-	got, start := procStat(fmt.Sprintf("/proc/%d/stat", pid))
-	if got != pid {
-		return ""
-	}
-	return start
-}
-
-// procStat reads a /proc/<pid>/stat file: the pid (field 1) and the start time since
-// boot (field 22); 0 and "" when unreadable.
-func procStat(file string) (pid int, start string) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return 0, ""
-	}
-	// The command name (field 2) is in parentheses and may hold spaces.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, ""
-	}
-	pid, _ = strconv.Atoi(strings.TrimSpace(strings.SplitN(s[:i], "(", 2)[0]))
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return pid, ""
-	}
-	return pid, f[19]
-}
-
-// holderGone tells whether the holder h is proven dead: it ran on this very machine, in
-// this boot and this PID namespace (the only place where its PID means the same
-// process), and its PID no longer runs or runs another process (another start time).
-// A holder from another machine, boot or namespace, or one that does not say where it
-// ran (a lock written by an older deployer), is never proven dead: its lock is taken
-// over only once its heartbeat is stale. The host name is not compared: it proves
-// nothing.
-func holderGone(h LockHolder, self LockHolder) bool {
-	if h.MachineID == "" || h.BootID == "" || h.PIDNamespace == "" || h.PID <= 0 || h.Start == "" {
-		return false
-	}
-	if self.Start == "" || h.MachineID != self.MachineID || h.BootID != self.BootID || h.PIDNamespace != self.PIDNamespace {
-		return false
-	}
-	return processStart(h.PID) != h.Start
-}
-
 // nodeLock is this run's hold on the node's lock. Its heartbeat runs on a context of
 // its own (it outlives the run's: a snapshot restore at the end of a cancelled run
 // still runs under the lock) that unlockNode cancels.
 type nodeLock struct {
-	holder LockHolder
+	holder records.LockHolder
 	stop   chan struct{}
 	done   chan struct{}
 	cancel context.CancelFunc
 
 	mu   sync.Mutex
-	lost *LockHolder // who took the lock from this run
+	lost *records.LockHolder // who took the lock from this run
 	// vanished: the node answered that there was no lock at all, after this run took
 	// it: its /run was emptied (a reboot this run did not ask for, a restore). epoch
 	// counts the run's own retakes after its own reboot (relock): an answer asked for
@@ -355,7 +53,7 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
-// lockOp runs one operation of lockScript on the node.
+// lockOp runs one operation of records.LockScript on the node.
 func lockOp(ctx context.Context, t Transport, args ...string) ([]string, error) {
 	return lockOpWith(ctx, t, nil, args...)
 }
@@ -364,8 +62,8 @@ func lockOp(ctx context.Context, t Transport, args ...string) ([]string, error) 
 func lockOpWith(ctx context.Context, t Transport, stdin []byte, args ...string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, lockCallLimit)
 	defer cancel()
-	argv := append([]string{"sh", "-c", lockScript, "sh"}, args...)
-	res, err := t.Run(ctx, argv, RunOptions{Path: lockPath, Stdin: stdin, Privileged: true}) // /run/fediversity is root's
+	argv := append([]string{"sh", "-c", records.LockScript, "sh"}, args...)
+	res, err := t.Run(ctx, argv, RunOptions{Path: records.ToolPath, Stdin: stdin, Privileged: true}) // /run/fediversity is root's
 	if err != nil {
 		return nil, err
 	}
@@ -389,7 +87,7 @@ func lockHint(err error) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		return "the node did not answer the lock script in time; check its load and the transport, then apply again"
 	}
-	return "read the lock script's error above on the node (" + LockFile + " and its .guard beside it), then apply again"
+	return "read the lock script's error above on the node (" + records.LockFile + " and its .guard beside it), then apply again"
 }
 
 // lockNode takes the node's lock for a run of toplevel, waiting up to
@@ -413,12 +111,12 @@ func (e *runEnv) lockNode(ctx context.Context, toplevel string, nodeSilent bool)
 	stale := strconv.Itoa(int(lockStale / time.Second))
 	deadline := e.o.Clock.Now().Add(e.o.Timings.LockWait)
 	takeover := ""
-	var holder LockHolder
+	var holder records.LockHolder
 	for attempt := 1; attempt <= maxSamples; attempt++ {
-		out, err := lockOp(ctx, e.t, "acquire", self.Token, self.lines(), stale, takeover)
+		out, err := lockOp(ctx, e.t, "acquire", self.Token, self.Lines(), stale, takeover)
 		if err != nil {
 			e.releaseUnanswered(ctx, self.Token)
-			return nil, "", withHint(fmt.Errorf("taking the node lock %s: %w", LockFile, err), lockHint(err))
+			return nil, "", withHint(fmt.Errorf("taking the node lock %s: %w", records.LockFile, err), lockHint(err))
 		}
 		switch {
 		case out[0] == "acquired":
@@ -428,8 +126,8 @@ func (e *runEnv) lockNode(ctx context.Context, toplevel string, nodeSilent bool)
 			return lock, e.acquiredNote(ctx, out, self, takeover, attempt), nil
 		case strings.HasPrefix(out[0], "held "):
 			age, _ := strconv.Atoi(strings.TrimPrefix(out[0], "held "))
-			holder = parseLockHolder(out[1:], time.Duration(age)*time.Second)
-			if holderGone(holder, e.o.Holder) {
+			holder = records.ParseLockHolder(out[1:], time.Duration(age)*time.Second)
+			if records.HolderGone(holder, e.o.Holder) {
 				takeover = holder.Token
 				continue
 			}
@@ -445,16 +143,16 @@ func (e *runEnv) lockNode(ctx context.Context, toplevel string, nodeSilent bool)
 		}
 	}
 	return nil, "", withHint(fmt.Errorf("node %s is locked by %s; waited timings.lock_wait (%s)", e.o.Node, holder, e.o.Timings.LockWait),
-		fmt.Sprintf("let that run finish and apply again, or raise timings.lock_wait; a lock whose holder stopped is taken over once its heartbeat is %s old, or at once when its process is gone from this very machine (or remove %s on the node)", lockStale, LockFile))
+		fmt.Sprintf("let that run finish and apply again, or raise timings.lock_wait; a lock whose holder stopped is taken over once its heartbeat is %s old, or at once when its process is gone from this very machine (or remove %s on the node)", lockStale, records.LockFile))
 }
 
 // acquiredNote is the lock-node phase's note once the lock is taken (out is the
 // acquire's answer), warning when it took over another run's lock.
-func (e *runEnv) acquiredNote(ctx context.Context, out []string, self LockHolder, takeover string, attempt int) string {
+func (e *runEnv) acquiredNote(ctx context.Context, out []string, self records.LockHolder, takeover string, attempt int) string {
 	note := "locked"
 	if len(out) > 1 && strings.HasPrefix(out[1], "took-over ") {
 		age, _ := strconv.Atoi(strings.TrimPrefix(out[1], "took-over "))
-		prev := parseLockHolder(out[2:], time.Duration(age)*time.Second)
+		prev := records.ParseLockHolder(out[2:], time.Duration(age)*time.Second)
 		why := fmt.Sprintf("its heartbeat was %s old", prev.Age)
 		if takeover != "" && prev.Token == takeover {
 			why = "its process is gone from this machine"
@@ -501,20 +199,20 @@ func (e *runEnv) heartbeat(ctx context.Context, l *nodeLock) {
 			l.sawVanished(epoch)
 			e.log(ctx, LevelWarn, PhaseLockNode, "the node lock was gone (the node's /run was emptied); taking it again", nil)
 			stale := strconv.Itoa(int(lockStale / time.Second))
-			if _, err := lockOp(ctx, e.t, "acquire", l.holder.Token, l.holder.lines(), stale, ""); err != nil {
+			if _, err := lockOp(ctx, e.t, "acquire", l.holder.Token, l.holder.Lines(), stale, ""); err != nil {
 				e.log(ctx, LevelDebug, PhaseLockNode, "taking the lock again failed; trying next tick", map[string]any{"error": err.Error()})
 			}
 			continue
 		}
 		if out[0] == "lost" {
-			l.recordLost(parseLockHolder(out[1:], 0), true)
+			l.recordLost(records.ParseLockHolder(out[1:], 0), true)
 			return
 		}
 	}
 }
 
 // recordLost notes who took the lock; replace false keeps an earlier finding.
-func (l *nodeLock) recordLost(h LockHolder, replace bool) {
+func (l *nodeLock) recordLost(h records.LockHolder, replace bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if replace || l.lost == nil {
@@ -603,7 +301,7 @@ func (e *runEnv) releaseUnanswered(ctx context.Context, token string) {
 	if out, err := lockOp(ctx, e.t, "release", token); err == nil && out[0] == "released" {
 		return
 	}
-	e.warn(ctx, PhaseLockNode, fmt.Sprintf("the node lock %s may be left by this run's unanswered acquire; the next run takes it over once its heartbeat is %s old", LockFile, lockStale))
+	e.warn(ctx, PhaseLockNode, fmt.Sprintf("the node lock %s may be left by this run's unanswered acquire; the next run takes it over once its heartbeat is %s old", records.LockFile, lockStale))
 }
 
 // unlockNode stops the heartbeat and releases the lock. It runs also when the run's
@@ -620,9 +318,9 @@ func (e *runEnv) unlockNode(ctx context.Context, l *nodeLock) {
 	out, err := lockOp(ctx, e.t, "release", l.holder.Token)
 	switch {
 	case err != nil:
-		e.warn(ctx, PhaseConclude, fmt.Sprintf("the node lock %s was not released (%v); the next run takes it over once its heartbeat is %s old", LockFile, err, lockStale))
+		e.warn(ctx, PhaseConclude, fmt.Sprintf("the node lock %s was not released (%v); the next run takes it over once its heartbeat is %s old", records.LockFile, err, lockStale))
 	case out[0] == "lost":
-		l.recordLost(parseLockHolder(out[1:], 0), false)
+		l.recordLost(records.ParseLockHolder(out[1:], 0), false)
 	}
 }
 
@@ -639,7 +337,7 @@ func (e *runEnv) confirmLock(ctx context.Context, l *nodeLock) error {
 	out, err := lockOp(ctx, e.t, "heartbeat", l.holder.Token)
 	switch {
 	case err == nil && out[0] == "lost":
-		l.recordLost(parseLockHolder(out[1:], 0), true)
+		l.recordLost(records.ParseLockHolder(out[1:], 0), true)
 	case err == nil && out[0] == "gone":
 		l.sawVanished(epoch)
 	}

@@ -3,89 +3,17 @@ package deploybody
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
-// A holder is proven dead only on this very machine, boot and PID namespace, when its
-// PID is gone or names another process; a shared host name proves nothing.
-func TestHolderGoneOnlyWhenProvenOnThisMachine(t *testing.T) {
-	self := ThisProcess()
-	if self.MachineID == "" || self.BootID == "" || self.PIDNamespace == "" || self.Start == "" {
-		t.Fatalf("this process's identity is incomplete: %+v", self)
-	}
-	// A process that exited: its PID is gone (a PID is reused only after a wrap-around).
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	deadPID := cmd.Process.Pid
-	here := func(pid int, start string) LockHolder {
-		h := self
-		h.PID, h.Start = pid, start
-		return h
-	}
-	cases := []struct {
-		name   string
-		holder LockHolder
-		want   bool
-	}{
-		{"this machine, process gone", here(deadPID, "12345"), true},
-		{"this machine, PID reused by another process", here(os.Getpid(), self.Start+"0"), true},
-		{"this machine, process alive", here(os.Getpid(), self.Start), false},
-		{"same host name, another machine, PID unknown here", func() LockHolder {
-			h := here(deadPID, "12345")
-			h.MachineID = "0123456789abcdef0123456789abcdef"
-			return h
-		}(), false},
-		{"same machine id, another boot (a cloned VM)", func() LockHolder {
-			h := here(deadPID, "12345")
-			h.BootID = "00000000-0000-0000-0000-000000000000"
-			return h
-		}(), false},
-		{"same machine and boot, another PID namespace (a cloned container)", func() LockHolder {
-			h := here(deadPID, "12345")
-			h.PIDNamespace = "pid:[1]"
-			return h
-		}(), false},
-		{"a lock of an older deployer (host and pid only)", LockHolder{Host: self.Host, PID: deadPID, Start: "12345"}, false},
-		{"no start time", here(deadPID, ""), false},
-	}
-	for _, c := range cases {
-		if got := holderGone(c.holder, self); got != c.want {
-			t.Errorf("%s: holderGone = %v, want %v (holder %+v)", c.name, got, c.want, c.holder)
-		}
-	}
-	// A deployer that cannot read its own /proc entry proves nothing.
-	blind := self
-	blind.Start = ""
-	if holderGone(here(deadPID, "12345"), blind) {
-		t.Error("a deployer without its own start time took a holder for dead")
-	}
-}
-
-// The identity survives the trip through the lock file.
-func TestLockHolderLinesRoundTrip(t *testing.T) {
-	h := ThisProcess()
-	h.Token, h.What, h.Toplevel = "tok", "deploy", testToplevel
-	h.Since = time.Date(2026, 12, 1, 15, 0, 0, 0, time.UTC)
-	got := parseLockHolder(strings.Split(h.lines(), "\n"), 0)
-	if got != h {
-		t.Fatalf("parsed %+v, want %+v", got, h)
-	}
-	if s := got.String(); !strings.Contains(s, "machine "+h.MachineID[:12]) || !strings.Contains(s, "from host "+h.Host) {
-		t.Fatalf("the holder's description names neither its host nor its machine: %s", s)
-	}
-}
-
-// Two deployers with one host name: the second waits for the first's live lock up to
-// lock_wait, then fails naming the holder, and never takes it over or switches.
 func TestDeployDoesNotTakeOverALiveLockOfAnotherMachineWithTheSameHostName(t *testing.T) {
-	self := ThisProcess()
+	self := records.ThisProcess()
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
 	s.node.lockToken = "first-deployer"
 	// The first deployer: host name and PID namespace like ours, PID gone here, another
@@ -120,7 +48,7 @@ func phaseDuration(res *Result, name string) time.Duration {
 // A holder proven dead on this very machine is taken over at once, with a warning that
 // names it and says why.
 func TestDeployTakesOverTheLockOfADeadProcessOnThisMachine(t *testing.T) {
-	self := ThisProcess()
+	self := records.ThisProcess()
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
@@ -193,24 +121,6 @@ func TestUnplannedRebootBeforeTheBootEntryFailsTheRun(t *testing.T) {
 	}
 	if res.Generation != 0 {
 		t.Fatalf("generation %d claimed", res.Generation)
-	}
-}
-
-// Issue 39, item 9: the lock names the deployer's machine by an app-specific hash of
-// its machine id, never the id itself (machine-id(5): confidential), in the lock
-// script's arguments and on the node.
-func TestLockNamesNoRawMachineID(t *testing.T) {
-	raw := firstFileLine("/etc/machine-id", "/var/lib/dbus/machine-id")
-	if raw == "" {
-		t.Fatal("this machine has no machine id to test with")
-	}
-	self := ThisProcess()
-	self.Token = "t"
-	if self.MachineID == "" || self.MachineID == raw || strings.Contains(self.lines(), raw) {
-		t.Fatalf("the lock holder's lines name the raw machine id %s: %q", raw, self.lines())
-	}
-	if self.MachineID != LockMachineID(raw) || LockMachineID(raw) == LockMachineID(raw+"x") {
-		t.Fatalf("the machine's lock id %q does not tell machines apart", self.MachineID)
 	}
 }
 

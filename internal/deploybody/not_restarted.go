@@ -13,6 +13,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // notRestartingLine is switch-to-configuration's line naming the changed units it did
@@ -26,7 +28,7 @@ func notRestartedBySwitch(sr SwitchResult) []string {
 	for _, out := range []string{sr.Stderr, sr.Stdout} {
 		for _, m := range notRestartingLine.FindAllStringSubmatch(out, -1) {
 			for _, name := range strings.Split(m[1], ",") {
-				if name = strings.TrimSpace(strings.TrimRight(name, "\r")); ValidUnitName(name) {
+				if name = strings.TrimSpace(strings.TrimRight(name, "\r")); judge.ValidUnitName(name) {
 					set[name] = true
 				}
 			}
@@ -86,7 +88,7 @@ func noRestartReason(lt localTree, toplevel, unit string) string {
 func unitFiles(lt localTree, toplevel, unit string) []string {
 	dir := unitDir(toplevel)
 	base := unit
-	if tmpl, ok := templateOf(unit); ok {
+	if tmpl, ok := judge.TemplateOf(unit); ok {
 		if _, err := lt.readFile(path.Join(dir, unit)); err != nil {
 			base = tmpl
 		}

@@ -3,6 +3,9 @@ package deploybody
 import (
 	"context"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // Default timings (docs/design.md#timings). The provider exposes each one as a `timings` attribute.
@@ -171,15 +174,15 @@ type Options struct {
 
 	// Checks run on the node and Probes from the deployer after the settle; a failed
 	// one fails a strict verdict and warns a lenient one (see ValidateChecks).
-	Checks []NodeCheck
-	Probes []Probe
+	Checks []judge.NodeCheck
+	Probes []judge.Probe
 
 	// LocalStore is the deployer's Nix store, read for the previous system's closure
 	// when the summary of changes is made; nil leaves removed paths unknown.
 	LocalStore LocalStore
 	// Holder names this deployer in the node's lock (host, process); zero means
 	// ThisProcess().
-	Holder LockHolder
+	Holder records.LockHolder
 }
 
 func (o Options) withDefaults(t Transport) Options {
@@ -194,7 +197,7 @@ func (o Options) withDefaults(t Transport) Options {
 		o.Clock = realClock{}
 	}
 	if o.Holder.Host == "" && o.Holder.PID == 0 {
-		o.Holder = ThisProcess()
+		o.Holder = records.ThisProcess()
 	}
 	return o
 }

@@ -3,6 +3,9 @@ package deploybody
 import (
 	"context"
 	"fmt"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // The pushed closure's GC root. Between the copy and the moment the system profile (or
@@ -38,9 +41,9 @@ func (e *runEnv) releasePushedRoot(ctx context.Context, toplevel string) {
 	if toplevel == "" {
 		return
 	}
-	res, err := e.t.Run(ctx, []string{"sh", "-c", ReleasePushedRootScript, "sh", "", toplevel}, RunOptions{Path: lockPath, Privileged: true})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", ReleasePushedRootScript, "sh", "", toplevel}, RunOptions{Path: records.ToolPath, Privileged: true})
 	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("exited %d: %s", res.ExitCode, firstLine(string(res.Stderr), "no output"))
+		err = fmt.Errorf("exited %d: %s", res.ExitCode, judge.FirstLine(string(res.Stderr), "no output"))
 	}
 	if err != nil {
 		e.log(ctx, LevelWarn, PhaseConclude, "could not release the pushed closure's GC root "+PushedRoot+" (the next deploy replaces it): "+err.Error(), nil)

@@ -2,7 +2,10 @@ package deploybody
 
 import (
 	"context"
+	"fmt"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The reads of the node's systemd that several phases share, and how their answers are
@@ -13,7 +16,7 @@ func (e *runEnv) parseFailed(ctx context.Context, res RunResult) (units []string
 	if reason := unreadReason(res); reason != "" {
 		return nil, reason
 	}
-	units, rejected := parseUnitList(string(res.Stdout))
+	units, rejected := judge.ParseUnitList(string(res.Stdout))
 	for _, name := range rejected {
 		e.log(ctx, LevelWarn, PhaseWatch, "ignoring an invalid unit name read from the node", map[string]any{"name": name})
 	}
@@ -21,11 +24,11 @@ func (e *runEnv) parseFailed(ctx context.Context, res RunResult) (units []string
 }
 
 // parseJobs reads the answer to cmdListJobs: the jobs, or why they are unread.
-func parseJobs(res RunResult) (jobs []Job, unread string) {
+func parseJobs(res RunResult) (jobs []judge.Job, unread string) {
 	if reason := unreadReason(res); reason != "" {
 		return nil, reason
 	}
-	jobs, _, err := parseListJobs(string(res.Stdout))
+	jobs, _, err := judge.ParseListJobs(string(res.Stdout))
 	if err != nil {
 		return nil, err.Error()
 	}
@@ -38,24 +41,24 @@ func parseJobs(res RunResult) (jobs []Job, unread string) {
 func systemState(res RunResult) (state, unread string) {
 	state = strings.TrimSpace(string(res.Stdout))
 	if state == "" || ((state == "offline" || state == "unknown") && strings.TrimSpace(string(res.Stderr)) != "") {
-		return "", firstLine(string(res.Stderr), "no answer")
+		return "", judge.FirstLine(string(res.Stderr), "no answer")
 	}
 	return state, ""
 }
 
 // parseShowAnswer reads the answer to cmdShow: the unit states, or why they are unread.
-func (e *runEnv) parseShowAnswer(ctx context.Context, res RunResult) (states map[string]UnitState, unread string) {
+func (e *runEnv) parseShowAnswer(ctx context.Context, res RunResult) (states map[string]judge.UnitState, unread string) {
 	if reason := unreadReason(res); reason != "" {
 		return nil, reason
 	}
-	parsed, rejected, err := parseShow(string(res.Stdout))
+	parsed, rejected, err := judge.ParseShow(string(res.Stdout))
 	if err != nil {
 		return nil, err.Error()
 	}
 	for _, name := range rejected {
 		e.log(ctx, LevelWarn, PhaseWatch, "ignoring an invalid unit name read from the node", map[string]any{"name": name})
 	}
-	states = map[string]UnitState{}
+	states = map[string]judge.UnitState{}
 	for _, st := range parsed {
 		states[st.ID] = st
 	}
@@ -78,8 +81,8 @@ const showUnitsBatch = 200
 
 // showUnits reads `systemctl show` for units. unread is set when systemd did not
 // answer; err only for transport faults.
-func (e *runEnv) showUnits(ctx context.Context, toplevel string, units []string) (states map[string]UnitState, unread string, err error) {
-	states = map[string]UnitState{}
+func (e *runEnv) showUnits(ctx context.Context, toplevel string, units []string) (states map[string]judge.UnitState, unread string, err error) {
+	states = map[string]judge.UnitState{}
 	for start := 0; start < len(units); start += showUnitsBatch {
 		res, err := e.remote(ctx, toplevel, cmdShow(units[start:min(start+showUnitsBatch, len(units))])...)
 		if err != nil {
@@ -103,4 +106,14 @@ func runningSystem(res RunResult) string {
 		return ""
 	}
 	return running
+}
+
+// unreadReason says why a systemctl command's output cannot be used, or "" when it
+// can. Any non-zero exit of show/list-units/list-jobs means systemd did not answer
+// (typically "Failed to connect to bus").
+func unreadReason(res RunResult) string {
+	if res.ExitCode == 0 {
+		return ""
+	}
+	return judge.FirstLine(string(res.Stderr), fmt.Sprintf("systemctl exited %d", res.ExitCode))
 }

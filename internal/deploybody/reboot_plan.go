@@ -11,6 +11,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // PlannedReboot says why a deploy of a system with the planned facts to a node with
@@ -51,7 +53,7 @@ func ForeseeReboot(ctx context.Context, t Transport, a Activation, toplevel stri
 		// Bounded: a node that does not answer yet is the wait-for-node phase's to wait for.
 		askCtx, cancel := context.WithTimeout(ctx, foreseeLimit)
 		defer cancel()
-		res, err := t.Run(askCtx, []string{"sh", "-c", RebootFactsScript}, RunOptions{Path: lockPath})
+		res, err := t.Run(askCtx, []string{"sh", "-c", RebootFactsScript}, RunOptions{Path: records.ToolPath})
 		if err != nil || res.ExitCode != 0 {
 			return ""
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The phases that collect the units the closure owns and restart the failed ones it wants.
@@ -63,7 +65,7 @@ func (e *runEnv) restartFailedUnits(ctx context.Context, toplevel string, closur
 	}
 	var restart []string
 	for _, u := range candidates {
-		if st, ok := states[u]; ok && skippedOnCondition(st, false) {
+		if st, ok := states[u]; ok && judge.SkippedOnCondition(st, false) {
 			continue // skipped on a condition: restarting it changes nothing
 		}
 		restart = append(restart, u)
@@ -79,7 +81,7 @@ func (e *runEnv) restartFailedUnits(ctx context.Context, toplevel string, closur
 		return nil, "", withHint(fmt.Errorf("restarting %s: %w", strings.Join(restart, ", "), err), "")
 	}
 	if res.ExitCode != 0 {
-		e.warn(ctx, PhaseRestartFailedUnits, fmt.Sprintf("systemctl restart %s exited %d: %s", strings.Join(restart, " "), res.ExitCode, firstLine(string(res.Stderr), "")))
+		e.warn(ctx, PhaseRestartFailedUnits, fmt.Sprintf("systemctl restart %s exited %d: %s", strings.Join(restart, " "), res.ExitCode, judge.FirstLine(string(res.Stderr), "")))
 	}
 	return restart, "restarted " + strings.Join(restart, ", "), nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // restoringNode is the fake node behind a Restorer, as the Incus snapshot guard is: it
@@ -27,7 +29,7 @@ func (n *restoringNode) Restore(context.Context) error {
 	n.restores++
 	n.lockAtRestore = n.lockToken
 	for _, c := range n.calls {
-		if c.what == "run" && len(c.argv) > 4 && c.argv[2] == lockScript && c.argv[4] == "release" {
+		if c.what == "run" && len(c.argv) > 4 && c.argv[2] == records.LockScript && c.argv[4] == "release" {
 			n.releasedFirst = true
 		}
 	}
@@ -91,7 +93,7 @@ func TestRestoreAfterTheLockVanished(t *testing.T) {
 	g := &restoringNode{fakeNode: s.node}
 	var warnings []string
 	e := &runEnv{t: g, o: s.opts, warnings: &warnings}
-	lock := &nodeLock{holder: LockHolder{Token: "this-run"}}
+	lock := &nodeLock{holder: records.LockHolder{Token: "this-run"}}
 	lock.sawVanished(lock.currentEpoch())
 	runErr := e.asDeployError(PhaseSwitch, NotBackError(40*time.Second, "instance is Stopped"))
 	e.restoreIfUnreachable(context.Background(), lock, true, &Result{}, runErr)

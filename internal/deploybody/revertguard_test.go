@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // guardBench runs RevertGuardScript itself, with sh and flock on this machine: its fixed
@@ -56,13 +58,13 @@ esac
 `), 0o755))
 	self := strconv.Itoa(os.Getpid())
 	b.script = strings.NewReplacer(
-		LockFile, b.lock,
+		records.LockFile, b.lock,
 		"/run/current-system", b.current,
 		"/nix/var/nix/profiles/system", filepath.Join(dir, "system"),
 		`while [ "$p" -gt 1 ]`, `while [ "$p" -gt 1 ] && [ "$p" -ne `+self+` ]`,
 		`if [ "$2" -le 1 ]`, `if [ "$2" -le 1 ] || [ "$2" -eq `+self+` ]`,
-	).Replace(RevertGuardScript)
-	if b.script == RevertGuardScript {
+	).Replace(records.RevertGuardScript)
+	if b.script == records.RevertGuardScript {
 		t.Fatal("the guard's node paths were not moved")
 	}
 	b.path = b.bin + ":" + os.Getenv("PATH")
@@ -295,9 +297,9 @@ func TestRevertGuardPending(t *testing.T) {
 	b.set("active-fediversity-switch-0005", "active\n")
 	runConnection := b.connect("sshd: root@notty", "pending")
 	out := b.guard("pending")
-	p := parsePendingAnswer(out)
-	if len(p.reverts) != 1 || p.reverts[0].answer.state != revertSwitching || p.reverts[0].guarded != b.guarded ||
-		len(p.switching) != 1 || p.switching[0] != "fediversity-switch-0005" || p.running != b.guarded {
+	p := records.ParsePendingAnswer(out)
+	if len(p.Reverts) != 1 || p.Reverts[0].Answer.State != records.RevertSwitching || p.Reverts[0].Guarded != b.guarded ||
+		len(p.Switching) != 1 || p.Switching[0] != "fediversity-switch-0005" || p.Running != b.guarded {
 		t.Fatalf("pending while the switch runs: %q → %+v", out, p)
 	}
 	time.Sleep(tickGap)

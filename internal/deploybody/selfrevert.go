@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // The node-side revert (SSH): a switch that leaves the node refusing new logins must
@@ -70,7 +72,7 @@ func (e *runEnv) armRevert(toplevel, previous string, lock *nodeLock) *armedReve
 	if !e.o.SelfRevert || !ok || !sr.CanSelfRevert() || previous == "" || previous == toplevel {
 		return nil
 	}
-	arm := RevertArm{Unit: RevertUnitPrefix + newToken()[:12], Previous: previous, Guarded: toplevel, Confirm: e.o.Timings.ConfirmTimeout, Token: lock.token()}
+	arm := RevertArm{Unit: records.RevertUnitPrefix + newToken()[:12], Previous: previous, Guarded: toplevel, Confirm: e.o.Timings.ConfirmTimeout, Token: lock.token()}
 	sr.ArmRevert(arm)
 	return &armedRevert{sr: sr, arm: arm}
 }
@@ -80,14 +82,14 @@ func (e *runEnv) armRevert(toplevel, previous string, lock *nodeLock) *armedReve
 // of it. "switching" (the switch still runs) and "begun" are waited out. It tries for
 // confirm_timeout plus node_wait on the body's clock; the window itself is the node's.
 // answered is false when no login got an answer at all; last is the last login error.
-func (e *runEnv) settleOwnRevert(ctx context.Context, armed *armedRevert) (ans revertAnswer, answered bool, attempts int, last error) {
+func (e *runEnv) settleOwnRevert(ctx context.Context, armed *armedRevert) (ans records.RevertAnswer, answered bool, attempts int, last error) {
 	ctx = context.WithoutCancel(ctx)
 	limit := e.o.Clock.Now().Add(e.o.Timings.ConfirmTimeout + e.o.Timings.NodeWait)
 	for attempts = 1; attempts <= maxSamples; attempts++ {
 		out, err := e.revertGuard(ctx, armed.sr, "disarm", armed.arm.Unit)
 		if err == nil {
-			ans, answered = parseRevertAnswer(out), true
-			if ans.final() {
+			ans, answered = records.ParseRevertAnswer(out), true
+			if ans.Final() {
 				break
 			}
 		} else {
@@ -161,35 +163,39 @@ func (e *runEnv) confirmNewLogin(ctx context.Context, armed *armedRevert) (strin
 	start := e.o.Clock.Now()
 	prev := armed.arm.Previous
 	ans, answered, attempts, last := e.settleOwnRevert(ctx, armed)
-	settled := revertSettled{final: ans.final()}
+	settled := revertSettled{final: ans.Final()}
 	took := e.o.Clock.Now().Sub(start).Round(time.Millisecond)
 	interrupted := ctx.Err()
-	switch ans.state {
-	case revertDisarmed:
+	switch ans.State {
+	case records.RevertDisarmed:
 		const disarmed = "a new login disarmed the revert before it began"
 		if interrupted != nil {
-			return "", settled, withHint(fmt.Errorf("interrupted (%w) while confirming the switch; %s, so the node keeps running %s, which no verdict judged", interrupted, disarmed, describeSystem(ans.running)),
+			return "", settled, withHint(fmt.Errorf("interrupted (%w) while confirming the switch; %s, so the node keeps running %s, which no verdict judged", interrupted, disarmed, describeSystem(ans.Running)),
 				"apply again: the next plan deploys it again and judges it")
 		}
 		return fmt.Sprintf("%s (%s, attempt %d)", disarmed, took, attempts), settled, nil
-	case revertReverted, revertBegun, revertDied:
+	case records.RevertReverted, records.RevertBegun, records.RevertDied:
 		done := reverted(ans, prev, &settled)
 		return "", settled, e.revertedError(done, answered && last == nil, interrupted, last)
-	case revertBroken:
+	case records.RevertBroken:
 		// The new login got through, so the node accepts logins; but the revert could
 		// not have saved it had it not.
-		e.warn(ctx, PhaseDetectUnconfirmed, fmt.Sprintf("the lock-out revert could not run on the node (%s): had the new system refused new logins, nothing would have switched it back", ans.detail))
-		note := "a new login was accepted; the revert could not run: " + ans.detail
+		e.warn(ctx, PhaseDetectUnconfirmed, fmt.Sprintf("the lock-out revert could not run on the node (%s): had the new system refused new logins, nothing would have switched it back", ans.Detail))
+		note := "a new login was accepted; the revert could not run: " + ans.Detail
 		if interrupted != nil {
-			return "", settled, fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.running))
+			return "", settled, fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.Running))
 		}
 		return note, settled, nil
-	case revertStoodDown, revertGone:
+	case records.RevertStoodDown, records.RevertGone:
 		// The revert will not fire: the node does not run the system it guarded, or a
 		// later run took the node (the lock check after this phase says so).
-		note := fmt.Sprintf("the revert stood down: %s", orNamed(strings.TrimSpace(ans.state+" "+ans.detail)))
+		why := strings.TrimSpace(ans.State + " " + ans.Detail)
+		if why == "" {
+			why = "unknown"
+		}
+		note := fmt.Sprintf("the revert stood down: %s", why)
 		if interrupted != nil {
-			return "", settled, fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.running))
+			return "", settled, fmt.Errorf("interrupted (%w) while confirming the switch; %s; the node runs %s", interrupted, note, describeSystem(ans.Running))
 		}
 		return note, settled, nil
 	}
@@ -200,7 +206,7 @@ func (e *runEnv) confirmNewLogin(ctx context.Context, armed *armedRevert) (strin
 			"apply again: the next run deals with the armed revert and deploys the configuration again")
 	}
 	if answered {
-		return "", settled, withHint(fmt.Errorf("the node did not settle the armed revert (it says %q): %s", ans.state, pending), "check the node on its console, then apply again")
+		return "", settled, withHint(fmt.Errorf("the node did not settle the armed revert (it says %q): %s", ans.State, pending), "check the node on its console, then apply again")
 	}
 	return "", settled, withHint(fmt.Errorf("%w: no new login was accepted within %s (last attempt: %v), and none afterwards either",
 		ErrLockedOut, e.o.Timings.ConfirmTimeout+e.o.Timings.NodeWait, last),
@@ -210,17 +216,17 @@ func (e *runEnv) confirmNewLogin(ctx context.Context, armed *armedRevert) (strin
 // reverted records in settled that the node reverted (or began to) and says how: its
 // confirm window ended before a new login reached it. previous is the system it
 // reverts to.
-func reverted(ans revertAnswer, previous string, settled *revertSettled) string {
-	settled.reverted, settled.running = true, ans.running
-	switch ans.state {
-	case revertBegun:
+func reverted(ans records.RevertAnswer, previous string, settled *revertSettled) string {
+	settled.reverted, settled.running = true, ans.Running
+	switch ans.State {
+	case records.RevertBegun:
 		return fmt.Sprintf("it began to switch back to %s and was still at it when this run stopped waiting", previous)
-	case revertDied:
-		return fmt.Sprintf("it began to switch back to %s, and its revert unit stopped before it ended (its time limit, out of memory, or systemctl stop); the node runs %s", previous, describeSystem(ans.running))
+	case records.RevertDied:
+		return fmt.Sprintf("it began to switch back to %s, and its revert unit stopped before it ended (its time limit, out of memory, or systemctl stop); the node runs %s", previous, describeSystem(ans.Running))
 	}
-	done := fmt.Sprintf("it put itself back on %s (generation %d)", describeSystem(ans.running), ans.generation())
-	if ans.detail != "" && ans.detail != "0" {
-		done += fmt.Sprintf("; its switch-to-configuration exited %s", ans.detail)
+	done := fmt.Sprintf("it put itself back on %s (generation %d)", describeSystem(ans.Running), ans.Generation())
+	if ans.Detail != "" && ans.Detail != "0" {
+		done += fmt.Sprintf("; its switch-to-configuration exited %s", ans.Detail)
 	}
 	return done
 }
@@ -250,18 +256,18 @@ func (e *runEnv) settleAfterFailure(ctx context.Context, armed *armedRevert, swi
 	}
 	prev := armed.arm.Previous
 	ans, _, _, _ := e.settleOwnRevert(ctx, armed)
-	settled := revertSettled{final: ans.final()}
-	switch ans.state {
-	case revertDisarmed:
+	settled := revertSettled{final: ans.Final()}
+	switch ans.State {
+	case records.RevertDisarmed:
 		// RunningSystem stays unset: the run never read it itself, and the provider
 		// takes a set one for a judged system.
-		return settled, withHint(fmt.Errorf("%w; after the switch ended a new login disarmed the revert before it began: the node runs %s", switchErr, describeSystem(ans.running)), hint)
-	case revertReverted, revertBegun, revertDied:
+		return settled, withHint(fmt.Errorf("%w; after the switch ended a new login disarmed the revert before it began: the node runs %s", switchErr, describeSystem(ans.Running)), hint)
+	case records.RevertReverted, records.RevertBegun, records.RevertDied:
 		done := reverted(ans, prev, &settled)
 		return settled, withHint(fmt.Errorf("%w; the node's confirm window (%s) ended before a new login reached it, and %s: %w", switchErr, e.o.Timings.ConfirmTimeout, done, ErrSelfReverted),
 			"the node runs and boots its previous system; apply again")
-	case revertStoodDown, revertGone, revertBroken:
-		return settled, withHint(fmt.Errorf("%w; the revert stood down (%s); the node runs %s", switchErr, strings.TrimSpace(ans.state+" "+ans.detail), describeSystem(ans.running)), hint)
+	case records.RevertStoodDown, records.RevertGone, records.RevertBroken:
+		return settled, withHint(fmt.Errorf("%w; the revert stood down (%s); the node runs %s", switchErr, strings.TrimSpace(ans.State+" "+ans.Detail), describeSystem(ans.Running)), hint)
 	}
 	return settled, withHint(switchErr, fmt.Sprintf("%s; a revert is still armed on the node: unless a later run takes the node's lock first, it switches back to %s by itself %s after the switch ends (the next apply deals with it)",
 		hint, prev, e.o.Timings.ConfirmTimeout))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // The self-revert path on the fake clock: every wait is the fake clock's, so these
@@ -206,7 +208,7 @@ func earlierRevertScenario(t *testing.T, switchGoing time.Duration) *scenario {
 	return s
 }
 
-const earlierUnit = RevertUnitPrefix + "0123456789ab"
+const earlierUnit = records.RevertUnitPrefix + "0123456789ab"
 
 // The orphan revert of issue 19: a run killed after its switch leaves its revert
 // armed. The next run takes the lock and deals with it: it waits for the earlier switch

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // readBlockingNode is the simulated node whose snapshot read (beside the push) stays
@@ -34,7 +36,7 @@ func (n *readBlockingNode) Run(ctx context.Context, argv []string, opts RunOptio
 		n.event("snapshot read ended")
 		return RunResult{}, ctx.Err()
 	}
-	if len(argv) >= 5 && argv[2] == lockScript && argv[4] == "release" {
+	if len(argv) >= 5 && argv[2] == records.LockScript && argv[4] == "release" {
 		n.event("lock released")
 	}
 	return n.fakeNode.Run(ctx, argv, opts)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The switch phases: switch, read its result, detect a switch that did not take.
@@ -75,7 +77,7 @@ func (e *runEnv) activate(ctx context.Context, toplevel, previous string, lock *
 			// Not a closure fault: the new system wants a boot. The revert armed with the
 			// refused switch is settled all the same.
 			out.settled, err = e.settleAfterFailure(ctx, out.armed,
-				fmt.Errorf("%w: %s; switch-to-configuration did not activate it (%s), so the node keeps running its previous system and its boot entry is untouched", ErrNeedsReboot, refused, firstLine(out.result.Stderr, "no output")),
+				fmt.Errorf("%w: %s; switch-to-configuration did not activate it (%s), so the node keeps running its previous system and its boot entry is untouched", ErrNeedsReboot, refused, judge.FirstLine(out.result.Stderr, "no output")),
 				`set activation = "reboot-if-needed" to reboot the node into the new system (or "boot" to take it at the next boot)`)
 			return out, note, err
 		}

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // What switch-to-configuration's exit code and output say, read the way
@@ -118,11 +121,11 @@ func switchDiagnosis(action string, sr SwitchResult) string {
 	case activationFailed(sr):
 		return "the activation script failed: " + strings.Join(activationErrorLines(sr), "; ")
 	case sr.ExitCode == switchExitNotFound:
-		return "the toplevel has no bin/switch-to-configuration the node can run (" + firstLine(sr.Stderr, "no output") + "): is it a NixOS system's toplevel?"
+		return "the toplevel has no bin/switch-to-configuration the node can run (" + judge.FirstLine(sr.Stderr, "no output") + "): is it a NixOS system's toplevel?"
 	case strings.Contains(out, usageLinePrefix):
-		return "switch-to-configuration does not know the action " + action + " (" + firstLine(sr.Stderr, "no output") + ")"
+		return "switch-to-configuration does not know the action " + action + " (" + judge.FirstLine(sr.Stderr, "no output") + ")"
 	}
-	return firstLine(sr.Stderr, "no output")
+	return judge.FirstLine(sr.Stderr, "no output")
 }
 
 // firstErrorLine is the first line of out that is not skip and reads like an error,
@@ -213,7 +216,7 @@ func parseSwitchLockHolder(out string) switchLockHolder {
 		case len(f) >= 2 && f[0] == "held":
 			h := switchLockHolder{known: true}
 			h.pid, _ = strconv.Atoi(f[1])
-			if len(f) >= 3 && f[2] != "-" && ValidUnitName(f[2]) {
+			if len(f) >= 3 && f[2] != "-" && judge.ValidUnitName(f[2]) {
 				h.unit = f[2]
 			}
 			if len(f) >= 4 && f[3] != "-" {
@@ -227,7 +230,7 @@ func parseSwitchLockHolder(out string) switchLockHolder {
 
 // readSwitchLockHolder asks the node what holds switch-to-configuration's lock.
 func (e *runEnv) readSwitchLockHolder(ctx context.Context) (switchLockHolder, error) {
-	res, err := e.t.Run(ctx, []string{"sh", "-c", switchLockHolderScript, "sh", SwitchLockFile}, RunOptions{Path: lockPath})
+	res, err := e.t.Run(ctx, []string{"sh", "-c", switchLockHolderScript, "sh", SwitchLockFile}, RunOptions{Path: records.ToolPath})
 	if err != nil {
 		return switchLockHolder{}, err
 	}

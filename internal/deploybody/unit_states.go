@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The phase that snapshots unit states before the switch, so the verdict can tell what the switch changed.
@@ -19,7 +21,7 @@ type snapshot struct {
 	// failedBefore is the set of failed units; nil when unread.
 	failedBefore map[string]bool
 	// jobs are the jobs seen so far (a job's age counts from here).
-	jobs jobTracker
+	jobs judge.JobTracker
 	// unitDigests are the running system's unit files (name → sha256), read in a
 	// deploy for the summary of changes; nil when unread.
 	unitDigests map[string]string
@@ -73,7 +75,7 @@ func (e *runEnv) snapshotUnitStates(ctx context.Context, toplevel string, ahead 
 	if jobs, reason := parseJobs(answers[2]); reason == "" {
 		// A job's age counts from this phase, also when it was read beside the push:
 		// as long as before, however long the push took.
-		snap.jobs.observe(jobs, e.o.Clock.Now())
+		snap.jobs.Observe(jobs, e.o.Clock.Now())
 	}
 	return snap, fmt.Sprintf("%d failed units before", len(failed)), nil
 }

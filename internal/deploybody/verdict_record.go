@@ -22,18 +22,10 @@ import (
 	"fmt"
 	"strings"
 	"time"
-)
 
-// VerdictRecordFile is where a node keeps the verdict of its last deploy;
-// legacyVerdictRecordFile is where older versions kept it.
-const (
-	VerdictRecordFile       = RecordsDir + "/last-verdict.json"
-	legacyVerdictRecordFile = legacyRecordsDir + "/last-verdict.json"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
-
-// verdictRecordVersion is the record's format; a record of another version is read as
-// no record (the safe side: a redeploy).
-const verdictRecordVersion = 1
 
 // VerdictRecord is the node's record of its last deploy.
 type VerdictRecord struct {
@@ -57,7 +49,7 @@ func (e *runEnv) verdictRecordOf(res Result, toplevel string, lock *nodeLock) ([
 	}
 	res.Changes = nil
 	v := *res.Verdict
-	v.Checks = append([]CheckResult(nil), v.Checks...)
+	v.Checks = append([]judge.CheckResult(nil), v.Checks...)
 	for i := range v.Checks {
 		v.Checks[i].Output = ""
 	}
@@ -66,7 +58,7 @@ func (e *runEnv) verdictRecordOf(res Result, toplevel string, lock *nodeLock) ([
 	if lock != nil {
 		holder = lock.holder.String()
 	}
-	return json.Marshal(VerdictRecord{Version: verdictRecordVersion, Toplevel: toplevel, At: e.o.Clock.Now().UTC(), Holder: holder, Result: &res})
+	return json.Marshal(VerdictRecord{Version: records.VerdictRecordVersion, Toplevel: toplevel, At: e.o.Clock.Now().UTC(), Holder: holder, Result: &res})
 }
 
 // recordVerdict writes the node's verdict record of this run on its own. A failure is a
@@ -77,9 +69,9 @@ func (e *runEnv) recordVerdict(ctx context.Context, record []byte, err error, to
 	}
 	if err == nil {
 		var out RunResult
-		out, err = e.t.Run(ctx, []string{"sh", "-c", writeRecordScript, "sh", VerdictRecordFile, legacyVerdictRecordFile}, RunOptions{Path: lockPath, Stdin: record, Privileged: true})
+		out, err = e.t.Run(ctx, []string{"sh", "-c", records.WriteRecordScript, "sh", records.VerdictRecordFile, records.LegacyVerdictRecordFile}, RunOptions{Path: records.ToolPath, Stdin: record, Privileged: true})
 		if err == nil && out.ExitCode != 0 {
-			err = fmt.Errorf("exit %d: %s", out.ExitCode, firstLine(string(out.Stderr), "no output"))
+			err = fmt.Errorf("exit %d: %s", out.ExitCode, judge.FirstLine(string(out.Stderr), "no output"))
 		}
 	}
 	if err != nil {
@@ -88,7 +80,7 @@ func (e *runEnv) recordVerdict(ctx context.Context, record []byte, err error, to
 }
 
 func (e *runEnv) warnUnrecorded(ctx context.Context, err error, toplevel string) {
-	e.warn(ctx, PhaseFinalizeBootEntry, fmt.Sprintf("the verdict record %s was not written (%v): should this run be cut off before its state is written, the next plan deploys %s again", VerdictRecordFile, err, toplevel))
+	e.warn(ctx, PhaseFinalizeBootEntry, fmt.Sprintf("the verdict record %s was not written (%v): should this run be cut off before its state is written, the next plan deploys %s again", records.VerdictRecordFile, err, toplevel))
 }
 
 // confirmAndRecord asks the node whether this run still holds its lock and, unless
@@ -117,9 +109,9 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 	if err := lock.lostError(e.o.Node); err != nil {
 		return err // the heartbeat saw it taken already
 	}
-	args := []string{"record", lock.holder.Token, VerdictRecordFile, "", "", "", ""}
+	args := []string{"record", lock.holder.Token, records.VerdictRecordFile, "", "", "", ""}
 	if lastGood != nil {
-		copy(args[3:], []string{LastGoodFile, res.Toplevel, LastGoodRoot, string(lastGood)})
+		copy(args[3:], []string{records.LastGoodFile, res.Toplevel, records.LastGoodRoot, string(lastGood)})
 	}
 	if err := lock.vanishedError(e.o.Node); err != nil {
 		return err // the heartbeat saw the node's /run emptied
@@ -128,7 +120,7 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 	out, err := lockOpWith(ctx, e.t, record, args...)
 	switch {
 	case err == nil && out[0] == "lost":
-		lock.recordLost(parseLockHolder(out[1:], 0), true)
+		lock.recordLost(records.ParseLockHolder(out[1:], 0), true)
 		return lock.lostError(e.o.Node)
 	case err == nil && out[0] == "gone":
 		// No lock at all: the node's /run was emptied since this run took it. Nothing
@@ -144,12 +136,12 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 				recorded = true
 			case "unrecorded":
 				recorded = true
-				e.warnUnrecorded(ctx, errors.New(firstLine(why, "no output")), toplevel)
+				e.warnUnrecorded(ctx, errors.New(judge.FirstLine(why, "no output")), toplevel)
 			case "pinned":
 				pinned = true
 			case "unpinned":
 				pinned = true
-				e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, errors.New(firstLine(why, "no output"))))
+				e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, errors.New(judge.FirstLine(why, "no output"))))
 			}
 		}
 		if !recorded {
@@ -167,10 +159,10 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 // has none, or one of another format.
 func ReadVerdictRecord(ctx context.Context, t Transport) (*VerdictRecord, error) {
 	var rec VerdictRecord
-	if found, err := readNodeRecord(ctx, t, VerdictRecordFile, legacyVerdictRecordFile, "a verdict record", lockPath, &rec); !found || err != nil {
+	if found, err := readNodeRecord(ctx, t, records.VerdictRecordFile, records.LegacyVerdictRecordFile, "a verdict record", records.ToolPath, &rec); !found || err != nil {
 		return nil, err
 	}
-	if rec.Version != verdictRecordVersion || rec.Result == nil || rec.Result.Verdict == nil || strings.TrimSpace(rec.Toplevel) == "" {
+	if rec.Version != records.VerdictRecordVersion || rec.Result == nil || rec.Result.Verdict == nil || strings.TrimSpace(rec.Toplevel) == "" {
 		return nil, nil
 	}
 	return &rec, nil

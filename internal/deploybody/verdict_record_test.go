@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // A deploy leaves the node a record of its verdict, written before the boot entry, so
@@ -17,7 +20,7 @@ import (
 func TestDeployRecordsItsVerdictBeforeTheBootEntry(t *testing.T) {
 	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}, "broken.service": {b: fails}})
 	s.node.onCheck = func([]string) RunResult { return RunResult{Stdout: []byte("token=hunter2 answered")} }
-	s.opts.Checks = []NodeCheck{{Name: "http", Argv: []string{"check"}, Interval: time.Second, Timeout: 5 * time.Second}}
+	s.opts.Checks = []judge.NodeCheck{{Name: "http", Argv: []string{"check"}, Interval: time.Second, Timeout: 5 * time.Second}}
 	_, err := s.deploy()
 	wantDeployErr(t, err, PhaseVerdict) // strict: the failed unit fails the run after the boot entry
 	if s.node.profile != testToplevel {
@@ -37,7 +40,7 @@ func TestDeployRecordsItsVerdictBeforeTheBootEntry(t *testing.T) {
 		t.Fatalf("the record does not name its run: %q", rec.Holder)
 	}
 	// Written before the boot entry: the record's write comes before the finalize call.
-	if order, records := recordsAndBootEntry(t, s.node); !strings.HasSuffix(order, "record,finalize") || len(records) != 1 {
+	if order, writes := recordsAndBootEntry(t, s.node); !strings.HasSuffix(order, "record,finalize") || len(writes) != 1 {
 		t.Fatalf("order %s, want the record (once) before the boot entry", order)
 	}
 }
@@ -51,7 +54,7 @@ func TestDeployWarnsWhenItsVerdictRecordFails(t *testing.T) {
 	if err != nil || s.node.profile != testToplevel {
 		t.Fatalf("err=%v profile=%s", err, s.node.profile)
 	}
-	if !strings.Contains(strings.Join(res.Warnings, "\n"), "the verdict record "+VerdictRecordFile+" was not written") {
+	if !strings.Contains(strings.Join(res.Warnings, "\n"), "the verdict record "+records.VerdictRecordFile+" was not written") {
 		t.Fatalf("warnings %q", res.Warnings)
 	}
 	if rec, err := ReadVerdictRecord(context.Background(), s.node); rec != nil || err != nil {
@@ -73,15 +76,15 @@ func TestDeployRecordsLastGoodWithItsVerdictInOneRoundTrip(t *testing.T) {
 	if _, err := s.deploy(); err != nil {
 		t.Fatal(err)
 	}
-	var lg LastGood
-	if err := json.Unmarshal(s.node.lastGood, &lg); err != nil || lg.Toplevel != testToplevel || lg.Version != lastGoodVersion {
+	var lg records.LastGood
+	if err := json.Unmarshal(s.node.lastGood, &lg); err != nil || lg.Toplevel != testToplevel || lg.Version != records.LastGoodVersion {
 		t.Fatalf("last good record %s (%v), want %s", s.node.lastGood, err, testToplevel)
 	}
-	order, records := recordsAndBootEntry(t, s.node)
-	if !strings.HasSuffix(order, "record,finalize") || strings.Contains(order, "heartbeat,finalize") || len(records) != 1 {
+	order, writes := recordsAndBootEntry(t, s.node)
+	if !strings.HasSuffix(order, "record,finalize") || strings.Contains(order, "heartbeat,finalize") || len(writes) != 1 {
 		t.Fatalf("order %s, want the lock's check with the records (once), then the boot entry", order)
 	}
-	if a := records[0].argv; len(a) != 11 || a[7] != LastGoodFile || a[8] != testToplevel || a[9] != LastGoodRoot {
+	if a := writes[0].argv; len(a) != 11 || a[7] != records.LastGoodFile || a[8] != testToplevel || a[9] != records.LastGoodRoot {
 		t.Fatalf("record call %q, want the last good file, toplevel and root", a[4:])
 	}
 
@@ -105,99 +108,29 @@ func TestDeployRecordsLastGoodWithItsVerdictInOneRoundTrip(t *testing.T) {
 	}
 }
 
-// The lock script's record operation, run by the real sh on this machine against a
-// lock file in a temporary directory (a fake node's /run and /var/lib; what is proven
-// is the script, which the lab tests run on real nodes): it writes both records while
-// the run holds the lock, and nothing once another run holds it or the lock is gone; a
-// write that fails is named, and the others still happen.
-func TestLockScriptRecordWritesOnlyUnderThisRunsLock(t *testing.T) {
-	for _, tool := range []string{"flock", "stat", "sed"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is needed to run the lock script: %v", tool, err)
-		}
-	}
-	run := func(t *testing.T, dir, token, recordFile string) (string, string, string) {
-		t.Helper()
-		script := strings.ReplaceAll(lockScript, LockFile, filepath.Join(dir, "run", "node.lock"))
-		lastGood, root := filepath.Join(dir, "lib", "last-good.json"), filepath.Join(dir, "roots", "last-good")
-		cmd := exec.Command("sh", "-c", script, "sh", "record", token, recordFile, lastGood, "/nix/store/aaaa-system", root, `{"toplevel":"/nix/store/aaaa-system"}`)
-		cmd.Stdin = strings.NewReader(`{"verdict":"ok"}`)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("lock script: %v: %s", err, out)
-		}
-		rec, _ := os.ReadFile(recordFile)
-		lg, _ := os.ReadFile(lastGood)
-		return string(out), string(rec), string(lg)
-	}
-	lock := func(t *testing.T, dir, token string) {
-		t.Helper()
-		must(t, os.MkdirAll(filepath.Join(dir, "run"), 0o700))
-		must(t, os.WriteFile(filepath.Join(dir, "run", "node.lock"), []byte("token="+token+"\nhost=h\n"), 0o600))
-	}
-	t.Run("held by this run", func(t *testing.T) {
-		dir := t.TempDir()
-		lock(t, dir, "mine")
-		out, rec, lg := run(t, dir, "mine", filepath.Join(dir, "lib", "last-verdict.json"))
-		if out != "ok\nrecorded\npinned\n" || rec != `{"verdict":"ok"}` || lg != `{"toplevel":"/nix/store/aaaa-system"}` {
-			t.Fatalf("out %q, record %q, last good %q", out, rec, lg)
-		}
-		if target, err := os.Readlink(filepath.Join(dir, "roots", "last-good")); err != nil || target != "/nix/store/aaaa-system" {
-			t.Fatalf("GC root -> %q (%v)", target, err)
-		}
-	})
-	// The node's /run was emptied since the run took its lock (a reboot it did not ask
-	// for): the run judged a boot that is gone, and writes nothing (issue 39, item 9).
-	t.Run("no lock on the node", func(t *testing.T) {
-		dir := t.TempDir()
-		out, rec, lg := run(t, dir, "mine", filepath.Join(dir, "lib", "last-verdict.json"))
-		if out != "gone\n" || rec != "" || lg != "" {
-			t.Fatalf("out %q, record %q, last good %q: want nothing written", out, rec, lg)
-		}
-	})
-	t.Run("held by another run", func(t *testing.T) {
-		dir := t.TempDir()
-		lock(t, dir, "theirs")
-		out, rec, lg := run(t, dir, "mine", filepath.Join(dir, "lib", "last-verdict.json"))
-		if !strings.HasPrefix(out, "lost\ntoken=theirs\n") || strings.Contains(out, "recorded") || rec != "" || lg != "" {
-			t.Fatalf("out %q, record %q, last good %q: want nothing written", out, rec, lg)
-		}
-	})
-	t.Run("the verdict record cannot be written", func(t *testing.T) {
-		dir := t.TempDir()
-		lock(t, dir, "mine")
-		blocker := filepath.Join(dir, "file")
-		must(t, os.WriteFile(blocker, nil, 0o600))
-		out, _, lg := run(t, dir, "mine", filepath.Join(blocker, "last-verdict.json"))
-		if !strings.HasPrefix(out, "ok\nunrecorded ") || !strings.HasSuffix(out, "\npinned\n") || lg == "" {
-			t.Fatalf("out %q, last good %q", out, lg)
-		}
-	})
-}
-
 // recordsAndBootEntry is the order of the lock's heartbeats, its record runs and the
 // boot entry's writes on n, and the record runs; a verdict record or last good system
 // written in a round trip of its own fails the test.
-func recordsAndBootEntry(t *testing.T, n *fakeNode) (order string, records []call) {
+func recordsAndBootEntry(t *testing.T, n *fakeNode) (order string, writes []call) {
 	t.Helper()
 	var seq []string
 	for _, c := range n.calls {
 		lockOp := ""
-		if c.what == "run" && len(c.argv) > 4 && c.argv[2] == lockScript {
+		if c.what == "run" && len(c.argv) > 4 && c.argv[2] == records.LockScript {
 			lockOp = c.argv[4]
 		}
 		switch {
 		case c.what == "finalize":
 			seq = append(seq, "finalize")
 		case lockOp == "record":
-			seq, records = append(seq, "record"), append(records, c)
+			seq, writes = append(seq, "record"), append(writes, c)
 		case lockOp == "heartbeat":
 			seq = append(seq, "heartbeat")
-		case c.what == "run" && len(c.argv) > 2 && (c.argv[2] == writeRecordScript || c.argv[2] == writeLastGoodScript):
+		case c.what == "run" && len(c.argv) > 2 && (c.argv[2] == records.WriteRecordScript || c.argv[2] == records.WriteLastGoodScript):
 			t.Fatalf("a round trip of its own for a record: %q", c.argv)
 		}
 	}
-	return strings.Join(seq, ","), records
+	return strings.Join(seq, ","), writes
 }
 
 // recordBench runs the lock script's record operation with the real sh on this
@@ -231,9 +164,9 @@ func newRecordBench(t *testing.T) *recordBench {
 // last good system (a lenient verdict).
 func (b *recordBench) record(t *testing.T, lastGood string) string {
 	t.Helper()
-	args := []string{"-c", b.moved.Replace(lockScript), "sh", "record", "mine", b.moved.Replace(VerdictRecordFile), "", "", "", ""}
+	args := []string{"-c", b.moved.Replace(records.LockScript), "sh", "record", "mine", b.moved.Replace(records.VerdictRecordFile), "", "", "", ""}
 	if lastGood != "" {
-		args = append(args[:6], b.moved.Replace(LastGoodFile), "/nix/store/aaaa-system", b.moved.Replace(LastGoodRoot), lastGood)
+		args = append(args[:6], b.moved.Replace(records.LastGoodFile), "/nix/store/aaaa-system", b.moved.Replace(records.LastGoodRoot), lastGood)
 	}
 	cmd := exec.Command("sh", args...)
 	cmd.Stdin = strings.NewReader(`{"version":1}`)
@@ -284,7 +217,7 @@ func TestRecordsKeepOutOfTheDataDirectory(t *testing.T) {
 	}
 	// Until a deploy moves them, the readers find the older records.
 	for _, read := range []struct{ script, file, legacy string }{
-		{readRecordScript, VerdictRecordFile, legacyVerdictRecordFile},
+		{records.ReadRecordScript, records.VerdictRecordFile, records.LegacyVerdictRecordFile},
 	} {
 		must(t, os.WriteFile(filepath.Join(b.dataDir, "last-verdict.json"), []byte("older"), 0o600))
 		must(t, os.Remove(filepath.Join(b.root, "var/lib/fediversity-deploy/last-verdict.json")))

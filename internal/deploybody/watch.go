@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The phases that let units settle, watch them for loops and cycling, and run the
@@ -18,14 +20,14 @@ func (e *runEnv) settle(ctx context.Context) (string, error) {
 
 // watched is what the watch produces: its samples, and the jobs seen up to the last.
 type watched struct {
-	samples []sample
-	jobs    jobTracker
+	samples []judge.Sample
+	jobs    judge.JobTracker
 }
 
 // watcher is one watch in progress: what its samples read, and what they saw so far.
 type watcher struct {
 	in     judgeIn
-	checks *checkRun
+	checks *judge.CheckRun
 	// seenFailed holds every unit a sample found failed: later samples show them.
 	seenFailed map[string]bool
 	out        watched
@@ -34,9 +36,9 @@ type watcher struct {
 // watch samples the node for timings.watch (in verdict-only mode longer, while a
 // looping unit is within its budget). The node checks that fall due ride in its
 // samples.
-func (e *runEnv) watch(ctx context.Context, in judgeIn, checks *checkRun) (watched, string, error) {
+func (e *runEnv) watch(ctx context.Context, in judgeIn, checks *judge.CheckRun) (watched, string, error) {
 	w := &watcher{in: in, checks: checks, seenFailed: map[string]bool{},
-		out: watched{jobs: jobTracker{firstSeen: maps.Clone(in.jobs.firstSeen)}}}
+		out: watched{jobs: judge.JobTracker{FirstSeen: maps.Clone(in.jobs.FirstSeen)}}}
 	window := e.watchSampleCount()
 	// Samples are taken on a fixed grid (start + i*sample_interval), so the time a
 	// sample takes does not stretch the window: the watch lasts its configured length
@@ -66,7 +68,7 @@ func (e *runEnv) watch(ctx context.Context, in judgeIn, checks *checkRun) (watch
 	for extra < maxSamples {
 		in := w.in
 		in.samples, in.jobs = w.out.samples, w.out.jobs
-		pending := loopersWithinBudget(e.classifySamples(ctx, in))
+		pending := judge.LoopersWithinBudget(e.classifySamples(ctx, in))
 		if len(pending) == 0 || !e.o.Clock.Now().Before(extensionEnd) {
 			break
 		}
@@ -88,26 +90,26 @@ func (e *runEnv) watch(ctx context.Context, in judgeIn, checks *checkRun) (watch
 // takeSample reads the failed units, the states of every unit the verdict looks at,
 // the job list and the system state, in one round trip where the transport allows. A
 // transport fault leaves the sample unanswered.
-func (e *runEnv) takeSample(ctx context.Context, w *watcher) sample {
-	s := sample{At: e.o.Clock.Now()}
+func (e *runEnv) takeSample(ctx context.Context, w *watcher) judge.Sample {
+	s := judge.Sample{At: e.o.Clock.Now()}
 	interest := e.unitsOfInterest(w)
 	cmds := sampleCommands(sortedKeys(interest))
 	// The node checks that fall due ride in the same round trip (their answers last).
 	nShown := len(cmds)
-	w.checks.begin(s.At)
-	checkCmds, dueNodes, dueProbes := nodeCommands(w.checks.due(s.At))
+	w.checks.Begin(s.At)
+	checkCmds, dueNodes, dueProbes := judge.NodeCommands(w.checks.Due(s.At))
 	cmds = append(cmds, checkCmds...)
 	answers, err := e.remoteBatch(ctx, w.in.toplevel, cmds...)
-	w.checks.runProbes(ctx, dueProbes, s.At)
+	w.checks.RunProbes(ctx, dueProbes, s.At)
 	if err != nil {
 		e.log(ctx, LevelDebug, PhaseWatch, "sample unanswered", map[string]any{"error": err.Error()})
 		return s
 	}
-	w.checks.recordNodeAnswers(dueNodes, answers[nShown:], s.At)
+	w.checks.RecordNodeAnswers(dueNodes, checkAnswers(answers[nShown:]), s.At)
 	answers = answers[:nShown]
 	s.Answered = true
 	s.Failed, s.FailedUnread = e.parseFailed(ctx, answers[0])
-	s.Units = map[string]UnitState{}
+	s.Units = map[string]judge.UnitState{}
 	for _, res := range answers[3:] {
 		states, reason := e.parseShowAnswer(ctx, res)
 		if reason != "" {
@@ -128,8 +130,8 @@ func (e *runEnv) takeSample(ctx context.Context, w *watcher) sample {
 		s.JobsUnread = reason
 		return s
 	}
-	s.Jobs = append([]Job{}, jobs...)
-	w.out.jobs.observe(jobs, s.At)
+	s.Jobs = append([]judge.Job{}, jobs...)
+	w.out.jobs.Observe(jobs, s.At)
 	return s
 }
 
@@ -141,7 +143,7 @@ func (e *runEnv) unitsOfInterest(w *watcher) map[string]bool {
 		interest[u] = true
 	}
 	for _, u := range append(append(append([]string{}, w.in.restarted...), e.o.SecretChain...), sortedKeys(w.seenFailed)...) {
-		if ValidUnitName(u) {
+		if judge.ValidUnitName(u) {
 			interest[u] = true
 		}
 	}
@@ -161,7 +163,7 @@ func sampleCommands(shown []string) [][]string {
 // showNewlyFailed adds to s the states of the units that failed since the last sample
 // and that s did not show yet (interest), and remembers every failed unit for the next
 // samples. It is false when the node did not answer.
-func (e *runEnv) showNewlyFailed(ctx context.Context, w *watcher, s *sample, interest map[string]bool) bool {
+func (e *runEnv) showNewlyFailed(ctx context.Context, w *watcher, s *judge.Sample, interest map[string]bool) bool {
 	var newly []string
 	for _, u := range s.Failed {
 		if !interest[u] {
@@ -189,30 +191,30 @@ func (e *runEnv) showNewlyFailed(ctx context.Context, w *watcher, s *sample, int
 // ---- checks ----
 
 // attemptDueChecks runs the checks that are due: node checks in one batch, then probes.
-func (e *runEnv) attemptDueChecks(ctx context.Context, toplevel string, checks *checkRun) error {
+func (e *runEnv) attemptDueChecks(ctx context.Context, toplevel string, checks *judge.CheckRun) error {
 	now := e.o.Clock.Now()
-	cmds, nodes, probes := nodeCommands(checks.due(now))
+	cmds, nodes, probes := judge.NodeCommands(checks.Due(now))
 	if len(cmds) > 0 {
 		answers, err := e.remoteBatch(ctx, toplevel, cmds...)
 		if err != nil {
 			return err
 		}
-		checks.recordNodeAnswers(nodes, answers, now)
+		checks.RecordNodeAnswers(nodes, checkAnswers(answers), now)
 	}
-	checks.runProbes(ctx, probes, now)
+	checks.RunProbes(ctx, probes, now)
 	return nil
 }
 
 // runChecks is the checks phase: what the watch did not settle is retried here until
 // each check passes or its timeout runs out.
-func (e *runEnv) runChecks(ctx context.Context, toplevel string, checks *checkRun) (string, error) {
-	if len(checks.items) == 0 {
+func (e *runEnv) runChecks(ctx context.Context, toplevel string, checks *judge.CheckRun) (string, error) {
+	if checks.None() {
 		return "no checks", nil
 	}
-	checks.begin(e.o.Clock.Now())
+	checks.Begin(e.o.Clock.Now())
 	for i := 0; i < maxSamples; i++ {
 		now := e.o.Clock.Now()
-		at, ok := checks.nextDue(now)
+		at, ok := checks.NextDue(now)
 		if !ok {
 			break
 		}
@@ -224,15 +226,10 @@ func (e *runEnv) runChecks(ctx context.Context, toplevel string, checks *checkRu
 		if err := e.attemptDueChecks(ctx, toplevel, checks); err != nil {
 			// A node that stops answering fails the node checks it owes; the verdict's
 			// samples say whether the node itself is unreachable.
-			for _, it := range checks.items {
-				if !it.done && it.node != nil {
-					checks.record(it, e.o.Clock.Now(), false, "the node did not answer: "+err.Error())
-					it.done = true
-				}
-			}
+			checks.FailUnansweredNodeChecks(e.o.Clock.Now(), "the node did not answer: "+err.Error())
 		}
 	}
-	results := checks.results()
+	results := checks.Results()
 	passed := 0
 	for _, c := range results {
 		if c.OK {
@@ -240,4 +237,13 @@ func (e *runEnv) runChecks(ctx context.Context, toplevel string, checks *checkRu
 		}
 	}
 	return fmt.Sprintf("%d of %d passed", passed, len(results)), nil
+}
+
+// checkAnswers hands the node's answers to the node checks to the judge.
+func checkAnswers(answers []RunResult) []judge.CheckAnswer {
+	out := make([]judge.CheckAnswer, len(answers))
+	for i, a := range answers {
+		out[i] = judge.CheckAnswer(a)
+	}
+	return out
 }

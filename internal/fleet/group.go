@@ -30,7 +30,7 @@ type Group struct {
 	NodePlans map[string]string
 	// VerdictOnly judges the running nodes: no build, no copy, no switch.
 	VerdictOnly bool
-	// ToLastGood deploys each node's last good system (deploybody.LastGoodFile) instead of a
+	// ToLastGood deploys each node's last good system (records.LastGoodFile) instead of a
 	// build: `fediversity rollback`. A node without one fails, untouched.
 	ToLastGood bool
 	Strict     bool
@@ -289,7 +289,7 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 	}
 	switch {
 	case g.ToLastGood:
-		// A node without one fails, untouched (deploybody.ErrNoLastGood).
+		// A node without one fails, untouched (records.ErrNoLastGood).
 		top, err := deploybody.LastGoodToplevel(ctx, unguarded, node)
 		if err != nil {
 			out.Err = err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 func names(n int) []string {
@@ -110,15 +111,15 @@ func (f *fakeFleet) deploy(ctx context.Context, node string) Outcome {
 	f.running++
 	f.peak = max(f.peak, f.running)
 	f.mu.Unlock()
-	v := &deploybody.Verdict{OK: true}
+	v := &judge.Verdict{OK: true}
 	switch f.fail[node] {
 	case "failed":
-		v = &deploybody.Verdict{Reasons: []string{"fedi-broken.service failed"}}
+		v = &judge.Verdict{Reasons: []string{"fedi-broken.service failed"}}
 	case "lenient":
 		// strict = false: ok, with the failure it let pass as its reason.
-		v = &deploybody.Verdict{OK: true, Reasons: []string{"fedi-broken.service failed"}}
+		v = &judge.Verdict{OK: true, Reasons: []string{"fedi-broken.service failed"}}
 	case "unreachable":
-		v = &deploybody.Verdict{Unreachable: true, Reasons: []string{"unreachable"}}
+		v = &judge.Verdict{Unreachable: true, Reasons: []string{"unreachable"}}
 	}
 	f.mu.Lock()
 	f.events = append(f.events, "end "+node)

@@ -14,7 +14,7 @@ import (
 )
 
 // ErrNoLastGood says the node has no last good template: no pod of it was ever seen
-// ready by a rollout, or it has no Deployment. The words follow deploybody.ErrNoLastGood,
+// ready by a rollout, or it has no Deployment. The words follow records.ErrNoLastGood,
 // the NixOS nodes' (the provider adds the node and the attribute that asked).
 var ErrNoLastGood = errors.New("the node has no last good template (annotation " + LastGoodAnnotation + " on its Deployment): no pod of it was ever seen ready")
 

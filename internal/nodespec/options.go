@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // Check is a command run on the node until it exits ExpectExit (default 0).
@@ -73,22 +74,22 @@ func (s Spec) OwnTimings() deploybody.Timings {
 }
 
 // checks are the spec's checks and probes in the body's terms.
-func (s Spec) checks() ([]deploybody.NodeCheck, []deploybody.Probe, error) {
-	var checks []deploybody.NodeCheck
-	var probes []deploybody.Probe
+func (s Spec) checks() ([]judge.NodeCheck, []judge.Probe, error) {
+	var checks []judge.NodeCheck
+	var probes []judge.Probe
 	for _, c := range s.Checks {
 		iv, to, err := checkTimes("check", c.Name, c.Interval, c.Timeout)
 		if err != nil {
 			return nil, nil, err
 		}
-		checks = append(checks, deploybody.NodeCheck{Name: c.Name, Argv: c.Argv, ExpectExit: c.ExpectExit, Interval: iv, Timeout: to})
+		checks = append(checks, judge.NodeCheck{Name: c.Name, Argv: c.Argv, ExpectExit: c.ExpectExit, Interval: iv, Timeout: to})
 	}
 	for _, p := range s.Probes {
 		iv, to, err := checkTimes("probe", p.Name, p.Interval, p.Timeout)
 		if err != nil {
 			return nil, nil, err
 		}
-		dp := deploybody.Probe{Name: p.Name, URL: p.URL, TCP: p.TCP, ExpectStatus: p.ExpectStatus, Insecure: p.Insecure, Interval: iv, Timeout: to}
+		dp := judge.Probe{Name: p.Name, URL: p.URL, TCP: p.TCP, ExpectStatus: p.ExpectStatus, Insecure: p.Insecure, Interval: iv, Timeout: to}
 		field, pattern := "body_regexp", p.BodyRegexp
 		if p.BodyPattern != "" {
 			if pattern != "" {
@@ -105,7 +106,7 @@ func (s Spec) checks() ([]deploybody.NodeCheck, []deploybody.Probe, error) {
 		}
 		probes = append(probes, dp)
 	}
-	if err := deploybody.ValidateChecks(checks, probes); err != nil {
+	if err := judge.ValidateChecks(checks, probes); err != nil {
 		return nil, nil, err
 	}
 	return checks, probes, nil

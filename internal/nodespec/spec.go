@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
@@ -208,12 +209,12 @@ func (s Spec) Validate() []Problem {
 		v.bad("activation", "Unknown activation", fmt.Sprintf("%q is not an activation; want one of %s (leave it out for switch)", s.Activation, activationNames()))
 	}
 	for i, u := range s.SecretChain {
-		if !deploybody.ValidUnitName(u) {
+		if !judge.ValidUnitName(u) {
 			v.bad(fmt.Sprintf("secret_chain[%d]", i), "Invalid unit name", fmt.Sprintf("%q is not a systemd unit name (want e.g. \"secrets-fetch.service\")", u))
 		}
 	}
 	for _, u := range sortedKeys(s.LoopBudgets) {
-		if n := s.LoopBudgets[u]; !deploybody.ValidUnitName(u) || n < 0 {
+		if n := s.LoopBudgets[u]; !judge.ValidUnitName(u) || n < 0 {
 			v.bad(fmt.Sprintf("loop_budgets[%q]", u), "Invalid loop budget", fmt.Sprintf("loop_budgets[%q] = %d: want a systemd unit name and a budget ≥ 0", u, n))
 		}
 	}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -25,6 +28,61 @@ func TestDeployBodyHasNoBackArrows(t *testing.T) {
 	for _, s := range r.structs {
 		if s.holdsContext {
 			t.Errorf("struct %s holds a context.Context: pass it as a parameter", s.name)
+		}
+	}
+}
+
+// The deploy body's rooms below it: judging (pure over what the node printed) and the
+// node's records (their files, scripts and formats). Each has no back-arrow and no
+// cycle between its files, holds no context in a struct, and imports neither the body
+// nor the other room: the body calls them, never the other way round.
+var deployBodyRooms = []string{"judge", "records"}
+
+func TestDeployBodyRoomsSitBelowTheBody(t *testing.T) {
+	const module = "github.com/fediversity/terraform-provider-fediversity/"
+	body := filepath.Join("..", "..", "internal", "deploybody")
+	for _, room := range deployBodyRooms {
+		dir := filepath.Join(body, room)
+		r, err := analyze(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.funcs) == 0 {
+			t.Fatalf("%s: no functions found: the measure found nothing to judge", dir)
+		}
+		for _, e := range r.edges {
+			if e.back || e.inCycle {
+				t.Errorf("%s: %s calls %s %d times: a back-arrow (files ranked %s)", room, e.from, e.to, e.refs, r.orderString())
+			}
+		}
+		for _, s := range r.structs {
+			if s.holdsContext {
+				t.Errorf("%s: struct %s holds a context.Context: pass it as a parameter", room, s.name)
+			}
+		}
+		forbidden := []string{module + "internal/deploybody"}
+		for _, other := range deployBodyRooms {
+			if other != room {
+				forbidden = append(forbidden, module+"internal/deploybody/"+other)
+			}
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		if len(files) == 0 {
+			t.Fatalf("%s: no Go files", dir)
+		}
+		for _, f := range files {
+			parsed, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, imp := range parsed.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				for _, bad := range forbidden {
+					if path == bad {
+						t.Errorf("%s imports %s: the body's rooms sit below it and beside each other", f, path)
+					}
+				}
+			}
 		}
 	}
 }

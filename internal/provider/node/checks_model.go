@@ -20,7 +20,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
@@ -57,8 +57,8 @@ func checkBlocks(change string) map[string]schema.Block {
 	}
 	name := schema.StringAttribute{Required: true, Validators: []validator.String{stringvalidator.LengthAtLeast(1)},
 		MarkdownDescription: "Name of the check, as the verdict's `checks` and `reasons` show it. Unique among the resource's checks and probes."}
-	interval := timing("Pause between two attempts", deploybody.DefaultCheckInterval)
-	timeout := timing("How long, from the end of the settle, the attempts may go on before the check fails", deploybody.DefaultCheckTimeout)
+	interval := timing("Pause between two attempts", judge.DefaultCheckInterval)
+	timeout := timing("How long, from the end of the settle, the attempts may go on before the check fails", judge.DefaultCheckTimeout)
 	exactlyOne := func(other string) validator.String {
 		return stringvalidator.ExactlyOneOf(path.MatchRelative().AtParent().AtName(other))
 	}
@@ -168,17 +168,17 @@ func (checksConfigValidator) ValidateResource(ctx context.Context, req resource.
 		}
 	}
 	// Durations and patterns have their own field validators; this checks the set.
-	var nc []deploybody.NodeCheck
+	var nc []judge.NodeCheck
 	for _, c := range checks {
-		n := deploybody.NodeCheck{Name: c.Name.ValueString()}
+		n := judge.NodeCheck{Name: c.Name.ValueString()}
 		resp.Diagnostics.Append(c.Argv.ElementsAs(ctx, &n.Argv, false)...)
 		nc = append(nc, n)
 	}
-	var np []deploybody.Probe
+	var np []judge.Probe
 	for _, p := range probes {
-		np = append(np, deploybody.Probe{Name: p.Name.ValueString(), URL: p.URL.ValueString(), TCP: p.TCP.ValueString()})
+		np = append(np, judge.Probe{Name: p.Name.ValueString(), URL: p.URL.ValueString(), TCP: p.TCP.ValueString()})
 	}
-	if err := deploybody.ValidateChecks(nc, np); err != nil {
+	if err := judge.ValidateChecks(nc, np); err != nil {
 		resp.Diagnostics.AddError("Invalid health checks", err.Error()+". Fix the check or probe block named.")
 	}
 }
@@ -209,7 +209,7 @@ func checksSchemaAttribute(doc string) schema.ListNestedAttribute {
 		}}}
 }
 
-func checksValue(results []deploybody.CheckResult) types.List {
+func checksValue(results []judge.CheckResult) types.List {
 	elems := make([]attr.Value, 0, len(results))
 	for _, c := range results {
 		ttp := types.StringNull()

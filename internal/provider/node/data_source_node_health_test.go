@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The data source reaches the node through the verdict resource's own blocks and gives
@@ -51,8 +52,8 @@ func TestNodeHealthSchemaSharesTheVerdictResourceBlocks(t *testing.T) {
 // that names the node.
 func TestNodeHealthFillNamesTheFailedUnit(t *testing.T) {
 	res := &deploybody.Result{Node: "web01", RunningSystem: "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-nixos-system-web01",
-		Verdict: &deploybody.Verdict{Strict: true, VerdictOnly: true, SystemState: "degraded", Samples: 3, Answered: 3,
-			Failed:  []deploybody.FailedUnit{{Unit: "fedi-broken.service", Result: "exit-code", Origin: deploybody.FailedBeforeSwitch}},
+		Verdict: &judge.Verdict{Strict: true, VerdictOnly: true, SystemState: "degraded", Samples: 3, Answered: 3,
+			Failed:  []judge.FailedUnit{{Unit: "fedi-broken.service", Result: "exit-code", Origin: judge.FailedBeforeSwitch}},
 			Reasons: []string{"unit fedi-broken.service failed (Result=exit-code)"}}}
 	m := nodeHealthModel{Node: types.StringValue("web01")}
 	if diags := m.fill(res); diags.HasError() {
@@ -72,7 +73,7 @@ func TestNodeHealthFillNamesTheFailedUnit(t *testing.T) {
 		t.Fatalf("judged_toplevel = %s", m.Judged)
 	}
 
-	res.Verdict = &deploybody.Verdict{Strict: true, VerdictOnly: true, OK: true, SystemState: "running", Samples: 3, Answered: 3, Failed: []deploybody.FailedUnit{}}
+	res.Verdict = &judge.Verdict{Strict: true, VerdictOnly: true, OK: true, SystemState: "running", Samples: 3, Answered: 3, Failed: []judge.FailedUnit{}}
 	m = nodeHealthModel{Node: types.StringValue("web01")}
 	m.fill(res)
 	if !m.OK.ValueBool() || m.Message.ValueString() != "" || len(m.Reasons.Elements()) != 0 {

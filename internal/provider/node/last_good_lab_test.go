@@ -19,7 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
 )
@@ -38,17 +38,17 @@ resource "fediversity_node_switch" "n" {
 
 // readLastGoodRecord is the node's record of its last good system, decoded as both
 // front ends decode it (nil: none), and what the GC root points at.
-func readLastGoodRecord(t *testing.T, node labtest.Node) (*deploybody.LastGood, string) {
+func readLastGoodRecord(t *testing.T, node labtest.Node) (*records.LastGood, string) {
 	t.Helper()
-	out := nodeExec(t, node, fmt.Sprintf("cat %s 2>/dev/null; echo; readlink %s || true", deploybody.LastGoodFile, deploybody.LastGoodRoot))
+	out := nodeExec(t, node, fmt.Sprintf("cat %s 2>/dev/null; echo; readlink %s || true", records.LastGoodFile, records.LastGoodRoot))
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	root := strings.TrimSpace(lines[len(lines)-1])
 	if len(lines) < 2 {
 		return nil, root
 	}
-	var rec deploybody.LastGood
+	var rec records.LastGood
 	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
-		t.Fatalf("%s on %s: %v\n%s", deploybody.LastGoodFile, node.Name, err, out)
+		t.Fatalf("%s on %s: %v\n%s", records.LastGoodFile, node.Name, err, out)
 	}
 	return &rec, root
 }
@@ -186,7 +186,7 @@ func TestAccNodeSwitchLastGoodChangedSinceThePlanIsRefused(t *testing.T) {
 	}
 	// Another deployer's clean deploy since the plan recorded another system.
 	rec := fmt.Sprintf(`{"version":1,"toplevel":%q,"at":%q}`, bad, time.Now().UTC().Format(time.RFC3339))
-	nodeExec(t, node, fmt.Sprintf("printf '%%s' '%s' > %s", rec, deploybody.LastGoodFile))
+	nodeExec(t, node, fmt.Sprintf("printf '%%s' '%s' > %s", rec, records.LastGoodFile))
 
 	out, code := c.Run("apply", "-no-color", "-input=false", "back.plan")
 	if code == 0 || strings.Contains(out, "inconsistent final plan") ||

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
 )
@@ -28,7 +29,7 @@ import (
 // /run/current-system and the toplevel of the node's verdict record, one a line.
 const bootDefaultScript = `cat /nix/var/nix/fediversity-boot-entry 2>/dev/null || echo; ` +
 	`readlink -e /nix/var/nix/profiles/system || echo; readlink -e /run/current-system || echo; ` +
-	`sed -n 's/.*"toplevel": *"\([^"]*\)".*/\1/p' ` + deploybody.VerdictRecordFile + ` 2>/dev/null | head -n 1; echo`
+	`sed -n 's/.*"toplevel": *"\([^"]*\)".*/\1/p' ` + records.VerdictRecordFile + ` 2>/dev/null | head -n 1; echo`
 
 // nodeBootState is one look at a node: its boot default, profile, running system and
 // the toplevel its verdict record names.
@@ -171,7 +172,7 @@ func TestAccNodeSwitchNixOSBootOrder(t *testing.T) {
 					if strings.Join(actions, " ") != "test boot" {
 						return fmt.Errorf("the detached switch-to-configuration runs were %v, want [test boot]", actions)
 					}
-					mtime := nodeExec(t, node, "stat -c %.9Y "+deploybody.VerdictRecordFile)
+					mtime := nodeExec(t, node, "stat -c %.9Y "+records.VerdictRecordFile)
 					recSecs, err := strconv.ParseFloat(strings.TrimSpace(mtime), 64)
 					if err != nil {
 						return fmt.Errorf("verdict record mtime %q: %v", mtime, err)
@@ -461,7 +462,7 @@ func (f planCheckFunc) CheckPlan(_ context.Context, req plancheck.CheckPlanReque
 // default), not from a record the stand-in installer keeps.
 const loaderStateScript = `/usr/lib/fediversity-standin/firmware default || echo; ` +
 	`readlink -e /nix/var/nix/profiles/system || echo; readlink -e /run/current-system || echo; ` +
-	`sed -n 's/.*"toplevel": *"\([^"]*\)".*/\1/p' ` + deploybody.VerdictRecordFile + ` 2>/dev/null | head -n 1; echo`
+	`sed -n 's/.*"toplevel": *"\([^"]*\)".*/\1/p' ` + records.VerdictRecordFile + ` 2>/dev/null | head -n 1; echo`
 
 // The deploy's order on each boot loader the lab's stand-in firmware has, with the lab's
 // stand-in systems (lab/closures good, then good-v2, whose switch-to-configuration keeps

@@ -1,7 +1,7 @@
 package node
 
 // fediversity_node_switch's `deploy` input: deploy the configured system, or the node's
-// last good system (deploybody.LastGoodFile), the provider's face of `fediversity
+// last good system (records.LastGoodFile), the provider's face of `fediversity
 // rollback --to last-good`. Both read and record the last good system through the same
 // engine functions (deploybody.ReadLastGood, deploybody.RecordLastGood), so they agree
 // on what it is.
@@ -28,6 +28,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
@@ -43,7 +44,7 @@ func deploySchemaAttribute() schema.StringAttribute {
 		MarkdownDescription: "Which system to deploy. `configured` (the default, also when unset): the one `toplevel` or `build` gives. " +
 			"`last-good`: the node's last good system instead, as `fediversity rollback --to last-good` does: the toplevel whose verdict was last clean " +
 			"(ok with no reason, so a lenient pass over a failed unit does not count), which every deploy with such a verdict records on the node " +
-			"(`" + deploybody.LastGoodFile + "`) and pins against garbage collection (`" + deploybody.LastGoodRoot + "`). " +
+			"(`" + records.LastGoodFile + "`) and pins against garbage collection (`" + records.LastGoodRoot + "`). " +
 			"The plan takes the node's record as the refresh before it read it and shows `toplevel` changing to that system; a node with no record fails the plan, naming it; " +
 			"the apply reads the record again and refuses, leaving the node untouched, when it changed since the plan. " +
 			"`toplevel` must then be unset (a module passes `null`), since the plan sets it; a `build` block may stay and is not built. " +
@@ -151,7 +152,7 @@ func (r *nodeSwitchResource) lastGoodAtPlan(ctx context.Context, req resource.Mo
 		switch read := privateString(ctx, req.Private, privateLastGood); read {
 		case "":
 		case "none":
-			return "", &deploybody.DeployError{Node: node, Phase: deploybody.PhaseReadLastGood, Err: deploybody.ErrNoLastGood, Hint: deploybody.NoLastGoodHint}
+			return "", &deploybody.DeployError{Node: node, Phase: deploybody.PhaseReadLastGood, Err: records.ErrNoLastGood, Hint: records.NoLastGoodHint}
 		default:
 			return read, nil
 		}
@@ -174,7 +175,7 @@ func readLastGood(ctx context.Context, node string, target kit.TransportTarget, 
 // attribute that asked for it.
 func lastGoodDiagnostic(node string, err error) diag.Diagnostic {
 	summary := fmt.Sprintf("Cannot read the last good system of %s", node)
-	if errors.Is(err, deploybody.ErrNoLastGood) {
+	if errors.Is(err, records.ErrNoLastGood) {
 		summary = fmt.Sprintf("Node %s has no last good system: it never had a clean verdict", node)
 	}
 	var de *deploybody.DeployError

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 	"github.com/fediversity/terraform-provider-fediversity/internal/transport/remote"
@@ -35,7 +36,7 @@ type nodeSystem struct {
 	booted     *deploybody.RebootFacts
 	bootedRead bool
 	// lastGood is the node's last good system ("" when it has none); lastGoodRead is
-	// false when the login could not read its record (deploybody.LastGoodReadScript).
+	// false when the login could not read its record (records.LastGoodReadScript).
 	lastGood     string
 	lastGoodRead bool
 	// pendingRestore describes an earlier run's unfinished restore of the (Incus)
@@ -50,7 +51,7 @@ type nodeSystem struct {
 // (deploybody.RebootFactsScript: what the next plan compares a new toplevel with), then
 // the record of its last good system (what a plan of `deploy = "last-good"` deploys).
 var readSystemScript = `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)" "$(readlink /nix/var/nix/profiles/system)"; ` +
-	deploybody.RebootFactsScript + "; " + deploybody.LastGoodReadScript
+	deploybody.RebootFactsScript + "; " + records.LastGoodReadScript
 
 // readNodeSystem asks the node what it runs and boots, in one round trip, and, when
 // wantRecord says so, reads its verdict record over the same connection; when
@@ -77,7 +78,7 @@ func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget
 	ns.running, ns.profile = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
 	ns.generation = profileGeneration(strings.TrimSpace(lines[2]))
 	ns.booted, ns.bootedRead = deploybody.ParseRebootFacts(lines[3])
-	ns.lastGood, ns.lastGoodRead = deploybody.ParseLastGoodLine(lines[4])
+	ns.lastGood, ns.lastGoodRead = records.ParseLastGoodLine(lines[4])
 	if res.ExitCode != 0 || ns.running == "" {
 		return nodeSystem{}, fmt.Errorf("readlink /run/current-system found no system (exit %d, %s): the node runs no NixOS system", res.ExitCode, strings.TrimSpace(string(res.Stderr)))
 	}
@@ -176,7 +177,7 @@ func adoption(ns nodeSystem, imported bool) adoptedSystem {
 func adoptRunningSystem(node string, m *nodeSwitchModel, ns nodeSystem, imported bool) (unjudged *interruptedDeploy, failed string, diags diag.Diagnostics) {
 	if ns.recordErr != nil {
 		diags.AddWarning(fmt.Sprintf("Node %s: its verdict record could not be read", node),
-			fmt.Sprintf("Reading %s failed: %v. The system the node runs is taken without a verdict, and the next plan deploys it again.", deploybody.VerdictRecordFile, ns.recordErr))
+			fmt.Sprintf("Reading %s failed: %v. The system the node runs is taken without a verdict, and the next plan deploys it again.", records.VerdictRecordFile, ns.recordErr))
 	}
 	previous := m.Toplevel.ValueString()
 	switch adoption(ns, imported) {
@@ -199,7 +200,7 @@ func adoptRunningSystem(node string, m *nodeSwitchModel, ns nodeSystem, imported
 		if !imported {
 			unjudged = &interruptedDeploy{toplevel: ns.running, why: fmt.Sprintf(
 				"Node %s runs and boots %s, but holds no verdict of it (%s names another system, or none): an apply was cut off after it set the boot entry and before it wrote its state, or the node was switched by hand.",
-				node, ns.running, deploybody.VerdictRecordFile)}
+				node, ns.running, records.VerdictRecordFile)}
 		}
 	}
 	m.Toplevel = types.StringValue(ns.running)

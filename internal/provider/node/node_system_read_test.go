@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // A node that runs and boots a system the state does not name (an apply killed between
@@ -15,11 +16,11 @@ import (
 // recorded on the node; never with the verdict of the previous system.
 func TestAdoptRunningSystemWithTheNodesVerdictRecord(t *testing.T) {
 	const old, x, other = "/nix/store/aaaa-old", "/nix/store/xxxx-new", "/nix/store/oooo-other"
-	oldVerdict, _ := verdictValue(&deploybody.Result{Verdict: &deploybody.Verdict{OK: true, Strict: true, SystemState: "running"}})
+	oldVerdict, _ := verdictValue(&deploybody.Result{Verdict: &judge.Verdict{OK: true, Strict: true, SystemState: "running"}})
 	record := func(top string, ok bool) *deploybody.VerdictRecord {
-		v := &deploybody.Verdict{OK: ok, Strict: true, SystemState: "degraded"}
+		v := &judge.Verdict{OK: ok, Strict: true, SystemState: "degraded"}
 		if !ok {
-			v.Failed = []deploybody.FailedUnit{{Unit: "web.service", Origin: deploybody.FailedNew}}
+			v.Failed = []judge.FailedUnit{{Unit: "web.service", Origin: judge.FailedNew}}
 			v.Reasons = []string{"unit web.service failed"}
 		}
 		return &deploybody.VerdictRecord{Toplevel: top, Holder: "a deploy from host h (process 1)", Result: &deploybody.Result{Toplevel: top, Verdict: v}}

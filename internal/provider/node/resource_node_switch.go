@@ -476,41 +476,67 @@ func (r *nodeSwitchResource) Read(ctx context.Context, req resource.ReadRequest,
 // recorded: the state must keep saying the node is not where the configuration wants it
 // (docs/design.md#failed-deploy). An unreachable node keeps its state and gives a warning, naming the node.
 func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, failedToplevel string, res *deploybody.Result, interrupted **interruptedDeploy) (diags diag.Diagnostics, gone error) {
-	node := m.Node.ValueString()
-	m.ID = types.StringValue(node)
+	fillSettingDefaults(m)
+	if res != nil {
+		return recordDeployResult(m, res), nil
+	}
+	settleUnreadAttributes(m)
+	imported := m.Toplevel.IsNull() || m.Toplevel.ValueString() == ""
+	ns, read, diags := r.readRunningSystem(ctx, m, failedToplevel, interrupted)
+	if !read {
+		return diags, nil
+	}
+	recordBootFacts(m, ns)
+	diags.Append(judgeRunningSystem(ctx, m, ns, failedToplevel, imported, interrupted)...)
+	return diags, nil
+}
+
+// fillSettingDefaults gives the resource's id, and the settings a state from before
+// them lacks, their values.
+func fillSettingDefaults(m *nodeSwitchModel) {
+	m.ID = types.StringValue(m.Node.ValueString())
 	if m.Strict.IsNull() || m.Strict.IsUnknown() {
 		m.Strict = types.BoolValue(true)
 	}
 	if m.Activation.IsNull() || m.Activation.IsUnknown() {
 		m.Activation = types.StringValue(string(deploybody.ActivationSwitch))
 	}
-	if res != nil {
-		if res.Toplevel != "" {
-			m.Toplevel = types.StringValue(res.Toplevel)
-		}
-		if res.RunningSystem != "" && res.Confirmed {
-			m.Toplevel = types.StringValue(res.RunningSystem)
-		}
-		if m.Toplevel.IsUnknown() {
-			m.Toplevel = types.StringNull()
-		}
-		m.Generation = types.Int64Null()
-		if res.Generation > 0 {
-			m.Generation = types.Int64Value(int64(res.Generation))
-		}
-		v, vdiags := verdictValue(res)
-		diags.Append(vdiags...)
-		m.Verdict = v
-		m.Changes = changesValue(res.Changes)
-		if m.Reboots.IsUnknown() {
-			// The plan could not know: the deploy says.
-			m.Reboots = types.StringValue("")
-			if res.Reboot != nil {
-				m.Reboots = types.StringValue(res.Reboot.Why)
-			}
-		}
-		return diags, nil
+}
+
+// recordDeployResult records what a deploy found: the toplevel the node runs (the one
+// it confirmed running over the one asked for), the generation, the verdict, the
+// changes and, when the plan could not know, why it rebooted.
+func recordDeployResult(m *nodeSwitchModel, res *deploybody.Result) (diags diag.Diagnostics) {
+	if res.Toplevel != "" {
+		m.Toplevel = types.StringValue(res.Toplevel)
 	}
+	if res.RunningSystem != "" && res.Confirmed {
+		m.Toplevel = types.StringValue(res.RunningSystem)
+	}
+	if m.Toplevel.IsUnknown() {
+		m.Toplevel = types.StringNull()
+	}
+	m.Generation = types.Int64Null()
+	if res.Generation > 0 {
+		m.Generation = types.Int64Value(int64(res.Generation))
+	}
+	v, vdiags := verdictValue(res)
+	diags.Append(vdiags...)
+	m.Verdict = v
+	m.Changes = changesValue(res.Changes)
+	if m.Reboots.IsUnknown() {
+		// The plan could not know: the deploy says.
+		m.Reboots = types.StringValue("")
+		if res.Reboot != nil {
+			m.Reboots = types.StringValue(res.Reboot.Why)
+		}
+	}
+	return diags
+}
+
+// settleUnreadAttributes gives Read's computed attributes a known value: a read
+// without a deploy learns none of them from the node.
+func settleUnreadAttributes(m *nodeSwitchModel) {
 	if m.Reboots.IsNull() || m.Reboots.IsUnknown() {
 		m.Reboots = types.StringValue("") // an imported node, or a state from before `reboots`
 	}
@@ -523,14 +549,21 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	if m.Generation.IsUnknown() {
 		m.Generation = types.Int64Null()
 	}
+}
+
+// readRunningSystem asks the node which system it runs and boots. read is false when
+// the state must be kept as it is: the transport blocks in state are incomplete, the
+// node did not answer (a restore cut off in the middle is then an unfinished deploy),
+// or it runs what an unfinished restore has not put back yet.
+func (r *nodeSwitchResource) readRunningSystem(ctx context.Context, m *nodeSwitchModel, failedToplevel string, interrupted **interruptedDeploy) (ns nodeSystem, read bool, diags diag.Diagnostics) {
+	node := m.Node.ValueString()
 	target, tdiags := kit.ResolveTarget(m.SSH, m.Incus, r.cfg)
 	if tdiags.HasError() {
 		diags.AddWarning(fmt.Sprintf("Cannot read node %s", node),
 			"The transport blocks in state are incomplete, so the running system was not read; the state is kept. "+
 				kit.SummarizeDiags(tdiags))
-		return diags, nil
+		return ns, false, diags
 	}
-	imported := m.Toplevel.IsNull() || m.Toplevel.ValueString() == ""
 	// The verdict record is read only when Read would adopt the running system.
 	wantRecord := func(ns nodeSystem) bool {
 		return ns.running == ns.profile && ns.running != m.Toplevel.ValueString() && ns.running != failedToplevel
@@ -550,15 +583,21 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
 			fmt.Sprintf("Reading which system the node runs failed: %v.\nThe state is kept unchanged, so the plan cannot show whether the node drifted. "+
 				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
-		return diags, nil
+		return ns, false, diags
 	}
 	if ns.pendingRestore != "" && interrupted != nil && !m.Toplevel.IsNull() {
 		// The instance answers, but runs what an unfinished restore has not put back yet
 		// (one cut off before its stop): the next plan deploys, whose first step
 		// finishes the restore.
 		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: fmt.Sprintf("Node %s runs %s: %s.", node, describeProfile(ns.running), ns.pendingRestore)}
-		return diags, nil
+		return ns, false, diags
 	}
+	return ns, true, diags
+}
+
+// recordBootFacts keeps, for the plan, the boot parts the node booted and the last
+// good system it records, when they were read.
+func recordBootFacts(m *nodeSwitchModel, ns nodeSystem) {
 	booted := ns.booted.String()
 	if !ns.bootedRead {
 		booted = ""
@@ -567,31 +606,31 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	if ns.lastGoodRead {
 		m.lastGood = &ns.lastGood
 	}
+}
+
+// judgeRunningSystem is the drift decision: what the node runs and boots against what
+// the state says. The state's system, an activation = "boot" system waiting for its
+// boot, and a system whose deploy failed are kept as they are; a system the node runs
+// but does not boot is an unfinished switch, never adopted; any other system the node
+// runs and boots is adopted (imported: the state named none yet).
+func judgeRunningSystem(ctx context.Context, m *nodeSwitchModel, ns nodeSystem, failedToplevel string, imported bool, interrupted **interruptedDeploy) (diags diag.Diagnostics) {
+	node := m.Node.ValueString()
 	running, profile := ns.running, ns.profile
-	if running == m.Toplevel.ValueString() {
-		return diags, nil
-	}
-	if m.Activation.ValueString() == string(deploybody.ActivationBoot) && profile == m.Toplevel.ValueString() {
+	switch {
+	case running == m.Toplevel.ValueString():
+		return diags
+	case m.Activation.ValueString() == string(deploybody.ActivationBoot) && profile == m.Toplevel.ValueString():
 		// activation = "boot": the node runs its previous system until its next boot,
 		// into the recorded one its boot entry names. Not drift, not an unfinished deploy.
-		return diags, nil
-	}
-	if running == failedToplevel {
+		return diags
+	case running == failedToplevel:
 		diags.AddWarning(fmt.Sprintf("Node %s runs a system whose deploy failed", node),
 			fmt.Sprintf("The node runs %s, which the last apply switched to but judged failed. The state keeps %s, so the next apply deploys and judges it again.",
 				running, m.Toplevel.ValueString()))
-		return diags, nil
-	}
-	if profile != running {
-		// The node runs a system its boot entry does not point at: a deploy that was cut
-		// off after its switch started, never a finished change. It is not adopted.
-		if interrupted != nil {
-			*interrupted = &interruptedDeploy{toplevel: running, why: fmt.Sprintf(
-				"Node %s runs %s, but its system profile (what it boots) points at %s: the switch to %s was not finished. Either a deploy was interrupted after its switch started (the CLI or the provider was stopped, a time limit ran out, the connection was lost), or someone switched it by hand without setting the profile (nixos-rebuild test).",
-				node, running, describeProfile(profile), running)}
-		}
-		tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": node, "running": running, "profile": profile})
-		return diags, nil
+		return diags
+	case profile != running:
+		noteUnfinishedSwitch(ctx, node, running, profile, interrupted)
+		return diags
 	}
 	if !imported {
 		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": node, "state": m.Toplevel.ValueString(), "running": running})
@@ -606,7 +645,19 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 	if interrupted != nil && failed != "" {
 		*interrupted = &interruptedDeploy{toplevel: failed, failed: true}
 	}
-	return diags, nil
+	return diags
+}
+
+// noteUnfinishedSwitch records a node that runs a system its boot entry does not point
+// at: a deploy that was cut off after its switch started, never a finished change. It
+// is not adopted.
+func noteUnfinishedSwitch(ctx context.Context, node, running, profile string, interrupted **interruptedDeploy) {
+	if interrupted != nil {
+		*interrupted = &interruptedDeploy{toplevel: running, why: fmt.Sprintf(
+			"Node %s runs %s, but its system profile (what it boots) points at %s: the switch to %s was not finished. Either a deploy was interrupted after its switch started (the CLI or the provider was stopped, a time limit ran out, the connection was lost), or someone switched it by hand without setting the profile (nixos-rebuild test).",
+			node, running, describeProfile(profile), running)}
+	}
+	tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": node, "running": running, "profile": profile})
 }
 
 // interruptedDeploy is a deploy Read found cut off: the node runs toplevel, its boot

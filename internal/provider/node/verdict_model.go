@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // The structured verdict shared by fediversity_node_switch and fediversity_verdict.
@@ -173,7 +174,7 @@ func listOrNull(names []string, unread bool) types.List {
 	return types.ListValueMust(types.StringType, vals)
 }
 
-func spawnNames(fs []deploybody.SpawnFault) []string {
+func spawnNames(fs []judge.SpawnFault) []string {
 	out := make([]string, 0, len(fs))
 	for _, f := range fs {
 		if f.Status == 0 {
@@ -197,9 +198,9 @@ func verdictValue(r *deploybody.Result) (types.Object, diag.Diagnostics) {
 	for _, f := range v.Failed {
 		failed = append(failed, f.Unit)
 		switch f.Origin {
-		case deploybody.FailedBeforeSwitch:
+		case judge.FailedBeforeSwitch:
 			failedOld = append(failedOld, f.Unit)
-		case deploybody.FailedNew:
+		case judge.FailedNew:
 			failedNew = append(failedNew, f.Unit)
 		}
 	}
@@ -267,7 +268,7 @@ func verdictValue(r *deploybody.Result) (types.Object, diag.Diagnostics) {
 
 // verdictUnitNames lists every unit the verdict names in a class that fails or warns,
 // for diagnostics ("fedi-broken.service (failed, new)").
-func verdictUnitNames(v *deploybody.Verdict) []string {
+func verdictUnitNames(v *judge.Verdict) []string {
 	if v == nil {
 		return nil
 	}
@@ -312,7 +313,7 @@ func verdictDiagnostic(node string, r *deploybody.Result, runErr error, lenientH
 		detail.WriteString("\n\nThe node was powering off or rebooting during the watch: find what asked it to (a unit or the activation of the new system, " +
 			"or someone else; `journalctl -b -1` on the node once it is back) before applying again; " + deploybody.BootEntryAfterFailedVerdict(r.Reboot) + ".")
 		diags.AddError(verdictSummary(node, v), strings.TrimSpace(detail.String()))
-	case runErr != nil && !v.OK && len(units) == 0 && len(deploybody.FailedChecks(v)) > 0:
+	case runErr != nil && !v.OK && len(units) == 0 && len(judge.FailedChecks(v)) > 0:
 		detail.WriteString("\n\nThe units are up but the checks named above failed: run them by hand to see why, fix the service and apply again; " +
 			deploybody.BootEntryAfterFailedVerdict(r.Reboot) + ". " + lenientHint)
 		diags.AddError(verdictSummary(node, v), strings.TrimSpace(detail.String()))
@@ -327,20 +328,20 @@ func verdictDiagnostic(node string, r *deploybody.Result, runErr error, lenientH
 }
 
 // verdictReasons is the verdict's reasons as one sentence naming the node.
-func verdictReasons(node string, v *deploybody.Verdict) string {
+func verdictReasons(node string, v *judge.Verdict) string {
 	return fmt.Sprintf("Node %s: %s.", node, strings.Join(v.Reasons, "; "))
 }
 
 // verdictMessage is a verdict that gives reasons in one line, summary first (""
 // when it gives none): what an operator reads in a warning or a check's message.
-func verdictMessage(node string, v *deploybody.Verdict) string {
+func verdictMessage(node string, v *judge.Verdict) string {
 	if len(v.Reasons) == 0 {
 		return ""
 	}
 	return verdictSummary(node, v) + ". " + verdictReasons(node, v)
 }
 
-func verdictSummary(node string, v *deploybody.Verdict) string {
+func verdictSummary(node string, v *judge.Verdict) string {
 	switch {
 	case v.Unreachable:
 		return fmt.Sprintf("Node %s is unreachable", node)
@@ -356,8 +357,8 @@ func verdictSummary(node string, v *deploybody.Verdict) string {
 		return fmt.Sprintf("Unit %s never spawned on %s (closure fault)", v.NeverSpawnedClosure[0].Unit, node)
 	case len(v.Unread) > 0:
 		return fmt.Sprintf("Unit states of %s are unread", node)
-	case len(deploybody.FailedChecks(v)) > 0:
-		return fmt.Sprintf("Check %s failed on %s", strings.Join(deploybody.FailedChecks(v), ", "), node)
+	case len(judge.FailedChecks(v)) > 0:
+		return fmt.Sprintf("Check %s failed on %s", strings.Join(judge.FailedChecks(v), ", "), node)
 	default:
 		for _, l := range v.RestartLoops {
 			if l.PastBudget {

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
@@ -19,18 +20,18 @@ func TestVerdictValueNamesEveryClass(t *testing.T) {
 		Toplevel: "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nixos-system", SwitchExitCode: 4, Confirmed: true,
 		Phases: []deploybody.PhaseTiming{{Name: deploybody.PhaseSwitch, Duration: 1500 * time.Millisecond}, {Name: deploybody.PhaseWatch, Duration: 4 * time.Second}},
 		Report: "fedi-broken.service failed",
-		Verdict: &deploybody.Verdict{
+		Verdict: &judge.Verdict{
 			Strict: true, SystemState: "degraded", Samples: 4, Answered: 4,
-			Failed: []deploybody.FailedUnit{
-				{Unit: "fedi-broken.service", Result: "exit-code", Origin: deploybody.FailedNew},
-				{Unit: "fedi-old.service", Result: "exit-code", Origin: deploybody.FailedBeforeSwitch},
+			Failed: []judge.FailedUnit{
+				{Unit: "fedi-broken.service", Result: "exit-code", Origin: judge.FailedNew},
+				{Unit: "fedi-old.service", Result: "exit-code", Origin: judge.FailedBeforeSwitch},
 			},
 			SetAside:            []string{"outsider.service"},
-			RestartLoops:        []deploybody.LoopingUnit{{Unit: "fedi-loop.service", NRestarts: 5, Budget: 2, PastBudget: true}},
+			RestartLoops:        []judge.LoopingUnit{{Unit: "fedi-loop.service", NRestarts: 5, Budget: 2, PastBudget: true}},
 			Cycling:             []string{},
-			StaleJobs:           []deploybody.StaleJob{{Unit: "slow.service", JobID: 7, Age: 90 * time.Second}},
-			NeverSpawnedClosure: []deploybody.SpawnFault{{Unit: "fedi-missing.service", Status: 203, Reason: "EXEC"}},
-			NeverSpawnedHost:    []deploybody.SpawnFault{{Unit: "fedi-rt.service", Status: 214, Reason: "SETSCHEDULER"}},
+			StaleJobs:           []judge.StaleJob{{Unit: "slow.service", JobID: 7, Age: 90 * time.Second}},
+			NeverSpawnedClosure: []judge.SpawnFault{{Unit: "fedi-missing.service", Status: 203, Reason: "EXEC"}},
+			NeverSpawnedHost:    []judge.SpawnFault{{Unit: "fedi-rt.service", Status: 214, Reason: "SETSCHEDULER"}},
 			SkippedOnCondition:  []string{"fedi-skipped.service"},
 			Reasons:             []string{"unit fedi-broken.service failed"},
 		},
@@ -75,7 +76,7 @@ func TestVerdictValueNamesEveryClass(t *testing.T) {
 func TestVerdictValueUnreadIsNotEmpty(t *testing.T) {
 	res := &deploybody.Result{
 		Phases: []deploybody.PhaseTiming{{Name: deploybody.PhaseSwitch, Note: deploybody.PhaseSwitch}},
-		Verdict: &deploybody.Verdict{
+		Verdict: &judge.Verdict{
 			VerdictOnly: true, SystemState: "unread",
 			Unread: []string{"unit states: Failed to connect to bus: No such file or directory"},
 		},
@@ -105,7 +106,7 @@ func TestVerdictValueVerdictOnlyAndNil(t *testing.T) {
 	}
 	res := &deploybody.Result{
 		Phases:  []deploybody.PhaseTiming{{Name: deploybody.PhaseSwitch, Note: "skipped: verdict-only pass builds, copies and switches nothing"}},
-		Verdict: &deploybody.Verdict{VerdictOnly: true, OK: true, SystemState: "running"},
+		Verdict: &judge.Verdict{VerdictOnly: true, OK: true, SystemState: "running"},
 	}
 	obj, _ = verdictValue(res)
 	if got := obj.Attributes()["switch_result"].String(); got != `"not-run"` {
@@ -117,9 +118,9 @@ func TestVerdictValueVerdictOnlyAndNil(t *testing.T) {
 }
 
 func TestVerdictDiagnostic(t *testing.T) {
-	failed := &deploybody.Result{Verdict: &deploybody.Verdict{
+	failed := &deploybody.Result{Verdict: &judge.Verdict{
 		Strict:  true,
-		Failed:  []deploybody.FailedUnit{{Unit: "fedi-broken.service", Origin: deploybody.FailedNew}},
+		Failed:  []judge.FailedUnit{{Unit: "fedi-broken.service", Origin: judge.FailedNew}},
 		Reasons: []string{"unit fedi-broken.service failed"},
 	}}
 	err := &deploybody.DeployError{Node: "fedi-n1", Phase: deploybody.PhaseVerdict, Err: errors.New("1 unit failed")}
@@ -135,7 +136,7 @@ func TestVerdictDiagnostic(t *testing.T) {
 		t.Fatalf("lenient: %v", d)
 	}
 	// A clean verdict says nothing.
-	if d := verdictDiagnostic("fedi-n1", &deploybody.Result{Verdict: &deploybody.Verdict{OK: true}}, nil, ""); len(d) != 0 {
+	if d := verdictDiagnostic("fedi-n1", &deploybody.Result{Verdict: &judge.Verdict{OK: true}}, nil, ""); len(d) != 0 {
 		t.Fatalf("clean: %v", d)
 	}
 }
@@ -175,7 +176,7 @@ func TestSchemasAreValid(t *testing.T) {
 
 func TestNeedsDeploy(t *testing.T) {
 	top := "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nixos-system-a"
-	verdict, _ := verdictValue(&deploybody.Result{Verdict: &deploybody.Verdict{OK: true}})
+	verdict, _ := verdictValue(&deploybody.Result{Verdict: &judge.Verdict{OK: true}})
 	state := nodeSwitchModel{Toplevel: types.StringValue(top), Strict: types.BoolValue(true), Verdict: verdict,
 		SSH: &kit.SSHBlockModel{Host: types.StringValue("h")}, SecretChain: types.ListNull(types.StringType), LoopBudgets: types.MapNull(types.Int64Type)}
 	same := state

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
 )
@@ -67,7 +67,7 @@ func TestAccNodeSwitchAdoptsWithTheNodesVerdictRecord(t *testing.T) {
 
 	// The same cut, and the record lost (or never written): planned again.
 	cutBeforeStateWrite(good)
-	nodeExec(t, node, "rm -f "+deploybody.VerdictRecordFile)
+	nodeExec(t, node, "rm -f "+records.VerdictRecordFile)
 	planOut, actions = c.PlanActions(addr)
 	flat = strings.Join(strings.Fields(planOut), " ")
 	if strings.Join(actions, ",") != "update" || !strings.Contains(flat, "holds no verdict of it") {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 )
 
@@ -308,7 +309,7 @@ func mayBeUnreachable(res *deploybody.Result, runErr error) bool {
 
 // answeredToTheEnd tells whether a verdict's node answered every sample and never said
 // it was shutting down.
-func answeredToTheEnd(v *deploybody.Verdict) bool {
+func answeredToTheEnd(v *judge.Verdict) bool {
 	return !v.Unreachable && !v.ShuttingDown && v.Answered == v.Samples
 }
 

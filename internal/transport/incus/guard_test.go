@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/incusapi"
 )
 
@@ -22,10 +23,10 @@ func TestUnreachableAfterSwitch(t *testing.T) {
 	}{
 		{"unreachable before switch", &deploybody.Result{Phases: notSwitched}, unreach, false},
 		{"unreachable after switch", &deploybody.Result{Phases: switched}, unreach, true},
-		{"verdict says unreachable", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Unreachable: true}}, failedUnit, true},
+		{"verdict says unreachable", &deploybody.Result{Phases: switched, Verdict: &judge.Verdict{Unreachable: true}}, failedUnit, true},
 		// A failed unit keeps its new boot entry; it is never restored (docs/design.md#phases).
-		{"failed unit", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, failedUnit, false},
-		{"success", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{OK: true}}, nil, false},
+		{"failed unit", &deploybody.Result{Phases: switched, Verdict: &judge.Verdict{Failed: []judge.FailedUnit{{Unit: "a.service"}}}}, failedUnit, false},
+		{"success", &deploybody.Result{Phases: switched, Verdict: &judge.Verdict{OK: true}}, nil, false},
 		{"nil", nil, unreach, false},
 	}
 	for _, c := range cases {
@@ -47,14 +48,14 @@ func TestMayBeUnreachable(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{"failed unit", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, verdictErr, false},
-		{"failed unit, every sample answered", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Samples: 6, Answered: 6, Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, verdictErr, false},
+		{"failed unit", &deploybody.Result{Phases: switched, Verdict: &judge.Verdict{Failed: []judge.FailedUnit{{Unit: "a.service"}}}}, verdictErr, false},
+		{"failed unit, every sample answered", &deploybody.Result{Phases: switched, Verdict: &judge.Verdict{Samples: 6, Answered: 6, Failed: []judge.FailedUnit{{Unit: "a.service"}}}}, verdictErr, false},
 		// A node that powers itself off answers for a while on a busy host (seen in CI:
 		// the verdict named the units the shutdown stopped, and the node was not restored).
-		{"shutting down, every sample answered", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Samples: 6, Answered: 6, ShuttingDown: true, Failed: []deploybody.FailedUnit{{Unit: "a.service"}}}}, verdictErr, true},
-		{"gone after the first samples", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{Samples: 6, Answered: 2, SystemState: "unread"}}, verdictErr, true},
+		{"shutting down, every sample answered", &deploybody.Result{Phases: switched, Verdict: &judge.Verdict{Samples: 6, Answered: 6, ShuttingDown: true, Failed: []judge.FailedUnit{{Unit: "a.service"}}}}, verdictErr, true},
+		{"gone after the first samples", &deploybody.Result{Phases: switched, Verdict: &judge.Verdict{Samples: 6, Answered: 2, SystemState: "unread"}}, verdictErr, true},
 		{"error after the switch", &deploybody.Result{Phases: switched}, watchErr, true},
-		{"no error", &deploybody.Result{Phases: switched, Verdict: &deploybody.Verdict{OK: true}}, nil, false},
+		{"no error", &deploybody.Result{Phases: switched, Verdict: &judge.Verdict{OK: true}}, nil, false},
 		{"error before the switch", &deploybody.Result{}, watchErr, false},
 		{"skipped switch (verdict-only)", &deploybody.Result{Phases: []deploybody.PhaseTiming{{Name: deploybody.PhaseSwitch, Note: "skipped: verdict-only"}}}, watchErr, false},
 	}

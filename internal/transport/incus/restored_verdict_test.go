@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 )
 
 // What a restore's error says of the restored system: ok, failing with the verdict's
@@ -19,9 +20,9 @@ func TestRestoredVerdictText(t *testing.T) {
 		want []string
 		not  string
 	}{
-		{"ok", &deploybody.Result{Verdict: &deploybody.Verdict{OK: true, SystemState: "running"}}, nil, []string{top, "judged after the restore: ok (system running)"}, "failing"},
-		{"failing", &deploybody.Result{Verdict: &deploybody.Verdict{OK: false, Reasons: []string{"unit db.service failed (exit 1)"}}}, errors.New("verdict"), []string{"failing: unit db.service failed (exit 1)"}, ": ok"},
-		{"warnings", &deploybody.Result{Verdict: &deploybody.Verdict{OK: true, Reasons: []string{"unit x.service failed"}}}, nil, []string{"ok, with warnings: unit x.service failed"}, "failing"},
+		{"ok", &deploybody.Result{Verdict: &judge.Verdict{OK: true, SystemState: "running"}}, nil, []string{top, "judged after the restore: ok (system running)"}, "failing"},
+		{"failing", &deploybody.Result{Verdict: &judge.Verdict{OK: false, Reasons: []string{"unit db.service failed (exit 1)"}}}, errors.New("verdict"), []string{"failing: unit db.service failed (exit 1)"}, ": ok"},
+		{"warnings", &deploybody.Result{Verdict: &judge.Verdict{OK: true, Reasons: []string{"unit x.service failed"}}}, nil, []string{"ok, with warnings: unit x.service failed"}, "failing"},
 		{"not judged", nil, errors.New("node did not answer"), []string{"could not be judged after the restore: node did not answer"}, ": ok"},
 	}
 	for _, c := range cases {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
@@ -27,7 +28,7 @@ import (
 // does so through the guard, which answers what had happened.
 
 // RevertUnitPrefix names the transient units of armed reverts.
-const RevertUnitPrefix = deploybody.RevertUnitPrefix
+const RevertUnitPrefix = records.RevertUnitPrefix
 
 // revertScript is the armed revert unit. $1 the guard's file, $2 the unit, $3 the
 // switch's result prefix, $4 seconds to wait at most for the switch to end, $5 confirm
@@ -41,7 +42,7 @@ const RevertUnitPrefix = deploybody.RevertUnitPrefix
 // the command's name, in its state and in the unit's journal, never armed in silence.
 const revertScript = `PATH="$6/sw/bin:/run/current-system/sw/bin:/nix/var/nix/profiles/default/bin:$PATH"; export PATH; ` +
 	`g=$1 u=$2 prev=$6; ` +
-	`for c in sleep readlink nix-env ` + deploybody.RevertGuardTools + `; do command -v "$c" >/dev/null 2>&1 || ` +
+	`for c in sleep readlink nix-env ` + records.RevertGuardTools + `; do command -v "$c" >/dev/null 2>&1 || ` +
 	`{ why="the revert cannot run on this node: $c is not on its PATH ($PATH)"; echo "$why" >&2; echo "broken $why" >` + ResultDir + `/"$u.state"; exit 127; }; done; ` +
 	`i=0; while [ ! -e "$3.rc" ] && [ "$i" -lt "$4" ]; do sleep 1; i=$((i + 1)); done; ` +
 	`sleep "$5"; ` +
@@ -79,7 +80,7 @@ func armedArgv(arm *deploybody.RevertArm, prefix string, waitSecs int64, switchA
 		return nil, errors.New("revert: the confirm window must be at least a second")
 	}
 	argv := []string{"/bin/sh", "-c", revertStart, "sh", arm.Unit, prefix,
-		strconv.FormatInt(waitSecs, 10), strconv.FormatInt(confirm, 10), arm.Previous, arm.Guarded, arm.Token, deploybody.RevertGuardScript}
+		strconv.FormatInt(waitSecs, 10), strconv.FormatInt(confirm, 10), arm.Previous, arm.Guarded, arm.Token, records.RevertGuardScript}
 	return append(argv, switchArgv...), nil
 }
 

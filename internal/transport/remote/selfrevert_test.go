@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
 // revertUnitBench runs the armed revert unit's script (revertScript) and the guard it
@@ -40,14 +40,14 @@ func newRevertUnitBench(t *testing.T) *revertUnitBench {
 	must(os.Symlink(b.guarded, filepath.Join(dir, "current-system")))
 	must(os.Symlink(b.guarded, filepath.Join(dir, "system")))
 	moved := strings.NewReplacer(
-		deploybody.LockFile, filepath.Join(b.results, "node.lock"),
+		records.LockFile, filepath.Join(b.results, "node.lock"),
 		ResultDir, b.results,
 		"/run/current-system", filepath.Join(dir, "current-system"),
 		SystemProfile, filepath.Join(dir, "system"),
 	)
 	b.script = moved.Replace(revertScript)
 	b.guard = filepath.Join(b.results, "fediversity-revert-t.sh")
-	write(t, b.guard, moved.Replace(deploybody.RevertGuardScript))
+	write(t, b.guard, moved.Replace(records.RevertGuardScript))
 	return b
 }
 
@@ -84,7 +84,7 @@ func (b *revertUnitBench) run(t *testing.T) (int, string, string) {
 // PATH, exited 0 at once and left the revert "armed" for the next login to disarm.
 func TestRevertUnitRunsWithNixOSUnitPath(t *testing.T) {
 	b := newRevertUnitBench(t)
-	for _, tool := range append([]string{"sleep", "sh"}, strings.Fields(deploybody.RevertGuardTools)...) {
+	for _, tool := range append([]string{"sleep", "sh"}, strings.Fields(records.RevertGuardTools)...) {
 		if _, err := os.Lstat(filepath.Join(b.prev, "sw/bin", tool)); tool == "systemctl" || err == nil {
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 )
 
@@ -339,15 +340,15 @@ func Resolve(ctx context.Context, r Runner, link string) (string, error) {
 }
 
 // afterBootScript runs once the boot entry's `boot` succeeded: it releases the default
-// entry a one-shot reboot pinned (deploybody.ReleaseBootPin, exit 12), releases the
+// entry a one-shot reboot pinned (records.ReleaseBootPin, exit 12), releases the
 // pushed closure's GC root now that the system profile holds it ($2, the toplevel:
 // only when the root still points at it) and prints where the profile $1 points.
-var afterBootScript = deploybody.ReleaseBootPin + `; ` + deploybody.ReleasePushedRootScript + `; readlink "$1"`
+var afterBootScript = records.ReleaseBootPin + `; ` + deploybody.ReleasePushedRootScript + `; readlink "$1"`
 
 // FinalizeBoot points the system profile at toplevel (a new generation only when it
 // points elsewhere) and runs `<toplevel>/bin/switch-to-configuration boot` detached,
 // like the switch (in the round trip that sets the profile), then releases the default
-// entry a one-shot reboot pinned (deploybody.ReleaseBootPin) and the pushed closure's
+// entry a one-shot reboot pinned (records.ReleaseBootPin) and the pushed closure's
 // GC root: the boot loader's default is then toplevel. A `boot` that exits non-zero is
 // a *deploybody.SwitchExitError, so the body can tell its exit codes apart. It
 // returns the profile's generation afterwards.
@@ -374,7 +375,7 @@ func FinalizeBoot(ctx context.Context, r Runner, toplevel string, limit time.Dur
 	case err != nil:
 		return 0, fmt.Errorf("finalize boot entry: %w", err)
 	case code == 12:
-		return 0, fmt.Errorf("finalize boot entry: releasing the default boot entry pinned for a one-shot boot (%s): bootctl set-default failed: %s", deploybody.BootPinFile, msg)
+		return 0, fmt.Errorf("finalize boot entry: releasing the default boot entry pinned for a one-shot boot (%s): bootctl set-default failed: %s", records.BootPinFile, msg)
 	case MissingTool(code, msg) != "":
 		return 0, fmt.Errorf("finalize boot entry: %s (%s)", LacksTool(MissingTool(code, msg)), msg)
 	case code != 0:
@@ -439,8 +440,8 @@ func RevertBoot(ctx context.Context, r Runner, running string, limit time.Durati
 	if err != nil {
 		return fmt.Errorf("revert boot entry: %s boot: %w", path.Base(running), err)
 	}
-	if _, err := runSys(ctx, r, nil, "/bin/sh", "-c", deploybody.ReleaseBootPin); err != nil {
-		return fmt.Errorf("revert boot entry: releasing the default boot entry pinned for a one-shot boot (%s): %w", deploybody.BootPinFile, err)
+	if _, err := runSys(ctx, r, nil, "/bin/sh", "-c", records.ReleaseBootPin); err != nil {
+		return fmt.Errorf("revert boot entry: releasing the default boot entry pinned for a one-shot boot (%s): %w", records.BootPinFile, err)
 	}
 	log.printf("boot entry reverted to %s (generation %d; -1: new generation)", running, best)
 	return nil

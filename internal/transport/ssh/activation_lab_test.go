@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
@@ -165,11 +166,11 @@ func powerOn(t *testing.T, n labtest.Node, verb string) {
 }
 
 // efiVars is what the stand-in boot loader holds: LoaderEntryOneShot, LoaderEntryDefault
-// and the deploy's pin (deploybody.BootPinFile), "-" for each that is absent.
+// and the deploy's pin (records.BootPinFile), "-" for each that is absent.
 func efiVars(t *testing.T, n labtest.Node) string {
 	t.Helper()
 	return strings.TrimSpace(labtest.Incus(t, "exec", n.Instance, "--", "sh", "-c",
-		"for f in /var/lib/fediversity-standin-efi/LoaderEntryOneShot /var/lib/fediversity-standin-efi/LoaderEntryDefault "+deploybody.BootPinFile+
+		"for f in /var/lib/fediversity-standin-efi/LoaderEntryOneShot /var/lib/fediversity-standin-efi/LoaderEntryDefault "+records.BootPinFile+
 			"; do cat $f 2>/dev/null || echo -; done | tr '\\n' ' '"))
 }
 

@@ -1,4 +1,4 @@
-package deploybody
+package judge
 
 import (
 	"bufio"
@@ -18,21 +18,21 @@ func ValidUnitName(name string) bool {
 	return len(name) <= 255 && unitNamePattern.MatchString(name)
 }
 
-// isTemplate reports whether name is a template ("foo@.service").
-func isTemplate(name string) bool { return strings.Contains(name, "@.") }
+// IsTemplate reports whether name is a template ("foo@.service").
+func IsTemplate(name string) bool { return strings.Contains(name, "@.") }
 
-// templateOf returns the template of an instance ("foo@bar.service" → "foo@.service").
-func templateOf(name string) (string, bool) {
+// TemplateOf returns the template of an instance ("foo@bar.service" → "foo@.service").
+func TemplateOf(name string) (string, bool) {
 	at := strings.IndexByte(name, '@')
 	dot := strings.LastIndexByte(name, '.')
-	if at < 0 || dot < at || isTemplate(name) {
+	if at < 0 || dot < at || IsTemplate(name) {
 		return "", false
 	}
 	return name[:at+1] + name[dot:], true
 }
 
-// showProperties are read from `systemctl show` for every unit the verdict looks at.
-var showProperties = []string{
+// ShowProperties are read from `systemctl show` for every unit the verdict looks at.
+var ShowProperties = []string{
 	"Id", "LoadState", "ActiveState", "SubState", "Result", "NRestarts",
 	"ExecMainCode", "ExecMainStatus", "ExecMainStartTimestampMonotonic",
 	"ConditionResult", "ConditionTimestampMonotonic", "InvocationID", "FragmentPath",
@@ -95,9 +95,9 @@ func parseShowBlocks(out string) ([]map[string]string, error) {
 	return blocks, nil
 }
 
-// parseShow turns `systemctl show` output into unit states. Blocks whose Id is not a
+// ParseShow turns `systemctl show` output into unit states. Blocks whose Id is not a
 // valid unit name are returned in rejected and not used.
-func parseShow(out string) (units []UnitState, rejected []string, err error) {
+func ParseShow(out string) (units []UnitState, rejected []string, err error) {
 	blocks, err := parseShowBlocks(out)
 	if err != nil {
 		return nil, nil, err
@@ -153,9 +153,9 @@ type Job struct {
 	State string // waiting, running
 }
 
-// parseListJobs reads `systemctl list-jobs --no-legend --no-pager` (columns JOB UNIT
+// ParseListJobs reads `systemctl list-jobs --no-legend --no-pager` (columns JOB UNIT
 // TYPE STATE). Lines naming an invalid unit are returned in rejected.
-func parseListJobs(out string) (jobs []Job, rejected []string, err error) {
+func ParseListJobs(out string) (jobs []Job, rejected []string, err error) {
 	for i, line := range strings.Split(out, "\n") {
 		fields := strings.Fields(line)
 		if len(fields) == 0 {
@@ -180,9 +180,9 @@ func parseListJobs(out string) (jobs []Job, rejected []string, err error) {
 	return jobs, rejected, nil
 }
 
-// parseUnitList reads the first column of `systemctl list-units --no-legend --plain`.
+// ParseUnitList reads the first column of `systemctl list-units --no-legend --plain`.
 // A leading status bullet (printed without --plain) is skipped.
-func parseUnitList(out string) (units []string, rejected []string) {
+func ParseUnitList(out string) (units []string, rejected []string) {
 	for _, line := range strings.Split(out, "\n") {
 		fields := strings.Fields(line)
 		if len(fields) == 0 {
@@ -201,17 +201,7 @@ func parseUnitList(out string) (units []string, rejected []string) {
 	return units, rejected
 }
 
-// unreadReason says why a systemctl command's output cannot be used, or "" when it
-// can. Any non-zero exit of show/list-units/list-jobs means systemd did not answer
-// (typically "Failed to connect to bus").
-func unreadReason(res RunResult) string {
-	if res.ExitCode == 0 {
-		return ""
-	}
-	return firstLine(string(res.Stderr), fmt.Sprintf("systemctl exited %d", res.ExitCode))
-}
-
-func firstLine(s, fallback string) string {
+func FirstLine(s, fallback string) string {
 	for _, line := range strings.Split(s, "\n") {
 		if line = strings.TrimSpace(line); line != "" {
 			if len(line) > 200 {

@@ -1,4 +1,4 @@
-package deploybody
+package judge
 
 import (
 	"reflect"
@@ -53,7 +53,7 @@ Result=success
 `
 
 func TestParseShow(t *testing.T) {
-	units, rejected, err := parseShow(realShowOutput)
+	units, rejected, err := ParseShow(realShowOutput)
 	if err != nil || len(rejected) != 0 {
 		t.Fatalf("err=%v rejected=%v", err, rejected)
 	}
@@ -68,7 +68,7 @@ func TestParseShow(t *testing.T) {
 		{ID: "multi-user.target", LoadState: "loaded", ActiveState: "active", SubState: "active", Result: "success"},
 	}
 	if !reflect.DeepEqual(units, want) {
-		t.Fatalf("parseShow =\n%+v\nwant\n%+v", units, want)
+		t.Fatalf("ParseShow =\n%+v\nwant\n%+v", units, want)
 	}
 }
 
@@ -89,7 +89,7 @@ func TestParseShowEdges(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			units, rejected, err := parseShow(tc.in)
+			units, rejected, err := ParseShow(tc.in)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v", err)
 			}
@@ -106,7 +106,7 @@ func TestParseShowEdges(t *testing.T) {
 
 func TestParseListJobs(t *testing.T) {
 	out := "1234 nginx.service start running\n1240 foo@bar.service start waiting\n\n1299 bad;name.service stop waiting\n"
-	jobs, rejected, err := parseListJobs(out)
+	jobs, rejected, err := ParseListJobs(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,11 +114,11 @@ func TestParseListJobs(t *testing.T) {
 	if !reflect.DeepEqual(jobs, want) || !reflect.DeepEqual(rejected, []string{"bad;name.service"}) {
 		t.Fatalf("jobs=%+v rejected=%v", jobs, rejected)
 	}
-	if jobs, _, err := parseListJobs("No jobs running.\n"); err != nil || len(jobs) != 0 {
+	if jobs, _, err := ParseListJobs("No jobs running.\n"); err != nil || len(jobs) != 0 {
 		t.Fatalf("no jobs: %v %v", jobs, err)
 	}
 	for _, bad := range []string{"12 a.service start\n", "x a.service start running\n", "-1 a.service start running\n"} {
-		if _, _, err := parseListJobs(bad); err == nil {
+		if _, _, err := ParseListJobs(bad); err == nil {
 			t.Errorf("%q parsed without error", bad)
 		}
 	}
@@ -126,7 +126,7 @@ func TestParseListJobs(t *testing.T) {
 
 func TestParseUnitList(t *testing.T) {
 	out := "web.service loaded failed failed Web server\n● db.service loaded failed failed DB\n-.mount loaded failed failed Root\n`x`.service loaded failed failed evil\n"
-	units, rejected := parseUnitList(out)
+	units, rejected := ParseUnitList(out)
 	if !reflect.DeepEqual(units, []string{"web.service", "db.service", "-.mount"}) || !reflect.DeepEqual(rejected, []string{"`x`.service"}) {
 		t.Fatalf("units=%v rejected=%v", units, rejected)
 	}
@@ -147,23 +147,11 @@ func TestValidUnitName(t *testing.T) {
 			t.Errorf("%q accepted", n)
 		}
 	}
-	if tmpl, ok := templateOf("getty@tty1.service"); !ok || tmpl != "getty@.service" {
-		t.Errorf("templateOf = %q %v", tmpl, ok)
+	if tmpl, ok := TemplateOf("getty@tty1.service"); !ok || tmpl != "getty@.service" {
+		t.Errorf("TemplateOf = %q %v", tmpl, ok)
 	}
-	if _, ok := templateOf("getty@.service"); ok {
+	if _, ok := TemplateOf("getty@.service"); ok {
 		t.Error("a template has no template")
-	}
-}
-
-func TestUnreadReason(t *testing.T) {
-	if r := unreadReason(RunResult{ExitCode: 1, Stderr: []byte("\nFailed to connect to bus: No such file or directory\n")}); r != "Failed to connect to bus: No such file or directory" {
-		t.Fatalf("reason = %q", r)
-	}
-	if r := unreadReason(RunResult{ExitCode: 1}); r != "systemctl exited 1" {
-		t.Fatalf("reason = %q", r)
-	}
-	if r := unreadReason(RunResult{}); r != "" {
-		t.Fatalf("reason = %q", r)
 	}
 }
 
@@ -178,7 +166,7 @@ func FuzzParseShow(f *testing.F) {
 	f.Add("=\n")
 	f.Add("Id=a.service\nno equals sign\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		units, _, err := parseShow(in)
+		units, _, err := ParseShow(in)
 		if err != nil && units != nil {
 			t.Fatal("units returned with an error")
 		}
@@ -215,7 +203,7 @@ func FuzzParseListJobs(f *testing.F) {
 	f.Add("99999999999999999999 a.service start running\n")
 	f.Add("7 ;reboot;.service start running\n")
 	f.Fuzz(func(t *testing.T, in string) {
-		jobs, _, err := parseListJobs(in)
+		jobs, _, err := ParseListJobs(in)
 		if err != nil && jobs != nil {
 			t.Fatal("jobs returned with an error")
 		}
@@ -231,7 +219,7 @@ func FuzzParseUnitList(f *testing.F) {
 	f.Add("web.service loaded failed failed Web\n● db.service loaded failed failed DB\n")
 	f.Add("● \n")
 	f.Fuzz(func(t *testing.T, in string) {
-		units, _ := parseUnitList(in)
+		units, _ := ParseUnitList(in)
 		for _, u := range units {
 			if !ValidUnitName(u) {
 				t.Fatalf("invalid unit %q", u)

@@ -1,4 +1,4 @@
-package deploybody
+package judge
 
 import (
 	"fmt"
@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// sample is one look at the node during the watch. A nil map or list means "not read";
+// Sample is one look at the node during the watch. A nil map or list means "not read";
 // its *Unread field then says why.
-type sample struct {
+type Sample struct {
 	At           time.Time
 	Answered     bool
 	Units        map[string]UnitState
@@ -24,16 +24,16 @@ type sample struct {
 	SystemStateUnread string
 }
 
-// classifyInput is everything classification needs; classify is pure so tables can
+// ClassifyInput is everything classification needs; Classify is pure so tables can
 // test it.
-type classifyInput struct {
-	Samples []sample
+type ClassifyInput struct {
+	Samples []Sample
 	// Window is how many trailing samples count as "now" for StillLooping (0: all).
 	Window int
 	// Owns reports whether the deployed configuration defines a unit.
 	Owns func(unit string) bool
 	// SkippedInJournal are units whose last start the node's journal reports as
-	// "skipped because of an unmet condition check" (see skippedOnCondition).
+	// "skipped because of an unmet condition check" (see SkippedOnCondition).
 	SkippedInJournal map[string]bool
 	// FailedBefore is the set of units failed at the snapshot; nil when the snapshot
 	// could not be read.
@@ -53,9 +53,9 @@ type classifyInput struct {
 // FailedOriginUnknown marks a failed unit when the snapshot could not be read.
 const FailedOriginUnknown FailureOrigin = "unknown (snapshot unread)"
 
-// classify sorts the observed units into the verdict classes (docs/design.md#verdict-classes). It does not decide
-// whether the run fails: decide does. Each class has its own piece below.
-func classify(in classifyInput) *Verdict {
+// Classify sorts the observed units into the verdict classes (docs/design.md#verdict-classes). It does not decide
+// whether the run fails: Decide does. Each class has its own piece below.
+func Classify(in ClassifyInput) *Verdict {
 	v := &Verdict{Strict: in.Strict, VerdictOnly: in.VerdictOnly, Samples: len(in.Samples), Restarted: in.Restarted}
 	answered := answeredSamples(in.Samples)
 	v.Answered = len(answered)
@@ -65,7 +65,7 @@ func classify(in classifyInput) *Verdict {
 		return v
 	}
 	v.SystemState = in.SystemState
-	v.ShuttingDown = in.SystemState == systemStopping || stoppingSamples(answered) > 0
+	v.ShuttingDown = in.SystemState == SystemStopping || stoppingSamples(answered) > 0
 	if in.SystemStateError != "" {
 		v.SystemState = "unread"
 		v.Unread = append(v.Unread, "system state: "+in.SystemStateError)
@@ -102,22 +102,22 @@ func classify(in classifyInput) *Verdict {
 	return v
 }
 
-// systemStopping is what `systemctl is-system-running` says while the node shuts down.
-const systemStopping = "stopping"
+// SystemStopping is what `systemctl is-system-running` says while the node shuts down.
+const SystemStopping = "stopping"
 
 // stoppingSamples counts the answered samples in which systemd said it was stopping.
-func stoppingSamples(answered []sample) int {
+func stoppingSamples(answered []Sample) int {
 	n := 0
 	for _, s := range answered {
-		if s.SystemState == systemStopping {
+		if s.SystemState == SystemStopping {
 			n++
 		}
 	}
 	return n
 }
 
-func answeredSamples(samples []sample) []sample {
-	var answered []sample
+func answeredSamples(samples []Sample) []Sample {
+	var answered []Sample
 	for _, s := range samples {
 		if s.Answered {
 			answered = append(answered, s)
@@ -138,7 +138,7 @@ type observations struct {
 	unitsUnread, failedUnread, jobsUnread string
 }
 
-func observe(answered []sample) observations {
+func observe(answered []Sample) observations {
 	o := observations{states: map[string][]UnitState{}}
 	for _, s := range answered {
 		if s.Units != nil {
@@ -179,7 +179,7 @@ func (o observations) unread() []string {
 }
 
 // recentStates are each unit's states in the last window samples (all when window is 0).
-func recentStates(answered []sample, window int) map[string][]UnitState {
+func recentStates(answered []Sample, window int) map[string][]UnitState {
 	recent := map[string][]UnitState{}
 	for i, s := range answered {
 		if window > 0 && i < len(answered)-window {
@@ -229,20 +229,20 @@ func classifyNeverSpawned(v *Verdict, last UnitState, owned bool) bool {
 
 // classifyLastState names a unit by its last state: failed (owned), set aside (failed,
 // not owned) or skipped on a condition.
-func classifyLastState(v *Verdict, in classifyInput, name string, last UnitState, owned bool, setAside map[string]bool) {
+func classifyLastState(v *Verdict, in ClassifyInput, name string, last UnitState, owned bool, setAside map[string]bool) {
 	switch {
 	case last.ActiveState == "failed" && owned:
 		v.Failed = append(v.Failed, FailedUnit{Unit: name, Result: last.Result, Origin: failureOrigin(in.FailedBefore, name)})
 	case last.ActiveState == "failed":
 		setAside[name] = true
-	case skippedOnCondition(last, in.SkippedInJournal[name]):
+	case SkippedOnCondition(last, in.SkippedInJournal[name]):
 		v.SkippedOnCondition = append(v.SkippedOnCondition, name)
 	}
 }
 
 // classifyUnshownFailed judges a unit in the failed list that no sample showed by
 // ownership alone.
-func classifyUnshownFailed(v *Verdict, in classifyInput, obs observations, setAside map[string]bool) {
+func classifyUnshownFailed(v *Verdict, in ClassifyInput, obs observations, setAside map[string]bool) {
 	for _, name := range obs.lastFailed {
 		if _, shown := obs.states[name]; shown {
 			continue
@@ -350,20 +350,20 @@ func spawnFault(s UnitState) (fault SpawnFault, host bool, ok bool) {
 	return SpawnFault{}, false, false
 }
 
-// decide is the one place that says whether a verdict fails the run. reasons are the
+// Decide is the one place that says whether a verdict fails the run. reasons are the
 // findings that count against the node; fails is true when they fail the run: in
 // strict mode any reason does, in lenient mode only an unreachable node does (the
 // reasons then become warnings). Set-aside units, host faults, cycling units, stale
 // jobs, condition skips and (outside verdict-only, or within budget) restart loops are
 // named but never fail.
-func decide(v *Verdict) (reasons []string, fails bool) {
+func Decide(v *Verdict) (reasons []string, fails bool) {
 	if v.Unreachable {
 		return []string{fmt.Sprintf("the node answered none of the %d samples: unreachable", v.Samples)}, true
 	}
 	if v.ShuttingDown {
 		// First, and failing in lenient mode too: whatever else the samples saw, the
 		// node was going down, and the units it stopped were stopped by the shutdown.
-		reasons = append(reasons, fmt.Sprintf("the node was shutting down (systemd said %q; %d of %d samples answered): a poweroff or reboot began during the watch", systemStopping, v.Answered, v.Samples))
+		reasons = append(reasons, fmt.Sprintf("the node was shutting down (systemd said %q; %d of %d samples answered): a poweroff or reboot began during the watch", SystemStopping, v.Answered, v.Samples))
 	}
 	if len(v.ActivationFailed) > 0 {
 		reasons = append(reasons, "the activation script failed (switch-to-configuration exit 2), though the node runs the new system: "+strings.Join(v.ActivationFailed, "; "))
@@ -411,9 +411,9 @@ func describeFailure(f FailedUnit, verdictOnly bool) string {
 	return strings.Join(parts, ", ")
 }
 
-// loopersWithinBudget are units still looping whose budget is not used up: their
+// LoopersWithinBudget are units still looping whose budget is not used up: their
 // verdict is delayed (verdict-only mode), never dropped.
-func loopersWithinBudget(v *Verdict) []string {
+func LoopersWithinBudget(v *Verdict) []string {
 	var names []string
 	for _, l := range v.RestartLoops {
 		if l.StillLooping && !l.PastBudget {
@@ -423,9 +423,9 @@ func loopersWithinBudget(v *Verdict) []string {
 	return names
 }
 
-// renderReport writes the verdict for an operator. An unread class says "unread",
+// RenderReport writes the verdict for an operator. An unread class says "unread",
 // never "none".
-func renderReport(node string, v *Verdict) string {
+func RenderReport(node string, v *Verdict) string {
 	var b strings.Builder
 	mode := "strict"
 	if !v.Strict {
@@ -446,7 +446,7 @@ func renderReport(node string, v *Verdict) string {
 		b.WriteString("FAILED")
 	}
 	fmt.Fprintf(&b, "; system state %s; %d/%d samples answered\n", v.SystemState, v.Answered, v.Samples)
-	if v.Activation != "" && v.Activation != activationNote(ActivationSwitch, nil) {
+	if v.Activation != "" && v.Activation != ActivationSwitched {
 		fmt.Fprintf(&b, "  %-22s %s\n", "activation:", v.Activation)
 	}
 	line := func(label string, read bool, items []string) {
@@ -497,22 +497,22 @@ func renderReport(node string, v *Verdict) string {
 	return b.String()
 }
 
-// skippedOnCondition tells a unit whose start was skipped because a Condition…= was
+// SkippedOnCondition tells a unit whose start was skipped because a Condition…= was
 // false. systemd reports ConditionResult=no also for units whose conditions were never
 // checked, so it takes one more fact: either the check has a timestamp, or the node's
 // journal says the last start was skipped on a condition. The journal is needed because
 // systemd (252, as on the lab nodes) garbage-collects a skipped unit: when it is shown
 // again every timestamp is 0 and it looks exactly like a unit that was never started.
-func skippedOnCondition(st UnitState, journalSaysSkipped bool) bool {
+func SkippedOnCondition(st UnitState, journalSaysSkipped bool) bool {
 	if st.ConditionResult != "no" || st.ActiveState == "failed" {
 		return false
 	}
 	return st.ConditionTimestampMono > 0 || (journalSaysSkipped && st.InvocationID == "")
 }
 
-// mayBeForgottenSkip is a unit whose state cannot tell "skipped on a condition" from
+// MayBeForgottenSkip is a unit whose state cannot tell "skipped on a condition" from
 // "never started": the journal must decide.
-func mayBeForgottenSkip(st UnitState) bool {
+func MayBeForgottenSkip(st UnitState) bool {
 	return st.ConditionResult == "no" && st.ConditionTimestampMono == 0 &&
 		st.ActiveState == "inactive" && st.InvocationID == ""
 }
@@ -520,10 +520,10 @@ func mayBeForgottenSkip(st UnitState) bool {
 // journalSkipMarker is what systemd logs when a start is skipped on a condition.
 const journalSkipMarker = "skipped because of an unmet condition check"
 
-// lastStartSkipped reads `journalctl -o cat -u <unit>` output and reports whether the
+// LastStartSkipped reads `journalctl -o cat -u <unit>` output and reports whether the
 // unit's most recent start attempt was skipped on a condition (a later "Starting"/
 // "Started"/"Failed" line means it was not).
-func lastStartSkipped(journal string) bool {
+func LastStartSkipped(journal string) bool {
 	lines := strings.Split(strings.TrimSpace(journal), "\n")
 	for i := len(lines) - 1; i >= 0; i-- {
 		l := lines[i]
@@ -546,4 +546,15 @@ func describeBudget(b int) string {
 		return "no loop budget set"
 	}
 	return fmt.Sprintf("loop budget %d", b)
+}
+
+// sortedKeys lists a set's members sorted; an empty set gives an empty list, not nil
+// (a verdict's read-but-empty list says "none").
+func sortedKeys(set map[string]bool) []string {
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -1,4 +1,4 @@
-package deploybody
+package judge
 
 import (
 	"reflect"
@@ -28,17 +28,17 @@ func withCondition(result string, ts uint64) func(*UnitState) {
 }
 
 // samplesOf makes answered samples, one per argument, each holding the given states.
-func samplesOf(failed []string, perSample ...[]UnitState) []sample {
+func samplesOf(failed []string, perSample ...[]UnitState) []Sample {
 	if failed == nil {
 		failed = []string{} // read, and empty
 	}
-	var out []sample
+	var out []Sample
 	for i, states := range perSample {
 		m := map[string]UnitState{}
 		for _, s := range states {
 			m[s.ID] = s
 		}
-		out = append(out, sample{At: time.Unix(int64(i*2), 0), Answered: true, Units: m, Failed: failed, Jobs: []Job{}})
+		out = append(out, Sample{At: time.Unix(int64(i*2), 0), Answered: true, Units: m, Failed: failed, Jobs: []Job{}})
 	}
 	return out
 }
@@ -46,7 +46,13 @@ func samplesOf(failed []string, perSample ...[]UnitState) []sample {
 func TestClassify(t *testing.T) {
 	owned := map[string]bool{"web.service": true, "db.service": true, "app.service": true, "rt.service": true,
 		"sock.service": true, "fb.service": true, "idle.service": true, "getty@.service": true}
-	owns := func(u string) bool { return (&closureUnits{owned: owned}).owns(u) }
+	owns := func(u string) bool {
+		if owned[u] {
+			return true
+		}
+		tmpl, ok := TemplateOf(u)
+		return ok && owned[tmpl]
+	}
 	type want struct {
 		failed, setAside, loops, cycling, closure, host, skipped []string
 		origins                                                  map[string]FailureOrigin
@@ -54,7 +60,7 @@ func TestClassify(t *testing.T) {
 	}
 	cases := []struct {
 		name         string
-		samples      []sample
+		samples      []Sample
 		failedBefore map[string]bool
 		budgets      map[string]int
 		verdictOnly  bool
@@ -191,7 +197,7 @@ func TestClassify(t *testing.T) {
 			if failedBefore == nil && !strings.Contains(tc.name, "snapshot unread") {
 				failedBefore = map[string]bool{}
 			}
-			v := classify(classifyInput{
+			v := Classify(ClassifyInput{
 				Samples: tc.samples, Owns: owns, FailedBefore: failedBefore,
 				Budget: func(u string) int { return tc.budgets[u] }, StaleJob: time.Minute,
 				Now: time.Unix(100, 0), Strict: true, VerdictOnly: tc.verdictOnly,
@@ -205,12 +211,12 @@ func TestClassify(t *testing.T) {
 					t.Errorf("%s = %v, want %v", what, got, want)
 				}
 			}
-			check("failed", failedNames(v.Failed), tc.want.failed)
+			check("failed", FailedNames(v.Failed), tc.want.failed)
 			check("set aside", v.SetAside, tc.want.setAside)
-			check("loops", loopNames(v.RestartLoops), tc.want.loops)
+			check("loops", LoopNames(v.RestartLoops), tc.want.loops)
 			check("cycling", v.Cycling, tc.want.cycling)
-			check("closure faults", spawnNames(v.NeverSpawnedClosure), tc.want.closure)
-			check("host faults", spawnNames(v.NeverSpawnedHost), tc.want.host)
+			check("closure faults", SpawnNames(v.NeverSpawnedClosure), tc.want.closure)
+			check("host faults", SpawnNames(v.NeverSpawnedHost), tc.want.host)
 			check("skipped", v.SkippedOnCondition, tc.want.skipped)
 			for _, f := range v.Failed {
 				if tc.want.origins[f.Unit] != f.Origin {
@@ -232,27 +238,27 @@ func TestClassify(t *testing.T) {
 func TestClassifyUnreadAndUnreachable(t *testing.T) {
 	owns := func(string) bool { return true }
 	budget := func(string) int { return 0 }
-	unanswered := []sample{{}, {}, {}}
-	v := classify(classifyInput{Samples: unanswered, Owns: owns, Budget: budget})
+	unanswered := []Sample{{}, {}, {}}
+	v := Classify(ClassifyInput{Samples: unanswered, Owns: owns, Budget: budget})
 	if !v.Unreachable || v.Samples != 3 || v.Answered != 0 || v.SystemState != "unreachable" {
 		t.Fatalf("unreachable verdict = %+v", v)
 	}
 
-	severed := []sample{{Answered: true, UnitsUnread: "Failed to connect to bus", FailedUnread: "Failed to connect to bus", JobsUnread: "Failed to connect to bus"}}
-	v = classify(classifyInput{Samples: severed, Owns: owns, Budget: budget, FailedBefore: map[string]bool{}})
+	severed := []Sample{{Answered: true, UnitsUnread: "Failed to connect to bus", FailedUnread: "Failed to connect to bus", JobsUnread: "Failed to connect to bus"}}
+	v = Classify(ClassifyInput{Samples: severed, Owns: owns, Budget: budget, FailedBefore: map[string]bool{}})
 	if v.Unreachable || len(v.Unread) != 3 || v.Failed != nil || v.SetAside != nil || v.StaleJobs != nil || v.SkippedOnCondition != nil {
 		t.Fatalf("unread verdict = %+v", v)
 	}
 
 	readEmpty := samplesOf([]string{}, []UnitState{})
-	v = classify(classifyInput{Samples: readEmpty, Owns: owns, Budget: budget, FailedBefore: map[string]bool{}})
+	v = Classify(ClassifyInput{Samples: readEmpty, Owns: owns, Budget: budget, FailedBefore: map[string]bool{}})
 	if v.Failed == nil || v.SetAside == nil || v.StaleJobs == nil || len(v.Unread) != 0 {
 		t.Fatalf("read-but-empty lists must be empty, not nil: %+v", v)
 	}
 
 	// One answered sample is enough to read the node.
-	mixed := append([]sample{{}}, samplesOf([]string{}, []UnitState{})...)
-	v = classify(classifyInput{Samples: mixed, Owns: owns, Budget: budget, FailedBefore: map[string]bool{}})
+	mixed := append([]Sample{{}}, samplesOf([]string{}, []UnitState{})...)
+	v = Classify(ClassifyInput{Samples: mixed, Owns: owns, Budget: budget, FailedBefore: map[string]bool{}})
 	if v.Unreachable || v.Answered != 1 || v.Samples != 2 {
 		t.Fatalf("partially answered verdict = %+v", v)
 	}
@@ -262,7 +268,7 @@ func TestClassifyStaleJobs(t *testing.T) {
 	s := samplesOf(nil, []UnitState{})
 	s[0].Jobs = []Job{{ID: 7, Unit: "slow.service", Type: "start", State: "running"}, {ID: 8, Unit: "old.service", Type: "stop", State: "waiting"}, {ID: 9, Unit: "fresh.service", Type: "start", State: "waiting"}}
 	now := time.Unix(1000, 0)
-	v := classify(classifyInput{
+	v := Classify(ClassifyInput{
 		Samples: s, Owns: func(string) bool { return true }, Budget: func(string) int { return 0 },
 		JobFirstSeen: map[int]time.Time{7: now.Add(-61 * time.Second), 8: now.Add(-time.Hour), 9: now.Add(-time.Second)},
 		StaleJob:     time.Minute, Now: now, FailedBefore: map[string]bool{},
@@ -309,7 +315,7 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			reasons, fails := decide(&tc.v)
+			reasons, fails := Decide(&tc.v)
 			if fails != tc.wantFails {
 				t.Fatalf("fails = %v, want %v (reasons %v)", fails, tc.wantFails, reasons)
 			}
@@ -354,21 +360,21 @@ func TestSpawnStatusTable(t *testing.T) {
 // a unit never started. The journal decides, and a later start overrides an old skip.
 func TestSkippedOnConditionWithoutTimestamp(t *testing.T) {
 	st := UnitState{ID: "fedi-skipped.service", ActiveState: "inactive", SubState: "dead", ConditionResult: "no"}
-	if !mayBeForgottenSkip(st) {
+	if !MayBeForgottenSkip(st) {
 		t.Fatal("a forgotten unit must be looked up in the journal")
 	}
-	if !skippedOnCondition(st, true) {
+	if !SkippedOnCondition(st, true) {
 		t.Error("journal says skipped: want skipped")
 	}
-	if skippedOnCondition(st, false) {
+	if SkippedOnCondition(st, false) {
 		t.Error("no journal evidence: a unit never started is not skipped on a condition")
 	}
 	st.InvocationID = "abc"
-	if skippedOnCondition(st, true) {
+	if SkippedOnCondition(st, true) {
 		t.Error("a unit that was invoked was not skipped")
 	}
 	st.InvocationID, st.ConditionTimestampMono = "", 42
-	if !skippedOnCondition(st, false) || mayBeForgottenSkip(st) {
+	if !SkippedOnCondition(st, false) || MayBeForgottenSkip(st) {
 		t.Error("a checked condition with a timestamp is skipped without the journal")
 	}
 	for journal, want := range map[string]bool{
@@ -378,8 +384,8 @@ func TestSkippedOnConditionWithoutTimestamp(t *testing.T) {
 		"-- No entries --": false,
 		"":                 false,
 	} {
-		if got := lastStartSkipped(journal); got != want {
-			t.Errorf("lastStartSkipped(%q) = %v, want %v", journal, got, want)
+		if got := LastStartSkipped(journal); got != want {
+			t.Errorf("LastStartSkipped(%q) = %v, want %v", journal, got, want)
 		}
 	}
 }

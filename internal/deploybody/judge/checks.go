@@ -1,4 +1,4 @@
-package deploybody
+package judge
 
 import (
 	"bytes"
@@ -119,8 +119,8 @@ func ValidateChecks(checks []NodeCheck, probes []Probe) error {
 	return nil
 }
 
-// pendingCheck is one check or probe and its progress in this run.
-type pendingCheck struct {
+// PendingCheck is one check or probe and its progress in this run.
+type PendingCheck struct {
 	node     *NodeCheck
 	probe    *Probe
 	interval time.Duration
@@ -130,35 +130,43 @@ type pendingCheck struct {
 	result   CheckResult
 }
 
-// checkRun schedules a run's checks and probes.
-type checkRun struct {
-	started bool
-	start   time.Time
-	items   []*pendingCheck
+// CheckAnswer is the node's answer to one attempt of a node check (the fields of a
+// transport's command result, so one converts to the other).
+type CheckAnswer struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
 }
 
-func newCheckRun(o Options) *checkRun {
-	c := &checkRun{}
+// CheckRun schedules a run's checks and probes.
+type CheckRun struct {
+	started bool
+	start   time.Time
+	items   []*PendingCheck
+}
+
+func NewCheckRun(checks []NodeCheck, probes []Probe) *CheckRun {
+	c := &CheckRun{}
 	pick := func(v, def time.Duration) time.Duration {
 		if v <= 0 {
 			return def
 		}
 		return v
 	}
-	for i := range o.Checks {
-		nc := &o.Checks[i]
-		c.items = append(c.items, &pendingCheck{node: nc, interval: pick(nc.Interval, DefaultCheckInterval), timeout: pick(nc.Timeout, DefaultCheckTimeout),
+	for i := range checks {
+		nc := &checks[i]
+		c.items = append(c.items, &PendingCheck{node: nc, interval: pick(nc.Interval, DefaultCheckInterval), timeout: pick(nc.Timeout, DefaultCheckTimeout),
 			result: CheckResult{Name: nc.Name, Kind: CheckKindNode}})
 	}
-	for i := range o.Probes {
-		p := &o.Probes[i]
-		c.items = append(c.items, &pendingCheck{probe: p, interval: pick(p.Interval, DefaultCheckInterval), timeout: pick(p.Timeout, DefaultCheckTimeout),
+	for i := range probes {
+		p := &probes[i]
+		c.items = append(c.items, &PendingCheck{probe: p, interval: pick(p.Interval, DefaultCheckInterval), timeout: pick(p.Timeout, DefaultCheckTimeout),
 			result: CheckResult{Name: p.Name, Kind: CheckKindProbe}})
 	}
 	return c
 }
 
-func (c *checkRun) begin(now time.Time) {
+func (c *CheckRun) Begin(now time.Time) {
 	if c.started {
 		return
 	}
@@ -168,10 +176,10 @@ func (c *checkRun) begin(now time.Time) {
 	}
 }
 
-// due lists the checks whose next attempt has come. A check gets at least one attempt,
+// Due lists the checks whose next attempt has come. A check gets at least one attempt,
 // and none after its timeout.
-func (c *checkRun) due(now time.Time) []*pendingCheck {
-	var out []*pendingCheck
+func (c *CheckRun) Due(now time.Time) []*PendingCheck {
+	var out []*PendingCheck
 	for _, it := range c.items {
 		if it.done || now.Before(it.next) {
 			continue
@@ -185,9 +193,9 @@ func (c *checkRun) due(now time.Time) []*pendingCheck {
 	return out
 }
 
-// nextDue is the earliest next attempt of a check still in play; ok is false when
+// NextDue is the earliest next attempt of a check still in play; ok is false when
 // every check is done.
-func (c *checkRun) nextDue(now time.Time) (at time.Time, ok bool) {
+func (c *CheckRun) NextDue(now time.Time) (at time.Time, ok bool) {
 	for _, it := range c.items {
 		if it.done {
 			continue
@@ -203,7 +211,7 @@ func (c *checkRun) nextDue(now time.Time) (at time.Time, ok bool) {
 	return at, ok
 }
 
-func (c *checkRun) record(it *pendingCheck, at time.Time, passed bool, output string) {
+func (c *CheckRun) record(it *PendingCheck, at time.Time, passed bool, output string) {
 	it.result.Attempts++
 	it.result.Output = tailOutput(output)
 	it.next = at.Add(it.interval)
@@ -213,7 +221,7 @@ func (c *checkRun) record(it *pendingCheck, at time.Time, passed bool, output st
 	}
 }
 
-func (c *checkRun) results() []CheckResult {
+func (c *CheckRun) Results() []CheckResult {
 	if len(c.items) == 0 {
 		return nil
 	}
@@ -224,8 +232,8 @@ func (c *checkRun) results() []CheckResult {
 	return out
 }
 
-// nodeCommands splits the due checks into node commands (to batch) and probes.
-func nodeCommands(due []*pendingCheck) (cmds [][]string, nodes, probes []*pendingCheck) {
+// NodeCommands splits the due checks into node commands (to batch) and probes.
+func NodeCommands(due []*PendingCheck) (cmds [][]string, nodes, probes []*PendingCheck) {
 	for _, it := range due {
 		if it.node != nil {
 			cmds = append(cmds, boundedCheckArgv(it))
@@ -240,13 +248,13 @@ func nodeCommands(due []*pendingCheck) (cmds [][]string, nodes, probes []*pendin
 // boundedCheckArgv bounds one attempt of a node check by the check's timeout, so a
 // command that hangs cannot hold the watch sample it rides with (coreutils timeout
 // exits 124 when it fires).
-func boundedCheckArgv(it *pendingCheck) []string {
+func boundedCheckArgv(it *PendingCheck) []string {
 	secs := int((it.timeout + time.Second - 1) / time.Second)
 	return append([]string{"timeout", "-k", "2", fmt.Sprintf("%ds", secs)}, it.node.Argv...)
 }
 
-// recordNodeAnswers records the answers to the node checks of a batch.
-func (c *checkRun) recordNodeAnswers(nodes []*pendingCheck, answers []RunResult, at time.Time) {
+// RecordNodeAnswers records the answers to the node checks of a batch.
+func (c *CheckRun) RecordNodeAnswers(nodes []*PendingCheck, answers []CheckAnswer, at time.Time) {
 	for i, it := range nodes {
 		res := answers[i]
 		out := strings.TrimSpace(string(res.Stdout) + "\n" + string(res.Stderr))
@@ -259,8 +267,8 @@ func (c *checkRun) recordNodeAnswers(nodes []*pendingCheck, answers []RunResult,
 	}
 }
 
-// runProbes runs the due probes from the deployer.
-func (c *checkRun) runProbes(ctx context.Context, probes []*pendingCheck, at time.Time) {
+// RunProbes runs the due probes from the deployer.
+func (c *CheckRun) RunProbes(ctx context.Context, probes []*PendingCheck, at time.Time) {
 	for _, it := range probes {
 		limit := min(it.interval, probeAttemptCap)
 		if limit < time.Second {
@@ -408,7 +416,7 @@ func checkReasons(checks []CheckResult, unitsFine bool) []string {
 		if c.Kind == CheckKindProbe {
 			what = "probe"
 		}
-		reason := fmt.Sprintf("%s %s failed after %d attempts (%s)", what, c.Name, c.Attempts, firstLine(c.Output, "no output"))
+		reason := fmt.Sprintf("%s %s failed after %d attempts (%s)", what, c.Name, c.Attempts, FirstLine(c.Output, "no output"))
 		if unitsFine {
 			reason += "; every unit is fine, so this check is the cause"
 		}
@@ -432,8 +440,8 @@ func FailedChecks(v *Verdict) []string {
 	return out
 }
 
-// renderChecks writes the checks for the report.
-func renderChecks(checks []CheckResult) string {
+// RenderChecks writes the checks for the report.
+func RenderChecks(checks []CheckResult) string {
 	if len(checks) == 0 {
 		return ""
 	}
@@ -446,9 +454,23 @@ func renderChecks(checks []CheckResult) string {
 		}
 		fmt.Fprintf(&b, "    %s (%s): %s, %d attempts", c.Name, c.Kind, state, c.Attempts)
 		if !c.OK && c.Output != "" {
-			fmt.Fprintf(&b, ": %s", firstLine(c.Output, ""))
+			fmt.Fprintf(&b, ": %s", FirstLine(c.Output, ""))
 		}
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// None reports whether the run has no checks or probes at all.
+func (c *CheckRun) None() bool { return len(c.items) == 0 }
+
+// FailUnansweredNodeChecks ends every node check still in play as failed with why: the
+// node stopped answering, so it owes them.
+func (c *CheckRun) FailUnansweredNodeChecks(at time.Time, why string) {
+	for _, it := range c.items {
+		if !it.done && it.node != nil {
+			c.record(it, at, false, why)
+			it.done = true
+		}
+	}
 }
