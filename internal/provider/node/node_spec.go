@@ -30,12 +30,17 @@ type nodeArgs struct {
 	timings    *kit.TimingsModel
 	checks     []checkBlockModel
 	probes     []probeBlockModel
+	// toplevel and build are fediversity_node_switch's system to deploy (null and nil
+	// elsewhere, and when it deploys the node's last good system, which is not built).
+	toplevel types.String
+	build    *kit.BuildModel
 }
 
 // Spec decodes the arguments (the framework's values) into the node spec.
 func (a nodeArgs) spec(ctx context.Context) (nodespec.Spec, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	s := nodespec.Spec{Node: a.node, SSH: a.ssh.Spec(), Incus: a.incus.Spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString()}
+	s := nodespec.Spec{Node: a.node, SSH: a.ssh.Spec(), Incus: a.incus.Spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString(),
+		Toplevel: a.toplevel.ValueString(), Build: a.build.Spec()}
 	if !a.chain.IsNull() && !a.chain.IsUnknown() {
 		diags.Append(a.chain.ElementsAs(ctx, &s.SecretChain, false)...)
 	}
@@ -57,9 +62,9 @@ func (a nodeArgs) spec(ctx context.Context) (nodespec.Spec, diag.Diagnostics) {
 }
 
 // nodeOptions decodes, validates (once, nodespec.Spec.Validate) and resolves a node
-// resource's arguments: the target (when a transport block is given) and the body's
-// options, with the provider's timings as defaults and its logger.
-func nodeOptions(ctx context.Context, cfg *kit.Config, a nodeArgs) (kit.TransportTarget, deploybody.Options, diag.Diagnostics) {
+// resource's arguments: the whole spec, the target (when a transport block is given)
+// and the body's options, with the provider's timings as defaults and its logger.
+func nodeOptions(ctx context.Context, cfg *kit.Config, a nodeArgs) (nodespec.Spec, kit.TransportTarget, deploybody.Options, diag.Diagnostics) {
 	spec, diags := a.spec(ctx)
 	diags.Append(kit.SpecDiagnostics(spec.Validate())...)
 	var target kit.TransportTarget
@@ -74,7 +79,7 @@ func nodeOptions(ctx context.Context, cfg *kit.Config, a nodeArgs) (kit.Transpor
 	}
 	o := spec.Options(def)
 	o.Logger = tflogLogger(a.node)
-	return target, o, diags
+	return spec, target, o, diags
 }
 
 // tflogLogger sends the body's progress of node to tflog.
