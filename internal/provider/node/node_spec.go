@@ -8,6 +8,8 @@ import (
 	"context"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -98,4 +100,49 @@ func tflogLogger(node string) deploybody.Logger {
 			tflog.Info(ctx, message, f)
 		}
 	})
+}
+
+// specConfigValidator reports fediversity_node_switch's settings at plan time in the
+// words the command's roster gets for the same settings: the configuration decoded into
+// one whole node spec and validated once (nodespec.Spec.Validate), its problems of
+// values known now (kit.KnownSpecDiagnostics); the apply validates the whole spec
+// again. The checks' problems are checksConfigValidator's at plan time.
+type specConfigValidator struct{}
+
+var _ resource.ConfigValidator = specConfigValidator{}
+
+func (specConfigValidator) Description(context.Context) string {
+	return "the node's settings make a valid node spec"
+}
+
+func (v specConfigValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+
+func (specConfigValidator) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m nodeSwitchModel
+	if req.Config.Get(ctx, &m).HasError() {
+		return // a block or list not known yet: the apply validates the whole spec
+	}
+	a := switchArgs(m)
+	for block, drop := range map[string]func(){
+		"ssh": func() { a.ssh = nil }, "incus": func() { a.incus = nil },
+		"snapshot": func() { a.snapshot = nil }, "build": func() { a.build = nil },
+	} {
+		var o types.Object
+		if req.Config.GetAttribute(ctx, path.Root(block), &o).HasError() || !blockGiven(o) {
+			drop()
+		}
+	}
+	spec, diags := a.spec(ctx)
+	if diags.HasError() {
+		return
+	}
+	var problems []nodespec.Problem
+	for _, p := range spec.Validate() {
+		if p.Field != "checks" {
+			problems = append(problems, p)
+		}
+	}
+	resp.Diagnostics.Append(kit.KnownSpecDiagnostics(ctx, req.Config, problems)...)
 }

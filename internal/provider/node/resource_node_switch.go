@@ -137,7 +137,6 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "A prebuilt system toplevel (`/nix/store/…`) to deploy; conflicts with `build`. " +
 					"After apply: the toplevel the node runs. When the node runs another system (an out-of-band switch), " +
 					"the next plan shows this attribute changing back. " + redeploys,
-				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("build")), kit.StorePathValidator{}},
 			},
 			"deploy": deploySchemaAttribute(),
 			"strict": schema.BoolAttribute{
@@ -215,9 +214,10 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 
 func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	return []resource.ConfigValidator{
-		// "Neither" is refused at plan time (requireTransport): see there why.
-		atMostOneTransport,
-		snapshotNeedsIncus,
+		// "Neither" is refused at plan time (requireTransport): see there why. Both
+		// transports, a snapshot over SSH, toplevel with build and a toplevel that is
+		// not a store path are the node spec's (specConfigValidator).
+		specConfigValidator{},
 		checksConfigValidator{},
 	}
 }
