@@ -31,7 +31,7 @@ type nodeRun struct {
 	run noderun.Run
 }
 
-// run runs the node's run through the engine and reports what the transport, the
+// do runs the node through the engine (noderun.Run.Do) and reports what the transport, the
 // guard and the body's warnings say. The verdict and the body's error are reported by
 // runDiagnostics, after the caller has recorded the result.
 func (r nodeRun) do(ctx context.Context, cfg *kit.Config) (out noderun.Outcome, diags diag.Diagnostics) {
