@@ -19,6 +19,7 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 )
 
 // exportOutcomes are a halted rollout's nodes as the fleet engine returns them: a
@@ -26,17 +27,17 @@ import (
 // submission disables.
 func exportOutcomes() []fleet.Outcome {
 	return []fleet.Outcome{
-		{Node: "web01", Elapsed: 1500 * time.Millisecond, Wave: 1, Result: &deploybody.Result{
+		{Node: "web01", Elapsed: 1500 * time.Millisecond, Wave: 1, Outcome: noderun.Outcome{Result: &deploybody.Result{
 			Report: "unit broken.service: failed (exit-code)\nsystem state: degraded\n",
 			Verdict: &judge.Verdict{SystemState: "degraded", Strict: true,
 				Failed:              []judge.FailedUnit{{Unit: "broken.service", Result: "exit-code"}},
 				RestartLoops:        []judge.LoopingUnit{{Unit: "flappy.service", NRestarts: 9, Budget: 2, PastBudget: true}},
 				NeverSpawnedClosure: []judge.SpawnFault{{Unit: "nobin.service", Status: 203, Reason: "exec"}},
 				NeverSpawnedHost:    []judge.SpawnFault{},
-				Reasons:             []string{"unit broken.service failed (exit-code)", "unit flappy.service restarted 9 times (budget 2)"}}}},
-		{Node: "web02", Elapsed: 2 * time.Second, Wave: 1, Result: &deploybody.Result{
+				Reasons:             []string{"unit broken.service failed (exit-code)", "unit flappy.service restarted 9 times (budget 2)"}}}}},
+		{Node: "web02", Elapsed: 2 * time.Second, Wave: 1, Outcome: noderun.Outcome{Result: &deploybody.Result{
 			Verdict: &judge.Verdict{OK: true, SystemState: "running", Failed: []judge.FailedUnit{},
-				RestartLoops: []judge.LoopingUnit{}, NeverSpawnedClosure: []judge.SpawnFault{}, NeverSpawnedHost: []judge.SpawnFault{}}}},
+				RestartLoops: []judge.LoopingUnit{}, NeverSpawnedClosure: []judge.SpawnFault{}, NeverSpawnedHost: []judge.SpawnFault{}}}}},
 		{Node: "web03", Wave: 2, NotAttempted: "the rollout halted after wave 1 (1 of 3 failed, budget 0)"},
 		{Node: "web04", Disabled: true},
 	}
@@ -141,8 +142,8 @@ func TestMetricsExportEscapesNodeNamesAndOmitsEmptyFamilies(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "fediversity.prom")
 	e := &exports{metrics: path, command: "verdict"}
 	odd := "web\\01 \"eu\"\nrack 2"
-	failing := []fleet.Outcome{{Node: odd, Elapsed: time.Second, Result: &deploybody.Result{
-		Verdict: &judge.Verdict{Reasons: []string{"unit x.service failed"}, Failed: []judge.FailedUnit{{Unit: "x.service"}}}}}}
+	failing := []fleet.Outcome{{Node: odd, Elapsed: time.Second, Outcome: noderun.Outcome{Result: &deploybody.Result{
+		Verdict: &judge.Verdict{Reasons: []string{"unit x.service failed"}, Failed: []judge.FailedUnit{{Unit: "x.service"}}}}}}}
 	end := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 	if err := e.write(summarize(failing, nil), end.Add(-time.Second), end); err != nil {
 		t.Fatal(err)
@@ -291,9 +292,8 @@ func TestEveryAndExportFlagsAreCheckedBeforeAnything(t *testing.T) {
 // "failed", in the summary. On the current main it was a failure, verdict_ok 0.
 func TestExportsSayInterruptedNotFailed(t *testing.T) {
 	outcomes := []fleet.Outcome{
-		{Node: "web02", Elapsed: 2 * time.Second, Result: &deploybody.Result{Verdict: &judge.Verdict{OK: true}}},
-		{Node: "web05", Elapsed: time.Second, Interrupted: true, Result: &deploybody.Result{},
-			Err: &deploybody.DeployError{Node: "web05", Phase: deploybody.PhaseSettle, Err: context.Canceled}},
+		{Node: "web02", Elapsed: 2 * time.Second, Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: &judge.Verdict{OK: true}}}},
+		{Node: "web05", Elapsed: time.Second, Interrupted: true, Outcome: noderun.Outcome{Result: &deploybody.Result{}, Err: &deploybody.DeployError{Node: "web05", Phase: deploybody.PhaseSettle, Err: context.Canceled}}},
 	}
 	dir := t.TempDir()
 	e := &exports{junit: filepath.Join(dir, "v.xml"), metrics: filepath.Join(dir, "m.prom"), command: "deploy"}

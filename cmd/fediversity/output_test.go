@@ -13,6 +13,7 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 )
 
 // Outcomes as the fleet engine returns them: a lenient verdict that judged another
@@ -21,13 +22,12 @@ import (
 func warnedOutcomes() []fleet.Outcome {
 	okVerdict := &judge.Verdict{OK: true, SystemState: "running"}
 	return []fleet.Outcome{
-		{Node: "web01", Elapsed: time.Second, Result: &deploybody.Result{Verdict: okVerdict,
-			Warnings: []string{"the node runs /nix/store/b-other, not /nix/store/a-asked; its units are judged on the system the node runs (strict = false)"}}},
+		{Node: "web01", Elapsed: time.Second, Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict,
+			Warnings: []string{"the node runs /nix/store/b-other, not /nix/store/a-asked; its units are judged on the system the node runs (strict = false)"}}}},
 		{Node: "web02", Elapsed: time.Second, BuildWarnings: []string{"The evaluation of node web02 was not cached"},
-			Result: &deploybody.Result{Verdict: okVerdict, Warnings: []string{"took over the node lock of ci@nixos pid 4242: its holder is gone"}}},
-		{Node: "web03", Elapsed: time.Second, Err: errors.New("node web03: phase switch: boom"),
-			Result: &deploybody.Result{Warnings: []string{"switch-to-configuration exited 1: boom"}}},
-		{Node: "web04", Elapsed: time.Second, Result: &deploybody.Result{Verdict: okVerdict}},
+			Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict, Warnings: []string{"took over the node lock of ci@nixos pid 4242: its holder is gone"}}}},
+		{Node: "web03", Elapsed: time.Second, Outcome: noderun.Outcome{Err: errors.New("node web03: phase switch: boom"), Result: &deploybody.Result{Warnings: []string{"switch-to-configuration exited 1: boom"}}}},
+		{Node: "web04", Elapsed: time.Second, Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict}}},
 	}
 }
 

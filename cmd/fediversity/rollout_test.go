@@ -13,6 +13,7 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
 	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 )
 
 // The flags win over the roster's rollout, field by field.
@@ -63,7 +64,7 @@ func TestRolloutBadInputIsRefused(t *testing.T) {
 func TestRolloutHaltInTableAndJSON(t *testing.T) {
 	reason := "the rollout halted after wave 1 of 2: 1 of the 1 nodes deployed failed (web01), past the failure budget of 0"
 	outcomes := []fleet.Outcome{
-		{Node: "web01", Wave: 1, Result: &deploybody.Result{Verdict: &judge.Verdict{Reasons: []string{"fedi-broken.service failed"}}}},
+		{Node: "web01", Wave: 1, Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: &judge.Verdict{Reasons: []string{"fedi-broken.service failed"}}}}},
 		{Node: "web02", Wave: 2, NotAttempted: reason},
 	}
 	res := &fleet.RolloutResult{Budget: 0, Nodes: 2, Attempted: 1, Failed: 1, Halted: true, HaltedInWave: 1, Waves: []fleet.WaveResult{

@@ -22,7 +22,7 @@ const module = "github.com/fediversity/terraform-provider-fediversity"
 var enginePackages = []string{
 	"internal/deploybody", "internal/submission", "internal/k8s", "internal/image",
 	"internal/transport", "internal/incusapi", "internal/nixstore", "internal/spire", "internal/nixeval",
-	"internal/nodespec", "internal/fleet", "internal/methods",
+	"internal/nodespec", "internal/fleet", "internal/methods", "internal/noderun",
 }
 
 // providerFamilies are the provider's packages per family of objects; providerRoot is

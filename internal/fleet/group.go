@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixeval"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
-	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 	sshtransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/ssh"
 )
 
@@ -73,12 +72,12 @@ type Outcome struct {
 	// Disabled: the roster has the node but the submission enables nothing on it; it
 	// was not touched.
 	Disabled bool
-	Result   *deploybody.Result
-	Err      error
-	Elapsed  time.Duration
-	// BuildWarnings are the build's own (the evaluation cache's) and the snapshot
-	// guard's (host-path disks a rollback point cannot hold); the run's are in
-	// Result.Warnings.
+	// Outcome is the node's run, as the provider's node resources get it too: the
+	// result, the error, the rollback point's facts and the run's warnings.
+	noderun.Outcome
+	Elapsed time.Duration
+	// BuildWarnings are the build's own (the evaluation cache's); the run's are in
+	// Outcome.Warnings.
 	BuildWarnings []string
 	// Wave is the node's wave in a staged rollout (from 1; the canary is wave 1).
 	Wave int
@@ -138,14 +137,10 @@ func (o Outcome) NotBack() bool {
 }
 
 // Warnings are every warning of the node's run, in order: the build's, then the
-// run's (a lock taken over, a lenient verdict's reasons, a system judged that is not
-// the one asked for, …).
+// run's (the rollback point's, a lock taken over, a lenient verdict's reasons, a
+// system judged that is not the one asked for, …).
 func (o Outcome) Warnings() []string {
-	out := append([]string{}, o.BuildWarnings...)
-	if o.Result != nil {
-		out = append(out, o.Result.Warnings...)
-	}
-	return out
+	return append(append([]string{}, o.BuildWarnings...), o.Outcome.Warnings()...)
 }
 
 // Plan checks the group before anything runs and returns the nodes that will run, in
@@ -260,11 +255,6 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 	if g.Activation != "" {
 		spec.Activation = g.Activation
 	}
-	t, err := conns.open(node, spec.Target(), g.Credentials)
-	if err != nil {
-		out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err, Hint: "check the node's roster entry and SSH_PRIVATE_KEY_FILE / SSH_AUTH_SOCK (INCUS_SOCKET for an Incus node)"}
-		return out
-	}
 	opts := spec.Options(deploybody.Timings{})
 	opts.LocalStore = nixstore.DeployerStore{}
 	opts.Logger = deploybody.LoggerFunc(func(_ context.Context, _ deploybody.Level, phase, message string, _ map[string]any) {
@@ -272,69 +262,54 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 			report(Event{Node: node, Phase: phase, Elapsed: time.Since(start)})
 		}
 	})
+	run := noderun.Run{Node: node, Options: opts, Body: deploybody.Deploy,
+		Open:        func() (deploybody.Transport, error) { return conns.open(node, spec.Target(), g.Credentials) },
+		ConnectHint: "check the node's roster entry and SSH_PRIVATE_KEY_FILE / SSH_AUTH_SOCK (INCUS_SOCKET for an Incus node)"}
 	if g.VerdictOnly {
-		out.Result, out.Err = deploybody.VerdictOnly(ctx, t, opts)
+		run.Body = deploybody.VerdictOnly
+		out.Outcome = run.Do(ctx)
 		return out
 	}
-	unguarded := t
-	// A deploy's switch is guarded by the node's snapshot (Incus, when the roster asks).
-	var guard *incustransport.SnapshotGuard
-	if keep := spec.SnapshotKeep(); keep > 0 {
-		if guard, err = incustransport.NewSnapshotGuard(t, keep); err != nil {
-			out.Err = &deploybody.DeployError{Node: node, Phase: "connect", Err: err}
-			return out
-		}
-		guard.SetInterruptedRestore(spec.InterruptedRestore())
-		t = guard
-	}
-	switch {
-	case g.ToLastGood:
-		// A node without one fails, untouched (records.ErrNoLastGood).
-		top, err := deploybody.LastGoodToplevel(ctx, unguarded, node)
-		if err != nil {
-			out.Err = err
-			return out
-		}
-		opts.Toplevel, opts.Build = top, nil
-	case opts.Toplevel == "":
-		cleanup, err := g.setBuild(&opts, nix, spec, &out.BuildWarnings)
-		defer cleanup()
-		if err != nil {
-			out.Err = &deploybody.DeployError{Node: node, Phase: deploybody.PhaseBuild, Err: err}
-			return out
-		}
-	}
-	// Every clean verdict of a deploy becomes the node's last good system: the deploy
-	// records it itself, with its verdict record; a resumed node's pass only judged it.
-	defer func() {
-		if out.Err == nil && out.Resumed {
-			deploybody.RecordLastGood(ctx, unguarded, out.Result, time.Now())
-		}
-	}()
-	if g.Rollout.Staged() {
-		if out.Resumed, out.Result, out.Err = resumeNode(ctx, unguarded, &opts, report); out.Resumed || out.Err != nil {
-			return out
-		}
-	}
-	foreseeReboot(ctx, &opts, unguarded, spec.Activation, func(notice string) {
-		report(Event{Node: node, Notice: notice, Elapsed: time.Since(start)})
-	})
-	out.Result, out.Err = deploybody.Deploy(ctx, t, opts)
-	// The body restores the guard's snapshot itself, under the node lock; the run's
-	// result is then void: the node runs what the snapshot held.
-	if guard != nil {
-		if hp := guard.Set().HostPaths; len(hp) > 0 {
-			out.BuildWarnings = append(out.BuildWarnings, incustransport.HostPathWarning(guard.Instance(), hp))
-		}
-		if restored, rerr := guard.Restored(); restored {
-			err := restoredError(guard, rerr)
-			if rerr == nil {
-				err = fmt.Errorf("%w. %s", err, guard.JudgeRestored(ctx, opts))
+	// A deploy's switch is guarded by the node's rollback point (Incus, when the roster
+	// asks).
+	run.SnapshotKeep, run.InterruptedRestore = spec.SnapshotKeep(), spec.InterruptedRestore()
+	cleanup := func() {}
+	defer func() { cleanup() }()
+	run.Prepare = func(ctx context.Context, t deploybody.Transport, opts *deploybody.Options) (*deploybody.Result, error) {
+		switch {
+		case g.ToLastGood:
+			// A node without one fails, untouched (records.ErrNoLastGood).
+			top, err := deploybody.LastGoodToplevel(ctx, t, node)
+			if err != nil {
+				return nil, err
 			}
-			out.Err = &deploybody.DeployError{Node: node, Phase: "restore-snapshot", Err: err,
-				Hint: "find out why the new system stops the node answering before deploying it again"}
+			opts.Toplevel, opts.Build = top, nil
+		case opts.Toplevel == "":
+			var err error
+			cleanup, err = g.setBuild(opts, nix, spec, &out.BuildWarnings)
+			if err != nil {
+				return nil, &deploybody.DeployError{Node: node, Phase: deploybody.PhaseBuild, Err: err}
+			}
 		}
+		if g.Rollout.Staged() {
+			resumed, res, err := resumeNode(ctx, t, opts, report)
+			if resumed || err != nil {
+				out.Resumed = resumed
+				// Every clean verdict of a deploy becomes the node's last good system:
+				// the deploy records it itself, with its verdict record; a resumed
+				// node's pass only judged it.
+				if resumed && err == nil {
+					deploybody.RecordLastGood(ctx, t, res, time.Now())
+				}
+				return res, err
+			}
+		}
+		foreseeReboot(ctx, opts, t, spec.Activation, func(notice string) {
+			report(Event{Node: node, Notice: notice, Elapsed: time.Since(start)})
+		})
+		return nil, nil
 	}
+	out.Outcome = run.Do(ctx)
 	return out
 }
 
@@ -365,21 +340,6 @@ func foreseeReboot(ctx context.Context, opts *deploybody.Options, t deploybody.T
 		}
 		return top, err
 	}
-}
-
-func restoredError(g *incustransport.SnapshotGuard, restoreErr error) error {
-	if incustransport.IsSpaceError(restoreErr) {
-		return fmt.Errorf("the node did not answer after %s; %w", g.LostAfter(), restoreErr)
-	}
-	aside := ""
-	if text := g.AsideText(); text != "" {
-		aside = ". " + strings.TrimSuffix(text, ".")
-	}
-	if restoreErr != nil {
-		return fmt.Errorf("the node did not answer after %s, and restoring snapshot %s failed: %w; restore it by hand (incus snapshot restore %s %s)%s",
-			g.LostAfter(), g.Taken(), restoreErr, g.Instance(), g.Taken(), aside)
-	}
-	return fmt.Errorf("the node did not answer after %s: snapshot %s was restored and the instance started again; it runs its previous system%s", g.LostAfter(), g.Taken(), aside)
 }
 
 // setBuild makes opts build the node as the provider does: its node plan goes to the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 )
 
 func names(n int) []string {
@@ -129,10 +130,9 @@ func (f *fakeFleet) deploy(ctx context.Context, node string) Outcome {
 		// What the engine returns for a node rebooted that never answered again
 		// (deploybody's TestActivationRebootNeverComesBack runs it on its fake node):
 		// no verdict, the switch phase's error.
-		return Outcome{Node: node, Result: &deploybody.Result{Node: node, Reboot: &deploybody.Reboot{Why: "kernel changed"}},
-			Err: &deploybody.DeployError{Node: node, Phase: deploybody.PhaseSwitch, Err: deploybody.NotBackError(150*time.Second, "connection refused")}}
+		return Outcome{Node: node, Outcome: noderun.Outcome{Result: &deploybody.Result{Node: node, Reboot: &deploybody.Reboot{Why: "kernel changed"}}, Err: &deploybody.DeployError{Node: node, Phase: deploybody.PhaseSwitch, Err: deploybody.NotBackError(150*time.Second, "connection refused")}}}
 	}
-	return Outcome{Node: node, Result: &deploybody.Result{Node: node, Verdict: v}}
+	return Outcome{Node: node, Outcome: noderun.Outcome{Result: &deploybody.Result{Node: node, Verdict: v}}}
 }
 
 func (f *fakeFleet) started() []string {
@@ -334,11 +334,10 @@ func TestRolloutInterruptIsNotAFailure(t *testing.T) {
 			handed = append(handed, node)
 			mu.Unlock()
 			if ctx.Err() != nil {
-				return Outcome{Node: node, Err: fmt.Errorf("handed an ended context: %w", ctx.Err())}
+				return Outcome{Node: node, Outcome: noderun.Outcome{Err: fmt.Errorf("handed an ended context: %w", ctx.Err())}}
 			}
 			cancel() // the operator's Ctrl-C, while this node's run is under way
-			return Outcome{Node: node, Result: &deploybody.Result{Node: node},
-				Err: &deploybody.DeployError{Node: node, Phase: deploybody.PhaseSettle, Err: context.Canceled}}
+			return Outcome{Node: node, Outcome: noderun.Outcome{Result: &deploybody.Result{Node: node}, Err: &deploybody.DeployError{Node: node, Phase: deploybody.PhaseSettle, Err: context.Canceled}}}
 		}
 		outcomes, res := runRollout(ctx, planOf(t, `{"failure_budget": 0}`, 3), 1, deploy, nil)
 		cancel()

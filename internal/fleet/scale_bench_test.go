@@ -21,6 +21,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 	"github.com/fediversity/terraform-provider-fediversity/internal/scalemeter"
 )
 
@@ -70,7 +71,7 @@ func runGroupInMemory(b *testing.B, file string, n int) {
 	plan, _ := g.Rollout.Plan(nodes, r.NodeNames())
 	outcomes, res := runRollout(context.Background(), plan, DefaultParallel, func(_ context.Context, node string) Outcome {
 		spec := r.Spec(node)
-		return Outcome{Node: node, Result: &deploybody.Result{Node: node, Toplevel: spec.Toplevel, Verdict: &judge.Verdict{OK: true}}}
+		return Outcome{Node: node, Outcome: noderun.Outcome{Result: &deploybody.Result{Node: node, Toplevel: spec.Toplevel, Verdict: &judge.Verdict{OK: true}}}}
 	}, nil)
 	if len(outcomes) != n || !res.Complete() {
 		b.Fatalf("%d outcomes of %d nodes, complete %v", len(outcomes), n, res.Complete())

@@ -6,12 +6,15 @@ package kit
 // which phase, the cause, and what the operator can do.
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
@@ -85,4 +88,29 @@ func problemPath(field string) (path.Path, bool) {
 		}
 	}
 	return at, true
+}
+
+// KnownSpecDiagnostics is SpecDiagnostics at plan time: the problems whose attribute
+// the configuration holds known. A value not known yet (an address from a resource
+// not created yet, a `dynamic` block whose for_each is unknown) is judged at apply,
+// where the whole spec is validated again.
+func KnownSpecDiagnostics(ctx context.Context, config tfsdk.Config, problems []nodespec.Problem) diag.Diagnostics {
+	var known []nodespec.Problem
+	for _, p := range problems {
+		field := p.Field
+		if p.At != "" {
+			field = p.At
+		}
+		if at, ok := problemPath(field); ok {
+			var v attr.Value
+			if config.GetAttribute(ctx, at, &v).HasError() || v == nil {
+				continue
+			}
+			if tv, err := v.ToTerraformValue(ctx); err != nil || !tv.IsFullyKnown() {
+				continue
+			}
+		}
+		known = append(known, p)
+	}
+	return SpecDiagnostics(known)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
@@ -173,24 +174,24 @@ func (d *nodeHealthDataSource) pass(ctx context.Context, m *nodeHealthModel) (*d
 	}
 	// Strict: any reason makes the node unhealthy. The verdict's failure is data here,
 	// never the data source's error.
-	target, opts, odiags := nodeOptions(ctx, d.cfg, nodeArgs{node: node, ssh: m.SSH, incus: m.Incus,
+	_, target, opts, odiags := nodeOptions(ctx, d.cfg, nodeArgs{node: node, ssh: m.SSH, incus: m.Incus,
 		strict: types.BoolValue(true), chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings})
 	diags.Append(odiags...)
 	if diags.HasError() {
 		return nil, diags
 	}
 	opts.Toplevel = m.Toplevel.ValueString()
-	run := nodeRun{node: node, verb: verbJudge, what: "Health check", target: target, opts: opts, body: deploybody.VerdictReadOnly}
-	outcome, rdiags := run.run(ctx, d.cfg)
+	run := nodeRun{verb: verbJudge, what: "Health check", target: target, run: noderun.Run{Node: node, Options: opts, Body: deploybody.VerdictReadOnly}}
+	outcome, rdiags := run.do(ctx, d.cfg)
 	diags.Append(rdiags...)
-	if outcome.res == nil || diags.HasError() {
+	if outcome.Result == nil || diags.HasError() {
 		return nil, diags
 	}
-	if outcome.res.Verdict == nil {
-		diags.Append(engineFailure(verbJudge, node, runError(outcome.res, outcome.err)))
+	if outcome.Result.Verdict == nil {
+		diags.Append(engineFailure(verbJudge, node, runError(outcome.Result, outcome.Err)))
 		return nil, diags
 	}
-	return outcome.res, diags
+	return outcome.Result, diags
 }
 
 // fill sets the computed attributes from a result that holds a verdict.

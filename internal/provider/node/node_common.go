@@ -54,6 +54,6 @@ var timeoutsAttrTypes = map[string]attr.Type{
 // commonBodyOptions are the body options of the node resources' common arguments
 // (no transport, no checks): see nodeOptions.
 func commonBodyOptions(ctx context.Context, cfg *kit.Config, node string, strict types.Bool, chain types.List, budgets types.Map, tm *kit.TimingsModel) (deploybody.Options, diag.Diagnostics) {
-	_, o, diags := nodeOptions(ctx, cfg, nodeArgs{node: node, strict: strict, chain: chain, budgets: budgets, timings: tm})
+	_, _, o, diags := nodeOptions(ctx, cfg, nodeArgs{node: node, strict: strict, chain: chain, budgets: budgets, timings: tm})
 	return o, diags
 }

@@ -192,19 +192,19 @@ func lastGoodDiagnostic(node string, err error) diag.Diagnostic {
 // reads the node's record over the deploy's connection and deploys that system. A
 // record that changed since the plan (a deploy in between recorded another) is refused:
 // the apply would deploy another system than the plan showed.
-func lastGoodTarget(planned types.String) func(context.Context, deploybody.Transport, *deploybody.Options) error {
-	return func(ctx context.Context, t deploybody.Transport, opts *deploybody.Options) error {
+func lastGoodTarget(planned types.String) func(context.Context, deploybody.Transport, *deploybody.Options) (*deploybody.Result, error) {
+	return func(ctx context.Context, t deploybody.Transport, opts *deploybody.Options) (*deploybody.Result, error) {
 		top, err := deploybody.LastGoodToplevel(ctx, t, opts.Node)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !planned.IsUnknown() && !planned.IsNull() && planned.ValueString() != top {
-			return &deploybody.DeployError{Node: opts.Node, Phase: deploybody.PhaseReadLastGood,
+			return nil, &deploybody.DeployError{Node: opts.Node, Phase: deploybody.PhaseReadLastGood,
 				Err:  fmt.Errorf("the node's last good system is %s now, but the plan showed %s: a deploy since the plan recorded another", top, planned.ValueString()),
 				Hint: "plan again to see what the roll back deploys; the node was left untouched"}
 		}
 		opts.Toplevel, opts.Build = top, nil
-		return nil
+		return nil, nil
 	}
 }
 

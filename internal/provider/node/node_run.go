@@ -1,8 +1,8 @@
 package node
 
-// The one runner of fediversity_node_switch and fediversity_verdict: open the node's
-// transport, run a deploy body on it, and report the run as diagnostics in one
-// convention (runDiagnostics, engineFailure).
+// The one runner of fediversity_node_switch, fediversity_verdict and
+// fediversity_node_health: the engine's node run (internal/noderun, the command's too),
+// reported as diagnostics in one convention (runDiagnostics, engineFailure).
 
 import (
 	"context"
@@ -11,102 +11,67 @@ import (
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
-	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 )
 
-// nodeRun is one run of a deploy body against one node.
+// nodeRun is one run of a deploy body against one node: the engine's run
+// (noderun.Run) and the words the provider reports it in.
 type nodeRun struct {
-	node string
 	// verb is what the run does to the node ("deploy", "judge"): a failure's summary is
 	// "Unable to <verb> <node>".
 	verb string
 	// what names the run in warnings and logs ("Deploy", "Verdict").
 	what   string
 	target kit.TransportTarget
-	opts   deploybody.Options
-	body   func(context.Context, deploybody.Transport, deploybody.Options) (*deploybody.Result, error)
-	// prepare, if set, completes opts on the node's connection before the body runs
-	// (the last good system's toplevel); its error ends the run, the node untouched.
-	prepare func(context.Context, deploybody.Transport, *deploybody.Options) error
-	// snapshotKeep > 0 guards the run with an Incus snapshot taken before the switch and
-	// restored when the switch leaves the node unreachable (keeping that many).
-	snapshotKeep int
-	// interruptedRestore is what the guard does first with a restore an earlier run
-	// left unfinished (nodespec.InterruptedRestoreFinish or ...Abort).
-	interruptedRestore string
+	// run is the engine's run; its Open is the provider's (kit.OpenTransport).
+	run noderun.Run
 }
 
-// nodeRunOutcome is what a run came to.
-type nodeRunOutcome struct {
-	// res is the body's result; nil when the body never ran (the node was not reached).
-	res *deploybody.Result
-	// err is the run's error; the diagnostics already say it.
-	err error
-	// restored says the snapshot guard rolled the node back: the run's result is void.
-	restored bool
-}
-
-// run opens the transport, runs the body and reports what the transport, the guard and
-// the body's warnings say. The verdict and the body's error are reported by
+// do runs the node through the engine (noderun.Run.Do) and reports what the transport, the
+// guard and the body's warnings say. The verdict and the body's error are reported by
 // runDiagnostics, after the caller has recorded the result.
-func (r nodeRun) run(ctx context.Context, cfg *kit.Config) (out nodeRunOutcome, diags diag.Diagnostics) {
-	t, err := kit.OpenTransport(ctx, r.node, r.target, cfg)
-	if err != nil {
-		diags.AddError(fmt.Sprintf("Unable to reach %s", r.node),
-			kit.FailureDetail("Node "+r.node, "connect", err, "Check the transport block and the provider's credentials, then apply again."))
-		return nodeRunOutcome{err: err}, diags
-	}
-	defer func() { _ = t.Close() }()
-	if r.prepare != nil {
-		if err := r.prepare(ctx, t, &r.opts); err != nil {
-			diags.Append(engineFailure(r.verb, r.node, err))
-			return nodeRunOutcome{err: err}, diags
+func (r nodeRun) do(ctx context.Context, cfg *kit.Config) (out noderun.Outcome, diags diag.Diagnostics) {
+	node := r.run.Node
+	r.run.Open = func() (deploybody.Transport, error) { return kit.OpenTransport(ctx, node, r.target, cfg) }
+	r.run.CloseAfter = true
+	r.run.ConnectHint = "check the transport block and the provider's credentials, then apply again"
+	out = r.run.Do(ctx)
+	switch {
+	case !out.Connected:
+		var de *deploybody.DeployError
+		cause := out.Err
+		if errors.As(out.Err, &de) {
+			cause = de.Err
 		}
+		diags.AddError(fmt.Sprintf("Unable to reach %s", node),
+			kit.FailureDetail("Node "+node, noderun.PhaseConnect, cause, "Check the transport block and the provider's credentials, then apply again."))
+		return out, diags
+	case out.Result == nil:
+		// Prepare refused (the last good system changed since the plan), or the node's
+		// rollback point could not guard the run: the node is untouched.
+		diags.Append(engineFailure(r.verb, node, out.Err))
+		return out, diags
 	}
-
-	var guard *incustransport.SnapshotGuard
-	if r.snapshotKeep > 0 {
-		guard, err = incustransport.NewSnapshotGuard(t, r.snapshotKeep)
-		if err != nil {
-			diags.AddAttributeError(path.Root("snapshot"), "Snapshots need the Incus transport", err.Error())
-			return nodeRunOutcome{err: err}, diags
-		}
-		guard.SetInterruptedRestore(r.interruptedRestore)
-		t = guard
+	for _, w := range out.RunWarnings {
+		diags.AddWarning(fmt.Sprintf("%s of %s: %s", r.what, node, w.Fact), fmt.Sprintf("Node %s: %s", node, w.Detail))
 	}
-
-	// The body restores the guard's snapshot itself, under the node lock
-	// (deploybody.Restorer); here it is only reported.
-	res, runErr := r.body(ctx, t, r.opts)
-	if guard != nil {
-		diags.Append(hostPathDiagnostic(r.node, guard)...)
-		if restored, rerr := guard.Restored(); restored {
-			judged := ""
-			if rerr == nil {
-				judged = guard.JudgeRestored(ctx, r.opts)
-			}
-			diags.Append(snapshotRestoreDiagnostic(r.node, guard, rerr, judged)...)
-			return nodeRunOutcome{res: res, err: errors.Join(runErr, errRestored), restored: true}, diags
-		}
-		if guard.KeptEarlierPoint() {
-			diags.AddWarning(fmt.Sprintf("%s of %s kept its earlier rollback point", r.what, r.node),
-				fmt.Sprintf("Node %s ran a system its boot entry does not point at (an earlier deploy did not finish), so its state was not known good: "+
-					"snapshot %s, taken before that deploy, was kept as the rollback point instead of being replaced.", r.node, guard.Taken()))
-		}
+	if out.Restored {
+		diags.Append(snapshotRestoreDiagnostic(node, out.Guard, out.RestoreErr, out.Judged)...)
+		out.Err = errors.Join(out.Err, errRestored)
+		return out, diags
 	}
-	if len(res.Warnings) > 0 {
+	if out.Result != nil && len(out.Result.Warnings) > 0 {
 		// One diagnostic for all: Terraform and OpenTofu fold warnings of one summary
 		// into the first ("and N more similar warnings"), which would hide the rest
 		// (a lock takeover, an earlier run's revert).
-		diags.AddWarning(fmt.Sprintf("%s of %s", r.what, r.node), strings.Join(res.Warnings, "\n\n"))
+		diags.AddWarning(fmt.Sprintf("%s of %s", r.what, node), strings.Join(out.Result.Warnings, "\n\n"))
 	}
-	tflog.Info(ctx, strings.ToLower(r.what)+" finished", map[string]any{"node": r.node, "phases": phaseTimingsLog(res), "ok": runErr == nil})
-	return nodeRunOutcome{res: res, err: runErr}, diags
+	tflog.Info(ctx, strings.ToLower(r.what)+" finished", map[string]any{"node": node, "phases": phaseTimingsLog(out.Result), "ok": out.Err == nil})
+	return out, diags
 }
 
 // errRestored marks the error of a run whose node was restored to its rollback point:

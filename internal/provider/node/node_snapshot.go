@@ -85,17 +85,6 @@ type pendingRestoreError struct {
 func (e *pendingRestoreError) Error() string { return e.err.Error() + "; " + e.what }
 func (e *pendingRestoreError) Unwrap() error { return e.err }
 
-// hostPathDiagnostic warns that the rollback point cannot hold the instance's disk
-// devices that are host paths.
-func hostPathDiagnostic(node string, g *incustransport.SnapshotGuard) diag.Diagnostics {
-	var diags diag.Diagnostics
-	if hp := g.Set().HostPaths; len(hp) > 0 {
-		diags.AddWarning(fmt.Sprintf("Node %s: the rollback point does not hold its host-path disks", node),
-			fmt.Sprintf("Node %s: %s", node, incustransport.HostPathWarning(g.Instance(), hp)))
-	}
-	return diags
-}
-
 // snapshotModel is the `snapshot` block (Incus only).
 type snapshotModel struct {
 	Enabled            types.Bool   `tfsdk:"enabled"`

@@ -8,6 +8,8 @@ import (
 	"context"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -30,12 +32,17 @@ type nodeArgs struct {
 	timings    *kit.TimingsModel
 	checks     []checkBlockModel
 	probes     []probeBlockModel
+	// toplevel and build are fediversity_node_switch's system to deploy (null and nil
+	// elsewhere, and when it deploys the node's last good system, which is not built).
+	toplevel types.String
+	build    *kit.BuildModel
 }
 
 // Spec decodes the arguments (the framework's values) into the node spec.
 func (a nodeArgs) spec(ctx context.Context) (nodespec.Spec, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	s := nodespec.Spec{Node: a.node, SSH: a.ssh.Spec(), Incus: a.incus.Spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString()}
+	s := nodespec.Spec{Node: a.node, SSH: a.ssh.Spec(), Incus: a.incus.Spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString(),
+		Toplevel: a.toplevel.ValueString(), Build: a.build.Spec()}
 	if !a.chain.IsNull() && !a.chain.IsUnknown() {
 		diags.Append(a.chain.ElementsAs(ctx, &s.SecretChain, false)...)
 	}
@@ -57,9 +64,9 @@ func (a nodeArgs) spec(ctx context.Context) (nodespec.Spec, diag.Diagnostics) {
 }
 
 // nodeOptions decodes, validates (once, nodespec.Spec.Validate) and resolves a node
-// resource's arguments: the target (when a transport block is given) and the body's
-// options, with the provider's timings as defaults and its logger.
-func nodeOptions(ctx context.Context, cfg *kit.Config, a nodeArgs) (kit.TransportTarget, deploybody.Options, diag.Diagnostics) {
+// resource's arguments: the whole spec, the target (when a transport block is given)
+// and the body's options, with the provider's timings as defaults and its logger.
+func nodeOptions(ctx context.Context, cfg *kit.Config, a nodeArgs) (nodespec.Spec, kit.TransportTarget, deploybody.Options, diag.Diagnostics) {
 	spec, diags := a.spec(ctx)
 	diags.Append(kit.SpecDiagnostics(spec.Validate())...)
 	var target kit.TransportTarget
@@ -74,7 +81,7 @@ func nodeOptions(ctx context.Context, cfg *kit.Config, a nodeArgs) (kit.Transpor
 	}
 	o := spec.Options(def)
 	o.Logger = tflogLogger(a.node)
-	return target, o, diags
+	return spec, target, o, diags
 }
 
 // tflogLogger sends the body's progress of node to tflog.
@@ -93,4 +100,49 @@ func tflogLogger(node string) deploybody.Logger {
 			tflog.Info(ctx, message, f)
 		}
 	})
+}
+
+// specConfigValidator reports fediversity_node_switch's settings at plan time in the
+// words the command's roster gets for the same settings: the configuration decoded into
+// one whole node spec and validated once (nodespec.Spec.Validate), its problems of
+// values known now (kit.KnownSpecDiagnostics); the apply validates the whole spec
+// again. The checks' problems are checksConfigValidator's at plan time.
+type specConfigValidator struct{}
+
+var _ resource.ConfigValidator = specConfigValidator{}
+
+func (specConfigValidator) Description(context.Context) string {
+	return "the node's settings make a valid node spec"
+}
+
+func (v specConfigValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+
+func (specConfigValidator) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m nodeSwitchModel
+	if req.Config.Get(ctx, &m).HasError() {
+		return // a block or list not known yet: the apply validates the whole spec
+	}
+	a := switchArgs(m)
+	for block, drop := range map[string]func(){
+		"ssh": func() { a.ssh = nil }, "incus": func() { a.incus = nil },
+		"snapshot": func() { a.snapshot = nil }, "build": func() { a.build = nil },
+	} {
+		var o types.Object
+		if req.Config.GetAttribute(ctx, path.Root(block), &o).HasError() || !blockGiven(o) {
+			drop()
+		}
+	}
+	spec, diags := a.spec(ctx)
+	if diags.HasError() {
+		return
+	}
+	var problems []nodespec.Problem
+	for _, p := range spec.Validate() {
+		if p.Field != "checks" {
+			problems = append(problems, p)
+		}
+	}
+	resp.Diagnostics.Append(kit.KnownSpecDiagnostics(ctx, req.Config, problems)...)
 }

@@ -55,7 +55,7 @@ func TestProviderAndRosterRefuseAlike(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			a := nodeArgs{node: "web01", ssh: okSSH(), strict: types.BoolNull(), chain: types.ListNull(types.StringType), budgets: types.MapNull(types.Int64Type)}
 			c.args(&a)
-			_, _, diags := nodeOptions(t.Context(), &kit.Config{}, a)
+			_, _, _, diags := nodeOptions(t.Context(), &kit.Config{}, a)
 			if !diags.HasError() {
 				t.Fatal("the provider accepted it")
 			}

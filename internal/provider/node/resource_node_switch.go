@@ -23,6 +23,7 @@ import (
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
@@ -136,7 +137,6 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 				MarkdownDescription: "A prebuilt system toplevel (`/nix/store/…`) to deploy; conflicts with `build`. " +
 					"After apply: the toplevel the node runs. When the node runs another system (an out-of-band switch), " +
 					"the next plan shows this attribute changing back. " + redeploys,
-				Validators: []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("build")), kit.StorePathValidator{}},
 			},
 			"deploy": deploySchemaAttribute(),
 			"strict": schema.BoolAttribute{
@@ -214,9 +214,10 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 
 func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	return []resource.ConfigValidator{
-		// "Neither" is refused at plan time (requireTransport): see there why.
-		atMostOneTransport,
-		snapshotNeedsIncus,
+		// "Neither" is refused at plan time (requireTransport): see there why. Both
+		// transports, a snapshot over SSH, toplevel with build and a toplevel that is
+		// not a store path are the node spec's (specConfigValidator).
+		specConfigValidator{},
 		checksConfigValidator{},
 	}
 }
@@ -726,23 +727,23 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	if sdiags, err := kit.CheckSubmission(plan.SubmissionDigest, plan.SubmissionFile, verbDeploy, node); err != nil {
 		return nil, nil, sdiags, err
 	}
-	target, opts, odiags := r.nodeOptions(ctx, plan)
+	spec, target, opts, odiags := r.nodeOptions(ctx, plan)
 	diags.Append(odiags...)
 	if diags.HasError() {
 		return nil, nil, diags, errors.New("invalid configuration")
 	}
-	var prepare func(context.Context, deploybody.Transport, *deploybody.Options) error
+	var prepare func(context.Context, deploybody.Transport, *deploybody.Options) (*deploybody.Result, error)
 	if deploysLastGood(plan.Deploy) {
 		// The node's last good system, read over the deploy's connection: nothing is built.
 		prepare = lastGoodTarget(plan.Toplevel)
 	} else if plan.Build != nil {
-		spec, cleanup, bdiags := buildSpec(plan)
+		buildSpec, cleanup, bdiags := buildSpec(plan)
 		diags.Append(bdiags...)
 		if diags.HasError() {
 			return nil, nil, diags, errors.New("invalid build")
 		}
 		defer cleanup()
-		build, bdiags := kit.PlannedBuild(ctx, kit.EvaluatorFor(r.cfg), node, spec, plan.NodePlan.ValueString(), plan.Derivation.ValueString())
+		build, bdiags := kit.PlannedBuild(ctx, kit.EvaluatorFor(r.cfg), node, buildSpec, plan.NodePlan.ValueString(), plan.Derivation.ValueString())
 		diags.Append(bdiags...)
 		if diags.HasError() {
 			return nil, nil, diags, errors.New("refused build")
@@ -756,14 +757,13 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 		opts.Toplevel = plan.Toplevel.ValueString()
 	}
 
-	run := nodeRun{node: node, verb: verbDeploy, what: "Deploy", target: target, opts: opts, body: deploybody.Deploy,
-		prepare: prepare}
-	snap := nodespec.Spec{Snapshot: plan.Snapshot.spec()}
-	run.snapshotKeep, run.interruptedRestore = snap.SnapshotKeep(), snap.InterruptedRestore()
-	outcome, rdiags := run.run(ctx, r.cfg)
+	run := nodeRun{verb: verbDeploy, what: "Deploy", target: target,
+		run: noderun.Run{Node: node, Options: opts, Body: deploybody.Deploy, Prepare: prepare,
+			SnapshotKeep: spec.SnapshotKeep(), InterruptedRestore: spec.InterruptedRestore()}}
+	outcome, rdiags := run.do(ctx, r.cfg)
 	diags.Append(rdiags...)
-	res, runErr = outcome.res, outcome.err
-	if res == nil || outcome.restored {
+	res, runErr = outcome.Result, outcome.Err
+	if res == nil || outcome.Restored {
 		return nil, res, diags, runErr
 	}
 	m := plan
@@ -778,14 +778,25 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 	return &m, res, diags, runErr
 }
 
-// nodeOptions resolves the model's target and deploy body options (without toplevel
-// and build), validated once as the engine's node spec.
-func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchModel) (kit.TransportTarget, deploybody.Options, diag.Diagnostics) {
+// nodeOptions decodes the model into one whole node spec (validated once) and
+// resolves its target and the deploy body's options.
+func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchModel) (nodespec.Spec, kit.TransportTarget, deploybody.Options, diag.Diagnostics) {
 	if diags := kit.OneTransport(plan.SSH, plan.Incus); diags.HasError() {
-		return kit.TransportTarget{}, deploybody.Options{}, diags
+		return nodespec.Spec{}, kit.TransportTarget{}, deploybody.Options{}, diags
 	}
-	target, o, diags := nodeOptions(ctx, r.cfg, nodeArgs{node: plan.Node.ValueString(), ssh: plan.SSH, incus: plan.Incus,
-		snapshot: plan.Snapshot, strict: plan.Strict, activation: plan.Activation, chain: plan.SecretChain, budgets: plan.LoopBudgets, timings: plan.Timings, checks: plan.Checks, probes: plan.Probes})
+	spec, target, o, diags := nodeOptions(ctx, r.cfg, switchArgs(plan))
 	o.LocalStore = nixstore.DeployerStore{}
-	return target, o, diags
+	return spec, target, o, diags
+}
+
+// switchArgs are the node switch's arguments that make its node spec.
+func switchArgs(m nodeSwitchModel) nodeArgs {
+	a := nodeArgs{node: m.Node.ValueString(), ssh: m.SSH, incus: m.Incus, snapshot: m.Snapshot, strict: m.Strict, activation: m.Activation,
+		chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes, toplevel: m.Toplevel, build: m.Build}
+	if deploysLastGood(m.Deploy) {
+		// The plan set toplevel to the node's last good system; the build block may stay
+		// and is not built.
+		a.build = nil
+	}
+	return a
 }

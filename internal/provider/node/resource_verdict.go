@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/noderun"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
@@ -280,17 +281,17 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 	if diags.HasError() {
 		return false, diags, errors.New("invalid configuration")
 	}
-	target, opts, odiags := nodeOptions(ctx, r.cfg, nodeArgs{node: node, ssh: m.SSH, incus: m.Incus,
+	_, target, opts, odiags := nodeOptions(ctx, r.cfg, nodeArgs{node: node, ssh: m.SSH, incus: m.Incus,
 		strict: m.Strict, chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes})
 	diags.Append(odiags...)
 	if diags.HasError() {
 		return false, diags, errors.New("invalid configuration")
 	}
 	opts.Toplevel = m.Toplevel.ValueString()
-	run := nodeRun{node: node, verb: verbJudge, what: "Verdict", target: target, opts: opts, body: deploybody.VerdictOnly}
-	outcome, rdiags := run.run(ctx, r.cfg)
+	run := nodeRun{verb: verbJudge, what: "Verdict", target: target, run: noderun.Run{Node: node, Options: opts, Body: deploybody.VerdictOnly}}
+	outcome, rdiags := run.do(ctx, r.cfg)
 	diags.Append(rdiags...)
-	res, err := outcome.res, outcome.err
+	res, err := outcome.Result, outcome.Err
 	if res == nil {
 		return false, diags, err
 	}

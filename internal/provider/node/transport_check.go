@@ -49,9 +49,6 @@ type blocksApart struct {
 // atMostOneTransport refuses an ssh and an incus block given together.
 var atMostOneTransport = blocksApart{"ssh", "incus", "Give exactly one of an ssh block or an incus block: a node is reached one way. Remove one of them."}
 
-// snapshotNeedsIncus refuses a snapshot block on an SSH node.
-var snapshotNeedsIncus = blocksApart{"snapshot", "ssh", "Snapshots need the Incus transport: an SSH node has no native snapshots. Remove the snapshot block, or reach the node with an incus block."}
-
 func (v blocksApart) Description(context.Context) string {
 	return fmt.Sprintf("at most one of the %s and %s blocks", v.first, v.second)
 }
@@ -73,25 +70,27 @@ func (v blocksApart) validate(ctx context.Context, config tfsdk.Config, diags *d
 	var first, second types.Object
 	diags.Append(config.GetAttribute(ctx, path.Root(v.first), &first)...)
 	diags.Append(config.GetAttribute(ctx, path.Root(v.second), &second)...)
-	given := func(o types.Object) bool {
-		if o.IsNull() || o.IsUnknown() {
-			return false
-		}
-		// A `dynamic` block with an unknown for_each is expanded while validating as one
-		// block whose attributes are all unknown or unset: it may yet be absent. An
-		// empty block written out (`snapshot {}`) is given.
-		known, unknown := false, false
-		for _, a := range o.Attributes() {
-			switch {
-			case a.IsUnknown():
-				unknown = true
-			case !a.IsNull():
-				known = true
-			}
-		}
-		return known || !unknown
-	}
-	if given(first) && given(second) {
+	if blockGiven(first) && blockGiven(second) {
 		diags.AddAttributeError(path.Root(v.second), "Invalid Attribute Combination", v.why)
 	}
+}
+
+// blockGiven tells whether a single block is surely in the configuration. A `dynamic`
+// block with an unknown for_each is expanded while validating as one block whose
+// attributes are all unknown or unset: it may yet be absent. An empty block written out
+// (`snapshot {}`) is given.
+func blockGiven(o types.Object) bool {
+	if o.IsNull() || o.IsUnknown() {
+		return false
+	}
+	known, unknown := false, false
+	for _, a := range o.Attributes() {
+		switch {
+		case a.IsUnknown():
+			unknown = true
+		case !a.IsNull():
+			known = true
+		}
+	}
+	return known || !unknown
 }
