@@ -146,9 +146,13 @@ for i in $(seq 1 900); do
   sleep 0.2
 done
 
+# --enable-hostpath-provisioner: the one volume provisioner served here, Kubernetes' own
+# in-tree one for a single-host cluster (a directory under /tmp/hostpath_pv of this host,
+# removed with its claim). The real node's StorageClass "fediversity-real-provisioned"
+# names it (node-up.sh); kwok's node has no volumes at all.
 run kube-controller-manager --kubeconfig "$KUBECONFIG_OUT" --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
   --leader-elect=false --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
-  --use-service-account-credentials=false
+  --use-service-account-credentials=false --enable-hostpath-provisioner
 
 cat > "$STATE/scheduler.yaml" <<YAML
 apiVersion: kubescheduler.config.k8s.io/v1
