@@ -39,8 +39,15 @@ ready() {
   curl -fsS --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API/readyz" >/dev/null 2>&1
 }
 
+# A control plane started by an older version of this script, without the flags it
+# passes now, is not up: it starts clean below.
+current_flags() {
+  tr '\0' ' ' < "/proc/$(cat "$PIDS/kube-controller-manager.pid")/cmdline" 2>/dev/null | grep -q -- '--enable-hostpath-provisioner'
+}
+
 all_alive=1
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do alive "$c" || all_alive=0; done
+[[ $all_alive == 1 ]] && ! current_flags && all_alive=0
 if [[ $all_alive == 1 && -s $KUBECONFIG_OUT ]] && ready; then
   echo "$KUBECONFIG_OUT"; exit 0
 fi
