@@ -16,6 +16,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$HERE/retry.sh"
 LAB_NODES=${LAB_NODES:-3}
 # LAB_PREFIX names the nodes (<prefix>-n1 …) and tests' throwaway instances (<prefix>-t-…),
 # so two labs (a developer's and a CI run) can share one incusd.
@@ -137,16 +138,23 @@ build_rootfs() {
   local work root
   work=$(mktemp -d /var/tmp/fedi-rootfs.XXXXXX)
   root=$work/rootfs
-  debootstrap --variant=minbase \
-    --include=systemd,systemd-sysv,dbus,openssh-server,iproute2 \
-    bookworm "$root" "$(mirror)" >"$work/debootstrap.log" 2>&1 ||
-    { tail -30 "$work/debootstrap.log" >&2; exit 1; }
+  # Both fetch from Debian's mirror: retried (lab/retry.sh), each try from an empty root.
+  bootstrap() {
+    rm -rf --one-file-system "$root" && debootstrap --variant=minbase \
+      --include=systemd,systemd-sysv,dbus,openssh-server,iproute2 \
+      bookworm "$root" "$(mirror)" >"$work/debootstrap.log" 2>&1 ||
+      { tail -30 "$work/debootstrap.log" >&2; return 1; }
+  }
+  retry bootstrap || exit 1
   mount -t proc proc "$root/proc"
   trap 'umount "'"$root"'/proc" && rm -rf --one-file-system "'"$work"'"' EXIT
   printf '#!/bin/sh\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
   chmod +x "$root/usr/sbin/policy-rc.d"
-  chroot "$root" /bin/sh -c "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends nix-bin ca-certificates $NIXOS_PACKAGES" \
-    >"$work/chroot.log" 2>&1 || { tail -30 "$work/chroot.log" >&2; exit 1; }
+  packages() {
+    chroot "$root" /bin/sh -c "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends nix-bin ca-certificates $NIXOS_PACKAGES" \
+      >"$work/chroot.log" 2>&1 || { tail -30 "$work/chroot.log" >&2; return 1; }
+  }
+  retry packages || exit 1
   rm -f "$root/usr/sbin/policy-rc.d"
   chroot "$root" apt-get clean
   umount "$root/proc"

@@ -9,9 +9,8 @@ package test
 // so that CI runs it in the suite that has a spire node.
 //
 // Not here: a SPIRE agent attesting from inside a node's pod. kwok runs no containers;
-// TestAccK8sRolloutRealNode_spireAgentAttestsInPod (internal/provider/k8s) has the agent
-// of a node's pod attest on the lab's real kubelet node, with the resources this module
-// wires, not through the module.
+// TestAccSpireModuleK8sOperatorRealNode has the agents of the module's pods attest on
+// the lab's real kubelet node.
 
 import (
 	"context"

@@ -24,8 +24,9 @@
 //     instance is owned when its template is); wanted units are the names in its
 //     *.wants, *.requires and *.upholds directories.
 //   - A switch is unconfirmed when /run/current-system is not the new toplevel after
-//     it; the boot entry is then reverted to the system the node runs (or, if none,
-//     to the one it ran before) and the run fails.
+//     it; the run fails and the boot entry is left as it was (the switch runs
+//     `switch-to-configuration test`, which touches no boot entry, and the boot entry
+//     is set only after a verdict).
 //   - In a deploy the secret chain is waited for before the switch, but only members
 //     that are loaded and in progress, and a chain that does not come up is a warning:
 //     the first pass judges a node before its secrets arrive. In verdict-only mode

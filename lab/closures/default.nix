@@ -932,11 +932,30 @@ in
     Restart=on-failure
     RestartSec=2
     EOF
-    for w in fedi-spire-token.service fedi-spire-token.timer fedi-spire-agent.service; do
+    # The system is up once its identity is: this oneshot ends when root gets an X.509
+    # SVID from the agent, so systemd says "running" (and the pod is ready, and the
+    # rollout's verdict is given) only after the agent attested and the server issued
+    # the node's host SVID; a node that never attests fails this unit, and the verdict
+    # names it.
+    cat > $u/fedi-spire-attested.service <<EOF
+    [Unit]
+    Description=Wait until the SPIRE agent holds this node's identity
+    Requires=fedi-spire-agent.service
+    After=fedi-spire-agent.service
+    [Service]
+    Type=oneshot
+    RemainAfterExit=yes
+    TimeoutStartSec=150
+    ExecStart=${bb} sh -c 'until ${bootSpireAgent}/bin/spire-agent api fetch x509 -socketPath /run/spire-agent/api.sock >/dev/null 2>&1; do ${bb} sleep 1; done'
+    EOF
+    for w in fedi-spire-token.service fedi-spire-token.timer fedi-spire-agent.service fedi-spire-attested.service; do
       ln -s ../$w $u/multi-user.target.wants/$w
     done
     ln -s ${bootSpireAgent}/bin/spire-agent $out/sw/bin/spire-agent
-  '') { };
+  '' + (if planFile == "" then "" else ''
+    mkdir -p $out/etc/fediversity
+    printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
+  '')) (if planFile == "" then { } else { plan = builtins.readFile planFile; });
 
   # Same units, another toplevel (fedi-web's unit file changed: it is stopped before the
   # activation and started after it).

@@ -27,10 +27,12 @@ package main
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -44,6 +46,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
@@ -77,11 +80,30 @@ func findRelease(t *testing.T, dist string) builtRelease {
 	return builtRelease{dist: dist, version: version, sums: sums[0], zip: filepath.Join(dist, name), zipSum: listed[name]}
 }
 
+// commandLimit bounds each CLI this test runs. Every command here takes seconds on an
+// idle machine and well under a minute beside the whole suite; one run in CI hung until
+// go test's own 10-minute limit, which names no command. A command past this limit is
+// killed, and the failure names it with the processes then running.
+const commandLimit = 4 * time.Minute
+
 // run runs name with args in dir with exactly env, and returns its output and error.
 func run(dir string, env []string, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), commandLimit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir, cmd.Env = dir, env
+	// A descendant that outlives the command (an agent it started) keeps the output
+	// pipe open; the command's own exit is what counts, so stop reading soon after it.
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
+	if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState != nil && cmd.ProcessState.Success() {
+		err = nil
+	}
+	if ctx.Err() != nil {
+		ps, _ := exec.Command("ps", "-eo", "pid,ppid,etime,stat,args", "--forest").CombinedOutput()
+		err = fmt.Errorf("%s %s did not end within %s and was killed (%v); processes at that time:\n%s",
+			name, strings.Join(args, " "), commandLimit, err, ps)
+	}
 	return string(out), err
 }
 

@@ -15,12 +15,16 @@ import (
 // event is one line of `go test -json` (cmd/test2json). Compiler messages come as
 // build-output events.
 type event struct {
-	Action      string
-	Package     string
-	Test        string
-	Output      string
-	Elapsed     float64 // seconds, on a test's pass, fail and skip events
-	FailedBuild string  // set on a package's fail event when its test binary did not build
+	Action  string
+	Package string
+	Test    string
+	Output  string
+	Elapsed float64 // seconds, on a test's pass, fail and skip events
+	// Time is when the event was written. A test whose subtests are parallel reports an
+	// Elapsed that ends before they run (the testing package stops its clock when the
+	// test's function returns), so its wall time is taken from its run and end events.
+	Time        time.Time
+	FailedBuild string // set on a package's fail event when its test binary did not build
 }
 
 // Suite is what one suite proved. It is saved as JSON so `report` can add up the suites
@@ -81,9 +85,10 @@ func (s Suite) Counts() string {
 // cpu, when not nil, is told when each top-level test starts and ends.
 func Read(r io.Reader, out io.Writer, verbose bool, cpu *cpuTracker) Suite {
 	var s Suite
-	buffered := map[string][]string{} // output of each running test, printed if it fails
-	failedIn := map[string]bool{}     // packages with at least one failed test
-	var loose []string                // the last lines that were not go test events
+	buffered := map[string][]string{}   // output of each running test, printed if it fails
+	failedIn := map[string]bool{}       // packages with at least one failed test
+	var loose []string                  // the last lines that were not go test events
+	startedAt := map[string]time.Time{} // each running top-level test's run event
 	scanner := bufio.NewScanner(r)
 	scanner.Buffer(make([]byte, 1<<20), 16<<20)
 	for scanner.Scan() {
@@ -101,6 +106,7 @@ func Read(r io.Reader, out io.Writer, verbose bool, cpu *cpuTracker) Suite {
 		case "run":
 			if e.Test != "" && !strings.Contains(e.Test, "/") {
 				cpu.started(key)
+				startedAt[key] = e.Time
 			}
 		case "output":
 			switch {
@@ -116,7 +122,7 @@ func Read(r io.Reader, out io.Writer, verbose bool, cpu *cpuTracker) Suite {
 		case "pass":
 			if e.Test != "" {
 				s.Passed++
-				s.timed(e, cpu, key, true)
+				s.timed(e, startedAt[key], cpu, key, true)
 			}
 			delete(buffered, key)
 		case "skip":
@@ -134,7 +140,7 @@ func Read(r io.Reader, out io.Writer, verbose bool, cpu *cpuTracker) Suite {
 				s.Failed++
 				s.Failures = append(s.Failures, failure)
 				s.failureEnd(failure, buffered[key])
-				s.timed(e, cpu, key, false)
+				s.timed(e, startedAt[key], cpu, key, false)
 				failedIn[e.Package] = true
 				if !verbose {
 					for _, o := range buffered[key] {
@@ -202,12 +208,18 @@ func lastLines(lines []string, n int) []string {
 }
 
 // timed records a top-level test's time and CPU, and keeps it among the slowest when it
-// is (subtests are in their parent's).
-func (s *Suite) timed(e event, cpu *cpuTracker, key string, passed bool) {
+// is (subtests are in their parent's). Its time is the longer of its Elapsed and the
+// time from its run event (started) to this end event: the two agree but for a test
+// whose subtests are parallel, whose Elapsed leaves them out.
+func (s *Suite) timed(e event, started time.Time, cpu *cpuTracker, key string, passed bool) {
 	if strings.Contains(e.Test, "/") {
 		return
 	}
-	t := Timed{Test: name(e), Elapsed: time.Duration(e.Elapsed * float64(time.Second)), Passed: passed}
+	elapsed := time.Duration(e.Elapsed * float64(time.Second))
+	if !started.IsZero() && !e.Time.IsZero() && e.Time.Sub(started) > elapsed {
+		elapsed = e.Time.Sub(started)
+	}
+	t := Timed{Test: name(e), Elapsed: elapsed, Passed: passed}
 	t.CPU, t.NodesCPU = cpu.ended(key)
 	s.Tests = append(s.Tests, t)
 	s.Slowest = append(s.Slowest, t)

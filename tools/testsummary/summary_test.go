@@ -225,3 +225,28 @@ func TestReadKeepsTheSlowestTests(t *testing.T) {
 		}
 	}
 }
+
+// A test whose subtests are parallel: go test reports the parent's Elapsed without them
+// (its clock stops when its function returns), which dealt the longest interrupt test
+// as the cheapest job. Its wall time is from its run event to its end event.
+func TestParentOfParallelSubtestsIsTimedToItsEnd(t *testing.T) {
+	in := `{"Time":"2026-12-06T05:00:00Z","Action":"run","Package":"p","Test":"TestParent"}
+{"Time":"2026-12-06T05:00:00.5Z","Action":"run","Package":"p","Test":"TestParent/a"}
+{"Time":"2026-12-06T05:01:40Z","Action":"pass","Package":"p","Test":"TestParent/a","Elapsed":99.4}
+{"Time":"2026-12-06T05:01:40.1Z","Action":"pass","Package":"p","Test":"TestParent","Elapsed":0.6}
+{"Time":"2026-12-06T05:01:41Z","Action":"run","Package":"p","Test":"TestSerial"}
+{"Time":"2026-12-06T05:01:43Z","Action":"pass","Package":"p","Test":"TestSerial","Elapsed":2.5}
+`
+	s := Read(strings.NewReader(in), io.Discard, false, nil)
+	got := map[string]time.Duration{}
+	for _, tt := range s.Tests {
+		got[tt.Test] = tt.Elapsed
+	}
+	if got["p.TestParent"].Round(time.Second) != 100*time.Second {
+		t.Errorf("TestParent timed %s, want 1m40s (its run to its end, its parallel subtest included): %v", got["p.TestParent"], got)
+	}
+	// A test's own Elapsed counts when it is the longer (the events' times are rounded).
+	if got["p.TestSerial"] != 2500*time.Millisecond {
+		t.Errorf("TestSerial timed %s, want its Elapsed 2.5s: %v", got["p.TestSerial"], got)
+	}
+}

@@ -147,3 +147,108 @@ resource "fediversity_k8s_namespace" "ns" {}
 		},
 	})
 }
+
+// TestAccK8sNamespace_perAppTargetsHoldTheirOwnDeployment: the `all` target and a
+// per-app target of the same base namespace are two namespaces (the base, and the base
+// with `-<app>`), so the same node deployed by both is two Deployments that never touch:
+// each runs its own image and has its own claim. Destroy removes both namespaces.
+func TestAccK8sNamespace_perAppTargetsHoldTheirOwnDeployment(t *testing.T) {
+	a := newK8sAcc(t)
+	perApp := a.Ns + "-matrix"
+	t.Cleanup(func() { // a failed test must not leave the per-app namespace behind
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_ = a.C.CS.CoreV1().Namespaces().Delete(ctx, perApp, metav1.DeleteOptions{})
+	})
+	target := func(res, app, archive string) string {
+		appLine := ""
+		if app != "" {
+			appLine = fmt.Sprintf("app = %q", app)
+		}
+		return fmt.Sprintf(`
+resource "fediversity_k8s_namespace" %[1]q {
+  %[2]s
+}
+
+resource "fediversity_image" %[1]q {
+  namespace = fediversity_k8s_namespace.%[1]s.name
+  node      = "web01"
+  tag       = %[3]q
+  archive   = %[4]q
+}
+
+resource "fediversity_k8s_rollout" %[1]q {
+  namespace     = fediversity_k8s_namespace.%[1]s.name
+  node          = "web01"
+  image_ref     = fediversity_image.%[1]s.image_ref
+  runtime_class = fediversity_k8s_namespace.%[1]s.runtime_class
+  storage_class = "fediversity-lab"
+  timings {
+    rollout_wait = "90s"
+    pull_grace   = "3s"
+  }
+}
+`, res, appLine, archive, a.Archives[archive])
+	}
+	cfg := acctest.Config(a.Provider(a.Reg.Host) + target("all", "", "v1") + target("matrix", "matrix", "v2"))
+	// deployment is the image the Deployment web01 of ns names, and its claim's UID.
+	deployment := func(ns string) (string, string, error) {
+		ctx := context.Background()
+		d, err := a.C.CS.AppsV1().Deployments(ns).Get(ctx, "web01", metav1.GetOptions{})
+		if err != nil {
+			return "", "", fmt.Errorf("Deployment web01 in %s: %w", ns, err)
+		}
+		pvc, err := a.C.CS.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "web01-state", metav1.GetOptions{})
+		if err != nil {
+			return "", "", fmt.Errorf("claim web01-state in %s: %w", ns, err)
+		}
+		return d.Spec.Template.Spec.Containers[0].Image, string(pvc.UID), nil
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { acctest.PreCheck(t) },
+		ProtoV6ProviderFactories: acctest.ProtoV6ProviderFactories,
+		Steps: []resource.TestStep{
+			{
+				Config: cfg,
+				Check: resource.ComposeAggregateTestCheckFunc(
+					resource.TestCheckResourceAttr("fediversity_k8s_namespace.all", "name", a.Ns),
+					resource.TestCheckResourceAttr("fediversity_k8s_namespace.matrix", "name", perApp),
+					func(s *terraform.State) error {
+						allImage, allClaim, err := deployment(a.Ns)
+						if err != nil {
+							return err
+						}
+						appImage, appClaim, err := deployment(perApp)
+						if err != nil {
+							return err
+						}
+						if want := acctest.StateAttr(s, "fediversity_image.all", "image_ref"); allImage != want {
+							return fmt.Errorf("the all target's Deployment names %s, want its own image %s", allImage, want)
+						}
+						if want := acctest.StateAttr(s, "fediversity_image.matrix", "image_ref"); appImage != want {
+							return fmt.Errorf("the per-app target's Deployment names %s, want its own image %s", appImage, want)
+						}
+						if allImage == appImage || allClaim == appClaim {
+							return fmt.Errorf("the two targets share a Deployment's image (%s) or a claim (%s)", allImage, allClaim)
+						}
+						for _, ns := range []string{a.Ns, perApp} {
+							pods, err := a.C.CS.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.NodeLabel + "=web01"})
+							if err != nil || len(pods.Items) != 1 {
+								return fmt.Errorf("pods of web01 in %s: %d (err %v), want 1", ns, len(pods.Items), err)
+							}
+						}
+						return nil
+					},
+				),
+			},
+		},
+		CheckDestroy: func(*terraform.State) error {
+			for _, ns := range []string{a.Ns, perApp} {
+				if _, err := a.C.CS.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("namespace %s after destroy: %v, want it gone", ns, err)
+				}
+			}
+			return nil
+		},
+	})
+}
