@@ -102,7 +102,9 @@ func TestNamespaceName(t *testing.T) {
 // The fail-fast classification is tested with client-go's fake clientset, and only it:
 // a real kubelet cannot be told to show ErrImagePull for exactly some seconds, or a
 // ReplicaFailure, on demand, and the pull grace needs a controllable clock. The lab's
-// kwok stages show the same states end to end in the acceptance tests.
+// kwok stages show the same states end to end in the acceptance tests, and its real node
+// shows a real pull failure and a real unbound claim
+// (internal/provider/k8s/resource_k8s_rollout_realnode_failures_test.go).
 
 func pod(name string, mutate func(*corev1.Pod)) *corev1.Pod {
 	p := &corev1.Pod{
@@ -216,6 +218,52 @@ func TestClassifyFailFast(t *testing.T) {
 	}
 }
 
+// TestClaimNotBoundAfterTheScheduler: a claim whose provisioning failed stops the wait at
+// once, but only after the scheduler has judged the pod, so that the error carries the
+// scheduler's verdict beside the volume controller's. A fake clientset, for the moment
+// between the controller's event and the scheduler's, which a real cluster passes in
+// milliseconds; the lab's real node shows both end to end.
+func TestClaimNotBoundAfterTheScheduler(t *testing.T) {
+	ctx := context.Background()
+	d := deploymentNotDone()
+	cs := fake.NewClientset(d)
+	claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: ClaimName("web01"), Namespace: "fediversity"}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending}}
+	if _, err := cs.CoreV1().PersistentVolumeClaims("fediversity").Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Events("fediversity").Create(ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "ev1", Namespace: "fediversity"},
+		InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Name: claim.Name, Namespace: "fediversity"},
+		Type:           corev1.EventTypeWarning, Reason: "ProvisioningFailed", Message: "no volume plugin matched name: kubernetes.io/no-provisioner",
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := pod("a", func(*corev1.Pod) {})
+	if _, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w := &watcher{c: &Client{CS: cs}, s: testSpec(), ours: writtenBy(d), o: WaitOptions{Limit: time.Hour, PullGrace: 20 * time.Second}.withDefaults(), firstSeen: map[string]time.Time{}}
+	t0 := time.Unix(1_000_000, 0)
+	if done, stop, err := w.check(ctx, t0); done || stop != nil || err != nil {
+		t.Fatalf("before the scheduler judged the pod: done=%v stop=%v err=%v, want to keep waiting", done, stop, err)
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		Message: "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims."}}
+	if _, err := cs.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, stop, err := w.check(ctx, t0.Add(time.Second))
+	rerr, ok := stop.(*RolloutError)
+	if err != nil || !ok || rerr.Reason != ReasonClaimNotBound || !rerr.Early {
+		t.Fatalf("after the scheduler's verdict: stop=%v err=%v, want an early %s", stop, err, ReasonClaimNotBound)
+	}
+	for _, want := range []string{"no volume plugin matched", "pod has unbound immediate PersistentVolumeClaims"} {
+		if !strings.Contains(rerr.Error(), want) {
+			t.Errorf("error lacks %q:\n%s", want, rerr)
+		}
+	}
+}
+
 // TestDegradedSystemFails: a running pod whose readiness probe (systemctl
 // is-system-running) answers "degraded" stops the wait after the grace; one that answers
 // "starting" does not. A fake clientset, because the kubelet's probe events need a clock
@@ -277,7 +325,8 @@ func TestDegradedSystemFails(t *testing.T) {
 // TestTimeoutSaysWhatSystemdSaid: a pod that runs but never becomes ready ends the wait
 // at its limit, and the error names what systemd last answered to the readiness probe.
 // A fake clientset, for a wait of a fraction of a second (a real cluster cannot be made
-// to time out that fast); no acceptance test on the real node shows it yet.
+// to time out that fast); TestAccK8sRolloutRealNode_neverReadyTimesOut shows it on the
+// real node at a real limit.
 func TestTimeoutSaysWhatSystemdSaid(t *testing.T) {
 	d := deploymentNotDone()
 	cs := fake.NewClientset(d)

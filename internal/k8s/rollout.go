@@ -386,8 +386,11 @@ func (w *watcher) check(ctx context.Context, now time.Time) (done bool, stop err
 		}
 	}
 	// A claim whose provisioning failed will not bind: the pod cannot start on a real
-	// cluster, whatever its status says now.
-	if len(pods) > 0 && !podReady(&pods[0]) {
+	// cluster, whatever its status says now. It is judged once the scheduler has judged
+	// the pod (PodScheduled is set either way), so that the error names the scheduler's
+	// verdict too ("pod has unbound immediate PersistentVolumeClaims"): the controller's
+	// event comes first, often before the pod exists.
+	if len(pods) > 0 && !podReady(&pods[0]) && schedulerJudged(&pods[0]) {
 		if msg := w.claimFailure(ctx); msg != "" {
 			return false, w.fail(ctx, now, ReasonClaimNotBound, msg), nil
 		}
@@ -536,6 +539,16 @@ func ClassifyPod(p *corev1.Pod) (Kind, string) {
 		return Pull, ReasonImagePull
 	}
 	return Progressing, ""
+}
+
+// schedulerJudged: the scheduler has placed the pod or said why it cannot.
+func schedulerJudged(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled {
+			return true
+		}
+	}
+	return false
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -20,6 +20,7 @@ stop() { # name
   rm -f "$f"
 }
 
+stop kube-scheduler
 stop kubelet
 # The pods' containers run under shims that outlive containerd: remove them through it.
 if [[ -S $STATE/run/containerd/containerd.sock && -x $STATE/bin/ctr ]]; then

@@ -10,6 +10,17 @@
 # pod of any other class never lands here; a pod of this class never lands on kwok's node.
 # The StorageClass "fediversity-real" has no provisioner: a test makes a static hostPath
 # PV under $STATE/volumes for its claim, so a replaced pod finds the old one's files.
+# The StorageClass "fediversity-real-provisioned" has one: kube-controller-manager's
+# in-tree hostPath provisioner (up.sh), which makes a volume for each new claim.
+#
+# The node's pods have a scheduler of their own, with every default plugin: the control
+# plane's (up.sh) skips VolumeBinding, since kwok's claims never bind, and so would place
+# a pod whose claim has no volume, leaving the kubelet to wait minutes for its mount. A
+# real cluster's scheduler refuses that pod at once ("pod has unbound immediate
+# PersistentVolumeClaims"), and so does this one. The admission policy
+# "fediversity-real-scheduler" hands it every pod of the RuntimeClass "fediversity-real"
+# by setting its schedulerName (the pod spec's only change; the Deployment's template
+# stays the provider's).
 #
 # Idempotent and fast when already up. Output (stdout): the node's name. State:
 # /var/lib/fediversity-k8s-node (FEDIVERSITY_K8S_NODE_STATE). Stop with node-down.sh.
@@ -21,6 +32,7 @@ CP_STATE="${FEDIVERSITY_K8S_STATE:-/var/lib/fediversity-k8s}"
 KUBECONFIG_CP="$CP_STATE/kubeconfig"
 NODE="${FEDIVERSITY_K8S_NODE_NAME:-fediversity-real-0}"
 KUBELET_PORT=10250; KUBELET_HEALTHZ=10248
+SCHED_PORT=10261; SCHEDULER_NAME=fediversity-real; RUNTIME_CLASS=fediversity-real
 PIDS="$STATE/pids"; LOGS="$STATE/logs"; RUN="$STATE/run"
 SOCK="$RUN/containerd/containerd.sock"
 PAUSE_IMAGE="fediversity.local/pause:1"
@@ -65,7 +77,59 @@ command -v curl >/dev/null || { log "curl is needed"; exit 1; }
 ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
 ip -4 addr show dev "$BRIDGE" | grep -F " ${POD_SUBNET%.*/*}.1/24 " >/dev/null || ip addr add "${POD_SUBNET%.*/*}.1/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
-if alive containerd && alive kubelet && node_ready; then echo "$NODE"; exit 0; fi
+run() { # name binary args... : start in background, save PID
+  local name=$1; shift
+  # setsid: the node outlives the shell (and the CI step) that started it.
+  HOME="$STATE/home" PATH="$STATE/bin:$PATH" setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! > "$PIDS/$name.pid"
+}
+
+# node_objects_up: the cluster objects of the real node, its own scheduler and the
+# admission policy that gives it the node's pods (see the top). Idempotent, and apart
+# from the kubelet: a node already up gets what is missing without a restart.
+node_objects_up() {
+  api_apply /apis/node.k8s.io/v1/runtimeclasses '{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass","metadata":{"name":"fediversity-real"},"handler":"fediversity","scheduling":{"nodeSelector":{"fediversity.org/real-node":"true"},"tolerations":[{"key":"fediversity.org/real-node","operator":"Exists","effect":"NoSchedule"}]}}'
+  api_apply /apis/storage.k8s.io/v1/storageclasses '{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"fediversity-real"},"provisioner":"kubernetes.io/no-provisioner","volumeBindingMode":"Immediate"}'
+  api_apply /apis/storage.k8s.io/v1/storageclasses '{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"fediversity-real-provisioned"},"provisioner":"kubernetes.io/host-path","reclaimPolicy":"Delete","volumeBindingMode":"Immediate"}'
+  mkdir -p "$PIDS" "$LOGS" "$STATE/home"
+  if ! alive kube-scheduler; then
+    local bin
+    bin=$(bash "$HERE/build.sh" | sed -n 's/^kube-scheduler=//p')
+    [[ -x $bin ]] || { log "missing binary kube-scheduler; run lab/k8s/build.sh"; exit 1; }
+    cat > "$STATE/scheduler.yaml" <<YAML
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: $KUBECONFIG_CP
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: $SCHEDULER_NAME
+YAML
+    run kube-scheduler "$bin" --config "$STATE/scheduler.yaml" --bind-address 127.0.0.1 --secure-port "$SCHED_PORT"
+    for i in $(seq 1 300); do
+      curl -ksS --max-time 1 "https://127.0.0.1:$SCHED_PORT/healthz" 2>/dev/null | grep -qx ok && break
+      running kube-scheduler || { log "kube-scheduler exited; see $LOGS/kube-scheduler.log"; tail -20 "$LOGS/kube-scheduler.log" >&2; exit 1; }
+      [[ $i == 300 ]] && { log "kube-scheduler not healthy after 60s; see $LOGS/kube-scheduler.log"; exit 1; }
+      sleep 0.2
+    done
+  fi
+  api_apply /apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies "$(cat <<JSON
+{"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+ "metadata": {"name": "fediversity-real-scheduler"},
+ "spec": {
+   "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+   "matchConditions": [{"name": "real-node-runtime-class",
+     "expression": "has(object.spec.runtimeClassName) && object.spec.runtimeClassName == '$RUNTIME_CLASS'"}],
+   "failurePolicy": "Fail", "reinvocationPolicy": "Never",
+   "mutations": [{"patchType": "ApplyConfiguration",
+     "applyConfiguration": {"expression": "Object{spec: Object.spec{schedulerName: \"$SCHEDULER_NAME\"}}"}}]}}
+JSON
+)"
+  api_apply /apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings '{"apiVersion":"admissionregistration.k8s.io/v1","kind":"MutatingAdmissionPolicyBinding","metadata":{"name":"fediversity-real-scheduler"},"spec":{"policyName":"fediversity-real-scheduler"}}'
+}
+
+if alive containerd && alive kubelet && node_ready; then node_objects_up; echo "$NODE"; exit 0; fi
 bash "$HERE/node-down.sh" >&2 || true
 
 declare -A BIN
@@ -165,13 +229,6 @@ cat > "$STATE/cni/net.d/10-fediversity.conflist" <<JSON
 }
 JSON
 
-run() { # name binary args... : start in background, save PID
-  local name=$1; shift
-  # setsid: the node outlives the shell (and the CI step) that started it.
-  HOME="$STATE/home" PATH="$STATE/bin:$PATH" setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
-  echo $! > "$PIDS/$name.pid"
-}
-
 rm -f "$SOCK" "$SOCK.ttrpc" # a stale socket would look like a containerd that answers
 run containerd "${BIN[containerd]}" --config "$STATE/containerd.toml"
 for i in $(seq 1 300); do
@@ -246,8 +303,6 @@ done
 api PATCH "/api/v1/nodes/$NODE/status" -H 'Content-Type: application/merge-patch+json' \
   -d '{"status":{"addresses":[{"type":"InternalIP","address":"127.0.0.1"}]}}' -o /dev/null
 
-# The cluster objects of the real node (idempotent).
-api_apply /apis/node.k8s.io/v1/runtimeclasses '{"apiVersion":"node.k8s.io/v1","kind":"RuntimeClass","metadata":{"name":"fediversity-real"},"handler":"fediversity","scheduling":{"nodeSelector":{"fediversity.org/real-node":"true"},"tolerations":[{"key":"fediversity.org/real-node","operator":"Exists","effect":"NoSchedule"}]}}'
-api_apply /apis/storage.k8s.io/v1/storageclasses '{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"fediversity-real"},"provisioner":"kubernetes.io/no-provisioner","volumeBindingMode":"Immediate"}'
+node_objects_up
 log "node $NODE Ready in $(( ($(date +%s%N) - start) / 1000000 )) ms"
 echo "$NODE"

@@ -39,8 +39,15 @@ ready() {
   curl -fsS --max-time 2 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "$API/readyz" >/dev/null 2>&1
 }
 
+# A control plane started by an older version of this script, without the flags it
+# passes now, is not up: it starts clean below.
+current_flags() {
+  tr '\0' ' ' < "/proc/$(cat "$PIDS/kube-controller-manager.pid")/cmdline" 2>/dev/null | grep -q -- '--enable-hostpath-provisioner'
+}
+
 all_alive=1
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do alive "$c" || all_alive=0; done
+[[ $all_alive == 1 ]] && ! current_flags && all_alive=0
 if [[ $all_alive == 1 && -s $KUBECONFIG_OUT ]] && ready; then
   echo "$KUBECONFIG_OUT"; exit 0
 fi
@@ -146,9 +153,13 @@ for i in $(seq 1 900); do
   sleep 0.2
 done
 
+# --enable-hostpath-provisioner: the one volume provisioner served here, Kubernetes' own
+# in-tree one for a single-host cluster (a directory under /tmp/hostpath_pv of this host,
+# removed with its claim). The real node's StorageClass "fediversity-real-provisioned"
+# names it (node-up.sh); kwok's node has no volumes at all.
 run kube-controller-manager --kubeconfig "$KUBECONFIG_OUT" --bind-address 127.0.0.1 --secure-port "$KCM_PORT" \
   --leader-elect=false --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
-  --use-service-account-credentials=false
+  --use-service-account-credentials=false --enable-hostpath-provisioner
 
 cat > "$STATE/scheduler.yaml" <<YAML
 apiVersion: kubescheduler.config.k8s.io/v1

@@ -3,7 +3,8 @@ package acctest
 // The lab's real kubelet node (lab/k8s/node-up.sh), for the acceptance tests of any
 // package that roll a node out onto it: a real kubelet, containerd and runc behind the
 // RuntimeClass "fediversity-real", and host-directory volumes behind the StorageClass
-// "fediversity-real" (no provisioner: a test binds a static volume to each claim).
+// "fediversity-real" (no provisioner: a test binds a static volume to each claim) or
+// "fediversity-real-provisioned" (made by the in-tree hostPath provisioner).
 
 import (
 	"bytes"
@@ -29,6 +30,9 @@ const (
 	RealNodeName         = "fediversity-real-0"
 	RealNodeRuntimeClass = "fediversity-real"
 	RealNodeStorageClass = "fediversity-real"
+	// RealNodeProvisionedStorageClass has a provisioner: kube-controller-manager's
+	// in-tree hostPath one (lab/k8s/up.sh), which makes a volume for each new claim.
+	RealNodeProvisionedStorageClass = "fediversity-real-provisioned"
 )
 
 // RealNodeState is node-up.sh's state directory (volumes, the node image's base layer,
