@@ -178,12 +178,13 @@ func (c *Client) Wait(ctx context.Context, s NodeSpec, ours Written, o WaitOptio
 		switch {
 		case err != nil && parent.Err() != nil:
 			// The caller gave up (Ctrl-C, timeouts, a killed CLI): not an API failure.
-		case err != nil && ctx.Err() != nil && w.lastAPIErr == nil && time.Since(readStart) < c.poll():
-			// The limit ran out in the middle of a read that had not yet waited a poll
-			// interval, after reads that answered: the limit cut it, the API did not fail
-			// it. The wait ends as a timeout on the state the last reads saw (a CI run
-			// on the real node took this for an outage, and left a never-ready pod
-			// without its rollback).
+		case err != nil && ctx.Err() != nil && w.lastAPIErr == nil && startedWithinAPollOfTheLimit(ctx, readStart, c.poll()):
+			// The limit ran out in the middle of a read that began less than a poll
+			// interval before it, after reads that answered: the limit cut it, the API did
+			// not fail it. The wait ends as a timeout on the state the last reads saw (a
+			// CI run on the real node took this for an outage, and left a never-ready pod
+			// without its rollback). Judged by when the read began, not by how long it
+			// took to come back: on a loaded machine the cut read returns late.
 		case err != nil && w.lastAPIErr == nil && limiterRefusedPastDeadline(err):
 			// client-go's rate limiter refused to wait for a read it could not start
 			// before the limit ("rate: Wait(n=1) would exceed context deadline"): the
@@ -286,6 +287,14 @@ func (c *Client) writeAnswerLost(ctx context.Context, s NodeSpec, writeErr error
 			return Outcome{}, e
 		}
 	}
+}
+
+// startedWithinAPollOfTheLimit: the read that began at readStart began less than a poll
+// interval before ctx's deadline, so a read that answered in the usual time could not
+// have ended before it.
+func startedWithinAPollOfTheLimit(ctx context.Context, readStart time.Time, poll time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && deadline.Sub(readStart) < poll
 }
 
 // limiterRefusedPastDeadline: the error is golang.org/x/time/rate's refusal to wait
