@@ -59,11 +59,6 @@ case "$mode" in all | acc | setup) ;; *) echo "usage: $0 [all|acc|setup]" >&2; e
 
 # The acceptance tests that need the Kubernetes control plane, the real node or SPIRE.
 K8S_TESTS='^TestAcc(K8s|Image|ModuleK8s|Spire)'
-# The group module tests of tf and tf-incus need only a lab. On a warm machine they are
-# dealt to the k8s and SPIRE shards, which have a lab each and otherwise end long before
-# the nodes shards (measured: 40 against 79 minutes), so that the four shards end
-# together. On a cold machine those shards start late and are the critical path already.
-BALANCE_TESTS='^TestAccModuleTF'
 # The tests that restart the one incusd every lab shares: they run alone, after the
 # other suites, or they would cut the exec sessions of every test running beside them.
 ALONE_TESTS='^TestAccNodeSwitchIncusdRestart$'
@@ -369,10 +364,8 @@ if wait_for build-provider-tests; then
   # critical path: four. The tests share the control plane and the real node already
   # (each makes a namespace of its own); each shard has a lab and a spire node of its own.
   k8s_shards=${K8S_SHARDS:-$([ -z "$cold" ] && echo 2 || echo 4)}
-  k8s_group=$K8S_TESTS
-  [ -n "$cold" ] || k8s_group="$K8S_TESTS|$BALANCE_TESTS"
-  acc_deal '^TestAcc' "$k8s_group|$ALONE_TESTS" "$NODES_SHARDS" >"$logs/acc/nodes.dealt"
-  acc_deal "$k8s_group" "$ALONE_TESTS" "$k8s_shards" >"$logs/acc/k8s.dealt"
+  acc_deal '^TestAcc' "$K8S_TESTS|$ALONE_TESTS" "$NODES_SHARDS" >"$logs/acc/nodes.dealt"
+  acc_deal "$K8S_TESTS" "$ALONE_TESTS" "$k8s_shards" >"$logs/acc/k8s.dealt"
   acc_deal "$ALONE_TESTS" "" 1 >"$logs/acc/alone.dealt"
   nodes_shards=$(cut -d' ' -f1 "$logs/acc/nodes.dealt" | sort -u | wc -l)
   k8s_shards=$(cut -d' ' -f1 "$logs/acc/k8s.dealt" | sort -u | wc -l)
