@@ -48,21 +48,7 @@ func TestAccModuleK8sBuildsFromSubmissionRealNode(t *testing.T) {
 		a.RealNodeVolume(n)
 	}
 
-	// The nodes' Nix source, lab/closures, in a directory of the operator's own
-	// (outside any repository, so that the evaluation key hashes this directory only).
-	src := filepath.Join(t.TempDir(), "closures")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"default.nix", "switch-to-configuration.sh"} {
-		b, err := os.ReadFile(filepath.Join(labtest.RepoRoot(t), "lab", "closures", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(src, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src := operatorClosures(t)
 	// A seed of this run: store paths no earlier run pushed or booted.
 	seed := fmt.Sprintf("mk8s-real-%d", time.Now().UnixNano())
 	// config is the root module with the seed each node's build is given.
@@ -183,6 +169,27 @@ output "node_plans" {
 			resource.TestStep{Config: emptyRoot()},
 		),
 	})
+}
+
+// operatorClosures is the nodes' Nix source, lab/closures, copied into a directory of
+// the operator's own (outside any repository, so that the evaluation key hashes this
+// directory only).
+func operatorClosures(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "closures")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"default.nix", "switch-to-configuration.sh"} {
+		b, err := os.ReadFile(filepath.Join(labtest.RepoRoot(t), "lab", "closures", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return src
 }
 
 // observe is what the kubelet reports of a node's pod: its UID, its node container's

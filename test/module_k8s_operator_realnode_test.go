@@ -13,8 +13,6 @@ package test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -37,20 +35,7 @@ func TestAccSpireModuleK8sOperatorRealNode(t *testing.T) {
 	a := acctest.NewSpireInPod(t, k, names...)
 	g := newGroupSample(t, "k8s-operator", names)
 
-	// The nodes' Nix source, lab/closures, in a directory of the operator's own.
-	src := filepath.Join(t.TempDir(), "closures")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"default.nix", "switch-to-configuration.sh"} {
-		b, err := os.ReadFile(filepath.Join(labtest.RepoRoot(t), "lab", "closures", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(src, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	src := operatorClosures(t)
 	agent := labtest.SpireAgentBinary(t)
 	roster := map[string]any{}
 	for _, n := range names {

@@ -204,8 +204,8 @@ func (a *K8s) DeploymentImage() (string, string, error) {
 // ReadyPod returns the one ready, non-terminating pod of web01.
 func (a *K8s) ReadyPod() (*corev1.Pod, error) { return a.ReadyPodOf("web01") }
 
-// ReadyPodOf returns the one ready, non-terminating pod of node.
-func (a *K8s) ReadyPodOf(node string) (*corev1.Pod, error) {
+// LivePodsOf are node's pods that are not going away, ready or not.
+func (a *K8s) LivePodsOf(node string) ([]corev1.Pod, error) {
 	list, err := a.C.CS.CoreV1().Pods(a.Ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.NodeLabel + "=" + node})
 	if err != nil {
 		return nil, err
@@ -215,6 +215,15 @@ func (a *K8s) ReadyPodOf(node string) (*corev1.Pod, error) {
 		if p.DeletionTimestamp == nil {
 			out = append(out, p)
 		}
+	}
+	return out, nil
+}
+
+// ReadyPodOf returns the one ready, non-terminating pod of node.
+func (a *K8s) ReadyPodOf(node string) (*corev1.Pod, error) {
+	out, err := a.LivePodsOf(node)
+	if err != nil {
+		return nil, err
 	}
 	if len(out) != 1 {
 		return nil, fmt.Errorf("want one pod of %s, found %d", node, len(out))

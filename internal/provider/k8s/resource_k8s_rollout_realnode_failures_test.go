@@ -35,15 +35,9 @@ func (a *realNodeAcc) failConfig(archive, tag, imageRef string) string {
 
 // onlyPod is the one pod of web01 that is not going away, ready or not.
 func (a *realNodeAcc) onlyPod() (*corev1.Pod, error) {
-	list, err := a.C.CS.CoreV1().Pods(a.Ns).List(context.Background(), metav1.ListOptions{LabelSelector: k8s.NodeLabel + "=web01"})
+	out, err := a.LivePodsOf("web01")
 	if err != nil {
 		return nil, err
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil {
-			out = append(out, p)
-		}
 	}
 	if len(out) != 1 {
 		return nil, fmt.Errorf("want one pod of web01, found %d", len(out))
