@@ -10,7 +10,8 @@
 #     then OpenTofu
 #   k8s and SPIRE lab                           + Kubernetes, SPIRE    fedi, 2200
 #   acceptance, k8s and SPIRE shard i:          + Kubernetes, SPIRE    fedk<i>, 5000+100i
-#     Terraform, then OpenTofu
+#     Terraform, then OpenTofu (on a warm
+#     machine, nodes jobs too)
 #   acceptance, alone: OpenTofu (and Terraform  the lab, and no other  fedn1
 #     for a test of its set)                    suite running ($ALONE_TESTS: incusd restarts)
 #
@@ -23,10 +24,12 @@
 # internal/provider, and test/ for the modules and examples), each built once into a test
 # binary of its own, and listed. Each test to run under a binary is a job; the jobs are
 # split in groups: those that need the cluster or SPIRE ($K8S_TESTS), those that must run
-# alone ($ALONE_TESTS), and all the others (the nodes tests). The jobs of each group are
-# dealt into shards by their recorded wall times (test/durations.txt, which the summary
-# rewrites after each run), longest first, each to the shard with the least so far
-# (tools/testsummary deal), so that the shards end together. A shard runs its Terraform
+# alone ($ALONE_TESTS), and all the others (the nodes tests). The jobs are dealt into
+# shards by their recorded wall times (test/durations.txt, which the summary rewrites
+# after each run), longest first, each to the shard with the least so far among those it
+# may go to (tools/testsummary deal -place), so that the shards end together: the
+# cluster and SPIRE jobs to the k8s and SPIRE shards, the nodes jobs to any shard on a
+# warm machine and to the nodes shards on a cold one. A shard runs its Terraform
 # jobs, then its OpenTofu jobs, as two suites, on a lab of its own (its nodes, throwaway
 # instances, ports and spire node), so that shards side by side never touch each other's
 # nodes; the Kubernetes control plane and the real node are shared (every test makes a
@@ -285,12 +288,14 @@ acc_jobs() {
   awk 'NR == FNR { if ($0 !~ /^[[:space:]]*(#|$)/) compat[$1]; next }
     { print "OpenTofu", $1, $2; if ($2 in compat) print "Terraform", $1, $2 }' "$COMPAT" "$logs/acc/tests"
 }
-# acc_deal INCLUDE EXCLUDE SHARDS: the jobs whose tests match INCLUDE and not EXCLUDE
-# (extended regexps; EXCLUDE may be empty), dealt into SHARDS by their recorded wall
-# times, longest first; one "<shard> <Terraform|OpenTofu> <binary> <test>" line each.
+# acc_deal INCLUDE EXCLUDE SHARDS [-place REGEXP=SHARDS]…: the jobs whose tests match
+# INCLUDE and not EXCLUDE (extended regexps; EXCLUDE may be empty), dealt into SHARDS by
+# their recorded wall times, longest first (a job matching a -place only into the shards
+# it names); one "<shard> <Terraform|OpenTofu> <binary> <test>" line each.
 acc_deal() {
-  acc_jobs | awk -v inc="$1" -v exc="$2" '$3 ~ inc && (exc == "" || $3 !~ exc)' |
-    "$logs/testsummary" deal -durations "$DURATIONS" -shards "$3" 2>>"$logs/deal.log"
+  local inc=$1 exc=$2 n=$3; shift 3
+  acc_jobs | awk -v inc="$inc" -v exc="$exc" '$3 ~ inc && (exc == "" || $3 !~ exc)' |
+    "$logs/testsummary" deal -durations "$DURATIONS" -shards "$n" "$@" 2>>"$logs/deal.log"
 }
 # acc_select DEALT SHARD BINARY: the selection of one shard's jobs under one binary,
 # "<binary>=^(A|B)$ …" words, one per test binary ("" when it has none).
@@ -348,7 +353,11 @@ if [ "$mode" = all ]; then
   # binaries' (it ends long before them all the same).
   ( wait_for build-provider-tests || true
     export LAB_PREFIX=${LAB_PREFIX:-fedi} # the default lab's (lab.sh), for the summary's CPU of its nodes
-    suite "unit and lab" "" go test -json -count=1 -timeout 40m $(go list ./... | grep -v -e '/internal/k8s$' -e '/internal/spire$') ) &
+    # -timeout 75m: the bound against a hang, under CI's 90 minutes. The command's lab
+    # tests (cmd/fediversity) run one after the other on the default lab, about 36
+    # minutes on a loaded machine: the go test default of 10 minutes, and the 40 before
+    # this, cut them.
+    suite "unit and lab" "" go test -json -count=1 -timeout 75m $(go list ./... | grep -v -e '/internal/k8s$' -e '/internal/spire$') ) &
   pids+=($!)
   ( wait_for k8s-parts || { blocked "k8s and SPIRE lab" "Kubernetes or SPIRE" "$logs/k8s-parts.log"; exit 1; }
     export LAB_PREFIX=${LAB_PREFIX:-fedi}
@@ -364,8 +373,18 @@ if wait_for build-provider-tests; then
   # critical path: four. The tests share the control plane and the real node already
   # (each makes a namespace of its own); each shard has a lab and a spire node of its own.
   k8s_shards=${K8S_SHARDS:-$([ -z "$cold" ] && echo 2 || echo 4)}
-  acc_deal '^TestAcc' "$K8S_TESTS|$ALONE_TESTS" "$NODES_SHARDS" >"$logs/acc/nodes.dealt"
-  acc_deal "$K8S_TESTS" "$ALONE_TESTS" "$k8s_shards" >"$logs/acc/k8s.dealt"
+  # One deal of both groups: shards 1…NODES_SHARDS are the nodes shards, the others the
+  # k8s and SPIRE shards. The k8s and SPIRE jobs go only to theirs. On a warm machine the
+  # nodes jobs go to whichever shard has the least so far: the k8s and SPIRE shards have
+  # a lab each, start with the nodes shards, and otherwise ended 30 minutes before them
+  # (45 against 75 in one run). On a cold machine their parts come up late, so the nodes
+  # jobs stay in the nodes shards.
+  first_k8s=$((NODES_SHARDS + 1)) all_shards=$((NODES_SHARDS + k8s_shards))
+  place=(-place "$K8S_TESTS=$first_k8s-$all_shards")
+  [ -z "$cold" ] || place+=(-place ".=1-$NODES_SHARDS")
+  acc_deal '^TestAcc' "$ALONE_TESTS" "$all_shards" "${place[@]}" >"$logs/acc/all.dealt"
+  awk -v n="$NODES_SHARDS" '$1 <= n' "$logs/acc/all.dealt" >"$logs/acc/nodes.dealt"
+  awk -v n="$NODES_SHARDS" '$1 > n { $1 -= n; print }' "$logs/acc/all.dealt" >"$logs/acc/k8s.dealt"
   acc_deal "$ALONE_TESTS" "" 1 >"$logs/acc/alone.dealt"
   nodes_shards=$(cut -d' ' -f1 "$logs/acc/nodes.dealt" | sort -u | wc -l)
   k8s_shards=$(cut -d' ' -f1 "$logs/acc/k8s.dealt" | sort -u | wc -l)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -119,19 +120,29 @@ type Job struct {
 	Line string // "<binary> <test binary> <test>", as given
 	Test string
 	Cost float64 // its recorded wall time, or the default
+	// Shards are the shards (0-based) the job may go to; none: any.
+	Shards []int
 }
 
 // Deal puts the jobs into n shards: the longest first, each into the shard with the
-// least cost so far (the first of them on a tie), so that the shards end together as
-// nearly as whole tests allow. Jobs of equal cost go in the order given.
+// least cost so far among those it may go to (the first of them on a tie), so that the
+// shards end together as nearly as whole tests allow. Jobs of equal cost go in the
+// order given.
 func Deal(jobs []Job, n int) [][]Job {
 	sorted := append([]Job(nil), jobs...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Cost > sorted[j].Cost })
 	shards := make([][]Job, n)
 	load := make([]float64, n)
 	for _, j := range sorted {
-		least := 0
-		for i := 1; i < n; i++ {
+		allowed := j.Shards
+		if len(allowed) == 0 {
+			allowed = make([]int, n)
+			for i := range allowed {
+				allowed[i] = i
+			}
+		}
+		least := allowed[0]
+		for _, i := range allowed[1:] {
 			if load[i] < load[least] {
 				least = i
 			}
@@ -142,11 +153,71 @@ func Deal(jobs []Job, n int) [][]Job {
 	return shards
 }
 
+// placement is one -place flag: the jobs whose test matches pattern go only to shards.
+type placement struct {
+	pattern *regexp.Regexp
+	shards  []int // 0-based
+}
+
+// placements is the -place flag: "REGEXP=SHARDS", SHARDS a range "3-4" or a list "1,2"
+// (1-based); repeated, the first whose pattern matches a job's test places it.
+type placements struct {
+	list []placement
+	n    *int // the -shards flag, read once all flags are parsed
+}
+
+func (p *placements) String() string { return "" }
+
+func (p *placements) Set(v string) error {
+	re, spec, ok := strings.Cut(v, "=")
+	if !ok {
+		return fmt.Errorf("want REGEXP=SHARDS, got %q", v)
+	}
+	pattern, err := regexp.Compile(re)
+	if err != nil {
+		return err
+	}
+	var shards []int
+	for _, part := range strings.Split(spec, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		a, errA := strconv.Atoi(lo)
+		b, errB := strconv.Atoi(hi)
+		if errA != nil || errB != nil || a < 1 || b < a {
+			return fmt.Errorf("shards %q: want 1-based numbers, a range \"3-4\" or a list \"1,2\"", spec)
+		}
+		for i := a; i <= b; i++ {
+			shards = append(shards, i-1)
+		}
+	}
+	p.list = append(p.list, placement{pattern, shards})
+	return nil
+}
+
+// shardsOf is the shards test may go to, nil when no placement names it.
+func (p *placements) shardsOf(test string) ([]int, error) {
+	for _, pl := range p.list {
+		if pl.pattern.MatchString(test) {
+			for _, i := range pl.shards {
+				if i >= *p.n {
+					return nil, fmt.Errorf("deal: -place %s names shard %d of %d", pl.pattern, i+1, *p.n)
+				}
+			}
+			return pl.shards, nil
+		}
+	}
+	return nil, nil
+}
+
 func dealCommand(args []string, in io.Reader, out, diag io.Writer) error {
 	fs := newFlagSet("deal")
 	durations := fs.String("durations", "", "the durations file (test/durations.txt)")
 	shards := fs.Int("shards", 1, "how many shards")
 	def := fs.Float64("default", 180, "the wall time, in seconds, of a test the file does not list")
+	place := &placements{n: shards}
+	fs.Var(place, "place", "REGEXP=SHARDS: the jobs whose test matches go only to those shards (\"3-4\", \"1,2\"; repeated: the first that matches)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -174,7 +245,11 @@ func dealCommand(args []string, in io.Reader, out, diag io.Writer) error {
 			c.Wall = *def
 			unknown++
 		}
-		jobs = append(jobs, Job{Line: line, Test: fields[2], Cost: c.Wall})
+		allowed, err := place.shardsOf(fields[2])
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, Job{Line: line, Test: fields[2], Cost: c.Wall, Shards: allowed})
 	}
 	if err := scanner.Err(); err != nil {
 		return err

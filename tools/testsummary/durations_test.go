@@ -98,3 +98,36 @@ func TestUpdateDurationsKeepsOthersAndTakesTheLongerBinary(t *testing.T) {
 		t.Error("a unit test was written into the acceptance tests' durations")
 	}
 }
+
+// TestDealPlacesPinnedJobsAndFillsTheRest: the k8s jobs may go only to shards 3 and 4,
+// the others anywhere; the pinned ones are dealt there, and the others fill shards 1 and
+// 2 first and then top up 3 and 4, so that the four shards end together (400 each).
+func TestDealPlacesPinnedJobsAndFillsTheRest(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "durations.txt")
+	if err := os.WriteFile(file, []byte(durationsHeader+"TestAccK8sA 300 1 1\nTestAccK8sB 300 1 1\nTestAccNodeA 400 1 1\nTestAccNodeB 400 1 1\nTestAccNodeC 100 1 1\nTestAccNodeD 100 1 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	in := "tofu node.test TestAccNodeA\ntofu node.test TestAccNodeB\ntofu node.test TestAccNodeC\ntofu node.test TestAccNodeD\ntofu k8s.test TestAccK8sA\ntofu k8s.test TestAccK8sB\n"
+	var out, diag bytes.Buffer
+	if err := dealCommand([]string{"-durations", file, "-shards", "4", "-place", "^TestAccK8s=3-4"}, strings.NewReader(in), &out, &diag); err != nil {
+		t.Fatal(err)
+	}
+	want := "1 tofu node.test TestAccNodeA\n2 tofu node.test TestAccNodeB\n3 tofu k8s.test TestAccK8sA\n3 tofu node.test TestAccNodeC\n4 tofu k8s.test TestAccK8sB\n4 tofu node.test TestAccNodeD\n"
+	if out.String() != want {
+		t.Fatalf("deal printed:\n%s\nwant:\n%s", out.String(), want)
+	}
+	// Pinned both ways (a cold machine): the nodes jobs never go to the k8s shards.
+	out.Reset()
+	if err := dealCommand([]string{"-durations", file, "-shards", "4", "-place", "^TestAccK8s=3-4", "-place", ".=1,2"}, strings.NewReader(in), &out, &diag); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if strings.Contains(line, "TestAccNode") != (line[0] == '1' || line[0] == '2') {
+			t.Fatalf("a job outside its shards: %q in\n%s", line, out.String())
+		}
+	}
+	if err := dealCommand([]string{"-durations", file, "-shards", "2", "-place", "^TestAccK8s=3"}, strings.NewReader(in), &out, &diag); err == nil || !strings.Contains(err.Error(), "shard 3 of 2") {
+		t.Fatalf("a placement beyond -shards: got %v, want an error naming it", err)
+	}
+}

@@ -4,7 +4,7 @@
 //
 //	testsummary run -suite NAME -record DIR [-binary NAME] [-v] -- go test -json …
 //	testsummary report [-durations FILE] DIR
-//	testsummary deal -durations FILE -shards N [-default SECONDS] <JOBS
+//	testsummary deal -durations FILE -shards N [-default SECONDS] [-place REGEXP=SHARDS]… <JOBS
 //
 // `run` starts the command, reads its `go test -json` events and prints what plain
 // `go test` would print (package lines, and the whole output of every failed test; with
@@ -16,7 +16,8 @@
 // wall time and CPU of this run into FILE. A new suite is one more `run` with its own
 // name. `deal` reads jobs, one "<binary> <test binary> <test>" line each, and deals them
 // into N shards by their recorded wall times, longest first, each to the shard with the
-// least so far; it prints each job's line after its shard's number (1…N).
+// least so far; with -place, the jobs whose test matches a pattern go only to the
+// shards it names. It prints each job's line after its shard's number (1…N).
 //
 // It uses the standard library only, so `go run ./tools/testsummary` needs nothing the
 // module does not already have.
@@ -59,7 +60,7 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: testsummary run -suite NAME -record DIR [-binary NAME] [-v] -- CMD [ARG…]\n"+
 		"       testsummary report [-durations FILE] DIR\n"+
-		"       testsummary deal -durations FILE -shards N [-default SECONDS] <JOBS")
+		"       testsummary deal -durations FILE -shards N [-default SECONDS] [-place REGEXP=SHARDS]... <JOBS")
 	os.Exit(2)
 }
 

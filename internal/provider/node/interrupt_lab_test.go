@@ -146,7 +146,14 @@ func TestAccNodeSwitchInterruptedUpdate(t *testing.T) {
 			c.MustApply("deploying good")
 			before := readNodeTruth(t, node)
 
-			c.Write(cliSwitchConfig(node, slow, f.extra))
+			// The cut-off run arms a lock-out revert with a window of
+			// timings.confirm_timeout after its switch ends. With the default 30 s, a
+			// plan on a loaded machine outlasted it: the revert fired before the
+			// converging apply, took the dead holder's lock itself and switched the node
+			// back, so which of the two came first depended on the load. Ten minutes
+			// keeps it armed until the converging apply, whose new login settles it.
+			c.Write(strings.Replace(cliSwitchConfig(node, slow, f.extra), `sample_interval = "1s"`, `sample_interval = "1s"
+    confirm_timeout = "10m"`, 1))
 			var out bytes.Buffer
 			cli := c.Command(&out, "apply", "-auto-approve", "-no-color")
 			if err := cli.Start(); err != nil {
