@@ -443,18 +443,25 @@ func TestWaitRetriesAPIErrors(t *testing.T) {
 func TestWaitLimitCuttingAReadIsTheLimit(t *testing.T) {
 	d := deploymentNotDone()
 	cs := fake.NewClientset(d)
-	start := time.Now()
 	const limit, poll = 500 * time.Millisecond, 200 * time.Millisecond
+	// The cut read is chosen by its number, not by the clock: the reads are a poll
+	// interval apart, so the third begins at least two polls (400 ms) after the wait
+	// did, less than a poll before its limit. (Chosen by the time the reactor ran, a
+	// loaded machine once cut a read that had begun more than a poll before the limit:
+	// a read that hung, which the wait rightly counts as the API not answering.)
+	var reads atomic.Int32
+	var start time.Time
 	cs.PrependReactor("get", "deployments", func(clienttesting.Action) (bool, runtime.Object, error) {
-		if time.Since(start) > limit-poll/2 {
-			// The read the limit cuts: it answers just after the limit, as client-go
-			// does when its context ends.
-			time.Sleep(time.Until(start.Add(limit + 20*time.Millisecond)))
+		if reads.Add(1) >= 3 {
+			// The read the limit cuts: it answers after the limit, as client-go does
+			// when its context ends (with a margin for a wait that began late).
+			time.Sleep(time.Until(start.Add(limit + 2*poll)))
 			return true, nil, context.DeadlineExceeded
 		}
 		return false, nil, nil
 	})
 	c := &Client{CS: cs, Poll: poll}
+	start = time.Now()
 	err := c.Wait(context.Background(), testSpec(), writtenBy(d), WaitOptions{Limit: limit})
 	var rerr *RolloutError
 	if !errors.As(err, &rerr) || rerr.Reason != ReasonTimeout {
