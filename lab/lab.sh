@@ -107,8 +107,9 @@ init_incus() {
 move_to_lab_pool() {
   local n pool state
   for n in $(incus list --format csv -c n); do
-    pool=$(incus config show "$n" --expanded | awk '/^  root:/ {r=1} r && /pool:/ {print $2; exit}')
-    [ "$pool" = "$LAB_POOL" ] && continue
+    pool=$(incus config show "$n" --expanded 2>/dev/null | awk '/^  root:/ {r=1} r && /pool:/ {print $2; exit}')
+    # An instance gone since the list (another lab's test deleted it) has nothing to move.
+    [ -z "$pool" ] || [ "$pool" = "$LAB_POOL" ] && continue
     state=$(incus list "^$n\$" --format csv -c s)
     log "moving $n to the btrfs pool $LAB_POOL (once)"
     incus stop --force "$n" >/dev/null 2>&1 || true
@@ -312,7 +313,9 @@ import_image() {
 # system. Another version's alias (a lab not yet on this version) is never touched.
 prune_images() {
   local used alias fp
-  used=$(for n in $(incus list --format csv -c n); do incus config get "$n" volatile.base_image; done)
+  # Other labs' tests make and delete instances meanwhile: one listed may be gone by the
+  # time it is read (that failed a CI run's lab under set -e), and is then not in use.
+  used=$(for n in $(incus list --format csv -c n); do incus config get "$n" volatile.base_image 2>/dev/null || true; done)
   incus image alias list --format csv | while IFS=, read -r alias fp _; do
     case $alias in "lab/debian-v$IMAGE_VERSION-"*) ;; *) continue ;; esac
     [ "$alias" != "$IMAGE_ALIAS" ] || continue
