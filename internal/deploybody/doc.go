@@ -65,7 +65,9 @@
 //     revert guard's script and its answers. The body runs those scripts through its
 //     Transport.
 //
-// The body keeps the step table, the phases, and everything that talks to the node.
+// The body keeps the step table, the phases, and everything that talks to the node,
+// and the drift decision (drift.go: JudgeDrift over what a node runs, boots and
+// records), which the provider's Read and the command's resume both ask.
 //
 // # Defaults (docs/design.md#timings)
 //

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func TestAdoptRunningSystemWithTheNodesVerdictRecord(t *testing.T) {
 		return &deploybody.VerdictRecord{Toplevel: top, Holder: "a deploy from host h (process 1)", Result: &deploybody.Result{Toplevel: top, Verdict: v}}
 	}
 	state := func(top string) nodeSwitchModel {
-		m := nodeSwitchModel{Toplevel: types.StringNull(), Verdict: types.ObjectNull(verdictAttrTypes), Generation: types.Int64Value(3), Changes: types.ObjectNull(changesAttrTypes)}
+		m := nodeSwitchModel{Node: types.StringValue("n1"), Activation: types.StringValue(string(deploybody.ActivationSwitch)), Toplevel: types.StringNull(), Verdict: types.ObjectNull(verdictAttrTypes), Generation: types.Int64Value(3), Changes: types.ObjectNull(changesAttrTypes)}
 		if top != "" {
 			m.Toplevel, m.Verdict = types.StringValue(top), oldVerdict
 		}
@@ -52,19 +53,21 @@ func TestAdoptRunningSystemWithTheNodesVerdictRecord(t *testing.T) {
 	}
 	for _, c := range cases {
 		m := state(c.state)
-		ns := nodeSystem{running: x, profile: x, generation: 7, record: c.rec, recordErr: c.recErr}
-		unjudged, failed, diags := adoptRunningSystem("n1", &m, ns, c.state == "")
+		ns := nodeSystem{NodeSystem: deploybody.NodeSystem{Running: x, Profile: x, Generation: 7, Record: c.rec, RecordErr: c.recErr}}
+		var interrupted *interruptedDeploy
+		diags := judgeRunningSystem(context.Background(), &m, ns, driftQuestion(&m, ""), &interrupted)
 		mark := ""
 		switch {
-		case unjudged != nil && failed != "":
-			t.Fatalf("%s: both marks", c.name)
-		case unjudged != nil:
-			mark = "unjudged"
-			if unjudged.toplevel != x || !strings.Contains(unjudged.why, "holds no verdict of it") {
-				t.Errorf("%s: mark %+v", c.name, unjudged)
-			}
-		case failed != "":
+		case interrupted != nil && interrupted.failed:
 			mark = "failed"
+			if interrupted.toplevel != x {
+				t.Errorf("%s: mark %+v", c.name, interrupted)
+			}
+		case interrupted != nil:
+			mark = "unjudged"
+			if interrupted.toplevel != x || !strings.Contains(interrupted.why, "holds no verdict of it") {
+				t.Errorf("%s: mark %+v", c.name, interrupted)
+			}
 		}
 		ok := "null"
 		if !m.Verdict.IsNull() {
@@ -79,14 +82,6 @@ func TestAdoptRunningSystemWithTheNodesVerdictRecord(t *testing.T) {
 		}
 		if m.Toplevel.ValueString() == x && m.Generation.ValueInt64() != 7 {
 			t.Errorf("%s: adopted with generation %v, want the profile's 7", c.name, m.Generation)
-		}
-	}
-}
-
-func TestProfileGeneration(t *testing.T) {
-	for link, want := range map[string]int{"system-12-link": 12, "/nix/var/nix/profiles/system-3-link": 3, "": 0, "/nix/store/aaaa-x": 0, "system-x-link": 0} {
-		if got := profileGeneration(link); got != want {
-			t.Errorf("profileGeneration(%q) = %d, want %d", link, got, want)
 		}
 	}
 }

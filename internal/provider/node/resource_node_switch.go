@@ -482,14 +482,23 @@ func (r *nodeSwitchResource) refresh(ctx context.Context, m *nodeSwitchModel, fa
 		return recordDeployResult(m, res), nil
 	}
 	settleUnreadAttributes(m)
-	imported := m.Toplevel.IsNull() || m.Toplevel.ValueString() == ""
-	ns, read, diags := r.readRunningSystem(ctx, m, failedToplevel, interrupted)
+	q := driftQuestion(m, failedToplevel)
+	ns, read, diags := r.readRunningSystem(ctx, m, q, interrupted)
 	if !read {
 		return diags, nil
 	}
 	recordBootFacts(m, ns)
-	diags.Append(judgeRunningSystem(ctx, m, ns, failedToplevel, imported, interrupted)...)
+	diags.Append(judgeRunningSystem(ctx, m, ns, q, interrupted)...)
 	return diags, nil
+}
+
+// driftQuestion is what the state knows of the node before Read reads it: the system
+// it names ("" for an import, which takes the node as it finds it), the system of a
+// deploy that failed on update, and how the state's system was activated.
+func driftQuestion(m *nodeSwitchModel, failedToplevel string) deploybody.DriftQuestion {
+	known := m.Toplevel.ValueString()
+	return deploybody.DriftQuestion{Node: m.Node.ValueString(), Known: known, Failed: failedToplevel,
+		Activation: deploybody.Activation(m.Activation.ValueString()), Adopting: m.Toplevel.IsNull() || known == ""}
 }
 
 // fillSettingDefaults gives the resource's id, and the settings a state from before
@@ -556,7 +565,7 @@ func settleUnreadAttributes(m *nodeSwitchModel) {
 // the state must be kept as it is: the transport blocks in state are incomplete, the
 // node did not answer (a restore cut off in the middle is then an unfinished deploy),
 // or it runs what an unfinished restore has not put back yet.
-func (r *nodeSwitchResource) readRunningSystem(ctx context.Context, m *nodeSwitchModel, failedToplevel string, interrupted **interruptedDeploy) (ns nodeSystem, read bool, diags diag.Diagnostics) {
+func (r *nodeSwitchResource) readRunningSystem(ctx context.Context, m *nodeSwitchModel, q deploybody.DriftQuestion, interrupted **interruptedDeploy) (ns nodeSystem, read bool, diags diag.Diagnostics) {
 	node := m.Node.ValueString()
 	target, tdiags := kit.ResolveTarget(m.SSH, m.Incus, r.cfg)
 	if tdiags.HasError() {
@@ -565,14 +574,11 @@ func (r *nodeSwitchResource) readRunningSystem(ctx context.Context, m *nodeSwitc
 				kit.SummarizeDiags(tdiags))
 		return ns, false, diags
 	}
-	// The verdict record is read only when Read would adopt the running system.
-	wantRecord := func(ns nodeSystem) bool {
-		return ns.running == ns.profile && ns.running != m.Toplevel.ValueString() && ns.running != failedToplevel
-	}
-	// An Incus node that does not run what the state says may run a state a cut-off
-	// restore kept aside: its restore's journal is looked for then.
-	wantPending := func(ns nodeSystem) bool { return ns.running != m.Toplevel.ValueString() }
-	ns, err := readNodeSystem(ctx, node, target, r.cfg, wantRecord, wantPending)
+	// The verdict record is read only when Read would adopt the running system
+	// (q.NeedsRecord). An Incus node that does not run what the state says may run a
+	// state a cut-off restore kept aside: its restore's journal is looked for then.
+	wantPending := func(ns nodeSystem) bool { return ns.Running != m.Toplevel.ValueString() }
+	ns, err := readNodeSystem(ctx, node, target, r.cfg, q.NeedsRecord, wantPending)
 	var pending *pendingRestoreError
 	if errors.As(err, &pending) && interrupted != nil && !m.Toplevel.IsNull() {
 		// A restore cut off in the middle is an unfinished deploy: the next plan
@@ -590,7 +596,7 @@ func (r *nodeSwitchResource) readRunningSystem(ctx context.Context, m *nodeSwitc
 		// The instance answers, but runs what an unfinished restore has not put back yet
 		// (one cut off before its stop): the next plan deploys, whose first step
 		// finishes the restore.
-		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: fmt.Sprintf("Node %s runs %s: %s.", node, describeProfile(ns.running), ns.pendingRestore)}
+		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: fmt.Sprintf("Node %s runs %s: %s.", node, deploybody.DescribeProfile(ns.Running), ns.pendingRestore)}
 		return ns, false, diags
 	}
 	return ns, true, diags
@@ -609,36 +615,33 @@ func recordBootFacts(m *nodeSwitchModel, ns nodeSystem) {
 	}
 }
 
-// judgeRunningSystem is the drift decision: what the node runs and boots against what
-// the state says. The state's system, an activation = "boot" system waiting for its
-// boot, and a system whose deploy failed are kept as they are; a system the node runs
-// but does not boot is an unfinished switch, never adopted; any other system the node
-// runs and boots is adopted (imported: the state named none yet).
-func judgeRunningSystem(ctx context.Context, m *nodeSwitchModel, ns nodeSystem, failedToplevel string, imported bool, interrupted **interruptedDeploy) (diags diag.Diagnostics) {
-	node := m.Node.ValueString()
-	running, profile := ns.running, ns.profile
-	switch {
-	case running == m.Toplevel.ValueString():
+// judgeRunningSystem records the drift decision (deploybody.JudgeDrift, the one the
+// command's resume asks too) in m and in the mark for the next plan. The state's
+// system, an activation = "boot" system waiting for its boot, and a system whose deploy
+// failed are kept as they are; a system the node runs but does not boot is an
+// unfinished switch, never adopted; any other system the node runs and boots is adopted
+// (imported: the state named none yet).
+func judgeRunningSystem(ctx context.Context, m *nodeSwitchModel, ns nodeSystem, q deploybody.DriftQuestion, interrupted **interruptedDeploy) (diags diag.Diagnostics) {
+	d := deploybody.JudgeDrift(q, ns.NodeSystem)
+	switch d.Decision {
+	case deploybody.DriftNone, deploybody.DriftAwaitingBoot:
 		return diags
-	case m.Activation.ValueString() == string(deploybody.ActivationBoot) && profile == m.Toplevel.ValueString():
-		// activation = "boot": the node runs its previous system until its next boot,
-		// into the recorded one its boot entry names. Not drift, not an unfinished deploy.
+	case deploybody.DriftFailedDeploy:
+		diags.AddWarning(fmt.Sprintf("Node %s runs a system whose deploy failed", q.Node),
+			fmt.Sprintf("%s The state keeps %s, so the next apply deploys and judges it again.", d.Fact, q.Known))
 		return diags
-	case running == failedToplevel:
-		diags.AddWarning(fmt.Sprintf("Node %s runs a system whose deploy failed", node),
-			fmt.Sprintf("The node runs %s, which the last apply switched to but judged failed. The state keeps %s, so the next apply deploys and judges it again.",
-				running, m.Toplevel.ValueString()))
-		return diags
-	case profile != running:
-		noteUnfinishedSwitch(ctx, node, running, profile, interrupted)
+	case deploybody.DriftUnfinishedSwitch:
+		// A deploy cut off after its switch started, never a finished change: not adopted.
+		if interrupted != nil {
+			*interrupted = &interruptedDeploy{toplevel: d.Running, why: d.Fact}
+		}
+		tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": q.Node, "running": d.Running, "profile": d.Profile})
 		return diags
 	}
-	if !imported {
-		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": node, "state": m.Toplevel.ValueString(), "running": running})
+	if !q.Adopting {
+		tflog.Info(ctx, "node runs another system than the state says (drift)", map[string]any{"node": q.Node, "state": q.Known, "running": d.Running})
 	}
-	// The node runs and boots it: adopted with the verdict its deploy recorded on the
-	// node, or without one (and planned again), never with the verdict of another system.
-	unjudged, failed, adiags := adoptRunningSystem(node, m, ns, imported)
+	unjudged, failed, adiags := adoptRunningSystem(q.Node, m, d, ns.RecordErr, q.Adopting)
 	diags.Append(adiags...)
 	if interrupted != nil && unjudged != nil {
 		*interrupted = unjudged
@@ -649,18 +652,6 @@ func judgeRunningSystem(ctx context.Context, m *nodeSwitchModel, ns nodeSystem, 
 	return diags
 }
 
-// noteUnfinishedSwitch records a node that runs a system its boot entry does not point
-// at: a deploy that was cut off after its switch started, never a finished change. It
-// is not adopted.
-func noteUnfinishedSwitch(ctx context.Context, node, running, profile string, interrupted **interruptedDeploy) {
-	if interrupted != nil {
-		*interrupted = &interruptedDeploy{toplevel: running, why: fmt.Sprintf(
-			"Node %s runs %s, but its system profile (what it boots) points at %s: the switch to %s was not finished. Either a deploy was interrupted after its switch started (the CLI or the provider was stopped, a time limit ran out, the connection was lost), or someone switched it by hand without setting the profile (nixos-rebuild test).",
-			node, running, describeProfile(profile), running)}
-	}
-	tflog.Warn(ctx, "node runs a system its boot entry does not point at; not adopted", map[string]any{"node": node, "running": running, "profile": profile})
-}
-
 // interruptedDeploy is a deploy Read found cut off: the node runs toplevel, its boot
 // entry points elsewhere.
 type interruptedDeploy struct {
@@ -668,13 +659,6 @@ type interruptedDeploy struct {
 	// failed: the node runs and boots toplevel, whose deploy's verdict failed it; the
 	// next plan deploys again (privateFailed), as after a failed update.
 	failed bool
-}
-
-func describeProfile(p string) string {
-	if p == "" {
-		return "no system"
-	}
-	return p
 }
 
 func (r *nodeSwitchResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

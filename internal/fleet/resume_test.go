@@ -1,0 +1,78 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
+)
+
+// resumeNode's node: it answers the drift decision's two reads (the system script,
+// the verdict record) and nothing else. A fake, because which node a resumed rollout
+// judges rather than deploys is decided over these two answers alone; the lab tests
+// (cmd/fediversity TestLabCLIRolloutHaltsAndResumes) resume real nodes.
+type resumingNode struct {
+	deploybody.Transport // nil: resumable calls Run only
+	running, profile     string
+	record               *deploybody.VerdictRecord
+	recordReads          int
+}
+
+func (n *resumingNode) Run(_ context.Context, argv []string, _ deploybody.RunOptions) (deploybody.RunResult, error) {
+	switch {
+	case len(argv) == 3 && argv[2] == deploybody.SystemScript:
+		return deploybody.RunResult{Stdout: []byte(n.running + "\n" + n.profile + "\n/nix/var/nix/profiles/system-5-link\n")}, nil
+	case len(argv) > 4 && argv[2] == records.ReadRecordScript && argv[4] == records.VerdictRecordFile:
+		n.recordReads++
+		if n.record == nil {
+			return deploybody.RunResult{ExitCode: 3}, nil
+		}
+		b, _ := json.Marshal(n.record)
+		return deploybody.RunResult{Stdout: b}, nil
+	}
+	return deploybody.RunResult{ExitCode: 127}, nil
+}
+
+// A halted rollout resumes a node only when the drift decision adopts this run's
+// system with its recorded ok verdict: the node runs and boots it. One that runs it but
+// does not boot it (a run cut off between its verdict record and its boot entry) is
+// deployed again, so that its boot entry is written.
+func TestResumeJudgesOnlyANodeThatRunsAndBootsTheSystemWithAnOkVerdict(t *testing.T) {
+	const old, top, other = "/nix/store/aaaa-old", "/nix/store/tttt-this-run", "/nix/store/oooo-other"
+	at := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	rec := func(system string, ok bool) *deploybody.VerdictRecord {
+		return &deploybody.VerdictRecord{Version: records.VerdictRecordVersion, Toplevel: system, At: at, Holder: "a deploy from host h (process 1)",
+			Result: &deploybody.Result{Toplevel: system, Verdict: &judge.Verdict{OK: ok, Reasons: []string{"unit web.service failed"}}}}
+	}
+	cases := []struct {
+		name            string
+		node            resumingNode
+		want            bool
+		wantRecordReads int
+	}{
+		{"runs and boots it, ok verdict on record", resumingNode{running: top, profile: top, record: rec(top, true)}, true, 1},
+		{"runs it, boots the previous one", resumingNode{running: top, profile: old, record: rec(top, true)}, false, 0},
+		{"runs and boots it, failed verdict on record", resumingNode{running: top, profile: top, record: rec(top, false)}, false, 1},
+		{"runs and boots it, record of another system", resumingNode{running: top, profile: top, record: rec(other, true)}, false, 1},
+		{"runs and boots it, no record", resumingNode{running: top, profile: top}, false, 1},
+		{"runs another system with an ok verdict", resumingNode{running: other, profile: other, record: rec(other, true)}, false, 0},
+	}
+	for _, c := range cases {
+		d, ok := resumable(context.Background(), &c.node, "n1", top)
+		if ok != c.want || c.node.recordReads != c.wantRecordReads {
+			t.Errorf("%s: resumed %v (%s: %s), record read %d times; want %v, %d", c.name, ok, d.Decision, d.Fact, c.node.recordReads, c.want, c.wantRecordReads)
+		}
+		if ok {
+			// The provider's Read says the same fact of such a node (deploybody.JudgeDrift).
+			want := deploybody.JudgeDrift(deploybody.DriftQuestion{Node: "n1", Known: old}, deploybody.NodeSystem{Running: top, Profile: top, Record: c.node.record}).Fact
+			if w := resumedWarning(d); !strings.Contains(w, want) || !strings.Contains(w, "2026-12-06T09:00:00Z") {
+				t.Errorf("%s: warning %q, want the drift decision's words %q", c.name, w, want)
+			}
+		}
+	}
+}
