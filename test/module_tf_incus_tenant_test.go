@@ -5,12 +5,14 @@ package test
 // project (with its limits) and writes its profile once, makes every container in it,
 // and deletes it with the tenant's last node; while the project still holds a data
 // volume kept on destroy, it is kept for it instead, and the tenant takes it back, with
-// the volume's data, when its node comes back. The records of its dns_records output are
+// the volume's data, when its node comes back; a project of its name that is not the
+// tenant's is refused. The records of its dns_records output are
 // loaded into knot and each resolves as written.
 
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -148,8 +150,23 @@ output "summary" {
 		PreCheck: func() { acctest.PreCheck(t) },
 		Steps: moduleSteps(t,
 			resource.TestStep{
-				PreConfig: func() { g.submit(names, nil) },
-				Config:    config,
+				// A project of the tenant's name that is not the tenant's (no mark) is
+				// refused, naming it, and left as it is.
+				PreConfig: func() {
+					g.submit(names, nil)
+					labtest.Incus(t, "project", "create", tenant, "-c", "features.images=false")
+				},
+				Config:      config,
+				ExpectError: regexp.MustCompile(`(?s)already\s+has\s+a\s+project\s+` + regexp.QuoteMeta(tenant) + `.*not\s+this\s+tenant's`),
+			},
+			resource.TestStep{
+				PreConfig: func() {
+					if out, err := labtest.IncusErr("project", "get", tenant, "features.images"); err != nil || strings.TrimSpace(out) != "false" {
+						t.Fatalf("the refused tenant changed the foreign project %s: features.images %q (%v)", tenant, out, err)
+					}
+					labtest.Incus(t, "project", "delete", tenant)
+				},
+				Config: config,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(tenantRes, plancheck.ResourceActionCreate),
 				}},
