@@ -3,12 +3,16 @@ package test
 // Acceptance test of modules/tf-incus's tenant resources and DNS lane on the lab's real
 // incusd and a real DNS server (knot, on 127.0.0.1): the module makes the tenant's
 // project (with its limits) and writes its profile once, makes every container in it,
-// and deletes it with the tenant's last node; the records of its dns_records output are
+// and deletes it with the tenant's last node; while the project still holds a data
+// volume kept on destroy, it is kept for it instead, and the tenant takes it back, with
+// the volume's data, when its node comes back; a project of its name that is not the
+// tenant's is refused. The records of its dns_records output are
 // loaded into knot and each resolves as written.
 
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -55,15 +59,18 @@ func TestAccModuleTFIncusTenant(t *testing.T) {
 	removeTenant()
 	t.Cleanup(removeTenant)
 	g := newGroupSample(t, "tf-incus", names)
-	roster := map[string]any{}
-	for _, n := range names {
-		// The data volume goes with its container, so that the tenant's project can go
-		// with its last node.
-		roster[n] = map[string]any{"data_volume": map[string]any{"delete_on_destroy": true}}
+	// a's data volume goes with its container; b's is kept (data_volume's default) until
+	// b comes back, and then goes with it, so that the project can go at the end.
+	roster := func(bDeletes bool) map[string]any {
+		return map[string]any{
+			a: map[string]any{"data_volume": map[string]any{"delete_on_destroy": true}},
+			b: map[string]any{"data_volume": map[string]any{"delete_on_destroy": bDeletes}},
+		}
 	}
 	addresses := map[string][]string{a: {"192.0.2.21", "2001:DB8::21"}, b: {"192.0.2.22"}}
 	dns := startDNSServer(t, groupDomain)
-	config := acctest.Config(`provider "fediversity" {}` + fmt.Sprintf(`
+	configWith := func(roster map[string]any) string {
+		return acctest.Config(`provider "fediversity" {}` + fmt.Sprintf(`
 module "group" {
   source          = %q
   submission_file = %q
@@ -84,7 +91,19 @@ output "summary" {
   value = module.group.summary
 }
 `+dnsOutputs, modulePath(t, "tf-incus"), g.file, hcl(g.baked()), hcl(roster), labtest.Image,
-		labtest.RepoRoot(t)+"/lab/closures/default.nix", labtest.ClosureGood, hcl(addresses), tenant))
+			labtest.RepoRoot(t)+"/lab/closures/default.nix", labtest.ClosureGood, hcl(addresses), tenant))
+	}
+	config := configWith(roster(false))
+	bVolume := b + "-data"
+	// keptVolume: b's data volume is in the tenant's project, and holds the marker
+	// written on it while b ran.
+	keptVolume := func() error {
+		if out, err := labtest.IncusErr("storage", "volume", "show", "--project", tenant, "lab", bVolume); err != nil {
+			return fmt.Errorf("b's kept data volume %s should be in project %s (%v):\n%s", bVolume, tenant, err, out)
+		}
+		return nil
+	}
+	const marker = "written while b ran"
 
 	const (
 		tenantRes = "module.group.fediversity_incus_tenant.this[0]"
@@ -131,8 +150,23 @@ output "summary" {
 		PreCheck: func() { acctest.PreCheck(t) },
 		Steps: moduleSteps(t,
 			resource.TestStep{
-				PreConfig: func() { g.submit(names, nil) },
-				Config:    config,
+				// A project of the tenant's name that is not the tenant's (no mark) is
+				// refused, naming it, and left as it is.
+				PreConfig: func() {
+					g.submit(names, nil)
+					labtest.Incus(t, "project", "create", tenant, "-c", "features.images=false")
+				},
+				Config:      config,
+				ExpectError: regexp.MustCompile(`(?s)already\s+has\s+a\s+project\s+` + regexp.QuoteMeta(tenant) + `.*not\s+this\s+tenant's`),
+			},
+			resource.TestStep{
+				PreConfig: func() {
+					if out, err := labtest.IncusErr("project", "get", tenant, "features.images"); err != nil || strings.TrimSpace(out) != "false" {
+						t.Fatalf("the refused tenant changed the foreign project %s: features.images %q (%v)", tenant, out, err)
+					}
+					labtest.Incus(t, "project", "delete", tenant)
+				},
+				Config: config,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(tenantRes, plancheck.ResourceActionCreate),
 				}},
@@ -140,6 +174,10 @@ output "summary" {
 					statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)),
 					inTenant(a, b),
 					served(),
+					labCheck(func() error {
+						_, err := labtest.IncusErr("exec", "--project", tenant, b, "--", "sh", "-c", "printf '"+marker+"' > /var/lib/fediversity/marker && sync")
+						return err
+					}),
 				},
 			},
 			resource.TestStep{
@@ -147,7 +185,8 @@ output "summary" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{
-				// b is turned off: its container and its records go, the tenant stays.
+				// b is turned off: its container and its records go, its data volume is
+				// kept, the tenant stays.
 				PreConfig: func() { g.submit([]string{a}, nil) },
 				Config:    config,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(
@@ -159,13 +198,15 @@ output "summary" {
 						if _, err := labtest.IncusErr("info", "--project", tenant, b); err == nil {
 							return fmt.Errorf("container %s should be gone with its node", b)
 						}
-						return nil
+						return keptVolume()
 					}),
 					served(b + "." + groupDomain),
 				},
 			},
 			resource.TestStep{
-				// The last node is turned off: the tenant's project goes after it.
+				// The last node is turned off: the tenant leaves the state, but its project
+				// still holds b's kept volume, and is kept for it (with a warning naming
+				// the volume and the commands that delete it).
 				PreConfig: func() { g.submit(nil, nil) },
 				Config:    config,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(
@@ -173,15 +214,49 @@ output "summary" {
 					plancheck.ExpectResourceAction(tenantRes, plancheck.ResourceActionDestroy))},
 				ConfigStateChecks: []statecheck.StateCheck{
 					labCheck(func() error {
-						if out, err := labtest.IncusErr("project", "show", tenant); err == nil {
-							return fmt.Errorf("project %s should be gone with the tenant's last node:\n%s", tenant, out)
+						if _, err := labtest.IncusErr("info", "--project", tenant, a); err == nil {
+							return fmt.Errorf("container %s should be gone with its node", a)
 						}
-						return nil
+						if out, err := labtest.IncusErr("storage", "volume", "show", "--project", tenant, "lab", a+"-data"); err == nil {
+							return fmt.Errorf("a's data volume should go with it (delete_on_destroy):\n%s", out)
+						}
+						return keptVolume()
 					}),
 					served(a+"."+groupDomain, b+"."+groupDomain),
 				},
 			},
-			resource.TestStep{Config: emptyRoot()},
+			resource.TestStep{
+				// b comes back: the tenant is made again and takes its kept project back,
+				// and b's new container its volume, with the data b wrote. (b's volume now
+				// goes with it, so the project can go with the module.)
+				PreConfig: func() { g.submit([]string{b}, nil) },
+				Config:    configWith(roster(true)),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(
+					actions(container, []string{b}, map[string]plancheck.ResourceActionType{b: plancheck.ResourceActionCreate}),
+					plancheck.ExpectResourceAction(tenantRes, plancheck.ResourceActionCreate))},
+				ConfigStateChecks: []statecheck.StateCheck{
+					inTenant(b),
+					labCheck(func() error {
+						out, err := labtest.IncusErr("exec", "--project", tenant, b, "--", "cat", "/var/lib/fediversity/marker")
+						if err != nil || out != marker {
+							return fmt.Errorf("b's new container should see the data on its kept volume: %q (%v), want %q", out, err, marker)
+						}
+						return nil
+					}),
+				},
+			},
+			resource.TestStep{
+				// Without the module, nothing of the tenant is left: no volume is kept.
+				Config: emptyRoot(),
+				ConfigStateChecks: []statecheck.StateCheck{
+					labCheck(func() error {
+						if out, err := labtest.IncusErr("project", "show", tenant); err == nil {
+							return fmt.Errorf("project %s should be gone with the tenant's last node and its volume:\n%s", tenant, out)
+						}
+						return nil
+					}),
+				},
+			},
 		),
 	})
 }

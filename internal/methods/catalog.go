@@ -90,7 +90,7 @@ var Catalog = []Method{
 	{
 		Name: "tf-incus", Setup: "modules/tf-incus",
 		Arguments:   []string{"submission_file", "baked_json", "nodes", "image", "build", "method", "tenant", "submission_digest", "identity_keys", "identity", "operator_root", "strict", "secret_chain", "loop_budgets", "snapshot_keep", "interrupted_restore", "timings", "activation", "deploy", "canary", "wave_size", "waves", "failure_budget"},
-		Description: "Creates a group's Incus containers, from an image of each node's system, and deploys onto them in one graph.",
+		Description: "Creates a group's Incus containers, from an image of each node's system (in a tenant's project when `tenant` is given), and deploys onto them in one graph.",
 		Environment: []Coordinate{incusSocket, nixPath},
 	},
 	{

@@ -5,7 +5,9 @@
 # module makes goes in that project (unless its roster entry names another), and so
 # takes that profile. The tenant goes with its last node: when the submission enables
 # no node whose container this module makes, the project is deleted after the
-# containers (Incus refuses while a kept data volume is still in it, naming it).
+# containers; while it still holds data volumes their destroy kept, it is kept for them
+# (a warning names each), and the tenant takes it back when a node comes back. Both
+# methods take var.tenant: a project with limits needs neither SPIRE nor an application.
 resource "fediversity_incus_tenant" "this" {
   count = var.tenant != null && length(local.containers) > 0 ? 1 : 0
 

@@ -99,8 +99,10 @@ variable "tenant" {
     project's default profile (the containers' root disk on `pool`, default the default
     profile's pool; `container_limits`, each container's limits; `network`, an existing
     network every container joins as eth0), once for the group, and makes every container
-    in it. The project goes with the tenant's last node. Default: none, the containers go
-    in their roster entry's project or the provider's.
+    in it. The project goes with the tenant's last node, unless it still holds data
+    volumes kept on destroy (`data_volume`'s default): then it is kept for them, with a
+    warning, and taken back when a node of the tenant comes back. Taken by both methods.
+    Default: none, the containers go in their roster entry's project or the provider's.
   EOT
   type = object({
     name             = string

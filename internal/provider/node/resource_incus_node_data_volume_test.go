@@ -4,7 +4,7 @@ package node_test
 // lab: the container is created with a custom volume at /var/lib/fediversity, a deploy
 // with snapshot {} takes a set that includes the volume, the size changes in place,
 // destroy keeps the volume with the node's data and a container of the same name takes
-// it back, delete_on_destroy deletes it, removing the block detaches the volume and keeps
+// it back (refused while another instance attaches it), delete_on_destroy deletes it, removing the block detaches the volume and keeps
 // it, and adding the block to an existing container is refused. Bad input is refused at
 // plan time.
 
@@ -75,7 +75,9 @@ func TestAccIncusNodeDataVolume(t *testing.T) {
 	pool := labDefaultPool(t, c)
 	name := labtest.Prefix() + "-t-accdata"
 	vol := name + "-data"
+	other := labtest.Prefix() + "-t-accdata-other"
 	cleanup := func() {
+		_, _ = labtest.IncusErr("delete", "--force", other)
 		_, _ = labtest.IncusErr("delete", "--force", name)
 		_, _ = labtest.IncusErr("storage", "volume", "delete", pool, vol)
 	}
@@ -169,7 +171,8 @@ func TestAccIncusNodeDataVolume(t *testing.T) {
 				Destroy: true,
 			},
 			{
-				// …and a container made again under the same name takes it back, data and all.
+				// …but not while another instance attaches it: the create is refused,
+				// naming the volume and that instance, and nothing is made.
 				PreConfig: func() {
 					if _, err := c.GetInstance(ctx, name); !incusapi.IsNotFound(err) {
 						t.Fatalf("after destroy, container %s should be gone; the daemon says %v", name, err)
@@ -177,6 +180,24 @@ func TestAccIncusNodeDataVolume(t *testing.T) {
 					if err := volumeSize("512MiB"); err != nil {
 						t.Fatalf("destroy should keep the data volume: %v", err)
 					}
+					labtest.Incus(t, "init", labtest.Image, other)
+					labtest.Incus(t, "storage", "volume", "attach", pool, vol, other, "kept", "/mnt/kept")
+				},
+				Config: incusNodeDataVolumeConfig(name, "    size = \"512MiB\"\n    delete_on_destroy = true", ""),
+				ExpectError: regexp.MustCompile(`(?s)` + regexp.QuoteMeta(vol) + `.*already\s+exists\s+and\s+is\s+attached\s+elsewhere.*` +
+					regexp.QuoteMeta("/1.0/instances/"+other) + `.*Nothing\s+was\s+created`),
+			},
+			{
+				// Detached there, a container made again under the same name takes it
+				// back, data and all.
+				PreConfig: func() {
+					if _, err := c.GetInstance(ctx, name); !incusapi.IsNotFound(err) {
+						t.Fatalf("the refused create made container %s; the daemon says %v", name, err)
+					}
+					if err := volumeSize("512MiB"); err != nil {
+						t.Fatalf("the refused create should leave the kept volume as it was: %v", err)
+					}
+					labtest.Incus(t, "delete", "--force", other)
 				},
 				Config: incusNodeDataVolumeConfig(name, "    size = \"512MiB\"\n    delete_on_destroy = true", ""),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{

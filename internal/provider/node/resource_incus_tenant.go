@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -70,6 +71,11 @@ const tenantProfile = "default"
 // on the tenant's network.
 const tenantNIC = "eth0"
 
+// tenantMarker is the project configuration key that says which tenant a project is: a
+// project kept on destroy for the volumes it holds is taken back by a tenant of the same
+// name only when it carries it, never a project someone else made.
+const tenantMarker = "user.fediversity.tenant"
+
 func (r *incusTenantResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_incus_tenant"
 }
@@ -84,9 +90,11 @@ func (r *incusTenantResource) Schema(_ context.Context, _ resource.SchemaRequest
 			"The project has its own profiles and storage volumes (a node's data volume is the tenant's; two tenants may both have " +
 			"a `web01`), and uses the default project's images and networks: an image is imported once however many tenants use it, " +
 			"and networks and their addresses belong to the operator's address management, not to this resource.\n\n" +
-			"Destroy deletes the project, which Incus refuses while it still holds an instance, a volume or an image: the error " +
-			"names each. A node's data volume that its container's destroy kept (`data_volume`'s default) is such a volume; the " +
-			"tenant's data is never deleted behind the operator's back.",
+			"Destroy deletes the project. When it still holds data volumes that their containers' destroy kept (`data_volume`'s " +
+			"default), the project is kept for them: it leaves the state with a warning naming each volume and the commands that " +
+			"delete them, and a tenant of the same name takes it back later (the project carries `" + tenantMarker + "`), with " +
+			"the volumes, which containers made again under their nodes' names take back. The tenant's data is never deleted " +
+			"behind the operator's back. Anything else left in the project (an instance, an image) fails the destroy, naming it.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed: true, MarkdownDescription: "`incus://local/<project>`.",
@@ -227,6 +235,7 @@ func projectConfig(ctx context.Context, m incusTenantModel, diags *diag.Diagnost
 	for k, v := range tenantFeatures {
 		out[k] = v
 	}
+	out[tenantMarker] = m.Name.ValueString()
 	for k, v := range mapStrings(ctx, m.Limits, diags) {
 		out["limits."+k] = v
 	}
@@ -285,17 +294,46 @@ func (r *incusTenantResource) Create(ctx context.Context, req resource.CreateReq
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if err := c.CreateProject(ctx, incusapi.Project{Name: name, Description: plan.Description.ValueString(), Config: config}); err != nil {
-		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "create-project", err, "Nothing was created; fix the cause (a project of that name that is not this tenant's?) and apply again."))
-		return
-	}
-	if err := c.UpdateProfile(ctx, tenantProfile, profile); err != nil {
-		detail := "The project was deleted again; fix the cause and apply again."
-		if derr := c.DeleteProject(ctx, name); derr != nil {
-			detail = fmt.Sprintf("The project could not be deleted again (%v); delete it with `incus project delete %s`.", derr, name)
+	existing, err := c.GetProject(ctx, name)
+	switch {
+	case incusapi.IsNotFound(err):
+		if err := c.CreateProject(ctx, incusapi.Project{Name: name, Description: plan.Description.ValueString(), Config: config}); err != nil {
+			resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "create-project", err, "Nothing was created; fix the cause and apply again."))
+			return
 		}
-		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "write-profile", err, detail))
+		if err := c.UpdateProfile(ctx, tenantProfile, profile); err != nil {
+			detail := "The project was deleted again; fix the cause and apply again."
+			if derr := c.DeleteProject(ctx, name); derr != nil {
+				detail = fmt.Sprintf("The project could not be deleted again (%v); delete it with `incus project delete %s`.", derr, name)
+			}
+			resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "write-profile", err, detail))
+			return
+		}
+	case err != nil:
+		resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "read-project", err, "Nothing was created; check the provider's incus block or INCUS_SOCKET and apply again."))
 		return
+	case existing.Config[tenantMarker] != name:
+		resp.Diagnostics.AddAttributeError(path.Root("name"), summary, fmt.Sprintf(
+			"%s: Incus already has a project %s, and it is not this tenant's (its %s is %q). Nothing was changed. "+
+				"Give the tenant another name; or, if that project is this tenant's (made by an earlier version of the provider), "+
+				"mark it with `incus project set %s %s=%s` and apply again: the tenant then takes it, with what it holds.",
+			subject, name, tenantMarker, existing.Config[tenantMarker], name, tenantMarker, name))
+		return
+	default:
+		// The tenant's own project, kept by an earlier destroy for the data volumes it
+		// still holds: taken back as it is, with the tenant's settings.
+		if err := c.UpdateProject(ctx, name, incusapi.Project{Description: plan.Description.ValueString(), Config: config}); err != nil {
+			resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "update-kept-project", err, "Nothing was changed; the kept project keeps its previous settings."))
+			return
+		}
+		if err := c.UpdateProfile(ctx, tenantProfile, profile); err != nil {
+			resp.Diagnostics.AddError(summary, kit.FailureDetail(subject, "write-profile", err, "The kept project took the tenant's limits; its profile keeps its previous settings. Fix the cause and apply again."))
+			return
+		}
+		vols, _ := keptVolumes(existing.UsedBy)
+		resp.Diagnostics.AddWarning("Tenant "+name+" takes back its kept Incus project",
+			fmt.Sprintf("Project %s was kept by an earlier destroy of the tenant, for the data volumes it still holds (%s); the tenant takes it "+
+				"back with them, and a container made again under the name of its volume's node takes its data back.", name, volumeList(vols)))
 	}
 	plan.Project, plan.Profile, plan.ID = types.StringValue(name), types.StringValue(tenantProfile), types.StringValue(tenantID(name))
 	diags, gone := r.refresh(ctx, &plan, c)
@@ -403,7 +441,11 @@ func (r *incusTenantResource) Update(ctx context.Context, req resource.UpdateReq
 }
 
 // Delete deletes the project. Incus refuses while it holds anything but its default
-// profile: the error names what is left, and nothing is deleted to make room.
+// profile. When all it still holds are custom volumes, the data volumes that their
+// containers' destroy kept (data_volume's default), the project is kept for them: it
+// leaves the state with a warning naming each volume and how to delete it, and a tenant
+// of the same name takes it back. Anything else it holds is an error naming it; nothing
+// is deleted to make room.
 func (r *incusTenantResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state incusTenantModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
@@ -418,19 +460,79 @@ func (r *incusTenantResource) Delete(ctx context.Context, req resource.DeleteReq
 	if err == nil {
 		return
 	}
-	var left []string
+	var vols []poolVolume
+	var others []string
 	if p, gerr := c.GetProject(ctx, name); gerr == nil {
-		for _, u := range p.UsedBy {
-			if !strings.HasPrefix(u, "/1.0/profiles/"+tenantProfile) {
-				left = append(left, u)
-			}
-		}
+		vols, others = keptVolumes(p.UsedBy)
 	}
-	sort.Strings(left)
+	if len(vols) > 0 && len(others) == 0 {
+		var cmds []string
+		for _, v := range vols {
+			cmds = append(cmds, fmt.Sprintf("`incus storage volume delete --project %s %s %s`", name, v.pool, v.volume))
+		}
+		resp.Diagnostics.AddWarning("Incus project of tenant "+name+" is kept for its data volumes",
+			fmt.Sprintf("Tenant %s has no node left, but its project %s still holds the data volumes %s, which their containers' destroy kept "+
+				"(data_volume.delete_on_destroy is false). The project is kept with them, and leaves the state: nothing of the tenant's data is deleted. "+
+				"When a node of the tenant is enabled again, the tenant takes the project back, and a container made again under its node's name its volume. "+
+				"If the data is no longer needed, delete them by hand: %s, then `incus project delete %s`.",
+				name, name, volumeList(vols), strings.Join(cmds, ", "), name))
+		return
+	}
 	what := "Delete what it still holds, then apply again."
-	if len(left) > 0 {
-		what = fmt.Sprintf("It still holds %s: a data volume its node's container kept on destroy (data_volume's default) is deleted only by hand "+
-			"(`incus storage volume delete --project %s <pool> <volume>`), once its data is no longer needed; then apply again.", strings.Join(left, ", "), name)
+	if len(vols)+len(others) > 0 {
+		left := append(others, volumeURLs(vols)...)
+		sort.Strings(left)
+		what = fmt.Sprintf("It still holds %s. An instance or image there is not one this tenant's module made: move or delete it "+
+			"(a data volume its node's container kept is deleted only by hand, `incus storage volume delete --project %s <pool> <volume>`, "+
+			"once its data is no longer needed); then apply again.", strings.Join(left, ", "), name)
 	}
 	resp.Diagnostics.AddError("Unable to delete the Incus project of tenant "+name, kit.FailureDetail("Tenant "+name, "delete-project", err, what))
+}
+
+// poolVolume is a custom storage volume of a project, as its used_by names it.
+type poolVolume struct{ pool, volume, url string }
+
+// keptVolumes splits what a project holds (its used_by) into its custom volumes and the
+// rest, leaving out its default profile, which goes with it.
+func keptVolumes(usedBy []string) (vols []poolVolume, others []string) {
+	for _, u := range usedBy {
+		p := u
+		if i := strings.IndexByte(p, '?'); i >= 0 {
+			p = p[:i]
+		}
+		if p == "/1.0/profiles/"+tenantProfile {
+			continue
+		}
+		rest, ok := strings.CutPrefix(p, "/1.0/storage-pools/")
+		parts := strings.Split(rest, "/")
+		if ok && len(parts) == 4 && parts[1] == "volumes" && parts[2] == "custom" {
+			pool, _ := url.PathUnescape(parts[0])
+			vol, _ := url.PathUnescape(parts[3])
+			vols = append(vols, poolVolume{pool: pool, volume: vol, url: u})
+			continue
+		}
+		others = append(others, u)
+	}
+	sort.Slice(vols, func(i, j int) bool { return vols[i].pool+"/"+vols[i].volume < vols[j].pool+"/"+vols[j].volume })
+	sort.Strings(others)
+	return vols, others
+}
+
+func volumeList(vols []poolVolume) string {
+	var out []string
+	for _, v := range vols {
+		out = append(out, fmt.Sprintf("%s (pool %s)", v.volume, v.pool))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
+}
+
+func volumeURLs(vols []poolVolume) []string {
+	var out []string
+	for _, v := range vols {
+		out = append(out, v.url)
+	}
+	return out
 }
