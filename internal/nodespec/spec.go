@@ -194,7 +194,7 @@ func (s Spec) Validate() []Problem {
 		}
 	}
 	if s.Toplevel != "" && !nixstore.ValidStorePath(s.Toplevel) {
-		v.bad("toplevel", "Not a Nix store path", fmt.Sprintf("%q is not a Nix store path (/nix/store/<hash>-<name>)", s.Toplevel))
+		v.bad("toplevel", "Not a Nix store path", fmt.Sprintf("%q is not a Nix store path (/nix/store/<hash>-<name>): give the store path of a built system, such as nix-build's output", s.Toplevel))
 	}
 	if s.Toplevel != "" && s.Build != nil {
 		v.bad("build", "Conflicting build inputs", "give toplevel (a prebuilt system) or build, not both")

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -203,7 +204,7 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"ssh":      kit.SSHBlockSchema(redeploys),
 			"incus":    kit.IncusBlockSchema(redeploys),
 			"snapshot": snapshotBlockSchema(),
-			"timings":  kit.TimingsResourceBlock(kit.TimingsNodeSwitch),
+			"timings":  kit.NodeTimingsBlock(kit.TimingsNodeSwitch),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		}),
 	}
@@ -217,7 +218,7 @@ func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.Config
 		// "Neither" is refused at plan time (requireTransport): see there why. Both
 		// transports, a snapshot over SSH, toplevel with build and a toplevel that is
 		// not a store path are the node spec's (specConfigValidator).
-		specConfigValidator{},
+		specConfigValidator{args: switchConfigArgs},
 		checksConfigValidator{},
 	}
 }
@@ -790,6 +791,15 @@ func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchMod
 }
 
 // switchArgs are the node switch's arguments that make its node spec.
+// switchConfigArgs is switchArgs of a configuration, for its plan-time validation.
+func switchConfigArgs(ctx context.Context, config tfsdk.Config) (nodeArgs, bool) {
+	var m nodeSwitchModel
+	if config.Get(ctx, &m).HasError() {
+		return nodeArgs{}, false
+	}
+	return switchArgs(m), true
+}
+
 func switchArgs(m nodeSwitchModel) nodeArgs {
 	a := nodeArgs{node: m.Node.ValueString(), ssh: m.SSH, incus: m.Incus, snapshot: m.Snapshot, strict: m.Strict, activation: m.Activation,
 		chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes, toplevel: m.Toplevel, build: m.Build}

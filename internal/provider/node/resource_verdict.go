@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -91,7 +92,6 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				MarkdownDescription: "The system closure whose wanted units count (usually `fediversity_node_switch.x.toplevel`). " +
 					"Default: the system the node runs. It must be in the deployer's store. " +
 					"When the node runs another system, the pass says so: strict mode fails, naming both; lenient mode warns and judges the given toplevel's units on what the node runs. " + reruns,
-				Validators: []validator.String{kit.StorePathValidator{}},
 			},
 			"strict": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
@@ -120,7 +120,7 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 		Blocks: withBlocks(checkBlocks(checksChangeVerdict), map[string]schema.Block{
 			"ssh":      kit.SSHBlockSchema(reruns),
 			"incus":    kit.IncusBlockSchema(reruns),
-			"timings":  kit.TimingsResourceBlock(kit.TimingsVerdict),
+			"timings":  kit.NodeTimingsBlock(kit.TimingsVerdict),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		}),
 	}
@@ -130,8 +130,25 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 }
 
 func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigValidator {
-	// "Neither" is refused at plan time (requireTransport): see there why.
-	return []resource.ConfigValidator{atMostOneTransport, checksConfigValidator{}}
+	// "Neither" is refused at plan time (requireTransport): see there why. Both
+	// transports, a toplevel that is not a store path and every other node setting are
+	// the node spec's (specConfigValidator), in the command's words.
+	return []resource.ConfigValidator{specConfigValidator{args: verdictConfigArgs}, checksConfigValidator{}}
+}
+
+// verdictArgs are the pass's node arguments: strict as configured, no system to deploy.
+func verdictArgs(m verdictModel) nodeArgs {
+	return nodeArgs{node: m.Node.ValueString(), ssh: m.SSH, incus: m.Incus, toplevel: m.Toplevel,
+		strict: m.Strict, chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes}
+}
+
+// verdictConfigArgs is verdictArgs of a configuration, for its plan-time validation.
+func verdictConfigArgs(ctx context.Context, config tfsdk.Config) (nodeArgs, bool) {
+	var m verdictModel
+	if config.Get(ctx, &m).HasError() {
+		return nodeArgs{}, false
+	}
+	return verdictArgs(m), true
 }
 
 func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
@@ -281,13 +298,11 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 	if diags.HasError() {
 		return false, diags, errors.New("invalid configuration")
 	}
-	_, target, opts, odiags := nodeOptions(ctx, r.cfg, nodeArgs{node: node, ssh: m.SSH, incus: m.Incus,
-		strict: m.Strict, chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes})
+	_, target, opts, odiags := nodeOptions(ctx, r.cfg, verdictArgs(*m))
 	diags.Append(odiags...)
 	if diags.HasError() {
 		return false, diags, errors.New("invalid configuration")
 	}
-	opts.Toplevel = m.Toplevel.ValueString()
 	run := nodeRun{verb: verbJudge, what: "Verdict", target: target, run: noderun.Run{Node: node, Options: opts, Body: deploybody.VerdictOnly}}
 	outcome, rdiags := run.do(ctx, r.cfg)
 	diags.Append(rdiags...)
