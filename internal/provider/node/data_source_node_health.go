@@ -40,21 +40,20 @@ type nodeHealthDataSource struct {
 const defaultNodeHealthTimeout = 5 * time.Minute
 
 type nodeHealthModel struct {
-	Node        types.String         `tfsdk:"node"`
-	Toplevel    types.String         `tfsdk:"toplevel"`
-	SSH         *kit.SSHBlockModel   `tfsdk:"ssh"`
-	Incus       *kit.IncusBlockModel `tfsdk:"incus"`
-	SecretChain types.List           `tfsdk:"secret_chain"`
-	LoopBudgets types.Map            `tfsdk:"loop_budgets"`
-	Timings     *kit.TimingsModel    `tfsdk:"timings"`
-	Timeouts    timeouts.Value       `tfsdk:"timeouts"`
-	OK          types.Bool           `tfsdk:"ok"`
-	Reasons     types.List           `tfsdk:"reasons"`
-	Failed      types.List           `tfsdk:"failed"`
-	Unreachable types.Bool           `tfsdk:"unreachable"`
-	Message     types.String         `tfsdk:"message"`
-	Judged      types.String         `tfsdk:"judged_toplevel"`
-	Verdict     types.Object         `tfsdk:"verdict"`
+	Node     types.String `tfsdk:"node"`
+	Toplevel types.String `tfsdk:"toplevel"`
+	kit.TransportBlocks
+	SecretChain types.List        `tfsdk:"secret_chain"`
+	LoopBudgets types.Map         `tfsdk:"loop_budgets"`
+	Timings     *kit.TimingsModel `tfsdk:"timings"`
+	Timeouts    timeouts.Value    `tfsdk:"timeouts"`
+	OK          types.Bool        `tfsdk:"ok"`
+	Reasons     types.List        `tfsdk:"reasons"`
+	Failed      types.List        `tfsdk:"failed"`
+	Unreachable types.Bool        `tfsdk:"unreachable"`
+	Message     types.String      `tfsdk:"message"`
+	Judged      types.String      `tfsdk:"judged_toplevel"`
+	Verdict     types.Object      `tfsdk:"verdict"`
 }
 
 func (d *nodeHealthDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -125,16 +124,17 @@ func (d *nodeHealthDataSource) Schema(ctx context.Context, _ datasource.SchemaRe
 			"verdict": kit.DataSourceAttribute(verdictSchemaAttribute("the read-only pass")),
 		},
 		Blocks: map[string]schema.Block{
-			"ssh":      kit.DataSourceBlock(kit.SSHBlockSchema(everyRead)),
-			"incus":    kit.DataSourceBlock(kit.IncusBlockSchema(everyRead)),
 			"timings":  kit.DataSourceBlock(kit.NodeTimingsBlock(kit.TimingsNodeHealth)),
 			"timeouts": timeouts.Block(ctx),
 		},
 	}
+	for name, b := range kit.DataSourceBlocks(kit.TransportBlockSchemas(everyRead)) {
+		resp.Schema.Blocks[name] = b
+	}
 }
 
 func (d *nodeHealthDataSource) ConfigValidators(context.Context) []datasource.ConfigValidator {
-	// "Neither" is refused at the read (requireTransport). Both transports, a toplevel
+	// "Neither" is refused at the read (kit.RequireTransport). Both transports, a toplevel
 	// that is not a store path and every other node setting are the node spec's
 	// (specConfigValidator), in the command's words.
 	return []datasource.ConfigValidator{specConfigValidator{args: nodeHealthConfigArgs}}
@@ -143,7 +143,7 @@ func (d *nodeHealthDataSource) ConfigValidators(context.Context) []datasource.Co
 // nodeHealthArgs are the read-only pass's node arguments. Strict: any reason makes the
 // node unhealthy (the verdict's failure is data here, never the data source's error).
 func nodeHealthArgs(m nodeHealthModel) nodeArgs {
-	return nodeArgs{node: m.Node.ValueString(), ssh: m.SSH, incus: m.Incus, toplevel: m.Toplevel,
+	return nodeArgs{node: m.Node.ValueString(), transport: m.TransportBlocks, toplevel: m.Toplevel,
 		strict: types.BoolValue(true), chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings}
 }
 
@@ -163,7 +163,7 @@ func (d *nodeHealthDataSource) Configure(_ context.Context, req datasource.Confi
 func (d *nodeHealthDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m nodeHealthModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	requireTransport(ctx, req.Config, &resp.Diagnostics)
+	kit.RequireTransport(ctx, req.Config, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -187,7 +187,7 @@ func (d *nodeHealthDataSource) Read(ctx context.Context, req datasource.ReadRequ
 // reached, healthy or not; otherwise an error diagnostic says why none was.
 func (d *nodeHealthDataSource) pass(ctx context.Context, m *nodeHealthModel) (*deploybody.Result, diag.Diagnostics) {
 	node := m.Node.ValueString()
-	diags := kit.OneTransport(m.SSH, m.Incus)
+	diags := kit.OneTransport(m.TransportBlocks)
 	if diags.HasError() {
 		return nil, diags
 	}

@@ -22,11 +22,10 @@ import (
 
 // nodeArgs are a node resource's arguments that make its node spec.
 type nodeArgs struct {
-	node     string
-	ssh      *kit.SSHBlockModel
-	incus    *kit.IncusBlockModel
-	snapshot *snapshotModel
-	strict   types.Bool
+	node      string
+	transport kit.TransportBlocks
+	snapshot  *snapshotModel
+	strict    types.Bool
 	// activation is fediversity_node_switch's (null elsewhere: switch).
 	activation types.String
 	chain      types.List
@@ -45,8 +44,9 @@ type nodeArgs struct {
 // Spec decodes the arguments (the framework's values) into the node spec.
 func (a nodeArgs) spec(ctx context.Context) (nodespec.Spec, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	s := nodespec.Spec{Node: a.node, SSH: a.ssh.Spec(), Incus: a.incus.Spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString(),
+	s := nodespec.Spec{Node: a.node, Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString(),
 		Toplevel: a.toplevel.ValueString(), Build: a.build.Spec()}
+	a.transport.Spec(&s)
 	if !a.chain.IsNull() && !a.chain.IsUnknown() {
 		diags.Append(a.chain.ElementsAs(ctx, &s.SecretChain, false)...)
 	}
@@ -74,7 +74,7 @@ func nodeOptions(ctx context.Context, cfg *kit.Config, a nodeArgs) (nodespec.Spe
 	spec, diags := a.spec(ctx)
 	diags.Append(kit.SpecDiagnostics(spec.Validate())...)
 	var target kit.TransportTarget
-	if a.ssh != nil || a.incus != nil {
+	if a.transport.Given() > 0 {
 		t, tdiags := kit.ProviderTarget(spec, cfg)
 		diags.Append(tdiags...)
 		target = t
@@ -147,12 +147,12 @@ func (v specConfigValidator) validate(ctx context.Context, config tfsdk.Config, 
 	}
 	// A block that may yet be absent (a `dynamic` block whose for_each is not known)
 	// is left out: only what is surely given is judged now.
+	a.transport.KeepSurelyGiven(ctx, config)
 	for block, drop := range map[string]func(){
-		"ssh": func() { a.ssh = nil }, "incus": func() { a.incus = nil },
 		"snapshot": func() { a.snapshot = nil }, "build": func() { a.build = nil },
 	} {
 		var o types.Object
-		if config.GetAttribute(ctx, path.Root(block), &o).HasError() || !blockGiven(o) {
+		if config.GetAttribute(ctx, path.Root(block), &o).HasError() || !kit.BlockGiven(o) {
 			drop()
 		}
 	}
