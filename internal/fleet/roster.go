@@ -197,15 +197,17 @@ func (r *Roster) defaults() nodespec.Spec {
 		SecretChain: r.SecretChain, LoopBudgets: r.LoopBudgets}
 }
 
-// Spec is node's spec: its entry over the roster's defaults. A node without an incus
-// object is reached over SSH.
+// Spec is node's spec: its entry over the roster's defaults. A node whose entry names
+// no other transport (an incus object) is reached over SSH, with the SSH settings at
+// its top level. This is the one place the command decodes a transport: any other
+// transport is a key of the embedded spec, decoded with it.
 func (r *Roster) Spec(node string) nodespec.Spec {
 	n := r.Nodes[node]
 	s := n.Spec
 	s.Node = node
-	if n.Incus == nil || n.SSH != (nodespec.SSH{}) {
+	if len(s.Transports()) == 0 || n.SSH != (nodespec.SSH{}) {
 		ssh := n.SSH
-		s.SSH = &ssh // with an incus object too: both, refused by Validate
+		s.SSH = &ssh // with another transport too: two, refused by Validate
 	}
 	// The roster's defaults, under the node's own. A prebuilt system wins over the
 	// roster's default build; checks and probes add up.

@@ -164,13 +164,27 @@ type Problem struct {
 
 func (p Problem) String() string { return p.Field + ": " + p.Message }
 
+// Transports are the keys of the transports the spec gives ("ssh", "incus"), in the
+// order of Spec's fields; Validate accepts exactly one. The front ends ask this rather
+// than naming each transport, so that a new one is a field here and a case in Target.
+func (s Spec) Transports() []string {
+	var given []string
+	if s.SSH != nil {
+		given = append(given, "ssh")
+	}
+	if s.Incus != nil {
+		given = append(given, "incus")
+	}
+	return given
+}
+
 // Validate reports everything wrong with s, in a stable order. A spec without a
 // target is not refused here: each front end says in its own terms where the target
 // goes (the provider's blocks, the roster's host).
 func (s Spec) Validate() []Problem {
 	v := &validation{node: s.Node}
-	if s.SSH != nil && s.Incus != nil {
-		v.bad("incus", "Conflicting transports", "give exactly one transport: SSH (host) or incus, not both; a node is reached one way")
+	if given := s.Transports(); len(given) > 1 {
+		v.bad(given[1], "Conflicting transports", "give exactly one transport: SSH (host) or incus, not both; a node is reached one way")
 	}
 	if s.SSH != nil {
 		v.ssh(*s.SSH)
@@ -194,7 +208,7 @@ func (s Spec) Validate() []Problem {
 		}
 	}
 	if s.Toplevel != "" && !nixstore.ValidStorePath(s.Toplevel) {
-		v.bad("toplevel", "Not a Nix store path", fmt.Sprintf("%q is not a Nix store path (/nix/store/<hash>-<name>)", s.Toplevel))
+		v.bad("toplevel", "Not a Nix store path", fmt.Sprintf("%q is not a Nix store path (/nix/store/<hash>-<name>): give the store path of a built system, such as nix-build's output", s.Toplevel))
 	}
 	if s.Toplevel != "" && s.Build != nil {
 		v.bad("build", "Conflicting build inputs", "give toplevel (a prebuilt system) or build, not both")

@@ -96,6 +96,21 @@ func TimingsResourceBlock(resource string) rschema.SingleNestedBlock {
 	}
 }
 
+// NodeTimingsBlock is TimingsResourceBlock for an object that reaches a node: its
+// timings are the node spec's, judged with the rest of it (nodespec.Spec.Validate, in
+// the words the command prints for a roster's), so they carry no validator of their own
+// that would say the same thing a second time.
+func NodeTimingsBlock(resource string) rschema.SingleNestedBlock {
+	b := TimingsResourceBlock(resource)
+	for name, a := range b.Attributes {
+		if s, ok := a.(rschema.StringAttribute); ok {
+			s.Validators = nil
+			b.Attributes[name] = s
+		}
+	}
+	return b
+}
+
 func backticked(names []string) []string {
 	out := make([]string, len(names))
 	for i, n := range names {

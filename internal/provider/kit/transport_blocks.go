@@ -1,18 +1,168 @@
 package kit
 
-// The `ssh {}` and `incus {}` blocks of the node resources: their models and schemas, and
-// how an import address fills them. They hold only where the node is and how its identity
-// is pinned, never a per-run value.
+// The transport blocks (`ssh {}`, `incus {}`) of the objects that reach a node: their
+// models and schemas, how they decode into the node spec, and how an import address
+// fills them. This file is the one place the provider decodes a transport: the objects
+// embed TransportBlocks and name no transport themselves, so a new transport's block is
+// added here (and to nodespec.Spec), nowhere else in the provider
+// (docs/design.md#adding-a-transport). The blocks hold only where the node is and how
+// its identity is pinned, never a per-run value.
 
 import (
+	"context"
+	"fmt"
+	"strings"
+
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
+
+// TransportBlocks are the transport blocks of an object that reaches a node, embedded
+// (by value) in its model: exactly one of them is given.
+type TransportBlocks struct {
+	SSH   *SSHBlockModel   `tfsdk:"ssh"`
+	Incus *IncusBlockModel `tfsdk:"incus"`
+}
+
+// TransportBlockNames are the names of the transport blocks, in the schema's order.
+var TransportBlockNames = []string{"ssh", "incus"}
+
+// TransportBlockSchemas are the transport blocks of a resource's schema; changeEffect
+// says what changing one does.
+func TransportBlockSchemas(changeEffect string) map[string]schema.Block {
+	return map[string]schema.Block{"ssh": SSHBlockSchema(changeEffect), "incus": IncusBlockSchema(changeEffect)}
+}
+
+// TransportChoice names the blocks to choose from, for a message: "an ssh block or an
+// incus block".
+func TransportChoice() string {
+	var each []string
+	for _, name := range TransportBlockNames {
+		each = append(each, "an "+name+" block")
+	}
+	return strings.Join(each, " or ")
+}
+
+// Given is how many transport blocks are given.
+func (b TransportBlocks) Given() int {
+	n := 0
+	if b.SSH != nil {
+		n++
+	}
+	if b.Incus != nil {
+		n++
+	}
+	return n
+}
+
+// Known tells whether the given blocks name their node with values known now (not an
+// address from a resource that is not created yet).
+func (b TransportBlocks) Known() bool {
+	return (b.SSH == nil || !b.SSH.Host.IsUnknown()) && (b.Incus == nil || !b.Incus.Instance.IsUnknown())
+}
+
+// Spec decodes the blocks into the node spec's transports (s's others are kept).
+func (b TransportBlocks) Spec(s *nodespec.Spec) {
+	s.SSH, s.Incus = b.SSH.Spec(), b.Incus.Spec()
+}
+
+// KeepSurelyGiven leaves out the blocks that may yet be absent from config: a `dynamic`
+// block whose for_each is not known is expanded while validating as one block of
+// unknown values (see BlockGiven).
+func (b *TransportBlocks) KeepSurelyGiven(ctx context.Context, config tfsdk.Config) {
+	for _, name := range TransportBlockNames {
+		var o types.Object
+		if config.GetAttribute(ctx, path.Root(name), &o).HasError() || !BlockGiven(o) {
+			switch name {
+			case "ssh":
+				b.SSH = nil
+			case "incus":
+				b.Incus = nil
+			}
+		}
+	}
+}
+
+// TransportBlocksFromTarget fills the blocks on import.
+func TransportBlocksFromTarget(t TransportTarget) TransportBlocks {
+	if t.Kind == "incus" {
+		return TransportBlocks{Incus: IncusBlockFromTarget(t)}
+	}
+	return TransportBlocks{SSH: SSHBlockFromTarget(t)}
+}
+
+// TransportBlocksKnown tells whether the planned transport blocks are known in full, so
+// the plan can reach the node (a `dynamic` block or an address from a resource not
+// created yet is known only at apply).
+func TransportBlocksKnown(ctx context.Context, plan tfsdk.Plan) bool {
+	for _, name := range TransportBlockNames {
+		var obj types.Object
+		if plan.GetAttribute(ctx, path.Root(name), &obj).HasError() {
+			return false
+		}
+		v, err := obj.ToTerraformValue(ctx)
+		if err != nil || !v.IsFullyKnown() {
+			return false
+		}
+	}
+	return true
+}
+
+// RequireTransport refuses, at plan time, an object with no transport block. It is a
+// plan check, not a config validator, on purpose: Terraform validates a configuration
+// with its variables unknown, and a `dynamic` single block whose for_each is not known
+// yet then reads as absent. A group module that picks the transport from a variable
+// would be refused for a block it does give. (Two blocks at once are the node spec's
+// "Conflicting transports".)
+func RequireTransport(ctx context.Context, config tfsdk.Config, diags *diag.Diagnostics) {
+	var node types.String
+	diags.Append(config.GetAttribute(ctx, path.Root("node"), &node)...)
+	for _, name := range TransportBlockNames {
+		var block types.Object
+		diags.Append(config.GetAttribute(ctx, path.Root(name), &block)...)
+		if !block.IsNull() {
+			return
+		}
+	}
+	if diags.HasError() {
+		return
+	}
+	who := node.ValueString()
+	if node.IsUnknown() {
+		who = "this node"
+	}
+	diags.AddError(fmt.Sprintf("No transport for %s", who),
+		"Give exactly one of "+TransportChoice()+", so the provider knows how to reach the node. "+
+			"If the block comes from a `dynamic` block, its for_each must be known at plan time.")
+}
+
+// BlockGiven tells whether a single block is surely in the configuration. A `dynamic`
+// block with an unknown for_each is expanded while validating as one block whose
+// attributes are all unknown or unset: it may yet be absent. An empty block written out
+// (`snapshot {}`) is given.
+func BlockGiven(o types.Object) bool {
+	if o.IsNull() || o.IsUnknown() {
+		return false
+	}
+	known, unknown := false, false
+	for _, a := range o.Attributes() {
+		switch {
+		case a.IsUnknown():
+			unknown = true
+		case !a.IsNull():
+			known = true
+		}
+	}
+	return known || !unknown
+}
 
 // SSHBlockModel is the `ssh` block.
 type SSHBlockModel struct {

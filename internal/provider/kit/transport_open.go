@@ -16,7 +16,7 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/transport/remote"
 )
 
-// This file resolves the `ssh {}` / `incus {}` blocks of a resource into a target, and
+// This file resolves the transport blocks of a resource into a target, and
 // opens the target's transport with the provider's per-run Config (key file, agent
 // socket, Incus client certificates). Nothing per-run is ever read from, or written to,
 // the blocks.
@@ -28,25 +28,26 @@ type TransportTarget = nodespec.Target
 var HostPort = nodespec.HostPort
 
 // ResolveTarget validates the transport blocks of a resource and fills in defaults.
-// Exactly one of ssh and incus must be set.
-func ResolveTarget(sshB *SSHBlockModel, incusB *IncusBlockModel, cfg *Config) (TransportTarget, diag.Diagnostics) {
-	diags := OneTransport(sshB, incusB)
+// Exactly one of them must be given.
+func ResolveTarget(blocks TransportBlocks, cfg *Config) (TransportTarget, diag.Diagnostics) {
+	diags := OneTransport(blocks)
 	if diags.HasError() {
 		return TransportTarget{}, diags
 	}
-	spec := nodespec.Spec{SSH: sshB.Spec(), Incus: incusB.Spec()}
+	var spec nodespec.Spec
+	blocks.Spec(&spec)
 	diags.Append(SpecDiagnostics(spec.Validate())...)
 	t, tdiags := ProviderTarget(spec, cfg)
 	diags.Append(tdiags...)
 	return t, diags
 }
 
-// OneTransport refuses a run with neither or both transport blocks.
-func OneTransport(sshB *SSHBlockModel, incusB *IncusBlockModel) diag.Diagnostics {
+// OneTransport refuses a run with no transport block, or more than one.
+func OneTransport(blocks TransportBlocks) diag.Diagnostics {
 	var diags diag.Diagnostics
-	if (sshB == nil) == (incusB == nil) {
+	if blocks.Given() != 1 {
 		diags.AddError("Exactly one transport block is required",
-			"Give the node either an `ssh { host = … }` block or an `incus { instance = … }` block, not both and not neither.")
+			"Give the node exactly one of "+TransportChoice()+", not two and not none.")
 	}
 	return diags
 }

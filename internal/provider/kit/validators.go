@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/nixstore"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 )
 
@@ -30,26 +29,6 @@ var DNSLabelValidators = []validator.String{
 
 // AbsPathRE accepts absolute paths on a node without spaces or quotes.
 var AbsPathRE = regexp.MustCompile(`^/[A-Za-z0-9_./-]*$`)
-
-// StorePathValidator accepts a top-level Nix store path (/nix/store/<hash>-<name>).
-type StorePathValidator struct{}
-
-func (StorePathValidator) Description(context.Context) string {
-	return "a Nix store path such as /nix/store/<hash>-nixos-system-<name>"
-}
-func (v StorePathValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-func (StorePathValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if p := req.ConfigValue.ValueString(); !nixstore.ValidStorePath(p) {
-		resp.Diagnostics.AddAttributeError(req.Path, "Not a Nix store path",
-			fmt.Sprintf("%s = %q is not a Nix store path. Give the store path of a built system (%s/<32-character hash>-<name>), e.g. the output of nix-build, or use a build block.",
-				req.Path, p, nixstore.StoreDir))
-	}
-}
 
 // hostKeyValidator accepts a public key in authorized_keys form.
 type hostKeyValidator struct{}

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
@@ -39,21 +40,20 @@ type nodeHealthDataSource struct {
 const defaultNodeHealthTimeout = 5 * time.Minute
 
 type nodeHealthModel struct {
-	Node        types.String         `tfsdk:"node"`
-	Toplevel    types.String         `tfsdk:"toplevel"`
-	SSH         *kit.SSHBlockModel   `tfsdk:"ssh"`
-	Incus       *kit.IncusBlockModel `tfsdk:"incus"`
-	SecretChain types.List           `tfsdk:"secret_chain"`
-	LoopBudgets types.Map            `tfsdk:"loop_budgets"`
-	Timings     *kit.TimingsModel    `tfsdk:"timings"`
-	Timeouts    timeouts.Value       `tfsdk:"timeouts"`
-	OK          types.Bool           `tfsdk:"ok"`
-	Reasons     types.List           `tfsdk:"reasons"`
-	Failed      types.List           `tfsdk:"failed"`
-	Unreachable types.Bool           `tfsdk:"unreachable"`
-	Message     types.String         `tfsdk:"message"`
-	Judged      types.String         `tfsdk:"judged_toplevel"`
-	Verdict     types.Object         `tfsdk:"verdict"`
+	Node     types.String `tfsdk:"node"`
+	Toplevel types.String `tfsdk:"toplevel"`
+	kit.TransportBlocks
+	SecretChain types.List        `tfsdk:"secret_chain"`
+	LoopBudgets types.Map         `tfsdk:"loop_budgets"`
+	Timings     *kit.TimingsModel `tfsdk:"timings"`
+	Timeouts    timeouts.Value    `tfsdk:"timeouts"`
+	OK          types.Bool        `tfsdk:"ok"`
+	Reasons     types.List        `tfsdk:"reasons"`
+	Failed      types.List        `tfsdk:"failed"`
+	Unreachable types.Bool        `tfsdk:"unreachable"`
+	Message     types.String      `tfsdk:"message"`
+	Judged      types.String      `tfsdk:"judged_toplevel"`
+	Verdict     types.Object      `tfsdk:"verdict"`
 }
 
 func (d *nodeHealthDataSource) Metadata(_ context.Context, req datasource.MetadataRequest, resp *datasource.MetadataResponse) {
@@ -87,7 +87,6 @@ func (d *nodeHealthDataSource) Schema(ctx context.Context, _ datasource.SchemaRe
 				Optional: true,
 				MarkdownDescription: "The system closure whose wanted units count (usually `fediversity_node_switch.x.toplevel`). " +
 					"Default: the system the node runs. It must be in the deployer's store; a node that runs another system is unhealthy, naming both.",
-				Validators: []validator.String{kit.StorePathValidator{}},
 			},
 			"secret_chain": schema.ListAttribute{
 				Optional: true, ElementType: types.StringType,
@@ -125,16 +124,36 @@ func (d *nodeHealthDataSource) Schema(ctx context.Context, _ datasource.SchemaRe
 			"verdict": kit.DataSourceAttribute(verdictSchemaAttribute("the read-only pass")),
 		},
 		Blocks: map[string]schema.Block{
-			"ssh":      kit.DataSourceBlock(kit.SSHBlockSchema(everyRead)),
-			"incus":    kit.DataSourceBlock(kit.IncusBlockSchema(everyRead)),
-			"timings":  kit.DataSourceBlock(kit.TimingsResourceBlock(kit.TimingsNodeHealth)),
+			"timings":  kit.DataSourceBlock(kit.NodeTimingsBlock(kit.TimingsNodeHealth)),
 			"timeouts": timeouts.Block(ctx),
 		},
+	}
+	for name, b := range kit.DataSourceBlocks(kit.TransportBlockSchemas(everyRead)) {
+		resp.Schema.Blocks[name] = b
 	}
 }
 
 func (d *nodeHealthDataSource) ConfigValidators(context.Context) []datasource.ConfigValidator {
-	return []datasource.ConfigValidator{atMostOneTransport}
+	// "Neither" is refused at the read (kit.RequireTransport). Both transports, a toplevel
+	// that is not a store path and every other node setting are the node spec's
+	// (specConfigValidator), in the command's words.
+	return []datasource.ConfigValidator{specConfigValidator{args: nodeHealthConfigArgs}}
+}
+
+// nodeHealthArgs are the read-only pass's node arguments. Strict: any reason makes the
+// node unhealthy (the verdict's failure is data here, never the data source's error).
+func nodeHealthArgs(m nodeHealthModel) nodeArgs {
+	return nodeArgs{node: m.Node.ValueString(), transport: m.TransportBlocks, toplevel: m.Toplevel,
+		strict: types.BoolValue(true), chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings}
+}
+
+// nodeHealthConfigArgs is nodeHealthArgs of a configuration, for its validation.
+func nodeHealthConfigArgs(ctx context.Context, config tfsdk.Config) (nodeArgs, bool) {
+	var m nodeHealthModel
+	if config.Get(ctx, &m).HasError() {
+		return nodeArgs{}, false
+	}
+	return nodeHealthArgs(m), true
 }
 
 func (d *nodeHealthDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
@@ -144,7 +163,7 @@ func (d *nodeHealthDataSource) Configure(_ context.Context, req datasource.Confi
 func (d *nodeHealthDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m nodeHealthModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	requireTransport(ctx, req.Config, &resp.Diagnostics)
+	kit.RequireTransport(ctx, req.Config, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -168,19 +187,15 @@ func (d *nodeHealthDataSource) Read(ctx context.Context, req datasource.ReadRequ
 // reached, healthy or not; otherwise an error diagnostic says why none was.
 func (d *nodeHealthDataSource) pass(ctx context.Context, m *nodeHealthModel) (*deploybody.Result, diag.Diagnostics) {
 	node := m.Node.ValueString()
-	diags := kit.OneTransport(m.SSH, m.Incus)
+	diags := kit.OneTransport(m.TransportBlocks)
 	if diags.HasError() {
 		return nil, diags
 	}
-	// Strict: any reason makes the node unhealthy. The verdict's failure is data here,
-	// never the data source's error.
-	_, target, opts, odiags := nodeOptions(ctx, d.cfg, nodeArgs{node: node, ssh: m.SSH, incus: m.Incus,
-		strict: types.BoolValue(true), chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings})
+	_, target, opts, odiags := nodeOptions(ctx, d.cfg, nodeHealthArgs(*m))
 	diags.Append(odiags...)
 	if diags.HasError() {
 		return nil, diags
 	}
-	opts.Toplevel = m.Toplevel.ValueString()
 	run := nodeRun{verb: verbJudge, what: "Health check", target: target, run: noderun.Run{Node: node, Options: opts, Body: deploybody.VerdictReadOnly}}
 	outcome, rdiags := run.do(ctx, d.cfg)
 	diags.Append(rdiags...)

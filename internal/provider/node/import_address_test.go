@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
 )
 
@@ -94,7 +95,7 @@ func FuzzParseImportAddress(f *testing.F) {
 			return
 		}
 		// Whatever parses names a valid node and a complete target.
-		if !validNodeName(got.Node) {
+		if !nodespec.ValidNodeName(got.Node) {
 			t.Fatalf("%q gave node %q", id, got.Node)
 		}
 		switch got.Target.Kind {
@@ -103,7 +104,7 @@ func FuzzParseImportAddress(f *testing.F) {
 				t.Fatalf("%q gave incomplete ssh target %+v", id, got.Target)
 			}
 		case "incus":
-			if !validNodeName(got.Target.Instance) || !validNodeName(got.Target.Project) {
+			if !nodespec.ValidNodeName(got.Target.Instance) || !nodespec.ValidNodeName(got.Target.Project) {
 				t.Fatalf("%q gave incomplete incus target %+v", id, got.Target)
 			}
 		default:

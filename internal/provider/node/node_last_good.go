@@ -24,7 +24,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
-	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
@@ -91,14 +90,14 @@ func (r *nodeSwitchResource) planLastGood(ctx context.Context, req resource.Modi
 	if resp.Diagnostics.Append(resp.Plan.Get(ctx, &plan)...); resp.Diagnostics.HasError() {
 		return true
 	}
-	if node.IsUnknown() || !transportKnown(ctx, resp.Plan) {
+	if node.IsUnknown() || !kit.TransportBlocksKnown(ctx, resp.Plan) {
 		// The node cannot be asked yet (its name or address comes from a resource not
 		// created yet): the apply reads its record.
 		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("toplevel"), types.StringUnknown())...)
 		markRedeploy(ctx, resp)
 		return true
 	}
-	target, tdiags := kit.ResolveTarget(plan.SSH, plan.Incus, r.cfg)
+	target, tdiags := kit.ResolveTarget(plan.TransportBlocks, r.cfg)
 	if resp.Diagnostics.Append(tdiags...); resp.Diagnostics.HasError() {
 		return true
 	}
@@ -206,21 +205,4 @@ func lastGoodTarget(planned types.String) func(context.Context, deploybody.Trans
 		opts.Toplevel, opts.Build = top, nil
 		return nil, nil
 	}
-}
-
-// transportKnown tells whether the planned transport blocks are known in full, so the
-// plan can reach the node (a `dynamic` block or an address from a resource not created
-// yet is known only at apply).
-func transportKnown(ctx context.Context, plan tfsdk.Plan) bool {
-	for _, block := range []string{"ssh", "incus"} {
-		var obj types.Object
-		if plan.GetAttribute(ctx, path.Root(block), &obj).HasError() {
-			return false
-		}
-		v, err := obj.ToTerraformValue(ctx)
-		if err != nil || !v.IsFullyKnown() {
-			return false
-		}
-	}
-	return true
 }

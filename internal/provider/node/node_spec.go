@@ -7,9 +7,11 @@ package node
 import (
 	"context"
 
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -20,11 +22,10 @@ import (
 
 // nodeArgs are a node resource's arguments that make its node spec.
 type nodeArgs struct {
-	node     string
-	ssh      *kit.SSHBlockModel
-	incus    *kit.IncusBlockModel
-	snapshot *snapshotModel
-	strict   types.Bool
+	node      string
+	transport kit.TransportBlocks
+	snapshot  *snapshotModel
+	strict    types.Bool
 	// activation is fediversity_node_switch's (null elsewhere: switch).
 	activation types.String
 	chain      types.List
@@ -32,8 +33,10 @@ type nodeArgs struct {
 	timings    *kit.TimingsModel
 	checks     []checkBlockModel
 	probes     []probeBlockModel
-	// toplevel and build are fediversity_node_switch's system to deploy (null and nil
-	// elsewhere, and when it deploys the node's last good system, which is not built).
+	// toplevel is the system to deploy (fediversity_node_switch) or whose wanted units
+	// are judged (the verdict and the health check; null: what the node runs). build is
+	// fediversity_node_switch's (nil elsewhere, and when it deploys the node's last good
+	// system, which is not built).
 	toplevel types.String
 	build    *kit.BuildModel
 }
@@ -41,8 +44,9 @@ type nodeArgs struct {
 // Spec decodes the arguments (the framework's values) into the node spec.
 func (a nodeArgs) spec(ctx context.Context) (nodespec.Spec, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	s := nodespec.Spec{Node: a.node, SSH: a.ssh.Spec(), Incus: a.incus.Spec(), Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString(),
+	s := nodespec.Spec{Node: a.node, Snapshot: a.snapshot.spec(), Strict: a.strict.ValueBoolPointer(), Activation: a.activation.ValueString(),
 		Toplevel: a.toplevel.ValueString(), Build: a.build.Spec()}
+	a.transport.Spec(&s)
 	if !a.chain.IsNull() && !a.chain.IsUnknown() {
 		diags.Append(a.chain.ElementsAs(ctx, &s.SecretChain, false)...)
 	}
@@ -70,7 +74,7 @@ func nodeOptions(ctx context.Context, cfg *kit.Config, a nodeArgs) (nodespec.Spe
 	spec, diags := a.spec(ctx)
 	diags.Append(kit.SpecDiagnostics(spec.Validate())...)
 	var target kit.TransportTarget
-	if a.ssh != nil || a.incus != nil {
+	if a.transport.Given() > 0 {
 		t, tdiags := kit.ProviderTarget(spec, cfg)
 		diags.Append(tdiags...)
 		target = t
@@ -102,14 +106,23 @@ func tflogLogger(node string) deploybody.Logger {
 	})
 }
 
-// specConfigValidator reports fediversity_node_switch's settings at plan time in the
-// words the command's roster gets for the same settings: the configuration decoded into
-// one whole node spec and validated once (nodespec.Spec.Validate), its problems of
-// values known now (kit.KnownSpecDiagnostics); the apply validates the whole spec
-// again. The checks' problems are checksConfigValidator's at plan time.
-type specConfigValidator struct{}
+// specConfigValidator reports a node object's settings at plan time in the words the
+// command's roster gets for the same settings: the configuration decoded into one whole
+// node spec and validated once (nodespec.Spec.Validate), its problems of values known
+// now (kit.KnownSpecDiagnostics); the apply (or the data source's read) validates the
+// whole spec again. The checks' problems are checksConfigValidator's at plan time.
+// fediversity_node_switch, fediversity_verdict and fediversity_node_health each give
+// their own decoding of the configuration into the node's arguments.
+type specConfigValidator struct {
+	// args decodes the configuration into the node's arguments; false when it cannot be
+	// read whole yet (a block or list not known), which the apply validates.
+	args func(context.Context, tfsdk.Config) (nodeArgs, bool)
+}
 
-var _ resource.ConfigValidator = specConfigValidator{}
+var (
+	_ resource.ConfigValidator   = specConfigValidator{}
+	_ datasource.ConfigValidator = specConfigValidator{}
+)
 
 func (specConfigValidator) Description(context.Context) string {
 	return "the node's settings make a valid node spec"
@@ -119,23 +132,32 @@ func (v specConfigValidator) MarkdownDescription(ctx context.Context) string {
 	return v.Description(ctx)
 }
 
-func (specConfigValidator) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
-	var m nodeSwitchModel
-	if req.Config.Get(ctx, &m).HasError() {
-		return // a block or list not known yet: the apply validates the whole spec
+func (v specConfigValidator) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	v.validate(ctx, req.Config, &resp.Diagnostics)
+}
+
+func (v specConfigValidator) ValidateDataSource(ctx context.Context, req datasource.ValidateConfigRequest, resp *datasource.ValidateConfigResponse) {
+	v.validate(ctx, req.Config, &resp.Diagnostics)
+}
+
+func (v specConfigValidator) validate(ctx context.Context, config tfsdk.Config, diags *diag.Diagnostics) {
+	a, ok := v.args(ctx, config)
+	if !ok {
+		return
 	}
-	a := switchArgs(m)
+	// A block that may yet be absent (a `dynamic` block whose for_each is not known)
+	// is left out: only what is surely given is judged now.
+	a.transport.KeepSurelyGiven(ctx, config)
 	for block, drop := range map[string]func(){
-		"ssh": func() { a.ssh = nil }, "incus": func() { a.incus = nil },
 		"snapshot": func() { a.snapshot = nil }, "build": func() { a.build = nil },
 	} {
 		var o types.Object
-		if req.Config.GetAttribute(ctx, path.Root(block), &o).HasError() || !blockGiven(o) {
+		if config.GetAttribute(ctx, path.Root(block), &o).HasError() || !kit.BlockGiven(o) {
 			drop()
 		}
 	}
-	spec, diags := a.spec(ctx)
-	if diags.HasError() {
+	spec, sdiags := a.spec(ctx)
+	if sdiags.HasError() {
 		return
 	}
 	var problems []nodespec.Problem
@@ -144,5 +166,5 @@ func (specConfigValidator) ValidateResource(ctx context.Context, req resource.Va
 			problems = append(problems, p)
 		}
 	}
-	resp.Diagnostics.Append(kit.KnownSpecDiagnostics(ctx, req.Config, problems)...)
+	diags.Append(kit.KnownSpecDiagnostics(ctx, config, problems)...)
 }

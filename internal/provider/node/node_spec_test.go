@@ -31,13 +31,13 @@ func TestProviderAndRosterRefuseAlike(t *testing.T) {
 		roster string // the node's roster entry
 		field  string
 	}{
-		{"unpinned host key", func(a *nodeArgs) { a.ssh.HostKey = types.StringNull() },
+		{"unpinned host key", func(a *nodeArgs) { a.transport.SSH.HostKey = types.StringNull() },
 			`{"host": "h"}`, "ssh.host_key"},
-		{"host key cut short", func(a *nodeArgs) { a.ssh.HostKey = str("ssh-ed25519 AAAA…") },
+		{"host key cut short", func(a *nodeArgs) { a.transport.SSH.HostKey = str("ssh-ed25519 AAAA…") },
 			`{"host": "h", "host_key": "ssh-ed25519 AAAA…"}`, "ssh.host_key"},
-		{"keepalive", func(a *nodeArgs) { a.ssh.Keepalive = str("soon") },
+		{"keepalive", func(a *nodeArgs) { a.transport.SSH.Keepalive = str("soon") },
 			`{"host": "h", "host_key": "` + specTestKey + `", "keepalive": "soon"}`, "ssh.keepalive"},
-		{"jump unpinned", func(a *nodeArgs) { a.ssh.Jump = &kit.JumpHostModel{Host: str("bastion")} },
+		{"jump unpinned", func(a *nodeArgs) { a.transport.SSH.Jump = &kit.JumpHostModel{Host: str("bastion")} },
 			`{"host": "h", "host_key": "` + specTestKey + `", "jump": {"host": "bastion"}}`, "ssh.jump.host_key"},
 		{"zero lock_wait", func(a *nodeArgs) { a.timings = &kit.TimingsModel{LockWait: str("0s")} },
 			`{"host": "h", "host_key": "` + specTestKey + `", "timings": {"lock_wait": "0s"}}`, "timings.lock_wait"},
@@ -53,7 +53,7 @@ func TestProviderAndRosterRefuseAlike(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			a := nodeArgs{node: "web01", ssh: okSSH(), strict: types.BoolNull(), chain: types.ListNull(types.StringType), budgets: types.MapNull(types.Int64Type)}
+			a := nodeArgs{node: "web01", transport: kit.TransportBlocks{SSH: okSSH()}, strict: types.BoolNull(), chain: types.ListNull(types.StringType), budgets: types.MapNull(types.Int64Type)}
 			c.args(&a)
 			_, _, _, diags := nodeOptions(t.Context(), &kit.Config{}, a)
 			if !diags.HasError() {

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -68,30 +69,29 @@ const (
 )
 
 type nodeSwitchModel struct {
-	ID               types.String         `tfsdk:"id"`
-	Node             types.String         `tfsdk:"node"`
-	NodePlan         types.String         `tfsdk:"node_plan"`
-	Toplevel         types.String         `tfsdk:"toplevel"`
-	Deploy           types.String         `tfsdk:"deploy"`
-	Build            *kit.BuildModel      `tfsdk:"build"`
-	SubmissionDigest types.String         `tfsdk:"submission_digest"`
-	SubmissionFile   types.String         `tfsdk:"submission_file"`
-	SSH              *kit.SSHBlockModel   `tfsdk:"ssh"`
-	Incus            *kit.IncusBlockModel `tfsdk:"incus"`
-	Snapshot         *snapshotModel       `tfsdk:"snapshot"`
-	Strict           types.Bool           `tfsdk:"strict"`
-	Activation       types.String         `tfsdk:"activation"`
-	SecretChain      types.List           `tfsdk:"secret_chain"`
-	LoopBudgets      types.Map            `tfsdk:"loop_budgets"`
-	Timings          *kit.TimingsModel    `tfsdk:"timings"`
-	Timeouts         timeouts.Value       `tfsdk:"timeouts"`
-	Generation       types.Int64          `tfsdk:"generation"`
-	Verdict          types.Object         `tfsdk:"verdict"`
-	Derivation       types.String         `tfsdk:"derivation"`
-	Changes          types.Object         `tfsdk:"changes"`
-	Reboots          types.String         `tfsdk:"reboots"`
-	Checks           []checkBlockModel    `tfsdk:"check"`
-	Probes           []probeBlockModel    `tfsdk:"probe"`
+	ID               types.String    `tfsdk:"id"`
+	Node             types.String    `tfsdk:"node"`
+	NodePlan         types.String    `tfsdk:"node_plan"`
+	Toplevel         types.String    `tfsdk:"toplevel"`
+	Deploy           types.String    `tfsdk:"deploy"`
+	Build            *kit.BuildModel `tfsdk:"build"`
+	SubmissionDigest types.String    `tfsdk:"submission_digest"`
+	SubmissionFile   types.String    `tfsdk:"submission_file"`
+	kit.TransportBlocks
+	Snapshot    *snapshotModel    `tfsdk:"snapshot"`
+	Strict      types.Bool        `tfsdk:"strict"`
+	Activation  types.String      `tfsdk:"activation"`
+	SecretChain types.List        `tfsdk:"secret_chain"`
+	LoopBudgets types.Map         `tfsdk:"loop_budgets"`
+	Timings     *kit.TimingsModel `tfsdk:"timings"`
+	Timeouts    timeouts.Value    `tfsdk:"timeouts"`
+	Generation  types.Int64       `tfsdk:"generation"`
+	Verdict     types.Object      `tfsdk:"verdict"`
+	Derivation  types.String      `tfsdk:"derivation"`
+	Changes     types.Object      `tfsdk:"changes"`
+	Reboots     types.String      `tfsdk:"reboots"`
+	Checks      []checkBlockModel `tfsdk:"check"`
+	Probes      []probeBlockModel `tfsdk:"probe"`
 	// bootedParts is what Read found decides a reboot on the node (RebootFactsScript's
 	// line; nil: not read), recorded in private state for the next plan (planReboot).
 	bootedParts *string
@@ -200,12 +200,13 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 		},
 		Blocks: withBlocks(checkBlocks(checksChangeNodeSwitch), map[string]schema.Block{
 			"build":    kit.BuildBlockSchema(redeploys),
-			"ssh":      kit.SSHBlockSchema(redeploys),
-			"incus":    kit.IncusBlockSchema(redeploys),
 			"snapshot": snapshotBlockSchema(),
-			"timings":  kit.TimingsResourceBlock(kit.TimingsNodeSwitch),
+			"timings":  kit.NodeTimingsBlock(kit.TimingsNodeSwitch),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		}),
+	}
+	for name, b := range kit.TransportBlockSchemas(redeploys) {
+		resp.Schema.Blocks[name] = b
 	}
 	for name, a := range kit.SubmissionCheckAttributes(redeploys) {
 		resp.Schema.Attributes[name] = a
@@ -214,10 +215,10 @@ func (r *nodeSwitchResource) Schema(ctx context.Context, _ resource.SchemaReques
 
 func (r *nodeSwitchResource) ConfigValidators(context.Context) []resource.ConfigValidator {
 	return []resource.ConfigValidator{
-		// "Neither" is refused at plan time (requireTransport): see there why. Both
+		// "Neither" is refused at plan time (kit.RequireTransport): see there why. Both
 		// transports, a snapshot over SSH, toplevel with build and a toplevel that is
 		// not a store path are the node spec's (specConfigValidator).
-		specConfigValidator{},
+		specConfigValidator{args: switchConfigArgs},
 		checksConfigValidator{},
 	}
 }
@@ -237,7 +238,7 @@ func (r *nodeSwitchResource) ModifyPlan(ctx context.Context, req resource.Modify
 	if req.Plan.Raw.IsNull() {
 		return
 	}
-	if requireTransport(ctx, req.Config, &resp.Diagnostics); resp.Diagnostics.HasError() {
+	if kit.RequireTransport(ctx, req.Config, &resp.Diagnostics); resp.Diagnostics.HasError() {
 		return
 	}
 	// Last, on the plan as the rest of ModifyPlan leaves it (and before the kept
@@ -418,7 +419,7 @@ func needsDeploy(plan, state nodeSwitchModel, deployed string) bool {
 		return true // imported, or never judged
 	}
 	if !plan.Strict.Equal(state.Strict) || !plan.SecretChain.Equal(state.SecretChain) || !plan.LoopBudgets.Equal(state.LoopBudgets) ||
-		!sameBlock(plan.SSH, state.SSH) || !sameBlock(plan.Incus, state.Incus) {
+		!sameBlock(&plan.TransportBlocks, &state.TransportBlocks) {
 		return true
 	}
 	if deploysLastGood(plan.Deploy) {
@@ -567,7 +568,7 @@ func settleUnreadAttributes(m *nodeSwitchModel) {
 // or it runs what an unfinished restore has not put back yet.
 func (r *nodeSwitchResource) readRunningSystem(ctx context.Context, m *nodeSwitchModel, q deploybody.DriftQuestion, interrupted **interruptedDeploy) (ns nodeSystem, read bool, diags diag.Diagnostics) {
 	node := m.Node.ValueString()
-	target, tdiags := kit.ResolveTarget(m.SSH, m.Incus, r.cfg)
+	target, tdiags := kit.ResolveTarget(m.TransportBlocks, r.cfg)
 	if tdiags.HasError() {
 		diags.AddWarning(fmt.Sprintf("Cannot read node %s", node),
 			"The transport blocks in state are incomplete, so the running system was not read; the state is kept. "+
@@ -693,11 +694,7 @@ func (r *nodeSwitchResource) ImportState(ctx context.Context, req resource.Impor
 		Derivation:       types.StringNull(),
 		Changes:          types.ObjectNull(changesAttrTypes),
 	}
-	if addr.Target.Kind == "ssh" {
-		m.SSH = kit.SSHBlockFromTarget(addr.Target)
-	} else {
-		m.Incus = kit.IncusBlockFromTarget(addr.Target)
-	}
+	m.TransportBlocks = kit.TransportBlocksFromTarget(addr.Target)
 	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
 }
 
@@ -765,7 +762,7 @@ func (r *nodeSwitchResource) deploy(ctx context.Context, plan nodeSwitchModel) (
 // nodeOptions decodes the model into one whole node spec (validated once) and
 // resolves its target and the deploy body's options.
 func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchModel) (nodespec.Spec, kit.TransportTarget, deploybody.Options, diag.Diagnostics) {
-	if diags := kit.OneTransport(plan.SSH, plan.Incus); diags.HasError() {
+	if diags := kit.OneTransport(plan.TransportBlocks); diags.HasError() {
 		return nodespec.Spec{}, kit.TransportTarget{}, deploybody.Options{}, diags
 	}
 	spec, target, o, diags := nodeOptions(ctx, r.cfg, switchArgs(plan))
@@ -774,8 +771,17 @@ func (r *nodeSwitchResource) nodeOptions(ctx context.Context, plan nodeSwitchMod
 }
 
 // switchArgs are the node switch's arguments that make its node spec.
+// switchConfigArgs is switchArgs of a configuration, for its plan-time validation.
+func switchConfigArgs(ctx context.Context, config tfsdk.Config) (nodeArgs, bool) {
+	var m nodeSwitchModel
+	if config.Get(ctx, &m).HasError() {
+		return nodeArgs{}, false
+	}
+	return switchArgs(m), true
+}
+
 func switchArgs(m nodeSwitchModel) nodeArgs {
-	a := nodeArgs{node: m.Node.ValueString(), ssh: m.SSH, incus: m.Incus, snapshot: m.Snapshot, strict: m.Strict, activation: m.Activation,
+	a := nodeArgs{node: m.Node.ValueString(), transport: m.TransportBlocks, snapshot: m.Snapshot, strict: m.Strict, activation: m.Activation,
 		chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes, toplevel: m.Toplevel, build: m.Build}
 	if deploysLastGood(m.Deploy) {
 		// The plan set toplevel to the node's last good system; the build block may stay

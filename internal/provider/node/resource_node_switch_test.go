@@ -581,7 +581,7 @@ resource "fediversity_node_switch" "n" {
     settle = "0s"
   }
 }
-`, top, sshBlock(node))), `(?s)settle = "0s" is zero`),
+`, top, sshBlock(node))), specWords("Invalid duration", `Node web01: timings.settle: "0s" is not a positive duration: settle = "0s" is zero`)),
 			step(acctest.Config(acctest.LabProvider()+fmt.Sprintf(`
 resource "fediversity_node_switch" "n" {
   node = "web01"

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -41,23 +42,22 @@ type verdictResource struct {
 const defaultVerdictTimeout = 15 * time.Minute
 
 type verdictModel struct {
-	ID               types.String         `tfsdk:"id"`
-	Node             types.String         `tfsdk:"node"`
-	Toplevel         types.String         `tfsdk:"toplevel"`
-	SSH              *kit.SSHBlockModel   `tfsdk:"ssh"`
-	Incus            *kit.IncusBlockModel `tfsdk:"incus"`
-	Strict           types.Bool           `tfsdk:"strict"`
-	SecretChain      types.List           `tfsdk:"secret_chain"`
-	LoopBudgets      types.Map            `tfsdk:"loop_budgets"`
-	Triggers         types.Map            `tfsdk:"triggers"`
-	SubmissionDigest types.String         `tfsdk:"submission_digest"`
-	SubmissionFile   types.String         `tfsdk:"submission_file"`
-	Timings          *kit.TimingsModel    `tfsdk:"timings"`
-	Timeouts         timeouts.Value       `tfsdk:"timeouts"`
-	Judged           types.String         `tfsdk:"judged_toplevel"`
-	Verdict          types.Object         `tfsdk:"verdict"`
-	Checks           []checkBlockModel    `tfsdk:"check"`
-	Probes           []probeBlockModel    `tfsdk:"probe"`
+	ID       types.String `tfsdk:"id"`
+	Node     types.String `tfsdk:"node"`
+	Toplevel types.String `tfsdk:"toplevel"`
+	kit.TransportBlocks
+	Strict           types.Bool        `tfsdk:"strict"`
+	SecretChain      types.List        `tfsdk:"secret_chain"`
+	LoopBudgets      types.Map         `tfsdk:"loop_budgets"`
+	Triggers         types.Map         `tfsdk:"triggers"`
+	SubmissionDigest types.String      `tfsdk:"submission_digest"`
+	SubmissionFile   types.String      `tfsdk:"submission_file"`
+	Timings          *kit.TimingsModel `tfsdk:"timings"`
+	Timeouts         timeouts.Value    `tfsdk:"timeouts"`
+	Judged           types.String      `tfsdk:"judged_toplevel"`
+	Verdict          types.Object      `tfsdk:"verdict"`
+	Checks           []checkBlockModel `tfsdk:"check"`
+	Probes           []probeBlockModel `tfsdk:"probe"`
 }
 
 func (r *verdictResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -91,7 +91,6 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 				MarkdownDescription: "The system closure whose wanted units count (usually `fediversity_node_switch.x.toplevel`). " +
 					"Default: the system the node runs. It must be in the deployer's store. " +
 					"When the node runs another system, the pass says so: strict mode fails, naming both; lenient mode warns and judges the given toplevel's units on what the node runs. " + reruns,
-				Validators: []validator.String{kit.StorePathValidator{}},
 			},
 			"strict": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
@@ -118,11 +117,12 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 			"verdict": verdictSchemaAttribute("the pass"),
 		},
 		Blocks: withBlocks(checkBlocks(checksChangeVerdict), map[string]schema.Block{
-			"ssh":      kit.SSHBlockSchema(reruns),
-			"incus":    kit.IncusBlockSchema(reruns),
-			"timings":  kit.TimingsResourceBlock(kit.TimingsVerdict),
+			"timings":  kit.NodeTimingsBlock(kit.TimingsVerdict),
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		}),
+	}
+	for name, b := range kit.TransportBlockSchemas(reruns) {
+		resp.Schema.Blocks[name] = b
 	}
 	for name, a := range kit.SubmissionCheckAttributes(reruns) {
 		resp.Schema.Attributes[name] = a
@@ -130,15 +130,32 @@ func (r *verdictResource) Schema(ctx context.Context, _ resource.SchemaRequest, 
 }
 
 func (r *verdictResource) ConfigValidators(context.Context) []resource.ConfigValidator {
-	// "Neither" is refused at plan time (requireTransport): see there why.
-	return []resource.ConfigValidator{atMostOneTransport, checksConfigValidator{}}
+	// "Neither" is refused at plan time (kit.RequireTransport): see there why. Both
+	// transports, a toplevel that is not a store path and every other node setting are
+	// the node spec's (specConfigValidator), in the command's words.
+	return []resource.ConfigValidator{specConfigValidator{args: verdictConfigArgs}, checksConfigValidator{}}
+}
+
+// verdictArgs are the pass's node arguments: strict as configured, no system to deploy.
+func verdictArgs(m verdictModel) nodeArgs {
+	return nodeArgs{node: m.Node.ValueString(), transport: m.TransportBlocks, toplevel: m.Toplevel,
+		strict: m.Strict, chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes}
+}
+
+// verdictConfigArgs is verdictArgs of a configuration, for its plan-time validation.
+func verdictConfigArgs(ctx context.Context, config tfsdk.Config) (nodeArgs, bool) {
+	var m verdictModel
+	if config.Get(ctx, &m).HasError() {
+		return nodeArgs{}, false
+	}
+	return verdictArgs(m), true
 }
 
 func (r *verdictResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	kit.ConfigureObject(&r.cfg, req.ProviderData, "fediversity_verdict", &resp.Diagnostics)
 }
 
-// ModifyPlan refuses a pass with no transport block (see requireTransport), and
+// ModifyPlan refuses a pass with no transport block (see kit.RequireTransport), and
 // triggers that hold the provider's credential locations (the schema validator already
 // refused per-run directories); it leaves a node alone whose only change is the group's
 // submission digest.
@@ -147,7 +164,7 @@ func (r *verdictResource) ModifyPlan(ctx context.Context, req resource.ModifyPla
 	if req.Plan.Raw.IsNull() {
 		return
 	}
-	requireTransport(ctx, req.Config, &resp.Diagnostics)
+	kit.RequireTransport(ctx, req.Config, &resp.Diagnostics)
 	var triggers types.Map
 	resp.Diagnostics.Append(req.Plan.GetAttribute(ctx, path.Root("triggers"), &triggers)...)
 	resp.Diagnostics.Append(kit.CheckPerRunMap(ctx, triggers, path.Root("triggers"), r.cfg)...)
@@ -234,11 +251,7 @@ func (r *verdictResource) ImportState(ctx context.Context, req resource.ImportSt
 		Verdict: types.ObjectNull(verdictAttrTypes),
 		Judged:  types.StringNull(),
 	}
-	if addr.Target.Kind == "ssh" {
-		m.SSH = kit.SSHBlockFromTarget(addr.Target)
-	} else {
-		m.Incus = kit.IncusBlockFromTarget(addr.Target)
-	}
+	m.TransportBlocks = kit.TransportBlocksFromTarget(addr.Target)
 	diags, _ := r.refresh(ctx, &m, nil)
 	resp.Diagnostics.Append(diags...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, m)...)
@@ -277,17 +290,15 @@ func (r *verdictResource) pass(ctx context.Context, m *verdictModel) (judged boo
 	if sdiags, err := kit.CheckSubmission(m.SubmissionDigest, m.SubmissionFile, verbJudge, node); err != nil {
 		return false, sdiags, err
 	}
-	diags.Append(kit.OneTransport(m.SSH, m.Incus)...)
+	diags.Append(kit.OneTransport(m.TransportBlocks)...)
 	if diags.HasError() {
 		return false, diags, errors.New("invalid configuration")
 	}
-	_, target, opts, odiags := nodeOptions(ctx, r.cfg, nodeArgs{node: node, ssh: m.SSH, incus: m.Incus,
-		strict: m.Strict, chain: m.SecretChain, budgets: m.LoopBudgets, timings: m.Timings, checks: m.Checks, probes: m.Probes})
+	_, target, opts, odiags := nodeOptions(ctx, r.cfg, verdictArgs(*m))
 	diags.Append(odiags...)
 	if diags.HasError() {
 		return false, diags, errors.New("invalid configuration")
 	}
-	opts.Toplevel = m.Toplevel.ValueString()
 	run := nodeRun{verb: verbJudge, what: "Verdict", target: target, run: noderun.Run{Node: node, Options: opts, Body: deploybody.VerdictOnly}}
 	outcome, rdiags := run.do(ctx, r.cfg)
 	diags.Append(rdiags...)

@@ -178,7 +178,7 @@ func TestNeedsDeploy(t *testing.T) {
 	top := "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-nixos-system-a"
 	verdict, _ := verdictValue(&deploybody.Result{Verdict: &judge.Verdict{OK: true}})
 	state := nodeSwitchModel{Toplevel: types.StringValue(top), Strict: types.BoolValue(true), Verdict: verdict,
-		SSH: &kit.SSHBlockModel{Host: types.StringValue("h")}, SecretChain: types.ListNull(types.StringType), LoopBudgets: types.MapNull(types.Int64Type)}
+		TransportBlocks: kit.TransportBlocks{SSH: &kit.SSHBlockModel{Host: types.StringValue("h")}}, SecretChain: types.ListNull(types.StringType), LoopBudgets: types.MapNull(types.Int64Type)}
 	same := state
 	same.Timings = &kit.TimingsModel{Settle: types.StringValue("1s")}
 	if needsDeploy(same, state, top) {

@@ -35,19 +35,18 @@ func NewSpireRegistrationResource() resource.Resource { return &spireRegistratio
 type spireRegistrationResource struct{ cfg *kit.Config }
 
 type spireRegistrationModel struct {
-	ID             types.String         `tfsdk:"id"`
-	Group          types.String         `tfsdk:"group"`
-	Node           types.String         `tfsdk:"node"`
-	TrustBundle    types.String         `tfsdk:"trust_bundle"`
-	AgentDir       types.String         `tfsdk:"agent_dir"`
-	TokenTTL       types.String         `tfsdk:"token_ttl"`
-	HostID         types.String         `tfsdk:"host_id"`
-	AliasID        types.String         `tfsdk:"alias_id"`
-	SpireMachineID types.String         `tfsdk:"spire_machine_id"`
-	SpireNode      *spireNodeModel      `tfsdk:"spire_node"`
-	SSH            *kit.SSHBlockModel   `tfsdk:"ssh"`
-	Incus          *kit.IncusBlockModel `tfsdk:"incus"`
-	Timeouts       timeouts.Value       `tfsdk:"timeouts"`
+	ID             types.String    `tfsdk:"id"`
+	Group          types.String    `tfsdk:"group"`
+	Node           types.String    `tfsdk:"node"`
+	TrustBundle    types.String    `tfsdk:"trust_bundle"`
+	AgentDir       types.String    `tfsdk:"agent_dir"`
+	TokenTTL       types.String    `tfsdk:"token_ttl"`
+	HostID         types.String    `tfsdk:"host_id"`
+	AliasID        types.String    `tfsdk:"alias_id"`
+	SpireMachineID types.String    `tfsdk:"spire_machine_id"`
+	SpireNode      *spireNodeModel `tfsdk:"spire_node"`
+	kit.TransportBlocks
+	Timeouts timeouts.Value `tfsdk:"timeouts"`
 }
 
 const (
@@ -95,10 +94,11 @@ func (r *spireRegistrationResource) Schema(ctx context.Context, _ resource.Schem
 		},
 		Blocks: map[string]schema.Block{
 			spireNodeBlock: spireNodeBlockSchema(),
-			"ssh":          kit.SSHBlockSchema("How the token and the bundle reach the node. Changing it changes nothing on the node until the next replacement."),
-			"incus":        kit.IncusBlockSchema("How the token and the bundle reach the node. Changing it changes nothing on the node until the next replacement."),
 			"timeouts":     timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Read: true, Delete: true}),
 		},
+	}
+	for name, b := range kit.TransportBlockSchemas("How the token and the bundle reach the node. Changing it changes nothing on the node until the next replacement.") {
+		resp.Schema.Blocks[name] = b
 	}
 }
 
@@ -134,12 +134,12 @@ func (r *spireRegistrationResource) ModifyPlan(ctx context.Context, req resource
 	resp.Diagnostics.Append(diags...)
 	if !req.Plan.Raw.IsNull() {
 		m.tokenTTL(&resp.Diagnostics)
-		if (m.SSH != nil || m.Incus != nil) && (m.SSH == nil || !m.SSH.Host.IsUnknown()) && (m.Incus == nil || !m.Incus.Instance.IsUnknown()) {
-			_, d := kit.ResolveTarget(m.SSH, m.Incus, r.cfg)
+		if m.TransportBlocks.Given() > 0 && m.TransportBlocks.Known() {
+			_, d := kit.ResolveTarget(m.TransportBlocks, r.cfg)
 			resp.Diagnostics.Append(d...)
-		} else if m.SSH == nil && m.Incus == nil {
+		} else if m.TransportBlocks.Given() == 0 {
 			resp.Diagnostics.AddError("Exactly one transport block is required",
-				what+": give the node an `ssh { host = … }` or an `incus { instance = … }` block, through which its join token is delivered.")
+				what+": give the node "+kit.TransportChoice()+", through which its join token is delivered.")
 		}
 	}
 	if resp.Diagnostics.HasError() {
@@ -170,7 +170,7 @@ func (r *spireRegistrationResource) ModifyPlan(ctx context.Context, req resource
 }
 
 func (r *spireRegistrationResource) openNode(ctx context.Context, m spireRegistrationModel) (deploybody.Transport, diag.Diagnostics) {
-	t, diags := kit.ResolveTarget(m.SSH, m.Incus, r.cfg)
+	t, diags := kit.ResolveTarget(m.TransportBlocks, r.cfg)
 	if diags.HasError() {
 		return nil, diags
 	}

@@ -77,7 +77,7 @@ func resolveSpireNode(b *spireNodeModel, cfg *kit.Config) (spireNodeConfig, diag
 	}
 	sshB := &kit.SSHBlockModel{Host: b.Host, Port: b.Port, User: b.User, HostKey: b.HostKey, KnownHostsFile: b.KnownHostsFile,
 		InsecureIgnoreHostKey: b.InsecureIgnoreHostKey, Keepalive: b.Keepalive, Jump: b.Jump}
-	t, d := kit.ResolveTarget(sshB, nil, cfg)
+	t, d := kit.ResolveTarget(kit.TransportBlocks{SSH: sshB}, cfg)
 	diags.Append(underBlock(d, spireNodeBlock)...)
 	return spireNodeConfig{target: t, command: b.ServerCommand.ValueString(), socket: b.SocketPath.ValueString(), service: b.Service.ValueString()}, diags
 }

@@ -1,0 +1,158 @@
+package node_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
+	"github.com/hashicorp/terraform-plugin-go/tftypes"
+
+	"github.com/fediversity/terraform-provider-fediversity/internal/fleet"
+	"github.com/fediversity/terraform-provider-fediversity/internal/provider/acctest"
+)
+
+const wordsTestKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG3Cj0aK1mO4vVq7bWJm7pS9xXcG2d0dTq0m4Q1fG7kD"
+
+// A bad setting of fediversity_verdict or fediversity_node_health is refused when the
+// configuration is validated, once, at its attribute, in the node spec's words: the
+// words the command prints for the same setting in a roster (the node, the field, what
+// is wrong and what to do). The configuration goes through the provider's own server,
+// as Terraform hands it over (its schema's validators and the object's), with only the
+// attributes set here given.
+func TestVerdictAndNodeHealthRefuseInTheSpecsWords(t *testing.T) {
+	server, err := acctest.ProtoV6ProviderFactories["fediversity"]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas, err := server.GetProviderSchema(t.Context(), &tfprotov6.GetProviderSchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validate := map[string]func(config *tfprotov6.DynamicValue) []*tfprotov6.Diagnostic{
+		"fediversity_verdict": func(config *tfprotov6.DynamicValue) []*tfprotov6.Diagnostic {
+			resp, err := server.ValidateResourceConfig(t.Context(), &tfprotov6.ValidateResourceConfigRequest{TypeName: "fediversity_verdict", Config: config})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Diagnostics
+		},
+		"fediversity_node_health": func(config *tfprotov6.DynamicValue) []*tfprotov6.Diagnostic {
+			resp, err := server.ValidateDataResourceConfig(t.Context(), &tfprotov6.ValidateDataResourceConfigRequest{TypeName: "fediversity_node_health", Config: config})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Diagnostics
+		},
+	}
+	schemaOf := func(object string) *tfprotov6.Schema {
+		if s, ok := schemas.ResourceSchemas[object]; ok {
+			return s
+		}
+		return schemas.DataSourceSchemas[object]
+	}
+	roster := func(extra string) string {
+		return `{"host": "127.0.0.1", "host_key": "` + wordsTestKey + `", ` + extra + `}`
+	}
+	cases := []struct {
+		object string
+		set    map[string]string // "block.attribute" for a block's
+		roster string            // the same node in the command's roster
+		field  string
+		// the spec's summary and message, as the command prints them
+		summary, message string
+	}{
+		{"fediversity_verdict", map[string]string{"toplevel": "/tmp/result"}, roster(`"toplevel": "/tmp/result"`),
+			"toplevel", "Not a Nix store path", `"/tmp/result" is not a Nix store path (/nix/store/<hash>-<name>): give the store path of a built system, such as nix-build's output`},
+		{"fediversity_verdict", map[string]string{"incus.instance": "web01"}, roster(`"incus": {"instance": "web01"}`),
+			"incus", "Conflicting transports", "give exactly one transport: SSH (host) or incus, not both; a node is reached one way"},
+		{"fediversity_verdict", map[string]string{"timings.watch": "0s"}, roster(`"timings": {"watch": "0s"}`),
+			"timings.watch", "Invalid duration", `"0s" is not a positive duration: watch = "0s" is zero, and a timing must be positive; remove it to use the default (10s)`},
+		{"fediversity_node_health", map[string]string{"toplevel": "/tmp/result"}, roster(`"toplevel": "/tmp/result"`),
+			"toplevel", "Not a Nix store path", `"/tmp/result" is not a Nix store path (/nix/store/<hash>-<name>): give the store path of a built system, such as nix-build's output`},
+		{"fediversity_node_health", map[string]string{"timings.settle": "0s"}, roster(`"timings": {"settle": "0s"}`),
+			"timings.settle", "Invalid duration", `"0s" is not a positive duration: settle = "0s" is zero, and a timing must be positive; remove it to use the default (5s)`},
+	}
+	for _, c := range cases {
+		t.Run(c.object+"/"+c.field, func(t *testing.T) {
+			set := map[string]string{"node": "web01", "ssh.host": "127.0.0.1", "ssh.host_key": wordsTestKey}
+			for k, v := range c.set {
+				set[k] = v
+			}
+			typ := schemaOf(c.object).ValueType().(tftypes.Object)
+			config, err := tfprotov6.NewDynamicValue(typ, configValue(typ, set, ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			diags := validate[c.object](&config)
+			var errs []string
+			var got *tfprotov6.Diagnostic
+			for _, d := range diags {
+				if d.Severity != tfprotov6.DiagnosticSeverityError {
+					continue
+				}
+				errs = append(errs, d.Summary+": "+d.Detail)
+				if d.Attribute != nil && attributeName(d.Attribute) == c.field {
+					got = d
+				}
+			}
+			if got == nil || len(errs) != 1 {
+				t.Fatalf("want one error, at %s; got %d: %s", c.field, len(errs), strings.Join(errs, " | "))
+			}
+			prefix := "Node web01: " + c.field + ": "
+			message := strings.TrimSuffix(strings.TrimPrefix(got.Detail, prefix), ".")
+			if got.Summary != c.summary || !strings.HasPrefix(got.Detail, prefix) || message != c.message {
+				t.Fatalf("got %s: %s\nwant %s: %s%s.", got.Summary, got.Detail, c.summary, prefix, c.message)
+			}
+			file := filepath.Join(t.TempDir(), "roster.json")
+			if err := os.WriteFile(file, []byte(`{"nodes": {"web01": `+c.roster+`}}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err = fleet.LoadRoster(file)
+			if want := `node "web01": ` + c.field + ": " + message; err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("the command's words differ\nprovider: %s\ncommand:  %v", want, err)
+			}
+		})
+	}
+}
+
+// configValue is a configuration of type typ with the attributes in set given (a
+// block's as "block.attribute", under prefix) and everything else left out (null).
+func configValue(typ tftypes.Object, set map[string]string, prefix string) tftypes.Value {
+	vals := map[string]tftypes.Value{}
+	for name, at := range typ.AttributeTypes {
+		key := prefix + name
+		if v, ok := set[key]; ok {
+			vals[name] = tftypes.NewValue(at, v)
+			continue
+		}
+		if ot, ok := at.(tftypes.Object); ok && givenUnder(set, key+".") {
+			vals[name] = configValue(ot, set, key+".")
+			continue
+		}
+		vals[name] = tftypes.NewValue(at, nil)
+	}
+	return tftypes.NewValue(typ, vals)
+}
+
+func givenUnder(set map[string]string, prefix string) bool {
+	for k := range set {
+		if strings.HasPrefix(k, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// attributeName is a diagnostic's attribute path as a field of the node spec
+// ("timings.watch").
+func attributeName(p *tftypes.AttributePath) string {
+	var parts []string
+	for _, s := range p.Steps() {
+		if n, ok := s.(tftypes.AttributeName); ok {
+			parts = append(parts, string(n))
+		}
+	}
+	return strings.Join(parts, ".")
+}
