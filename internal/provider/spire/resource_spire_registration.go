@@ -134,10 +134,10 @@ func (r *spireRegistrationResource) ModifyPlan(ctx context.Context, req resource
 	resp.Diagnostics.Append(diags...)
 	if !req.Plan.Raw.IsNull() {
 		m.tokenTTL(&resp.Diagnostics)
-		if m.TransportBlocks.Given() > 0 && m.TransportBlocks.Known() {
+		if m.Given() > 0 && m.Known() {
 			_, d := kit.ResolveTarget(m.TransportBlocks, r.cfg)
 			resp.Diagnostics.Append(d...)
-		} else if m.TransportBlocks.Given() == 0 {
+		} else if m.Given() == 0 {
 			resp.Diagnostics.AddError("Exactly one transport block is required",
 				what+": give the node "+kit.TransportChoice()+", through which its join token is delivered.")
 		}
