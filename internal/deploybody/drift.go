@@ -12,7 +12,6 @@ package deploybody
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
@@ -46,22 +45,8 @@ func ParseNodeSystem(lines []string) NodeSystem {
 	return NodeSystem{
 		Running:    strings.TrimSpace(lines[0]),
 		Profile:    strings.TrimSpace(lines[1]),
-		Generation: ProfileGeneration(strings.TrimSpace(lines[2])),
+		Generation: records.ProfileGeneration(strings.TrimSpace(lines[2])),
 	}
-}
-
-// ProfileGeneration is N of a system profile link "system-N-link" (0 when it is not one).
-func ProfileGeneration(link string) int {
-	s, ok := strings.CutPrefix(link[strings.LastIndexByte(link, '/')+1:], "system-")
-	if !ok {
-		return 0
-	}
-	s, ok = strings.CutSuffix(s, "-link")
-	n, err := strconv.Atoi(s)
-	if !ok || err != nil {
-		return 0
-	}
-	return n
 }
 
 // ReadNodeSystem asks the node what it runs and boots, in one round trip, and reads its

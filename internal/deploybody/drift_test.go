@@ -89,7 +89,7 @@ func TestJudgeDriftOverEveryCase(t *testing.T) {
 
 func TestProfileGeneration(t *testing.T) {
 	for link, want := range map[string]int{"system-12-link": 12, "/nix/var/nix/profiles/system-3-link": 3, "": 0, "/nix/store/aaaa-x": 0, "system-x-link": 0} {
-		if got := ProfileGeneration(link); got != want {
+		if got := records.ProfileGeneration(link); got != want {
 			t.Errorf("ProfileGeneration(%q) = %d, want %d", link, got, want)
 		}
 	}

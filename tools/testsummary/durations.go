@@ -161,10 +161,7 @@ type placement struct {
 
 // placements is the -place flag: "REGEXP=SHARDS", SHARDS a range "3-4" or a list "1,2"
 // (1-based); repeated, the first whose pattern matches a job's test places it.
-type placements struct {
-	list []placement
-	n    *int // the -shards flag, read once all flags are parsed
-}
+type placements []placement
 
 func (p *placements) String() string { return "" }
 
@@ -192,23 +189,30 @@ func (p *placements) Set(v string) error {
 			shards = append(shards, i-1)
 		}
 	}
-	p.list = append(p.list, placement{pattern, shards})
+	*p = append(*p, placement{pattern, shards})
+	return nil
+}
+
+// check is an error when a placement names a shard beyond n.
+func (p placements) check(n int) error {
+	for _, pl := range p {
+		for _, i := range pl.shards {
+			if i >= n {
+				return fmt.Errorf("deal: -place %s names shard %d of %d", pl.pattern, i+1, n)
+			}
+		}
+	}
 	return nil
 }
 
 // shardsOf is the shards test may go to, nil when no placement names it.
-func (p *placements) shardsOf(test string) ([]int, error) {
-	for _, pl := range p.list {
+func (p placements) shardsOf(test string) []int {
+	for _, pl := range p {
 		if pl.pattern.MatchString(test) {
-			for _, i := range pl.shards {
-				if i >= *p.n {
-					return nil, fmt.Errorf("deal: -place %s names shard %d of %d", pl.pattern, i+1, *p.n)
-				}
-			}
-			return pl.shards, nil
+			return pl.shards
 		}
 	}
-	return nil, nil
+	return nil
 }
 
 func dealCommand(args []string, in io.Reader, out, diag io.Writer) error {
@@ -216,13 +220,16 @@ func dealCommand(args []string, in io.Reader, out, diag io.Writer) error {
 	durations := fs.String("durations", "", "the durations file (test/durations.txt)")
 	shards := fs.Int("shards", 1, "how many shards")
 	def := fs.Float64("default", 180, "the wall time, in seconds, of a test the file does not list")
-	place := &placements{n: shards}
-	fs.Var(place, "place", "REGEXP=SHARDS: the jobs whose test matches go only to those shards (\"3-4\", \"1,2\"; repeated: the first that matches)")
+	var place placements
+	fs.Var(&place, "place", "REGEXP=SHARDS: the jobs whose test matches go only to those shards (\"3-4\", \"1,2\"; repeated: the first that matches)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *durations == "" || *shards < 1 || fs.NArg() != 0 {
 		usage()
+	}
+	if err := place.check(*shards); err != nil {
+		return err
 	}
 	costs, err := LoadDurations(*durations)
 	if err != nil {
@@ -245,11 +252,7 @@ func dealCommand(args []string, in io.Reader, out, diag io.Writer) error {
 			c.Wall = *def
 			unknown++
 		}
-		allowed, err := place.shardsOf(fields[2])
-		if err != nil {
-			return err
-		}
-		jobs = append(jobs, Job{Line: line, Test: fields[2], Cost: c.Wall, Shards: allowed})
+		jobs = append(jobs, Job{Line: line, Test: fields[2], Cost: c.Wall, Shards: place.shardsOf(fields[2])})
 	}
 	if err := scanner.Err(); err != nil {
 		return err

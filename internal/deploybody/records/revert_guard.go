@@ -221,9 +221,18 @@ func (a RevertAnswer) Final() bool {
 }
 
 // Generation is the system profile's generation in the answer, 0 when unknown.
-func (a RevertAnswer) Generation() int {
-	n, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(path.Base(a.Profile), "system-"), "-link"))
-	if err != nil {
+func (a RevertAnswer) Generation() int { return ProfileGeneration(a.Profile) }
+
+// ProfileGeneration is N of a system profile link "system-N-link", or of a path ending
+// in one (0 when it is not one).
+func ProfileGeneration(link string) int {
+	s, ok := strings.CutPrefix(path.Base(link), "system-")
+	if !ok {
+		return 0
+	}
+	s, ok = strings.CutSuffix(s, "-link")
+	n, err := strconv.Atoi(s)
+	if !ok || err != nil {
 		return 0
 	}
 	return n
