@@ -9,8 +9,24 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 )
+
+// CustomVolumeOf reads a custom volume's pool and name from a used_by entry of the API
+// ("/1.0/storage-pools/<pool>/volumes/custom/<name>", with an optional "?project=…");
+// ok is false for any other entry (an instance, a profile, an image).
+func CustomVolumeOf(usedBy string) (pool, volume string, ok bool) {
+	p, _, _ := strings.Cut(usedBy, "?")
+	rest, ok := strings.CutPrefix(p, "/1.0/storage-pools/")
+	parts := strings.Split(rest, "/")
+	if !ok || len(parts) != 4 || parts[1] != "volumes" || parts[2] != "custom" {
+		return "", "", false
+	}
+	pool, _ = url.PathUnescape(parts[0])
+	volume, _ = url.PathUnescape(parts[3])
+	return pool, volume, true
+}
 
 // Volume is a custom storage volume as the daemon reports it.
 type Volume struct {

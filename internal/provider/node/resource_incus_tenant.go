@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -496,18 +495,10 @@ type poolVolume struct{ pool, volume, url string }
 // rest, leaving out its default profile, which goes with it.
 func keptVolumes(usedBy []string) (vols []poolVolume, others []string) {
 	for _, u := range usedBy {
-		p := u
-		if i := strings.IndexByte(p, '?'); i >= 0 {
-			p = p[:i]
-		}
-		if p == "/1.0/profiles/"+tenantProfile {
+		if p, _, _ := strings.Cut(u, "?"); p == "/1.0/profiles/"+tenantProfile {
 			continue
 		}
-		rest, ok := strings.CutPrefix(p, "/1.0/storage-pools/")
-		parts := strings.Split(rest, "/")
-		if ok && len(parts) == 4 && parts[1] == "volumes" && parts[2] == "custom" {
-			pool, _ := url.PathUnescape(parts[0])
-			vol, _ := url.PathUnescape(parts[3])
+		if pool, vol, ok := incusapi.CustomVolumeOf(u); ok {
 			vols = append(vols, poolVolume{pool: pool, volume: vol, url: u})
 			continue
 		}
