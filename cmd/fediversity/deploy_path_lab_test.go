@@ -14,16 +14,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
-// specPhases is the order of the deploy body's phases (docs/design.md#phases); a run
-// may add its own (the node lock, the checks) between them.
-var specPhases = []string{
-	"build", "wait-for-node", "push-closure", "wait-for-secret-chain", "snapshot-unit-states", "switch",
-	"read-switch-result", "detect-unconfirmed-switch", "collect-owned-units", "restart-failed-owned-units",
-	"settle", "watch", "classify", "verdict", "report", "finalize-boot-entry", "conclude",
-}
+// specPhases is the order of the deploy body's phases (docs/design.md#phases): the step
+// table itself, which records every phase of a run, a skipped one with its note.
+var specPhases = deploybody.Phases
 
 type pathNode struct {
 	Node     string `json:"node"`

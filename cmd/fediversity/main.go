@@ -9,12 +9,12 @@
 //	fediversity incus inspect-copy [--project P] <instance> <snapshot> <new-name>
 //
 // `incus inspect-copy` makes a copy, for inspection, of the state a restore of an
-// Incus node kept aside (docs/design.md#incus-snapshots): its volumes are copies of the
+// Incus node kept aside (docs/transports.md#incus-snapshots): its volumes are copies of the
 // bricked volume snapshots, and nothing of the live node is in it.
 //
 // A deploy can be staged (the roster's "rollout", or the flags): a canary, then waves,
 // under a failure budget; past the budget the rollout halts and later waves are not
-// touched (docs/design.md#staged-rollouts).
+// touched (docs/rollouts.md#staged-rollouts).
 //
 // On request, each of them also writes the verdicts for CI and monitoring, each file
 // atomically: --junit FILE (JUnit XML, one test case per node) and --metrics FILE

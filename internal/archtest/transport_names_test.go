@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// TestTransportsAreNamedInTheirPlaces holds docs/design.md#adding-a-transport true: outside
+// TestTransportsAreNamedInTheirPlaces holds docs/transports.md#adding-a-transport true: outside
 // the transports' own packages (internal/transport) and the node spec (internal/nodespec),
 // only the files listed here name a transport: its blocks' models and schemas in the
 // provider, its kind, or its spec type. Every other file reaches a node through the
@@ -86,12 +86,12 @@ func TestTransportsAreNamedInTheirPlaces(t *testing.T) {
 	sort.Strings(files)
 	for _, f := range files {
 		if _, ok := allowed[f]; !ok {
-			t.Errorf("%s names a transport (%s): decode it through kit.TransportBlocks or nodespec.Spec, or list the file here and in docs/design.md#adding-a-transport", f, strings.Join(found[f], ", "))
+			t.Errorf("%s names a transport (%s): decode it through kit.TransportBlocks or nodespec.Spec, or list the file here and in docs/transports.md#adding-a-transport", f, strings.Join(found[f], ", "))
 		}
 	}
 	for f, why := range allowed {
 		if len(found[f]) == 0 {
-			t.Errorf("%s (%s) names no transport any more: drop it from this list and from docs/design.md#adding-a-transport", f, why)
+			t.Errorf("%s (%s) names no transport any more: drop it from this list and from docs/transports.md#adding-a-transport", f, why)
 		}
 	}
 }

@@ -1,6 +1,6 @@
 package deploybody
 
-// Activation: how the deploy makes the node run the new system (docs/design.md#activation).
+// Activation: how the deploy makes the node run the new system (docs/activation.md#activation).
 // `switch` switches the running node (today's way); `boot` only sets the boot entry;
 // `reboot-if-needed` reboots when a switch cannot apply the change (NixOS' rule,
 // reboot_rule.go, or a switch a pre-switch check refuses);

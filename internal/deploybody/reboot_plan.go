@@ -2,7 +2,7 @@ package deploybody
 
 // The planned reboot: what a plan (the provider's) or a run's preamble (the command's)
 // says before anything changes, when it can know that a deploy will reboot the node
-// (docs/design.md#activation). The rule is the one the switch phase applies on the node
+// (docs/activation.md#activation). The rule is the one the switch phase applies on the node
 // (reboot_rule.go). Before the deploy the new toplevel is not on the node yet, so its
 // side is read from the deployer's store (LocalRebootFacts), and the node's side from
 // the node (RebootFactsScript), where Read recorded it.

@@ -1,7 +1,7 @@
 package deploybody
 
 // The reboot rule: whether a new system needs a reboot rather than a switch. It is
-// NixOS' own (docs/design.md#activation), and one rule for the plan (reboot_plan.go)
+// NixOS' own (docs/activation.md#activation), and one rule for the plan (reboot_plan.go)
 // and the deploy (activation.go).
 //
 // NixOS writes what needs a reboot into <toplevel>/reboot-triggers, a JSON object of

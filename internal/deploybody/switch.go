@@ -32,7 +32,7 @@ type switched struct {
 
 // activate makes the node run (or boot) toplevel the way Options.Activation says,
 // under lock: activate it with `switch-to-configuration test`, or reboot into it
-// (docs/design.md#activation). No path here moves the boot loader's default except a
+// (docs/activation.md#activation). No path here moves the boot loader's default except a
 // reboot's (which must boot the new system): the boot entry is written after the
 // verdict record, in the finalize-boot-entry phase.
 func (e *runEnv) activate(ctx context.Context, toplevel, previous string, lock *nodeLock) (switched, string, error) {

@@ -15,7 +15,7 @@ import (
 
 // What switch-to-configuration's exit code and output say, read the way
 // pkgs/by-name/sw/switch-to-configuration-ng/src/main.rs writes them, and what the
-// deploy does about each (docs/design.md#nixos-contract).
+// deploy does about each (docs/activation.md#nixos-contract).
 //
 // Its `die()` exits with errno, not 1: "Could not acquire lock" exits 11 (EWOULDBLOCK
 // of flock), and "This is not a NixOS installation!" exits with the errno its failed

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Transport is what the deploy body needs from a way of reaching a node (docs/design.md#transports). internal/transport/ssh and internal/transport/incus implement
+// Transport is what the deploy body needs from a way of reaching a node (docs/transports.md#transports). internal/transport/ssh and internal/transport/incus implement
 // it; the body never imports them. Every method names the node in its errors.
 type Transport interface {
 	// Node is the node's name as the operator knows it (used in messages).
@@ -34,7 +34,7 @@ type Transport interface {
 	// guesses. SwitchResult.ExitCode is switch-to-configuration's (switch_exit.go): 0 ok,
 	// 2 the activation script failed, 4 some units failed, 11 another switch holds its
 	// lock, 100 reboot needed. The deploy activates with `test`, which leaves the boot
-	// loader alone (docs/design.md#activation).
+	// loader alone (docs/activation.md#activation).
 	Switch(ctx context.Context, toplevel, action string, limit time.Duration) (SwitchResult, error)
 
 	// FinalizeBoot sets the system profile to toplevel (a new generation when it

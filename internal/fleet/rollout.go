@@ -9,7 +9,7 @@ import (
 )
 
 // Rollout stages a group's deploy: a canary, then waves, under a failure budget
-// (docs/design.md#staged-rollouts). A wave starts only when every verdict of the one
+// (docs/rollouts.md#staged-rollouts). A wave starts only when every verdict of the one
 // before is in; past the budget the rollout halts and the nodes of later waves are not
 // touched at all. The zero Rollout is today's run: one wave of every node, no budget.
 //

@@ -1,5 +1,5 @@
 // Package image pushes node images to an OCI registry for the k8s method
-// (docs/design.md#k8s) and checks that a pushed tag still exists.
+// (docs/kubernetes.md#k8s) and checks that a pushed tag still exists.
 //
 // A node image is a docker-archive: the tarball `docker save` writes and that a Nix
 // image builder (dockerTools.buildImage) produces. It is read with go-containerregistry's

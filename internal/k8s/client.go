@@ -1,4 +1,4 @@
-// Package k8s is the rollout engine of the k8s method (docs/design.md#k8s): it prepares the target
+// Package k8s is the rollout engine of the k8s method (docs/kubernetes.md#k8s): it prepares the target
 // namespace, applies the per-node objects, waits for the rollout, classifies why a pod
 // does not become ready, and sets a Deployment back to its previous pod template.
 //

@@ -668,7 +668,7 @@ type Outcome struct {
 	Warning string
 }
 
-// Rollout runs the steps of a rollout in order (docs/design.md#k8s): the claim and the service account, the Deployment
+// Rollout runs the steps of a rollout in order (docs/kubernetes.md#k8s): the claim and the service account, the Deployment
 // (no wait), the wait with its limit, and on a failed pod the rollback to the last good
 // pod template recorded on the Deployment (LastGoodAnnotation; without one, the template
 // the Deployment held before this apply). A ready rollout records its template as the

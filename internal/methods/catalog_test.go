@@ -12,7 +12,7 @@ import (
 
 // operatorInputs are the module inputs of the operator variants only: the DNS lane's
 // addresses and the SPIRE lane. A tenant's shared resources (`tenant`) are not among
-// them: modules/tf-incus takes them with either method (docs/design.md#incus-tenant).
+// them: modules/tf-incus takes them with either method (docs/incus-nodes.md#incus-tenant).
 var operatorInputs = []string{"addresses", "spire", "spire_handoff"}
 
 // TestModuleArgumentsAreTheModulesInputs holds each module method's Arguments to its

@@ -1,6 +1,6 @@
 // Package transport is the one place where a node's target becomes its transport:
 // both front ends (the provider and the fediversity command) open every node through
-// Connections.Open, so a new transport is added here, once (docs/design.md#transports).
+// Connections.Open, so a new transport is added here, once (docs/transports.md#transports).
 // Each transport lives in its own package below (ssh, incus) and implements
 // deploybody.Transport, mostly through the shared remote.Transport.
 package transport

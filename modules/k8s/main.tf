@@ -4,7 +4,7 @@
 # submission turns off drops out of for_each: its Deployment and its claim are deleted
 # (the claim's data with it); the image stays in the registry.
 #
-# A rollout may be staged (docs/design.md#staged-rollouts): the nodes are then rolled out
+# A rollout may be staged (docs/rollouts.md#staged-rollouts): the nodes are then rolled out
 # wave by wave (modules/k8s/wave), each wave behind a fediversity_rollout_gate that
 # halts the apply past the failure budget; see the comment above local.wave_entries.
 #

@@ -1,4 +1,4 @@
-# tf-incus from the node's source (docs/design.md#incus-from-source): a node whose
+# tf-incus from the node's source (docs/incus-nodes.md#incus-from-source): a node whose
 # container this module makes, and for which neither its roster entry nor var.image
 # names an image, gets an Incus image of its own system (fediversity_incus_image: its
 # `toplevel`, else its `build`, else var.build, handed its node plan), and its container

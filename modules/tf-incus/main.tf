@@ -5,7 +5,7 @@
 # its deploy and verdict leave the state, and the container this module made for it is
 # deleted.
 #
-# A rollout may be staged (docs/design.md#staged-rollouts): the nodes are then deployed
+# A rollout may be staged (docs/rollouts.md#staged-rollouts): the nodes are then deployed
 # wave by wave, each wave behind a fediversity_rollout_gate that halts the apply past
 # the failure budget. The containers are made up front, for every enabled node, and only
 # the registration, deploy and verdict-only pass go in waves (see local.wave_entries below).

@@ -1,4 +1,4 @@
-# The tenant's shared resources (docs/design.md#incus-tenant), with var.tenant: an Incus
+# The tenant's shared resources (docs/incus-nodes.md#incus-tenant), with var.tenant: an Incus
 # project of the tenant, with its limits, and the project's default profile (the
 # containers' root disk, their limits, and eth0 on the operator's network when one is
 # named), made once for the group (fediversity_incus_tenant). Every container this

@@ -93,7 +93,7 @@ variable "spire" {
 
 variable "tenant" {
   description = <<-EOT
-    The tenant's shared resources (docs/design.md#incus-tenant): with it, the module makes
+    The tenant's shared resources (docs/incus-nodes.md#incus-tenant): with it, the module makes
     the tenant's Incus project (`name`, its `limits` as `limits.*` keys without the prefix,
     e.g. `{ instances = "10", memory = "16GiB" }`, and `description`) and writes the
     project's default profile (the containers' root disk on `pool`, default the default

@@ -3,7 +3,7 @@
 # (internal/deploybody/timing_table.go) and tools/modulegen's texts: the parts every group
 # module shares. What is modules/tf's own is in its other files.
 
-# The rollout (docs/design.md#staged-rollouts): the enabled nodes laid out in waves, by
+# The rollout (docs/rollouts.md#staged-rollouts): the enabled nodes laid out in waves, by
 # name, with the rules of the fediversity command's rollout: a canary of the first
 # var.canary nodes, then waves of var.wave_size (a count, or a percentage of the group
 # rounded up), or the explicit var.waves. Unstaged (the default): one wave of every node.

@@ -5,7 +5,7 @@
 #
 # The parts every group module shares are in generated_*.tf (`make generate`, from the
 # node spec and the timing table): the submission, var.nodes and var.timings, the staged
-# rollout's waves and gates (docs/design.md#staged-rollouts), and the summary. This
+# rollout's waves and gates (docs/rollouts.md#staged-rollouts), and the summary. This
 # module's own parts are here: what each wave is handed, and the wave (./wave).
 
 locals {

@@ -1,6 +1,6 @@
 package records
 
-// The one-shot boot entry (docs/design.md#activation): a reboot boots the new system
+// The one-shot boot entry (docs/activation.md#activation): a reboot boots the new system
 // once, and the previous system stays the boot loader's default until the verdict of
 // the booted system is ok. A node whose new system never comes back boots its previous
 // system at its next power cycle; one whose verdict fails gets its boot entry pointed

@@ -443,5 +443,5 @@ func (r *imageResource) stateTarget(state imageModel) image.Target {
 	return t
 }
 
-// Delete leaves the image in the registry (docs/design.md#k8s).
+// Delete leaves the image in the registry (docs/kubernetes.md#k8s).
 func (r *imageResource) Delete(context.Context, resource.DeleteRequest, *resource.DeleteResponse) {}

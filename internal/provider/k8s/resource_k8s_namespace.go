@@ -111,7 +111,7 @@ func (r *k8sNamespaceResource) Configure(_ context.Context, req resource.Configu
 }
 
 // ModifyPlan names the namespace and checks the RuntimeClass: a missing one fails the
-// plan, before any image is pushed (docs/design.md#k8s). A new namespace that exists
+// plan, before any image is pushed (docs/kubernetes.md#k8s). A new namespace that exists
 // without the provider's label fails the plan (import it to manage it). A replacement or
 // a destroy warns with the claims that go with the old namespace.
 func (r *k8sNamespaceResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {

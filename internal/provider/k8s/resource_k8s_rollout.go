@@ -80,7 +80,7 @@ const rollsOut = "Changing it rolls the node out again (one new pod; the claim a
 
 func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	resp.Schema = schema.Schema{
-		MarkdownDescription: "Runs one node as the one pod of a Deployment (the k8s method: see docs/design.md#k8s in the repository) and rolls it out to an image named by digest.\n\n" +
+		MarkdownDescription: "Runs one node as the one pod of a Deployment (the k8s method: see docs/kubernetes.md#k8s in the repository) and rolls it out to an image named by digest.\n\n" +
 			"The apply makes the claim `<node>-state` (mounted on /var/lib, kept across pod replacements), the service account " +
 			"`node-<node>` and the Deployment `<node>` (1 replica, strategy Recreate, the RuntimeClass, `hostUsers: false`, a tty, " +
 			"`container_uuid` in the environment, readiness by `systemctl is-system-running`). Then, as a distinct step, it waits " +
@@ -211,7 +211,7 @@ func (r *k8sRolloutResource) ValidateConfig(ctx context.Context, req resource.Va
 }
 
 // ModifyPlan plans a new wait when the last rollout did not end ready, so an apply with
-// an unchanged configuration tries again (docs/design.md#k8s); and when the node runs
+// an unchanged configuration tries again (docs/kubernetes.md#k8s); and when the node runs
 // ready a template that is not its last good record (unrecordedReady), so that the wait
 // records it: a later failed rollout goes back to the last good record only.
 func (r *k8sRolloutResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {

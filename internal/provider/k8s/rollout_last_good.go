@@ -7,7 +7,7 @@ package k8s
 //
 // The plan takes the record as the refresh read it from the cluster and plans
 // `image_ref` as its image, so the plan shows which nodes change, and to what
-// (docs/design.md#k8s-last-good); the apply reads it again and refuses when it changed
+// (docs/kubernetes.md#k8s-last-good); the apply reads it again and refuses when it changed
 // since the plan.
 
 import (
@@ -36,7 +36,7 @@ func rolloutDeployAttribute() schema.StringAttribute {
 			"a rollout not in the state yet reads the cluster) and shows `image_ref` changing to that image; a node with no record fails the plan, naming it. `image_ref` must then be unset (a module " +
 			"passes `null`), since the plan sets it. The rollout is waited for as any other, and the apply refuses, untouched, when another " +
 			"rollout recorded another template since the plan. Set it back to `configured` (with `image_ref`) to roll the configured image " +
-			"out again. See docs/design.md#k8s-last-good.",
+			"out again. See docs/kubernetes.md#k8s-last-good.",
 		Validators: kit.DeployValidators,
 	}
 }

@@ -5,7 +5,7 @@ package kit
 // fills them. This file is the one place the provider decodes a transport: the objects
 // embed TransportBlocks and name no transport themselves, so a new transport's block is
 // added here (and to nodespec.Spec), nowhere else in the provider
-// (docs/design.md#adding-a-transport). The blocks hold only where the node is and how
+// (docs/transports.md#adding-a-transport). The blocks hold only where the node is and how
 // its identity is pinned, never a per-run value.
 
 import (

@@ -48,7 +48,7 @@ func deploySchemaAttribute() schema.StringAttribute {
 			"the apply reads the record again and refuses, leaving the node untouched, when it changed since the plan. " +
 			"`toplevel` must then be unset (a module passes `null`), since the plan sets it; a `build` block may stay and is not built. " +
 			"The deploy is judged as any other (`strict` applies), and its clean verdict records the system again. " +
-			"Set it back to `configured` to deploy the configured system again. See docs/design.md#last-good-system.",
+			"Set it back to `configured` to deploy the configured system again. See docs/rollouts.md#last-good-system.",
 		Validators: kit.DeployValidators,
 	}
 }

@@ -2,7 +2,7 @@ package node
 
 // The planned reboot of fediversity_node_switch: `reboots` and a plan warning say,
 // before the operator approves, that the deploy will reboot the node and why
-// (docs/design.md#activation). The rule and the words are the engine's
+// (docs/activation.md#activation). The rule and the words are the engine's
 // (deploybody.PlannedReboot, deploybody.RebootNotice), which the command says too.
 
 import (

@@ -73,7 +73,7 @@ func (r *incusImageResource) Schema(ctx context.Context, _ resource.SchemaReques
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "An Incus container image of one node's system, built in the graph from its `toplevel` (or its `build`) and imported " +
 			"into the provider's Incus daemon, so that `fediversity_incus_node` creates the node's container from the node's own system: " +
-			"a `tf-incus` group then needs no image prepared by hand (see [tf-incus from the node's source](../design.md#incus-from-source)).\n\n" +
+			"a `tf-incus` group then needs no image prepared by hand (see [tf-incus from the node's source](../incus-nodes.md#incus-from-source)).\n\n" +
 			"The image is the one NixOS's own container images are: one uncompressed tarball of `metadata.yaml` and `rootfs/`, which holds " +
 			"exactly the system's closure under `/nix/store`, `/sbin/init` pointing at `<toplevel>/init`, empty `/dev`, `/proc` and `/sys`, " +
 			"and `/nix-path-registration` (the closure's registrations, which the system's stage 2 loads at its first boot with " +

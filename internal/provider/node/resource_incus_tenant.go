@@ -83,7 +83,7 @@ func (r *incusTenantResource) Schema(_ context.Context, _ resource.SchemaRequest
 	emptyMap := types.MapValueMust(types.StringType, map[string]attr.Value{})
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "The shared resources of one tenant on Incus (method `tf-incus-operator`, see " +
-			"[per-tenant resources](../design.md#incus-tenant)): an Incus project named after the tenant, with the tenant's limits, " +
+			"[per-tenant resources](../incus-nodes.md#incus-tenant)): an Incus project named after the tenant, with the tenant's limits, " +
 			"and the project's default profile, which every container of the tenant's nodes uses: its root disk on `pool`, the " +
 			"limits of one container, and, when `network` is set, `eth0` on that existing network.\n\n" +
 			"The project has its own profiles and storage volumes (a node's data volume is the tenant's; two tenants may both have " +

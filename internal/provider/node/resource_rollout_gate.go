@@ -31,7 +31,7 @@ var (
 func NewRolloutGateResource() resource.Resource { return &rolloutGateResource{} }
 
 // rolloutGateResource stands between two waves of a staged rollout in HCL
-// (docs/design.md#staged-rollouts): the waves behind it depend on it, so when its apply
+// (docs/rollouts.md#staged-rollouts): the waves behind it depend on it, so when its apply
 // fails past the failure budget Terraform does not apply them. It deploys and reads
 // nothing itself: the engine is fleet.WaveGate, the verdicts are the node resources'.
 type rolloutGateResource struct{}

@@ -387,7 +387,7 @@ func (a *spireAcc) checkArgvLog() error {
 	return a.noTokenIn("argv seen by the spire node", out)
 }
 
-// TestAccSpireHandoff_attestRotateRemakeDestroy: the hand-off end to end (docs/design.md#spire):
+// TestAccSpireHandoff_attestRotateRemakeDestroy: the hand-off end to end (docs/spire-and-dns.md#spire):
 // service account, kubeconfig, entries, a real attestation, CA rotation, remake, destroy.
 func TestAccSpireHandoff_attestRotateRemakeDestroy(t *testing.T) {
 	a := newSpireAcc(t)

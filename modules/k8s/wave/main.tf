@@ -1,7 +1,7 @@
 # One wave of modules/k8s's group: per node, its image pushed to the provider's registry
 # (fediversity_image) and its Deployment and state claim rolled out to it
 # (fediversity_k8s_rollout), as the group had before rollouts were staged
-# (docs/design.md#staged-rollouts). modules/k8s instantiates it once per wave, each wave
+# (docs/rollouts.md#staged-rollouts). modules/k8s instantiates it once per wave, each wave
 # after the first behind a fediversity_rollout_gate, because Terraform orders blocks and
 # not the instances of one for_each. The namespace is not here: modules/k8s makes it up
 # front, for every wave. Not meant to be called on its own: its inputs are modules/k8s's,

@@ -1,7 +1,7 @@
 # One wave of modules/tf-incus's group: per node, the SPIRE registration (with
 # tf-incus-operator), the deploy (fediversity_node_switch) and the verdict-only pass
 # (fediversity_verdict), as the group had before rollouts were staged
-# (docs/design.md#staged-rollouts). modules/tf-incus instantiates it once per wave, each
+# (docs/rollouts.md#staged-rollouts). modules/tf-incus instantiates it once per wave, each
 # wave after the first behind a fediversity_rollout_gate, because Terraform orders blocks
 # and not the instances of one for_each. The containers are not here: modules/tf-incus
 # makes them up front, so that a node's container keeps its address whatever wave the

@@ -1,6 +1,6 @@
 # One wave of modules/tf's group: one fediversity_node_switch per node (made from the
 # roster's node entry, generated_node_switch.tf), as the group had before rollouts were
-# staged (docs/design.md#staged-rollouts).
+# staged (docs/rollouts.md#staged-rollouts).
 
 output "verdicts" {
   description = "Per node of the wave: the entry of modules/tf's verdicts output."
