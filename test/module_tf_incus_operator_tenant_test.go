@@ -7,11 +7,13 @@ package test
 // closure, as a NixOS module puts it there: nothing is pushed onto a node by hand), and
 // which reaches the server through the tenant's profile (a proxy device given in
 // tenant.devices). Each agent attests and holds its own X.509 SVID; turning the group
-// off deletes the entries, the containers and the project. Named TestAccSpire… so that
+// off deletes the entries, the containers and the project. A tenant device under the
+// name of the profile's own root disk is refused at plan. Named TestAccSpire… so that
 // CI runs it in the suite that has a spire node.
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -155,8 +157,15 @@ output "summary" {
 		PreCheck: func() { acctest.PreCheck(t) },
 		Steps: moduleSteps(t,
 			resource.TestStep{
-				PreConfig: func() { g.submit(names, nil) },
-				Config:    config,
+				// A device of the tenant's profile under the name of the profile's own root
+				// disk is refused at plan, naming it; nothing is made.
+				PreConfig:   func() { g.submit(names, nil) },
+				Config:      strings.Replace(config, `{"spire":{`, `{"root":{`, 1),
+				ExpectError: regexp.MustCompile(`(?s)Invalid\s+tenant\s+device.*"root"\s+is\s+the\s+tenant\s+profile's\s+own\s+device`),
+				PlanOnly:    true,
+			},
+			resource.TestStep{
+				Config: config,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(append(append(
 					[]plancheck.PlanCheck{plancheck.ExpectResourceAction(tenantRes, plancheck.ResourceActionCreate)},
 					actions(container, names, every(plancheck.ResourceActionCreate))...),
