@@ -173,6 +173,16 @@ func operatorNodes(t *testing.T, sn labtest.SpireNode, agent, group, prefix stri
 		names = append(names, node.Instance)
 		roster[node.Instance] = map[string]any{"instance": node.Instance}
 	}
+	deleteEntriesAround(t, sn, group, names)
+	return names, roster
+}
+
+// deleteEntriesAround deletes the SPIRE entries of names in group now and when t ends.
+// Before as well as after: the entries' IDs follow from the lab's prefix, and a run
+// killed before its cleanup leaves them on the shard's spire node, which outlives runs.
+// A CI run found such a leftover host entry of a node behind the gate and took it for
+// this run's registration.
+func deleteEntriesAround(t *testing.T, sn labtest.SpireNode, group string, names []string) {
 	deleteEntries := func() {
 		for _, n := range names {
 			for _, id := range []string{"alias", "host"} {
@@ -180,11 +190,6 @@ func operatorNodes(t *testing.T, sn labtest.SpireNode, agent, group, prefix stri
 			}
 		}
 	}
-	// Before as well as after: the entries' IDs follow from the lab's prefix, and a run
-	// killed before its cleanup leaves them on the shard's spire node, which outlives
-	// runs. A CI run found such a leftover host entry of a node behind the gate and took
-	// it for this run's registration.
 	deleteEntries()
 	t.Cleanup(deleteEntries)
-	return names, roster
 }

@@ -35,7 +35,9 @@ const (
 	ClosureHTTPBroken       = "http-broken"
 	ClosureSpireChain       = "spire-chain"
 	ClosureSpireChainBroken = "spire-chain-broken"
-	ClosureBootable         = "bootable"
+	// ClosureSpireChainStore needs the agent it carries: BuildSpireChainStore.
+	ClosureSpireChainStore = "spire-chain-store"
+	ClosureBootable        = "bootable"
 	// The stand-in's switch-to-configuration contract (lab/closures/default.nix says what
 	// each does against ClosureGood or ClosureGoodV2).
 	ClosureGoodV2NoRestart = "good-v2-no-restart"
@@ -93,6 +95,13 @@ func BuildBootableSpireAgent(t testing.TB, cluster, server string, port int) str
 	return buildClosure(t, ClosureBootableSpireAgent, map[string]string{
 		"spireAgent": SpireAgentBinary(t), "spireCluster": cluster, "spireServer": server, "spireServerPort": strconv.Itoa(port),
 	})
+}
+
+// BuildSpireChainStore is the SPIRE lane's system with the agent in its own closure
+// (ClosureSpireChainStore): lab/spire/build.sh's spire-agent copied into the store.
+func BuildSpireChainStore(t testing.TB) string {
+	t.Helper()
+	return buildClosure(t, ClosureSpireChainStore, map[string]string{"spireAgent": SpireAgentBinary(t)})
 }
 
 func buildClosure(t testing.TB, attr string, args map[string]string) string {

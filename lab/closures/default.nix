@@ -656,7 +656,10 @@ let
   };
 
   # The SPIRE lane's toplevel (see spire-chain below), with extra units.
-  spireChain = scenario: extra: let
+  spireChain = scenario: extra: spireChainWith { inherit scenario extra; };
+  # spireChainWith: the same with the agent at `agent` (a store path when the system
+  # carries it) and `extraTools` in its sw.
+  spireChainWith = { scenario, extra ? { }, agent ? "/usr/local/bin/spire-agent", extraTools ? tools }: let
     agentConf = drv "fedi-spire-agent-conf" ''
       cat > $out <<'EOF'
       agent {
@@ -683,20 +686,20 @@ let
     '' { };
     # At most 120 tries a second apart, so a node whose agent never attests fails the
     # chain instead of holding the switch.
-    fetch = "/bin/sh -c 'd=/run/fediversity-chain; mkdir -p $d/svid; i=0; until /usr/local/bin/spire-agent api fetch x509 -socketPath /run/spire-agent/api.sock -write $d/svid >/dev/null 2>&1; do i=$((i + 1)); [ $i -le 120 ] || exit 1; echo $i > $d/secret-chain-fetch.service.progress; sleep 1; done; touch $d/secret-chain-fetch.service.done'";
+    fetch = "/bin/sh -c 'd=/run/fediversity-chain; mkdir -p $d/svid; i=0; until ${agent} api fetch x509 -socketPath /run/spire-agent/api.sock -write $d/svid >/dev/null 2>&1; do i=$((i + 1)); [ $i -le 120 ] || exit 1; echo $i > $d/secret-chain-fetch.service.progress; sleep 1; done; touch $d/secret-chain-fetch.service.done'";
     # The chain's oneshots name their system's scenario: a switch between two SPIRE chain
     # systems changes them, so it runs them again (as it restarts any changed unit) after
     # the activation emptied /run/secret; app.service, which requires them, is restarted
     # with them (Requires=), and finds the secret again.
     oneshot = exec: extraUnit: service { type = "oneshot"; inherit exec extraUnit; extraService = "RemainAfterExit=yes\nEnvironment=FEDI_CHAIN_SCENARIO=${scenario}"; };
   in toplevel {
-    inherit scenario;
+    inherit scenario extraTools;
     # As a NixOS service that needs its secrets is ordered: app.service requires the
     # chain, whose members are oneshots in order, the first after the agent; the switch's
     # start of app.service waits for the whole chain.
     units = base "1" // extra // {
       "fedi-spire-agent.service" = service {
-        exec = "/usr/local/bin/spire-agent run -config ${agentConf}";
+        exec = "${agent} run -config ${agentConf}";
         extraService = "RuntimeDirectory=spire-agent";
       };
       "secret-chain-fetch.service" = oneshot fetch "Wants=fedi-spire-agent.service\nAfter=fedi-spire-agent.service";
@@ -1075,6 +1078,18 @@ in
   # SVID from the agent (each try is a step of progress) before the second writes
   # /run/secret, which app.service needs.
   spire-chain = spireChain "spire-chain" { };
+  # spire-chain as a NixOS node has it: the agent is the system's own (fedi-spire-agent,
+  # lab/spire/build.sh's spire-agent copied into the store, also in sw/bin), so nothing
+  # is put on the node by hand; fedi-spire-agent.service and the chain run it from the
+  # store. The server is still at the node's 127.0.0.1:8081, where the host reaches it
+  # for the node (modules/tf-incus: a proxy device of the tenant's profile). Build with
+  #   --argstr spireAgent <path>
+  spire-chain-store = let
+    agentTools = drv "fedi-tools-spire-agent" ''
+      mkdir -p $out/bin
+      ln -s ${tools}/bin/* ${bootSpireAgent}/bin/spire-agent $out/bin/
+    '' { };
+  in spireChainWith { scenario = "spire-chain-store"; agent = "${bootSpireAgent}/bin/spire-agent"; extraTools = agentTools; };
   # The same, with fedi-broken.service failing (a canary that breaks on this lane).
   spire-chain-broken = spireChain "spire-chain-broken" {
     "fedi-broken.service" = service {

@@ -1,7 +1,8 @@
 # The tenant's shared resources (docs/incus-nodes.md#incus-tenant), with var.tenant: an Incus
 # project of the tenant, with its limits, and the project's default profile (the
-# containers' root disk, their limits, and eth0 on the operator's network when one is
-# named), made once for the group (fediversity_incus_tenant). Every container this
+# containers' root disk, their limits, eth0 on the operator's network when one is
+# named, and the tenant's extra devices, e.g. the proxy by which its nodes reach the
+# SPIRE server), made once for the group (fediversity_incus_tenant). Every container this
 # module makes goes in that project (unless its roster entry names another), and so
 # takes that profile. The tenant goes with its last node: when the submission enables
 # no node whose container this module makes, the project is deleted after the
@@ -17,6 +18,7 @@ resource "fediversity_incus_tenant" "this" {
   container_limits = var.tenant.container_limits
   pool             = var.tenant.pool
   network          = var.tenant.network
+  devices          = var.tenant.devices
 }
 
 locals {

@@ -98,9 +98,11 @@ variable "tenant" {
     e.g. `{ instances = "10", memory = "16GiB" }`, and `description`) and writes the
     project's default profile (the containers' root disk on `pool`, default the default
     profile's pool; `container_limits`, each container's limits; `network`, an existing
-    network every container joins as eth0), once for the group, and makes every container
-    in it. The project goes with the tenant's last node, unless it still holds data
-    volumes kept on destroy (`data_volume`'s default): then it is kept for them, with a
+    network every container joins as eth0; `devices`, more devices of that profile, as
+    Incus writes them, e.g. a proxy device by which every container reaches the SPIRE
+    server where its agent's configuration names it), once for the group, and makes
+    every container in it. The project goes with the tenant's last node, unless it still
+    holds data volumes kept on destroy (`data_volume`'s default): then it is kept for them, with a
     warning, and taken back when a node of the tenant comes back. Taken by both methods.
     Default: none, the containers go in their roster entry's project or the provider's.
   EOT
@@ -111,6 +113,7 @@ variable "tenant" {
     container_limits = optional(map(string), {})
     pool             = optional(string)
     network          = optional(string)
+    devices          = optional(map(map(string)), {})
   })
   default = null
 }

@@ -43,6 +43,7 @@ type incusTenantModel struct {
 	ContainerLimits types.Map    `tfsdk:"container_limits"`
 	Pool            types.String `tfsdk:"pool"`
 	Network         types.String `tfsdk:"network"`
+	Devices         types.Map    `tfsdk:"devices"`
 	Project         types.String `tfsdk:"project"`
 	Profile         types.String `tfsdk:"profile"`
 }
@@ -78,6 +79,10 @@ const tenantMarker = "user.fediversity.tenant"
 func (r *incusTenantResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
 	resp.TypeName = req.ProviderTypeName + "_incus_tenant"
 }
+
+// deviceMapType is the type of a profile's devices as Incus writes them: each device's
+// name to its options, `type` among them.
+var deviceMapType = types.MapType{ElemType: types.StringType}
 
 func (r *incusTenantResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
 	emptyMap := types.MapValueMust(types.StringType, map[string]attr.Value{})
@@ -137,6 +142,17 @@ func (r *incusTenantResource) Schema(_ context.Context, _ resource.SchemaRequest
 				MarkdownDescription: "An existing network of the default project that the tenant's containers join as `eth0` (the profile's " +
 					"`nic` device). Unset: the profile gives no network device. The network itself is the operator's.",
 			},
+			"devices": schema.MapAttribute{
+				Optional: true, Computed: true, ElementType: deviceMapType,
+				Default: mapdefault.StaticValue(types.MapValueMust(deviceMapType, map[string]attr.Value{})),
+				MarkdownDescription: "More devices of the tenant's profile, which every container of the tenant gets, as Incus writes a profile's " +
+					"devices: each device's name to its options, `type` among them (`proxy` or `disk`). For a service every node of the " +
+					"tenant reaches where its configuration names it, e.g. the SPIRE server at the node's own `127.0.0.1:8081`: " +
+					"`{ spire = { type = \"proxy\", listen = \"tcp:127.0.0.1:8081\", connect = \"tcp:<server>:8081\", bind = \"instance\" } }` " +
+					"(`bind = \"instance\"`: the container listens, the host connects). `root` and `" + tenantNIC + "` are the profile's own " +
+					"(`pool` and `network`). A container's own device of the same name wins. Changing them updates the profile, and so the " +
+					"running containers, in place.",
+			},
 			"project": schema.StringAttribute{
 				Computed: true, MarkdownDescription: "The project, for `fediversity_incus_node`'s `project`.",
 				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
@@ -171,6 +187,44 @@ func (r *incusTenantResource) ValidateConfig(ctx context.Context, req resource.V
 			}
 		}
 	}
+	if m.Devices.IsNull() || m.Devices.IsUnknown() {
+		return
+	}
+	for name, v := range m.Devices.Elements() {
+		at := path.Root("devices").AtMapKey(name)
+		for _, msg := range tenantDeviceProblems(name, v) {
+			resp.Diagnostics.AddAttributeError(at, "Invalid tenant device", fmt.Sprintf("devices[%q]: %s.", name, msg))
+		}
+	}
+}
+
+// tenantDeviceProblems lists what is wrong with device name of the tenant's profile:
+// a name the profile's own devices use, or a type or options a container's device of
+// that type would be refused for (resource_incus_node.go's checks).
+func tenantDeviceProblems(name string, v attr.Value) []string {
+	if msg := deviceNameProblem(name); msg != "" {
+		return []string{msg}
+	}
+	if name == "root" || name == tenantNIC {
+		return []string{fmt.Sprintf("%q is the tenant profile's own device (set by pool and network); give this device another name", name)}
+	}
+	opts, ok := v.(types.Map)
+	if !ok || opts.IsUnknown() {
+		return nil
+	}
+	props := knownStrings(opts)
+	typ, ok := props["type"]
+	if !ok {
+		return []string{"a device needs its `type` among its options (proxy or disk)"}
+	}
+	delete(props, "type")
+	switch typ {
+	case "\x00unknown":
+		return nil
+	case "proxy", "disk":
+		return deviceProblems(typ, props, opts)
+	}
+	return []string{fmt.Sprintf("type %q: the tenant's profile takes proxy and disk devices", typ)}
 }
 
 // ModifyPlan plans the project, the profile and the id from the name, and the default
@@ -254,6 +308,13 @@ func profileOf(ctx context.Context, m incusTenantModel, diags *diag.Diagnostics)
 	}
 	if n := m.Network; !n.IsNull() && n.ValueString() != "" {
 		p.Devices[tenantNIC] = map[string]string{"type": "nic", "name": tenantNIC, "network": n.ValueString()}
+	}
+	if !m.Devices.IsNull() && !m.Devices.IsUnknown() {
+		for name, v := range m.Devices.Elements() {
+			if opts, ok := v.(types.Map); ok {
+				p.Devices[name] = mapStrings(ctx, opts, diags)
+			}
+		}
 	}
 	return p
 }
@@ -383,6 +444,18 @@ func (r *incusTenantResource) refresh(ctx context.Context, m *incusTenantModel, 
 	} else {
 		m.Network = types.StringNull()
 	}
+	devices := map[string]attr.Value{}
+	for name, opts := range prof.Devices {
+		if name == "root" || name == tenantNIC {
+			continue
+		}
+		o := map[string]attr.Value{}
+		for k, v := range opts {
+			o[k] = types.StringValue(v)
+		}
+		devices[name] = types.MapValueMust(types.StringType, o)
+	}
+	m.Devices = types.MapValueMust(deviceMapType, devices)
 	m.Project, m.Profile, m.ID = types.StringValue(name), types.StringValue(tenantProfile), types.StringValue(tenantID(name))
 	return diags, nil
 }
