@@ -55,7 +55,7 @@ func TestAccSpireModuleTFIncusOperatorTenant(t *testing.T) {
 	}
 	// The agent's configuration names the server at the node's own 127.0.0.1:8081; the
 	// tenant's profile gives every container of the tenant that address, a proxy device
-	// whose host side connects to the spire node (docs/design.md#incus-tenant).
+	// whose host side connects to the spire node (docs/incus-nodes.md#incus-tenant).
 	serverProxy := map[string]any{"spire": map[string]string{
 		"type": "proxy", "listen": "tcp:127.0.0.1:8081", "connect": fmt.Sprintf("tcp:127.0.0.1:%d", sn.ServerPort), "bind": "instance",
 	}}
