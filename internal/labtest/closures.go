@@ -36,6 +36,9 @@ const (
 	ClosureSpireChain       = "spire-chain"
 	ClosureSpireChainBroken = "spire-chain-broken"
 	ClosureBootable         = "bootable"
+	// ClosureBootableInitFails is bootable whose init exits 3 a second after it starts,
+	// before systemd: a crash-looping PID 1 in a pod.
+	ClosureBootableInitFails = "bootable-init-fails"
 	// The stand-in's switch-to-configuration contract (lab/closures/default.nix says what
 	// each does against ClosureGood or ClosureGoodV2).
 	ClosureGoodV2NoRestart = "good-v2-no-restart"
