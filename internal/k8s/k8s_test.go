@@ -159,7 +159,7 @@ func TestClassifyFailFast(t *testing.T) {
 		{"CrashLoopBackOff fails at once", []*corev1.Pod{pod("a", waiting("CrashLoopBackOff"))}, nil, []int{0}, ReasonCrashLoop, "CrashLoopBackOff"},
 		// The real kubelet shows the waiting reason only at the sync after the one that
 		// chose to back off: until then the container is "terminated", with its restarts.
-		{"ended again after a restart fails at once, before the kubelet says CrashLoopBackOff", []*corev1.Pod{pod("a", exited(3, 1))}, nil, []int{0}, ReasonCrashLoop, "exited with code 3 (Error) and the kubelet restarted it 1 times"},
+		{"ended again after a restart fails at once, before the kubelet says CrashLoopBackOff", []*corev1.Pod{pod("a", exited(3, 1))}, nil, []int{0}, ReasonCrashLoop, "exited with code 3 (Error) and the kubelet restarted it 1 time;"},
 		{"ended once keeps waiting (the kubelet restarts it at once)", []*corev1.Pod{pod("a", exited(3, 0))}, nil, []int{0, 100}, "", ""},
 		{"running again after a restart keeps waiting", []*corev1.Pod{pod("a", func(p *corev1.Pod) {
 			exited(3, 1)(p)

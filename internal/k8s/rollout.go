@@ -594,9 +594,13 @@ func (w *watcher) crashLoopDetail(ctx context.Context, p *corev1.Pod) string {
 		if exit == nil {
 			return ""
 		}
-		msg := fmt.Sprintf("pod %s: the container's PID 1 (the image's init) exited with code %d (%s) and the kubelet restarted it %d times; "+
+		times := "times"
+		if cs.RestartCount == 1 {
+			times = "time"
+		}
+		msg := fmt.Sprintf("pod %s: the container's PID 1 (the image's init) exited with code %d (%s) and the kubelet restarted it %d %s; "+
 			"it now waits longer before each restart (CrashLoopBackOff), so the system never starts. Its last output: `kubectl -n %s logs --previous %s`",
-			p.Name, exit.ExitCode, exit.Reason, cs.RestartCount, p.Namespace, p.Name)
+			p.Name, exit.ExitCode, exit.Reason, cs.RestartCount, times, p.Namespace, p.Name)
 		// The kubelet's own word for it, which the five latest events shown below can miss:
 		// each restart adds newer ones.
 		var backOff *corev1.Event
@@ -606,7 +610,7 @@ func (w *watcher) crashLoopDetail(ctx context.Context, p *corev1.Pod) string {
 			}
 		}
 		if backOff != nil {
-			msg += fmt.Sprintf("; the kubelet: %s (%d times)", backOff.Message, max(backOff.Count, 1))
+			msg += fmt.Sprintf("; the kubelet: %s (seen %d so far)", backOff.Message, max(backOff.Count, 1))
 		}
 		return msg
 	}

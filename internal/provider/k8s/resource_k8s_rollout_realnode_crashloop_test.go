@@ -22,7 +22,7 @@ import (
 // early on CrashLoopBackOff, in the kubelet's own state: init's exit code 3, the
 // restarts so far, the back-off, and where the container's last output is.
 const crashLoopError = `(?s)stopped\s+after\s+\S+\s+on\s+a\s+state\s+that\s+does\s+not\s+recover:\s+CrashLoopBackOff\.` +
-	`.*pod\s+web01-\S+:\s+the\s+container's\s+PID\s+1\s+\(the\s+image's\s+init\)\s+exited\s+with\s+code\s+3\s+\(Error\)\s+and\s+the\s+kubelet\s+restarted\s+it\s+[1-9]\d*\s+times;` +
+	`.*pod\s+web01-\S+:\s+the\s+container's\s+PID\s+1\s+\(the\s+image's\s+init\)\s+exited\s+with\s+code\s+3\s+\(Error\)\s+and\s+the\s+kubelet\s+restarted\s+it\s+[1-9]\d*\s+times?;` +
 	`\s+it\s+now\s+waits\s+longer\s+before\s+each\s+restart\s+\(CrashLoopBackOff\).*logs\s+--previous\s+web01-` +
 	`.*container\s+node\s+(last\s+)?exited\s+with\s+code\s+3\s+\(Error\)\s+after\s+[1-9]\d*\s+restarts`
 
