@@ -122,6 +122,15 @@ func waiting(reason string) func(*corev1.Pod) {
 	}
 }
 
+// exited: the node's container has ended with code, after restarts restarts.
+func exited(code int32, restarts int32) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: ContainerName, RestartCount: restarts,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: "Error"}}}}
+	}
+}
+
 func deploymentNotDone(conds ...appsv1.DeploymentCondition) *appsv1.Deployment {
 	d := BuildDeployment(testSpec())
 	d.Generation = 2
@@ -148,6 +157,15 @@ func TestClassifyFailFast(t *testing.T) {
 		{"ImagePullBackOff past grace fails", []*corev1.Pod{pod("a", waiting("ImagePullBackOff"))}, nil, []int{0, 21}, ReasonImagePull, "msg of ImagePullBackOff"},
 		{"ErrImagePull past grace fails", []*corev1.Pod{pod("a", waiting("ErrImagePull"))}, nil, []int{0, 21}, ReasonImagePull, "ErrImagePull"},
 		{"CrashLoopBackOff fails at once", []*corev1.Pod{pod("a", waiting("CrashLoopBackOff"))}, nil, []int{0}, ReasonCrashLoop, "CrashLoopBackOff"},
+		// The real kubelet shows the waiting reason only at the sync after the one that
+		// chose to back off: until then the container is "terminated", with its restarts.
+		{"ended again after a restart fails at once, before the kubelet says CrashLoopBackOff", []*corev1.Pod{pod("a", exited(3, 1))}, nil, []int{0}, ReasonCrashLoop, "exited with code 3 (Error) and the kubelet restarted it 1 time;"},
+		{"ended once keeps waiting (the kubelet restarts it at once)", []*corev1.Pod{pod("a", exited(3, 0))}, nil, []int{0, 100}, "", ""},
+		{"running again after a restart keeps waiting", []*corev1.Pod{pod("a", func(p *corev1.Pod) {
+			exited(3, 1)(p)
+			cs := &p.Status.ContainerStatuses[0]
+			cs.LastTerminationState, cs.State = cs.State, corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+		})}, nil, []int{0, 100}, "", ""},
 		{"CreateContainerConfigError fails at once", []*corev1.Pod{pod("a", waiting("CreateContainerConfigError"))}, nil, []int{0}, ReasonContainerConfig, ""},
 		{"Unschedulable within grace keeps waiting (the scheduler retries)", []*corev1.Pod{pod("a", unsched)}, nil, []int{0, 19}, "", ""},
 		{"Unschedulable past grace fails", []*corev1.Pod{pod("a", unsched)}, nil, []int{0, 21}, ReasonUnschedulable, "unbound immediate PersistentVolumeClaims"},

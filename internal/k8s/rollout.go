@@ -375,7 +375,11 @@ func (w *watcher) check(ctx context.Context, now time.Time) (done bool, stop err
 		kind, reason := ClassifyPod(&pods[i])
 		switch kind {
 		case Fatal:
-			return false, w.fail(ctx, now, reason, ""), nil
+			extra := ""
+			if reason == ReasonCrashLoop {
+				extra = w.crashLoopDetail(ctx, &pods[i])
+			}
+			return false, w.fail(ctx, now, reason, extra), nil
 		case Pull, Unschedulable:
 			key := string(pods[i].UID) + "/" + reason
 			if w.since(key, now) >= w.o.PullGrace {
@@ -530,6 +534,9 @@ func ClassifyPod(p *corev1.Pod) (Kind, string) {
 			return Unschedulable, ReasonUnschedulable
 		}
 	}
+	if crashLooping(p) {
+		return Fatal, ReasonCrashLoop
+	}
 	pull := false
 	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
 		if cs.State.Waiting == nil {
@@ -548,6 +555,66 @@ func ClassifyPod(p *corev1.Pod) (Kind, string) {
 		return Pull, ReasonImagePull
 	}
 	return Progressing, ""
+}
+
+// crashLooping: the node's container has ended again after the kubelet restarted it, so
+// the kubelet now backs off before each restart (CrashLoopBackOff), whatever the status
+// says yet. The kubelet writes the waiting reason CrashLoopBackOff into the status only
+// at the pod's next sync after the one that chose to back off; until then it shows the
+// container as terminated, "since it will be restarted soon" (convertToAPIContainerStatuses
+// in pkg/kubelet/kubelet_pods.go). That next sync can come after a short back-off has
+// already ended: on the lab's real kubelet a node whose PID 1 exits at once showed only
+// "terminated" and "running" through its 10 s and 20 s back-offs, and the wait saw
+// CrashLoopBackOff first in the 40 s one, more than a minute and a half in. The first
+// end alone is not judged: the kubelet restarts the container at once then, without a
+// back-off, as it does for a system that halts to reboot.
+func crashLooping(p *corev1.Pod) bool {
+	if p.Spec.RestartPolicy != "" && p.Spec.RestartPolicy != corev1.RestartPolicyAlways {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == ContainerName && cs.State.Terminated != nil && cs.RestartCount > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// crashLoopDetail says, from the kubelet's own state, how the node's container ends: its
+// exit code, how often it was restarted, the kubelet's back-off, and where its last output is.
+func (w *watcher) crashLoopDetail(ctx context.Context, p *corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != ContainerName {
+			continue
+		}
+		exit := cs.State.Terminated
+		if exit == nil {
+			exit = cs.LastTerminationState.Terminated
+		}
+		if exit == nil {
+			return ""
+		}
+		times := "times"
+		if cs.RestartCount == 1 {
+			times = "time"
+		}
+		msg := fmt.Sprintf("pod %s: the container's PID 1 (the image's init) exited with code %d (%s) and the kubelet restarted it %d %s; "+
+			"it now waits longer before each restart (CrashLoopBackOff), so the system never starts. Its last output: `kubectl -n %s logs --previous %s`",
+			p.Name, exit.ExitCode, exit.Reason, cs.RestartCount, times, p.Namespace, p.Name)
+		// The kubelet's own word for it, which the five latest events shown below can miss:
+		// each restart adds newer ones.
+		var backOff *corev1.Event
+		for _, ev := range w.allEvents(ctx, "Pod", p.Name) {
+			if ev.Reason == "BackOff" && strings.Contains(ev.Message, "restarting failed container") {
+				backOff = &ev
+			}
+		}
+		if backOff != nil {
+			msg += fmt.Sprintf("; the kubelet: %s (seen %d so far)", backOff.Message, max(backOff.Count, 1))
+		}
+		return msg
+	}
+	return ""
 }
 
 // schedulerJudged: the scheduler has placed the pod or said why it cannot.
@@ -597,6 +664,9 @@ func (w *watcher) describe(ctx context.Context) []string {
 				if wt := cs.State.Waiting; wt != nil {
 					out = append(out, fmt.Sprintf("%s: container %s waiting: %s: %s", name, cs.Name, wt.Reason, wt.Message))
 				}
+				if tm := cs.State.Terminated; tm != nil {
+					out = append(out, fmt.Sprintf("%s: container %s exited with code %d (%s) after %d restarts", name, cs.Name, tm.ExitCode, tm.Reason, cs.RestartCount))
+				}
 				if tm := cs.LastTerminationState.Terminated; tm != nil {
 					out = append(out, fmt.Sprintf("%s: container %s last exited with code %d (%s) after %d restarts", name, cs.Name, tm.ExitCode, tm.Reason, cs.RestartCount))
 				}
@@ -626,6 +696,15 @@ func (w *watcher) describe(ctx context.Context) []string {
 
 // events returns the five most recent events of one object.
 func (w *watcher) events(ctx context.Context, kind, name string) []corev1.Event {
+	evs := w.allEvents(ctx, kind, name)
+	if len(evs) > 5 {
+		evs = evs[len(evs)-5:]
+	}
+	return evs
+}
+
+// allEvents returns the events of one object, oldest first.
+func (w *watcher) allEvents(ctx context.Context, kind, name string) []corev1.Event {
 	list, err := w.c.CS.CoreV1().Events(w.s.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
 		return nil
@@ -646,9 +725,6 @@ func (w *watcher) events(ctx context.Context, kind, name string) []corev1.Event 
 		return e.CreationTimestamp.Time
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return when(evs[i]).Before(when(evs[j])) })
-	if len(evs) > 5 {
-		evs = evs[len(evs)-5:]
-	}
 	return evs
 }
 

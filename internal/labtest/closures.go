@@ -38,6 +38,9 @@ const (
 	// ClosureSpireChainStore needs the agent it carries: BuildSpireChainStore.
 	ClosureSpireChainStore = "spire-chain-store"
 	ClosureBootable        = "bootable"
+	// ClosureBootableInitFails is bootable whose init exits 3 a second after it starts,
+	// before systemd: a crash-looping PID 1 in a pod.
+	ClosureBootableInitFails = "bootable-init-fails"
 	// The stand-in's switch-to-configuration contract (lab/closures/default.nix says what
 	// each does against ClosureGood or ClosureGoodV2).
 	ClosureGoodV2NoRestart = "good-v2-no-restart"

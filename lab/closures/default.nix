@@ -810,6 +810,17 @@ in
     printf '%s' "$plan" > $out/etc/fediversity/node-plan.json
   '')) (if planFile == "" then { } else { plan = builtins.readFile planFile; });
 
+  # bootable whose stage 2 fails: init prints why on the console and exits 3 a second
+  # after it starts, before it execs systemd, as NixOS's stage 2 ends when a step it
+  # cannot do without fails. The container's PID 1 ends, so the runtime ends the
+  # container at once, and a kubelet restarts it again and again (CrashLoopBackOff):
+  # what a node image whose init cannot start its system does in a pod.
+  bootable-init-fails = drv "fedi-system-bootable-init-fails" (bootableScriptWith ''
+    echo "fedi-init: stage 2 failed: the lab's stand-in of an init that cannot start its system; exiting 3" >&2
+    sleep 1
+    exit 3
+  '') { };
+
   # bootable that takes later systems through a deploy, as a NixOS container does: the
   # toplevel that fediversity_incus_image makes an Incus image of (tf-incus from the
   # node's source), and that fediversity_node_switch then switches in place. Beyond

@@ -87,7 +87,8 @@ func (r *k8sRolloutResource) Schema(ctx context.Context, _ resource.SchemaReques
 			"for the pod to become ready, for at most `timings.rollout_wait` (default 5m).\n\n" +
 			"The wait stops early, with the pod-level reasons (container waiting reasons, false conditions, recent events, the claim), " +
 			"on states that do not recover: ErrImagePull/ImagePullBackOff or an Unschedulable pod (e.g. a claim with no volume) for longer than " +
-			"`timings.pull_grace` (default 20s; the scheduler retries by itself), CrashLoopBackOff, a claim whose provisioning failed, a " +
+			"`timings.pull_grace` (default 20s; the scheduler retries by itself), CrashLoopBackOff (the node's container ended again after " +
+			"the kubelet restarted it: the error names its exit code and restarts), a claim whose provisioning failed, a " +
 			"ReplicaSet that cannot create the pod for longer than the grace, or systemd booted with a failed unit " +
 			"(the readiness probe answers `degraded` for 10s). A pod that runs but never becomes ready (systemd still `starting`) " +
 			"waits out the limit; the error then names what systemd last answered to the readiness probe.\n\n" +

@@ -33,6 +33,13 @@ func (a *realNodeAcc) failConfig(archive, tag, imageRef string) string {
     pull_grace   = "5s"`, 1)
 }
 
+// provisioned is a real-node config whose claim gets its volume from the lab's
+// provisioner (a new one for each new claim) instead of the test's static volume.
+func provisioned(cfg string) string {
+	return strings.Replace(cfg, fmt.Sprintf("storage_class = %q", acctest.RealNodeStorageClass),
+		fmt.Sprintf("storage_class = %q", acctest.RealNodeProvisionedStorageClass), 1)
+}
+
 // onlyPod is the one pod of web01 that is not going away, ready or not.
 func (a *realNodeAcc) onlyPod() (*corev1.Pod, error) {
 	out, err := a.LivePodsOf("web01")
@@ -117,10 +124,6 @@ func TestAccK8sRolloutRealNode_firstDeployNeverReady(t *testing.T) {
 	})
 	v1Archive := nodeImage(t, dir, base, "v1", nil)
 	imageRef := "fediversity_image.node.image_ref"
-	provisioned := func(cfg string) string {
-		return strings.Replace(cfg, fmt.Sprintf("storage_class = %q", acctest.RealNodeStorageClass),
-			fmt.Sprintf("storage_class = %q", acctest.RealNodeProvisionedStorageClass), 1)
-	}
 	var failedVolume string
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { acctest.PreCheck(t) },

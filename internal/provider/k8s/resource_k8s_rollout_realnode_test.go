@@ -163,6 +163,13 @@ func (a *realNodeAcc) hostUIDMap(pod *corev1.Pod) (string, error) {
 // watchFirstEvent reports when an event of the namespace with this reason and a message
 // containing msg is first seen (polled every 0.2 s, for at most 5 minutes).
 func (a *realNodeAcc) watchFirstEvent(reason, msg string) <-chan time.Time {
+	return a.watchFirstEventSince(reason, msg, time.Time{})
+}
+
+// watchFirstEventSince is watchFirstEvent for events last seen at or after since (to
+// the second, as events are stamped): not those an earlier step left in the namespace.
+func (a *realNodeAcc) watchFirstEventSince(reason, msg string, since time.Time) <-chan time.Time {
+	since = since.Truncate(time.Second)
 	seen := make(chan time.Time, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -171,7 +178,11 @@ func (a *realNodeAcc) watchFirstEvent(reason, msg string) <-chan time.Time {
 			list, err := a.C.CS.CoreV1().Events(a.Ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
 			if err == nil {
 				for _, e := range list.Items {
-					if strings.Contains(e.Message, msg) {
+					last := e.LastTimestamp.Time
+					if last.IsZero() {
+						last = e.EventTime.Time
+					}
+					if strings.Contains(e.Message, msg) && !last.Before(since) {
 						seen <- time.Now()
 						return
 					}
