@@ -95,12 +95,20 @@ const pollTick = 20 * time.Millisecond
 // whole result in one round trip. Otherwise (time is up, or the unit failed or is gone:
 // checked about once a second) it prints "unit <ActiveState> <LoadState>".
 // $1 file prefix, $2 unit, $3 ticks. The result files stay (see StartScript).
+//
+// With $4, the script to run once the switch exited 0 (FinalizeBoot's afterBootScript,
+// with $5 and $6 its arguments), a result of exit 0 is "rc 0", then "after <its exit
+// code>" and its stdout, its stderr on stderr: the step that follows a clean switch
+// rides in the poll that reads it, not in a round trip of its own. It must be safe to
+// run twice (a poll cut by a dropped connection is repeated).
 const PollScript = `i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
 	`if [ "$i" -gt 0 ] && [ $((i % 50)) -eq 0 ]; then ` +
 	`case "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)/$(systemctl show -p LoadState --value "$2" 2>/dev/null)" in ` +
 	`failed/* | */not-found) break ;; esac; fi; ` +
 	`sleep 0.02 2>/dev/null || sleep 1; i=$((i + 1)); done; ` +
-	`if [ -s "$1.rc" ]; then printf 'rc %s\n' "$(cat "$1.rc")"; cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
+	`if [ -s "$1.rc" ]; then c=$(cat "$1.rc"); printf 'rc %s\n' "$c"; ` +
+	`if [ -n "${4:-}" ] && [ "$c" = 0 ]; then a=$4; shift 4; o=$(sh -c "$a" sh "$@"); printf 'after %s\n%s\n' "$?" "$o"; exit 0; fi; ` +
+	`cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
 	`printf 'unit %s %s\n' "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)" ` +
 	`"$(systemctl show -p LoadState --value "$2" 2>/dev/null)"`
 
@@ -111,12 +119,13 @@ const PollScript = `i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
 // only), runs its other arguments (systemd-run …) and goes on as the first poll
 // (PollScript), so starting the switch and reading a quick result is one round trip.
 // $1 result directory, $2 file prefix, $3 unit, $4 ticks, $5 profile or "", $6
-// toplevel. Exit 90: the directory could not be made; 91: systemd-run failed; 92: the
-// profile could not be set.
-const StartScript = `d=$1 p=$2 u=$3 n=$4 prof=$5 top=$6; shift 6; ` +
+// toplevel, $7 the poll's script after a clean switch or "" (PollScript's $4, given
+// the profile and the toplevel). Exit 90: the directory could not be made; 91:
+// systemd-run failed; 92: the profile could not be set.
+const StartScript = `d=$1 p=$2 u=$3 n=$4 prof=$5 top=$6 after=$7; shift 7; ` +
 	`mkdir -p "$d" || exit 90; find "$d" -maxdepth 1 -name '` + SwitchUnitPrefix + `*' -mmin +60 -exec rm -f {} + 2>/dev/null; ` +
 	`if [ -n "$prof" ] && [ "$(readlink -f "$prof" 2>/dev/null)" != "$top" ]; then nix-env --profile "$prof" --set "$top" >&2 || exit 92; fi; ` +
-	`"$@" || exit 91; set -- "$p" "$u" "$n"; ` + PollScript
+	`"$@" || exit 91; set -- "$p" "$u" "$n" "$after" "$prof" "$top"; ` + PollScript
 
 // SwitchUnitPrefix names the transient units of detached switches.
 const SwitchUnitPrefix = "fediversity-switch-"
@@ -126,12 +135,15 @@ const SwitchUnitPrefix = "fediversity-switch-"
 // the connection, and polls for its exit code file. A transport fault while polling is
 // retried (the runner re-dials); the result is read, never guessed.
 func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.Duration, opts SwitchOptions) (deploybody.SwitchResult, error) {
-	return runDetached(ctx, r, toplevel, action, "", limit, opts)
+	return runDetached(ctx, r, toplevel, action, "", "", limit, opts)
 }
 
 // runDetached is Switch, with the system profile pointed at toplevel first when
-// profile is set (in the round trip that starts the unit).
-func runDetached(ctx context.Context, r Runner, toplevel, action, profile string, limit time.Duration, opts SwitchOptions) (deploybody.SwitchResult, error) {
+// profile is set (in the round trip that starts the unit), and after, when set, run by
+// the poll that reads a clean result (PollScript's $4, given profile and toplevel): the
+// result's Stdout is then "after <exit code>" and its stdout, and its Stderr the
+// script's.
+func runDetached(ctx context.Context, r Runner, toplevel, action, profile, after string, limit time.Duration, opts SwitchOptions) (deploybody.SwitchResult, error) {
 	opts.defaults()
 	var res deploybody.SwitchResult
 	if !nixstore.ValidStorePath(toplevel) {
@@ -162,7 +174,11 @@ func runDetached(ctx context.Context, r Runner, toplevel, action, profile string
 		switchArgv = armed
 		opts.Log.printf("switch: arming %s: back to %s unless a new login confirms within %s of the switch's end", opts.Revert.Unit, path.Base(opts.Revert.Previous), opts.Revert.Confirm)
 	}
-	startArgv := append([]string{"/bin/sh", "-c", StartScript, "sh", ResultDir, prefix, unit, ticks, profile, toplevel}, switchArgv...)
+	startArgv := append([]string{"/bin/sh", "-c", StartScript, "sh", ResultDir, prefix, unit, ticks, profile, toplevel, after}, switchArgv...)
+	pollArgv := []string{"/bin/sh", "-c", PollScript, "sh", prefix, unit, ticks}
+	if after != "" {
+		pollArgv = append(pollArgv, after, profile, toplevel)
+	}
 	started := time.Now()
 	sawTransportError := false
 	opts.Log.printf("switch: starting %s (%s %s, limit %s)", unit, path.Base(toplevel), action, limit)
@@ -187,7 +203,7 @@ func runDetached(ctx context.Context, r Runner, toplevel, action, profile string
 				opts.Log.printf("switch: started %s", unit)
 			}
 		} else {
-			out, stderr, err = runScript(ctx, r, []string{"/bin/sh", "-c", PollScript, "sh", prefix, unit, ticks})
+			out, stderr, err = runScript(ctx, r, pollArgv)
 		}
 		switch {
 		case err != nil && isTransportFault(err):
@@ -339,41 +355,40 @@ func Resolve(ctx context.Context, r Runner, link string) (string, error) {
 	return p, nil
 }
 
-// afterBootScript runs once the boot entry's `boot` succeeded: it releases the default
-// entry a one-shot reboot pinned (records.ReleaseBootPin, exit 12), releases the
-// pushed closure's GC root now that the system profile holds it ($2, the toplevel:
-// only when the root still points at it) and prints where the profile $1 points.
+// afterBootScript runs once the boot entry's `boot` succeeded, in the poll that reads
+// its result (PollScript's $4): it releases the default entry a one-shot reboot pinned
+// (records.ReleaseBootPin, exit 12), releases the pushed closure's GC root now that the
+// system profile holds it ($2, the toplevel: only when the root still points at it) and
+// prints where the profile $1 points. Each step may run twice.
 var afterBootScript = records.ReleaseBootPin + `; ` + deploybody.ReleasePushedRootScript + `; readlink "$1"`
 
 // FinalizeBoot points the system profile at toplevel (a new generation only when it
 // points elsewhere) and runs `<toplevel>/bin/switch-to-configuration boot` detached,
 // like the switch (in the round trip that sets the profile), then releases the default
 // entry a one-shot reboot pinned (records.ReleaseBootPin) and the pushed closure's
-// GC root: the boot loader's default is then toplevel. A `boot` that exits non-zero is
-// a *deploybody.SwitchExitError, so the body can tell its exit codes apart. It
-// returns the profile's generation afterwards.
+// GC root, in the poll that reads the `boot`'s clean result (afterBootScript): the boot
+// loader's default is then toplevel. A quick `boot` is thus one round trip in all. A
+// `boot` that exits non-zero is a *deploybody.SwitchExitError, so the body can tell
+// its exit codes apart. It returns the profile's generation afterwards.
 func FinalizeBoot(ctx context.Context, r Runner, toplevel string, limit time.Duration, opts SwitchOptions) (int, error) {
 	if !nixstore.ValidStorePath(toplevel) {
 		return 0, fmt.Errorf("finalize boot entry: toplevel %q is not a store path", toplevel)
 	}
 	opts.Revert = nil
-	sr, err := runDetached(ctx, r, toplevel, "boot", SystemProfile, limit, opts)
+	sr, err := runDetached(ctx, r, toplevel, "boot", SystemProfile, afterBootScript, limit, opts)
 	if err != nil {
 		return 0, fmt.Errorf("finalize boot entry: %w", err)
 	}
 	if sr.ExitCode != 0 {
 		return 0, fmt.Errorf("finalize boot entry: %w", &deploybody.SwitchExitError{Action: "boot", Toplevel: toplevel, Result: sr})
 	}
-	argv, err := WithPath([]string{"/bin/sh", "-c", afterBootScript, "sh", SystemProfile, toplevel}, nil, NixFallbackPath)
-	if err != nil {
-		return 0, err
+	first, out, _ := strings.Cut(sr.Stdout, "\n")
+	code, perr := strconv.Atoi(strings.TrimPrefix(first, "after "))
+	if !strings.HasPrefix(first, "after ") || perr != nil {
+		return 0, fmt.Errorf("finalize boot entry: the node answered %q after the boot, not the release of its pins", first)
 	}
-	var out, errOut boundedBuffer
-	code, err := r.Exec(ctx, argv, nil, &out, &errOut)
-	msg := strings.TrimSpace(errOut.String())
+	msg := strings.TrimSpace(sr.Stderr)
 	switch {
-	case err != nil:
-		return 0, fmt.Errorf("finalize boot entry: %w", err)
 	case code == 12:
 		return 0, fmt.Errorf("finalize boot entry: releasing the default boot entry pinned for a one-shot boot (%s): bootctl set-default failed: %s", records.BootPinFile, msg)
 	case MissingTool(code, msg) != "":
@@ -381,7 +396,7 @@ func FinalizeBoot(ctx context.Context, r Runner, toplevel string, limit time.Dur
 	case code != 0:
 		return 0, fmt.Errorf("finalize boot entry: exited %d: %s", code, msg)
 	}
-	gen, err := generationOf(out.String())
+	gen, err := generationOf(out)
 	if err != nil {
 		return 0, fmt.Errorf("finalize boot entry: %w", err)
 	}
@@ -433,7 +448,7 @@ func RevertBoot(ctx context.Context, r Runner, running string, limit time.Durati
 		return fmt.Errorf("revert boot entry: point the system profile at %s: %w", running, err)
 	}
 	opts.Revert = nil
-	sr, err := runDetached(ctx, r, running, "boot", "", limit, opts)
+	sr, err := runDetached(ctx, r, running, "boot", "", "", limit, opts)
 	if err == nil && sr.ExitCode != 0 {
 		err = &deploybody.SwitchExitError{Action: "boot", Toplevel: running, Result: sr}
 	}
