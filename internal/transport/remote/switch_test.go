@@ -201,12 +201,12 @@ func TestStartScriptStartsThenPolls(t *testing.T) {
 	dir := t.TempDir()
 	prefix := dir + "/" + SwitchUnitPrefix + "def"
 	// The stand-in "starts" a switch that ends at once with exit 0.
-	out, _, err := runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix, "x.service", "40", "", "", "",
+	out, _, err := runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix, "x.service", "40", "", "", "", "", "", "0",
 		"sh", "-c", `echo done >"$0.out"; echo 0 >"$0.rc"`, prefix})
 	if err != nil || out != "rc 0\ndone\n" {
 		t.Fatalf("start then poll: %q %v", out, err)
 	}
-	_, _, err = runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix + "x", "x.service", "40", "", "", "",
+	_, _, err = runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix + "x", "x.service", "40", "", "", "", "", "", "0",
 		"sh", "-c", `echo "Failed to start transient service unit" >&2; exit 1`})
 	if err == nil || !strings.Contains(err.Error(), "systemd-run failed: 91: Failed to start transient service unit") {
 		t.Fatalf("failed start: %v", err)
@@ -338,5 +338,44 @@ func TestFinalizeBootReadsTheReleaseFromTheLastPoll(t *testing.T) {
 	var exit *deploybody.SwitchExitError
 	if !errors.As(err, &exit) || exit.Action != "boot" || exit.Result.ExitCode != 1 {
 		t.Fatalf("a failed boot: %v", err)
+	}
+}
+
+// The start script with a guard, run by a real /bin/sh with a stand-in for systemd-run:
+// the guard reads the script's stdin and its arguments, its answer comes back first as
+// "guard" lines, and only an answer of "ok" lets the start go on (the profile, the
+// unit, the first poll); any other answer, or a guard that fails, starts nothing.
+func TestStartScriptRunsTheGuardFirst(t *testing.T) {
+	r := localRunner{env: []string{"PATH=/usr/bin:/bin"}}
+	dir := t.TempDir()
+	guard := `cat >"$2"; echo "$1"; echo recorded`
+	start := func(name, word string, guard string) (string, error) {
+		prefix := dir + "/" + SwitchUnitPrefix + name
+		out, _, err := runScriptWith(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix, "x.service", "40", "", "", "",
+			guard, "/nonexistent", "2", word, dir + "/" + name + ".record",
+			"sh", "-c", `echo done >"$0.out"; echo 0 >"$0.rc"`, prefix}, []byte("{\"verdict\":1}"))
+		return out, err
+	}
+	out, err := start("ok", "ok", guard)
+	if err != nil || out != "guard ok\nguard recorded\nrc 0\ndone\n" {
+		t.Fatalf("guard ok: %q %v", out, err)
+	}
+	if rec, err := os.ReadFile(dir + "/ok.record"); err != nil || string(rec) != `{"verdict":1}` {
+		t.Fatalf("the guard's stdin: %q %v", rec, err)
+	}
+	if answer, rest := cutGuardAnswer(out); !slices.Equal(answer, []string{"ok", "recorded"}) || rest != "rc 0\ndone\n" {
+		t.Fatalf("cutGuardAnswer = %q, %q", answer, rest)
+	}
+	for _, c := range []struct{ name, word, guard, want string }{
+		{"lost", "lost", guard, "guard lost\nguard recorded\n"},
+		{"failed", "ok", `echo ok; exit 3`, "guard \n"},
+	} {
+		out, err := start(c.name, c.word, c.guard)
+		if err != nil || out != c.want {
+			t.Fatalf("%s: %q %v, want %q", c.name, out, err, c.want)
+		}
+		if _, err := os.Stat(dir + "/" + SwitchUnitPrefix + c.name + ".rc"); err == nil {
+			t.Fatalf("%s: the unit was started", c.name)
+		}
 	}
 }
