@@ -30,9 +30,10 @@ var validActions = map[string]bool{"switch": true, "boot": true, "test": true, "
 
 // SwitchOptions tune the detached switch. Zero values take the defaults.
 type SwitchOptions struct {
-	// PollInterval is the pause between two polls that ended without a result (default
-	// 250 ms). A poll itself waits on the node (PollWait), so a switch's result is read
-	// within about 20 ms of the switch ending, in one round trip.
+	// PollInterval is the pause after a poll the transport cut (default 250 ms). A poll
+	// itself waits on the node (PollWait), so a switch's result is read within about
+	// 20 ms of the switch ending, in one round trip; a poll that waited its time out is
+	// followed by the next at once, with no pause in which the result would wait.
 	PollInterval time.Duration
 	// PollWait is how long one poll waits on the node for the result before it answers
 	// with the unit's state (default 5 s). A dropped connection ends a poll at once.
@@ -221,6 +222,7 @@ func runDetached(ctx context.Context, r Runner, toplevel, action string, limit t
 		}
 		var out, stderr string
 		var err error
+		held := false // the poll waited on the node and ended without a result
 		if first {
 			// Start, then wait for the result in the same round trip.
 			out, stderr, err = runScriptWith(ctx, r, startArgv, stdin)
@@ -260,6 +262,7 @@ func runDetached(ctx context.Context, r Runner, toplevel, action string, limit t
 			return res, answer, fmt.Errorf("switch: poll %s: %w", unit, err)
 		default:
 			transportErrors = 0
+			held = true
 			f := strings.Fields(out)
 			if len(f) >= 2 && f[0] == "rc" {
 				code, perr := strconv.Atoi(f[1])
@@ -297,6 +300,9 @@ func runDetached(ctx context.Context, r Runner, toplevel, action string, limit t
 		}
 		if time.Now().After(deadline) {
 			return res, answer, fmt.Errorf("switch: no result from %s within the limit %s plus %s grace (see journalctl -u %s)", unit, limit, opts.Grace, unit)
+		}
+		if held {
+			continue
 		}
 		select {
 		case <-ctx.Done():
