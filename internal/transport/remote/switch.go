@@ -232,6 +232,7 @@ func runDetached(ctx context.Context, r Runner, toplevel, action string, limit t
 					opts.Log.printf("switch: the guard answered %q; %s not started", strings.Join(answer, "; "), unit)
 					return res, answer, nil
 				}
+				opts.Log.printf("switch: the guard answered %q; %s started", strings.Join(answer, "; "), unit)
 			}
 			switch {
 			case err != nil && isTransportFault(err) && d.guard != nil:
