@@ -2,9 +2,11 @@
 # Speed benchmark of fediversity_node_switch against a hand-run deploy, on one
 # throwaway lab node, for each transport (ssh, incus). Prints, per transport:
 #   hand      seconds of a hand-run deploy of a fresh closure
-#             (ssh: nix copy + ssh systemd-run switch-to-configuration + systemctl show;
-#              incus: nix-store --export | incus exec nix-store --import + incus exec
-#              systemd-run switch-to-configuration + incus exec systemctl show)
+#             (ssh: nix copy + ssh nix-env --set of the system profile and systemd-run
+#              switch-to-configuration switch + systemctl show; incus: nix-store --export
+#              | incus exec nix-store --import + incus exec nix-env --set and systemd-run
+#              switch-to-configuration switch + incus exec systemctl show): the steps
+#             nixos-rebuild switch takes on the target (bench-nodes.sh, bench_hand_ssh)
 #   provider  seconds of `terraform apply` deploying an equal fresh closure, minus the
 #             configured settle + watch windows (the verdict's deliberate waiting)
 #   ratio     provider / hand (target <= 1.1)
@@ -15,6 +17,8 @@
 # fresh state, alternating hand and provider; the medians and the worst round are
 # printed with every round. A provider round (apply-net or deploy-net) over 3x its
 # median fails the benchmark (exit 1) once every figure is printed.
+#   phases    each of the provider's phases (its log's "phases" line) as the median over
+#             the rounds, with the fastest and the slowest round beside it, in ms
 #   reapply   bytes the provider copied when the same closure is deployed again
 #             (`apply -replace`, so the deploy really runs; target 0)
 #   rss       the provider process's peak RSS (VmHWM) over the runs
@@ -87,7 +91,9 @@ hand_ssh() { bench_hand_ssh "$sshopts" "$1" >/dev/null; } # toplevel
 hand_incus() { # toplevel
   # shellcheck disable=SC2046
   nix-store --export $(nix-store -qR "$1") | incus exec "$inst" -- nix-store --import >/dev/null
-  incus exec "$inst" -- systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-switch "$1/bin/switch-to-configuration" switch >/dev/null
+  # nixos-rebuild switch's own steps on the target, as bench_hand_ssh says: the system
+  # profile, then switch-to-configuration switch.
+  incus exec "$inst" -- sh -c 'nix-env -p /nix/var/nix/profiles/system --set "$1" && systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-switch "$1/bin/switch-to-configuration" switch' sh "$1" >/dev/null
   # shellcheck disable=SC2086
   incus exec "$inst" -- systemctl show -p $showprops $units >/dev/null
 }
@@ -123,6 +129,31 @@ export SSH_PRIVATE_KEY_FILE=$key
 stamp=$(date +%s)
 # ts LINE: the seconds of the log line's leading RFC 3339 timestamp.
 ts() { date -d "$(cut -d' ' -f1 <<<"$1")" +%s.%N; }
+# phase_spread: reads the provider's phases lines ("name=<Go duration> …", one a round)
+# and prints each phase, in the log's order, as its median over the rounds with the
+# fastest and the slowest round, in milliseconds.
+phase_spread() {
+  awk '
+    function ms(d,   t, n, u) { # a Go duration (1m2.5s, 1.204s, 211ms, 70µs, 0s) in ms
+      t = 0
+      while (match(d, /^[0-9.]+(h|ms|m|s|µs|us|ns)/)) {
+        n = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+        match(n, /[a-zµ]+$/); u = substr(n, RSTART); n = substr(n, 1, RSTART - 1) + 0
+        t += n * (u == "h" ? 3600000 : u == "m" ? 60000 : u == "s" ? 1000 : u == "ms" ? 1 : (u == "ns" ? 0.000001 : 0.001))
+      }
+      return t
+    }
+    { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (!(kv[1] in n)) order[++k] = kv[1]; v[kv[1], ++n[kv[1]]] = ms(kv[2]) } }
+    END {
+      for (j = 1; j <= k; j++) {
+        p = order[j]; c = n[p]
+        for (a = 1; a <= c; a++) s[a] = v[p, a]
+        for (a = 2; a <= c; a++) { x = s[a]; for (b = a - 1; b >= 1 && s[b] > x; b--) s[b + 1] = s[b]; s[b + 1] = x }
+        med = (c % 2) ? s[(c + 1) / 2] : (s[c / 2] + s[c / 2 + 1]) / 2
+        printf "    %-26s %8.0f  [%.0f, %.0f]\n", p, med, s[1], s[c]
+      }
+    }'
+}
 median() { sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 
 for tr in $transports; do
@@ -140,6 +171,7 @@ for tr in $transports; do
   printf '\n=== %s (node %s, %d rounds)\n' "$tr" "$inst" "$ROUNDS"
   printf '  %-5s %8s %10s %8s %8s %10s %8s\n' round hand apply-net ratio "" deploy-net ratio
   : >"$work/$tr.rows"
+  : >"$work/$tr.phases"
   for round in $(seq "$ROUNDS"); do
     # Two closures of equal size the node has never seen: one per contender.
     hand_top=$(build good "bench-hand-$tr-$stamp-$round")
@@ -179,6 +211,7 @@ TF
     deploy=$(echo "$(ts "$last") - $(ts "$first")" | bc -l)
     net=$(echo "$apply - $SETTLE - $WATCH" | bc -l)
     dnet=$(echo "$deploy - $SETTLE - $WATCH" | bc -l)
+    grep -o 'phases="[^"]*"' "$dir/apply.log" | tail -1 | cut -d'"' -f2 >>"$work/$tr.phases"
     printf '%s %s %s %s %s\n' "$hand" "$net" "$(echo "$net / $hand" | bc -l)" "$dnet" "$(echo "$dnet / $hand" | bc -l)" >>"$work/$tr.rows"
     printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f\n' "$round" "$hand" "$net" "$(echo "$net / $hand" | bc -l)" "" "$dnet" "$(echo "$dnet / $hand" | bc -l)"
   done
@@ -204,7 +237,8 @@ TF
   resent=$(grep -o '[0-9]* of [0-9]* paths sent, [0-9]* bytes' "$dir/reapply.log" | tail -1)
   printf '  first apply copied     %s\n' "${sent:-?}"
   printf '  re-apply copied        %s  (target: 0 bytes)\n' "${resent:-?}"
-  printf '  provider phases        %s\n' "$(grep -o 'phases="[^"]*"' "$dir/apply.log" | tail -1 | cut -d'"' -f2)"
+  printf '  provider phases        median over %d rounds [fastest, slowest], ms\n' "$ROUNDS"
+  phase_spread <"$work/$tr.phases"
 done
 printf '\n  provider peak RSS      %d MiB\n' "$(($(cat "$peak") / 1024))"
 

@@ -57,13 +57,19 @@ bench_build() {
   nix-build --option sandbox false "${extra[@]}" "$1" -A "$2" --argstr seed "$3" --no-out-link 2>/dev/null
 }
 
-# bench_hand_ssh SSHOPTS TOPLEVEL: a deploy by hand with no safety net: `nix copy --to
-# ssh://` of TOPLEVEL, then one ssh running its switch-to-configuration switch and
-# systemctl show of the lab closure's units.
+# bench_hand_ssh SSHOPTS TOPLEVEL: a deploy by hand with no safety net, the steps
+# `nixos-rebuild switch --target-host` takes on the target and no fewer: copy the closure
+# (`nix copy --to ssh://` of TOPLEVEL), point the system profile at it (`nix-env -p
+# /nix/var/nix/profiles/system --set`, nix.py's set_profile, which services.py's
+# _activate_system runs for switch and boot), then run its `switch-to-configuration
+# switch` (nix.py's switch_to_configuration, under systemd-run as nixos-rebuild-ng runs
+# it), all as in nixpkgs' pkgs/by-name/ni/nixos-rebuild-ng/src/nixos_rebuild/{services,nix}.py;
+# then systemctl show of the lab closure's units. The profile and the switch share one
+# ssh session, as nixos-rebuild's calls share one SSH master connection.
 bench_hand_ssh() {
   NIX_SSHOPTS="$1" nix copy --extra-experimental-features nix-command --to "ssh://root@127.0.0.1" "$2"
   # shellcheck disable=SC2086
-  ssh $1 root@127.0.0.1 "systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-switch-\$\$ $2/bin/switch-to-configuration switch; systemctl show -p ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestampMonotonic,ConditionResult,InvocationID fedi-web.service fedi-setup.service"
+  ssh $1 root@127.0.0.1 "nix-env -p /nix/var/nix/profiles/system --set $2 && systemd-run --collect --pipe --quiet --wait --service-type=exec --unit=bench-switch-\$\$ $2/bin/switch-to-configuration switch; systemctl show -p ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestampMonotonic,ConditionResult,InvocationID fedi-web.service fedi-setup.service"
 }
 
 # bench_busy_jiffies: the machine's busy and total CPU time so far (every core), in clock ticks.

@@ -14,10 +14,23 @@ import (
 // verdict's failure, named beside a failure to write the boot entry. It returns the
 // system profile's generation.
 func (e *runEnv) finalizeBootEntry(ctx context.Context, res Result, toplevel string, lock *nodeLock, verdictFailed error) (int, string, error) {
+	revertOneShot := res.Reboot != nil && res.Reboot.OneShotEntry != "" && verdictFailed != nil
+	if !revertOneShot {
+		// The lock's check, the records and the boot entry in one round trip, where the
+		// transport can: the node writes the records first and moves the boot entry only
+		// under this run's lock.
+		generation, handled, lockErr, bootErr := e.recordAndFinalizeBoot(ctx, res, toplevel, lock)
+		if handled {
+			if lockErr != nil {
+				return 0, "", lockErr
+			}
+			return e.finalizedBoot(toplevel, generation, bootErr, res, verdictFailed)
+		}
+	}
 	if err := e.confirmAndRecord(ctx, res, toplevel, lock); err != nil {
 		return 0, "", err
 	}
-	if rb := res.Reboot; rb != nil && rb.OneShotEntry != "" && verdictFailed != nil {
+	if rb := res.Reboot; revertOneShot {
 		// Booted once, judged failed: the boot entry goes back to the previous default
 		// (the profile too, and the pin is released), as the verdict says. The node
 		// runs the new system until its next boot; the next plan sees the node running
@@ -30,6 +43,12 @@ func (e *runEnv) finalizeBootEntry(ctx context.Context, res Result, toplevel str
 		return 0, "boot entry back at the previous system " + rb.DefaultSystem, nil
 	}
 	generation, err := e.finalizeBoot(ctx, toplevel)
+	return e.finalizedBoot(toplevel, generation, err, res, verdictFailed)
+}
+
+// finalizedBoot is the phase's outcome once the boot entry was written (generation) or
+// failed (err).
+func (e *runEnv) finalizedBoot(toplevel string, generation int, err error, res Result, verdictFailed error) (int, string, error) {
 	if err != nil {
 		err = fmt.Errorf("setting the system profile and boot entry to %s: %w", toplevel, err)
 		if verdictFailed != nil {

@@ -280,12 +280,20 @@ func switchLockError(action string, holder switchLockHolder, waited time.Duratio
 // `boot`), waiting within timings.lock_wait while another switch holds
 // switch-to-configuration's lock (its `boot` exits 11 and changes nothing).
 func (e *runEnv) finalizeBoot(ctx context.Context, toplevel string) (int, error) {
+	gen, err := e.t.FinalizeBoot(ctx, toplevel, e.o.Timings.SwitchTimeout)
+	return e.finalizeBootAfterLocked(ctx, toplevel, gen, err)
+}
+
+// finalizeBootAfterLocked goes on from a try of the boot entry that ended with err
+// (gen when it succeeded): while that was another switch holding
+// switch-to-configuration's lock (exit 11), it waits for the lock within
+// timings.lock_wait and writes the boot entry again.
+func (e *runEnv) finalizeBootAfterLocked(ctx context.Context, toplevel string, g int, err error) (int, error) {
 	var since time.Time
 	for {
-		gen, err := e.t.FinalizeBoot(ctx, toplevel, e.o.Timings.SwitchTimeout)
 		var exit *SwitchExitError
 		if err == nil || !errors.As(err, &exit) || !switchLocked(exit.Result) {
-			return gen, err
+			return g, err
 		}
 		if since.IsZero() {
 			since = e.o.Clock.Now()
@@ -298,5 +306,6 @@ func (e *runEnv) finalizeBoot(ctx context.Context, toplevel string) (int, error)
 			return 0, switchLockError("boot", holder, e.o.Timings.LockWait)
 		}
 		e.log(ctx, LevelInfo, PhaseFinalizeBootEntry, "another switch held switch-to-configuration's lock; it ended, writing the boot entry again", map[string]any{"holder": holder.String()})
+		g, err = e.t.FinalizeBoot(ctx, toplevel, e.o.Timings.SwitchTimeout)
 	}
 }

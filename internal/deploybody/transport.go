@@ -117,3 +117,33 @@ var ErrMissingCommand = errors.New("a command is missing on the node")
 type BatchRunner interface {
 	RunBatch(ctx context.Context, cmds [][]string, opts RunOptions) ([]RunResult, error)
 }
+
+// GuardedBootFinalizer is implemented by transports that can run a guard on the node
+// in the round trip that starts the boot entry's `boot`, before the system profile
+// moves (FinalizeBoot's first round trip). The body hands it the lock script's record
+// operation (confirmAndRecord): the lock's check and the verdict record then share the
+// round trip of the boot entry, and the node still writes the record before the profile
+// moves, and moves nothing when the lock is not this run's.
+type GuardedBootFinalizer interface {
+	// FinalizeBootGuarded runs guard on the node with guard.Stdin, then, only when the
+	// guard's first line is "ok", does what FinalizeBoot does, in the same round trip.
+	// It returns the guard's answer (its stdout, one element a line). An answer whose
+	// first line is not "ok" (or a guard that exited non-zero: answer nil) started
+	// nothing: generation 0, err nil. An answer lost to a transport fault is err
+	// wrapping ErrGuardUnanswered: the caller knows nothing of what the node did.
+	FinalizeBootGuarded(ctx context.Context, toplevel string, limit time.Duration, guard BootGuard) (answer []string, generation int, err error)
+}
+
+// BootGuard is a script FinalizeBootGuarded runs before the boot entry: sh -c Script
+// sh Args…, with Path before the node's PATH and Stdin on its stdin. It must ignore
+// arguments past its own.
+type BootGuard struct {
+	Script string
+	Args   []string
+	Path   []string
+	Stdin  []byte
+}
+
+// ErrGuardUnanswered is wrapped by FinalizeBootGuarded's error when the round trip's
+// answer was lost: whether the guard ran, and whether the boot started, is unknown.
+var ErrGuardUnanswered = errors.New("the guard's answer was lost")

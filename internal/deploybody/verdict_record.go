@@ -92,43 +92,89 @@ func (e *runEnv) warnUnrecorded(ctx context.Context, err error, toplevel string)
 // system with no verdict of it on record. A node whose answer settles nothing (no
 // answer, or the guard busy) is asked again as before: the lock, then each record.
 func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel string, lock *nodeLock) error {
-	record, recordErr := e.verdictRecordOf(res, toplevel, lock)
-	lastGood := lastGoodRecord(&res, e.o.Clock.Now())
-	// Each on its own: the lock's check, then each record.
-	apart := func() error {
-		if err := e.confirmLock(ctx, lock); err != nil {
-			return err
-		}
-		e.recordVerdict(ctx, record, recordErr, toplevel)
-		e.recordLastGood(ctx, &res, lastGood)
-		return nil
+	op := e.recordOp(res, toplevel, lock)
+	if !op.joint {
+		return op.apart(ctx)
 	}
-	if lock == nil || record == nil {
-		return apart()
-	}
-	if err := lock.lostError(e.o.Node); err != nil {
-		return err // the heartbeat saw it taken already
-	}
-	args := []string{"record", lock.holder.Token, records.VerdictRecordFile, "", "", "", ""}
-	if lastGood != nil {
-		copy(args[3:], []string{records.LastGoodFile, res.Toplevel, records.LastGoodRoot, string(lastGood)})
-	}
-	if err := lock.vanishedError(e.o.Node); err != nil {
-		return err // the heartbeat saw the node's /run emptied
+	if err := op.guardErr(); err != nil {
+		return err
 	}
 	epoch := lock.currentEpoch()
-	out, err := lockOpWith(ctx, e.t, record, args...)
-	switch {
-	case err == nil && out[0] == "lost":
+	out, err := lockOpWith(ctx, e.t, op.record, op.args...)
+	if err == nil {
+		if settled, err := op.answered(ctx, out, epoch); settled {
+			return err
+		}
+	}
+	return op.apart(ctx) // no answer, or the guard was busy
+}
+
+// recordOp is confirmAndRecord's work, prepared: the lock script's record operation
+// (args, with the verdict record on stdin), what to do with its answer, and the same
+// asked step by step.
+type recordOp struct {
+	e         *runEnv
+	res       Result
+	toplevel  string
+	lock      *nodeLock
+	record    []byte
+	recordErr error
+	lastGood  []byte
+	args      []string
+	// joint: the lock's check and the records can be one run of the lock script (a
+	// lock and a verdict record to write).
+	joint bool
+}
+
+func (e *runEnv) recordOp(res Result, toplevel string, lock *nodeLock) *recordOp {
+	op := &recordOp{e: e, res: res, toplevel: toplevel, lock: lock}
+	op.record, op.recordErr = e.verdictRecordOf(res, toplevel, lock)
+	op.lastGood = lastGoodRecord(&res, e.o.Clock.Now())
+	if lock == nil || op.record == nil {
+		return op
+	}
+	op.joint = true
+	op.args = []string{"record", lock.holder.Token, records.VerdictRecordFile, "", "", "", ""}
+	if op.lastGood != nil {
+		copy(op.args[3:], []string{records.LastGoodFile, res.Toplevel, records.LastGoodRoot, string(op.lastGood)})
+	}
+	return op
+}
+
+// apart is the lock's check, then each record, each on its own.
+func (op *recordOp) apart(ctx context.Context) error {
+	if err := op.e.confirmLock(ctx, op.lock); err != nil {
+		return err
+	}
+	op.e.recordVerdict(ctx, op.record, op.recordErr, op.toplevel)
+	op.e.recordLastGood(ctx, &op.res, op.lastGood)
+	return nil
+}
+
+// guardErr is what the heartbeat already saw: the lock taken, or the node's /run
+// emptied; nothing is asked of the node then.
+func (op *recordOp) guardErr() error {
+	if err := op.lock.lostError(op.e.o.Node); err != nil {
+		return err
+	}
+	return op.lock.vanishedError(op.e.o.Node)
+}
+
+// answered reads the record operation's answer out (asked at epoch). settled is false
+// when the answer settles nothing (the guard was busy): nothing was written, ask apart.
+func (op *recordOp) answered(ctx context.Context, out []string, epoch int) (settled bool, err error) {
+	e, lock, toplevel := op.e, op.lock, op.toplevel
+	switch out[0] {
+	case "lost":
 		lock.recordLost(records.ParseLockHolder(out[1:], 0), true)
-		return lock.lostError(e.o.Node)
-	case err == nil && out[0] == "gone":
+		return true, lock.lostError(e.o.Node)
+	case "gone":
 		// No lock at all: the node's /run was emptied since this run took it. Nothing
 		// was written.
 		lock.sawVanished(epoch)
-		return lock.vanishedError(e.o.Node)
-	case err == nil && out[0] == "ok":
-		recorded, pinned := false, lastGood == nil
+		return true, lock.vanishedError(e.o.Node)
+	case "ok":
+		recorded, pinned := false, op.lastGood == nil
 		for _, line := range out[1:] {
 			word, why, _ := strings.Cut(line, " ")
 			switch word {
@@ -141,18 +187,66 @@ func (e *runEnv) confirmAndRecord(ctx context.Context, res Result, toplevel stri
 				pinned = true
 			case "unpinned":
 				pinned = true
-				e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, errors.New(judge.FirstLine(why, "no output"))))
+				e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(op.res.Toplevel, errors.New(judge.FirstLine(why, "no output"))))
 			}
 		}
 		if !recorded {
 			e.warnUnrecorded(ctx, errors.New("the node did not say that it wrote it"), toplevel)
 		}
 		if !pinned {
-			e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(res.Toplevel, errors.New("the node did not say that it wrote it")))
+			e.warn(ctx, PhaseFinalizeBootEntry, lastGoodWarning(op.res.Toplevel, errors.New("the node did not say that it wrote it")))
 		}
-		return lock.lostError(e.o.Node)
+		return true, lock.lostError(e.o.Node)
 	}
-	return apart() // no answer, or the guard was busy
+	return false, nil
+}
+
+// recordAndFinalizeBoot is confirmAndRecord and the first try of finalizeBoot in one
+// round trip, on a transport that can run the record operation as the guard of the
+// boot entry (GuardedBootFinalizer): the node runs the lock script's record operation
+// and, only when it confirmed this run's lock, sets the system profile and starts the
+// `boot`, so the verdict record is on the node before the boot loader's default moves,
+// as it is when the two are round trips of their own. handled is false when this could
+// not be done (no such transport, nothing to record jointly, or an answer that settles
+// nothing): then nothing of the boot entry moved, and the caller goes the separate way.
+// lockErr is the lock's error (the boot entry untouched); bootErr finalizeBoot's.
+func (e *runEnv) recordAndFinalizeBoot(ctx context.Context, res Result, toplevel string, lock *nodeLock) (generation int, handled bool, lockErr, bootErr error) {
+	g, ok := e.t.(GuardedBootFinalizer)
+	if !ok {
+		return 0, false, nil, nil
+	}
+	op := e.recordOp(res, toplevel, lock)
+	if !op.joint {
+		return 0, false, nil, nil
+	}
+	if err := op.guardErr(); err != nil {
+		return 0, true, err, nil
+	}
+	epoch := lock.currentEpoch()
+	guard := BootGuard{Script: records.LockScript, Args: op.args, Path: records.ToolPath, Stdin: op.record}
+	out, gen, err := g.FinalizeBootGuarded(ctx, toplevel, e.o.Timings.SwitchTimeout, guard)
+	if len(out) == 0 || out[0] == "" {
+		// The guard's answer was lost, or the guard itself failed: nothing is known of
+		// what it did, and a boot it may have started is met by the one that follows
+		// (switch-to-configuration's lock, finalizeBoot).
+		if err != nil && !errors.Is(err, ErrGuardUnanswered) {
+			return 0, true, nil, err
+		}
+		return 0, false, nil, nil
+	}
+	settled, lerr := op.answered(ctx, out, epoch)
+	switch {
+	case !settled:
+		return 0, false, nil, nil // the guard was busy: nothing written, nothing started
+	case lerr != nil:
+		return 0, true, lerr, nil // the node moved nothing
+	case out[0] != "ok":
+		return 0, true, nil, fmt.Errorf("the node's guard answered %q and started no boot", out[0])
+	}
+	// Another switch holding switch-to-configuration's lock: the records are written;
+	// the boot entry is written again once it ends.
+	gen, err = e.finalizeBootAfterLocked(ctx, toplevel, gen, err)
+	return gen, true, nil, err
 }
 
 // ReadVerdictRecord reads the node's verdict record: nil (and no error) when the node

@@ -209,6 +209,13 @@ func (t *Transport) FinalizeBoot(ctx context.Context, toplevel string, limit tim
 	return gen, t.wrapErr("finalize boot entry", err)
 }
 
+// FinalizeBootGuarded is FinalizeBoot with guard run first in its first round trip
+// (remote.FinalizeBootGuarded).
+func (t *Transport) FinalizeBootGuarded(ctx context.Context, toplevel string, limit time.Duration, guard deploybody.BootGuard) ([]string, int, error) {
+	answer, gen, err := remote.FinalizeBootGuarded(ctx, t.runner(), toplevel, limit, t.detachedOpts(), guard)
+	return answer, gen, t.wrapErr("finalize boot entry", err)
+}
+
 // RevertBoot points the system profile and boot entry back at running
 // (remote.RevertBoot).
 func (t *Transport) RevertBoot(ctx context.Context, running string, limit time.Duration) error {

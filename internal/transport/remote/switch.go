@@ -1,11 +1,13 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 	"regexp"
 	"strconv"
@@ -28,9 +30,10 @@ var validActions = map[string]bool{"switch": true, "boot": true, "test": true, "
 
 // SwitchOptions tune the detached switch. Zero values take the defaults.
 type SwitchOptions struct {
-	// PollInterval is the pause between two polls that ended without a result (default
-	// 250 ms). A poll itself waits on the node (PollWait), so a switch's result is read
-	// within about 20 ms of the switch ending, in one round trip.
+	// PollInterval is the pause after a poll the transport cut (default 250 ms). A poll
+	// itself waits on the node (PollWait), so a switch's result is read within about
+	// 20 ms of the switch ending, in one round trip; a poll that waited its time out is
+	// followed by the next at once, with no pause in which the result would wait.
 	PollInterval time.Duration
 	// PollWait is how long one poll waits on the node for the result before it answers
 	// with the unit's state (default 5 s). A dropped connection ends a poll at once.
@@ -95,12 +98,20 @@ const pollTick = 20 * time.Millisecond
 // whole result in one round trip. Otherwise (time is up, or the unit failed or is gone:
 // checked about once a second) it prints "unit <ActiveState> <LoadState>".
 // $1 file prefix, $2 unit, $3 ticks. The result files stay (see StartScript).
+//
+// With $4, the script to run once the switch exited 0 (FinalizeBoot's afterBootScript,
+// with $5 and $6 its arguments), a result of exit 0 is "rc 0", then "after <its exit
+// code>" and its stdout, its stderr on stderr: the step that follows a clean switch
+// rides in the poll that reads it, not in a round trip of its own. It must be safe to
+// run twice (a poll cut by a dropped connection is repeated).
 const PollScript = `i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
 	`if [ "$i" -gt 0 ] && [ $((i % 50)) -eq 0 ]; then ` +
 	`case "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)/$(systemctl show -p LoadState --value "$2" 2>/dev/null)" in ` +
 	`failed/* | */not-found) break ;; esac; fi; ` +
 	`sleep 0.02 2>/dev/null || sleep 1; i=$((i + 1)); done; ` +
-	`if [ -s "$1.rc" ]; then printf 'rc %s\n' "$(cat "$1.rc")"; cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
+	`if [ -s "$1.rc" ]; then c=$(cat "$1.rc"); printf 'rc %s\n' "$c"; ` +
+	`if [ -n "${4:-}" ] && [ "$c" = 0 ]; then a=$4; shift 4; o=$(sh -c "$a" sh "$@"); printf 'after %s\n%s\n' "$?" "$o"; exit 0; fi; ` +
+	`cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
 	`printf 'unit %s %s\n' "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)" ` +
 	`"$(systemctl show -p LoadState --value "$2" 2>/dev/null)"`
 
@@ -111,12 +122,20 @@ const PollScript = `i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
 // only), runs its other arguments (systemd-run …) and goes on as the first poll
 // (PollScript), so starting the switch and reading a quick result is one round trip.
 // $1 result directory, $2 file prefix, $3 unit, $4 ticks, $5 profile or "", $6
-// toplevel. Exit 90: the directory could not be made; 91: systemd-run failed; 92: the
-// profile could not be set.
-const StartScript = `d=$1 p=$2 u=$3 n=$4 prof=$5 top=$6; shift 6; ` +
+// toplevel, $7 the poll's script after a clean switch or "" (PollScript's $4, given
+// the profile and the toplevel), $8 a guard or "", $9 the guard's PATH entries, ${10}
+// how many of the arguments that follow are the guard's. A guard runs first, on the
+// script's stdin (sh -c $8 sh <its arguments and the rest>): its stdout comes back a
+// line at a time as "guard <line>", and unless its first line is "ok" (and it exited 0)
+// nothing else is done. Exit 90: the directory could not be made; 91: systemd-run
+// failed; 92: the profile could not be set.
+const StartScript = `d=$1 p=$2 u=$3 n=$4 prof=$5 top=$6 after=$7 g=$8 gp=$9 gn=${10}; shift 10; ` +
+	`if [ -n "$g" ]; then a=$(PATH="${gp:+$gp:}$PATH" sh -c "$g" sh "$@") || a=""; ` +
+	`printf '%s\n' "$a" | while IFS= read -r l; do printf 'guard %s\n' "$l"; done; shift "$gn"; ` +
+	`[ "${a%%[!a-z-]*}" = ok ] || exit 0; fi; ` +
 	`mkdir -p "$d" || exit 90; find "$d" -maxdepth 1 -name '` + SwitchUnitPrefix + `*' -mmin +60 -exec rm -f {} + 2>/dev/null; ` +
 	`if [ -n "$prof" ] && [ "$(readlink -f "$prof" 2>/dev/null)" != "$top" ]; then nix-env --profile "$prof" --set "$top" >&2 || exit 92; fi; ` +
-	`"$@" || exit 91; set -- "$p" "$u" "$n"; ` + PollScript
+	`"$@" || exit 91; set -- "$p" "$u" "$n" "$after" "$prof" "$top"; ` + PollScript
 
 // SwitchUnitPrefix names the transient units of detached switches.
 const SwitchUnitPrefix = "fediversity-switch-"
@@ -126,22 +145,46 @@ const SwitchUnitPrefix = "fediversity-switch-"
 // the connection, and polls for its exit code file. A transport fault while polling is
 // retried (the runner re-dials); the result is read, never guessed.
 func Switch(ctx context.Context, r Runner, toplevel, action string, limit time.Duration, opts SwitchOptions) (deploybody.SwitchResult, error) {
-	return runDetached(ctx, r, toplevel, action, "", limit, opts)
+	res, _, err := runDetached(ctx, r, toplevel, action, limit, opts, detached{})
+	return res, err
 }
 
-// runDetached is Switch, with the system profile pointed at toplevel first when
-// profile is set (in the round trip that starts the unit).
-func runDetached(ctx context.Context, r Runner, toplevel, action, profile string, limit time.Duration, opts SwitchOptions) (deploybody.SwitchResult, error) {
+// detached is what a detached run does besides the switch: the system profile pointed
+// at toplevel first when profile is set (in the round trip that starts the unit);
+// after, when set, run by the poll that reads a clean result (PollScript's $4, given
+// profile and toplevel: the result's Stdout is then "after <exit code>" and its
+// stdout, and its Stderr the script's); guard, when set, run before anything else in
+// the round trip that starts the unit (StartScript's $8).
+type detached struct {
+	profile, after string
+	guard          *deploybody.BootGuard
+}
+
+// runDetached is Switch, with what d adds. It returns the guard's answer, one element a
+// line; an answer whose first line is not "ok" started nothing (no result, no error).
+func runDetached(ctx context.Context, r Runner, toplevel, action string, limit time.Duration, opts SwitchOptions, d detached) (deploybody.SwitchResult, []string, error) {
 	opts.defaults()
 	var res deploybody.SwitchResult
 	if !nixstore.ValidStorePath(toplevel) {
-		return res, fmt.Errorf("switch: toplevel %q is not a store path", toplevel)
+		return res, nil, fmt.Errorf("switch: toplevel %q is not a store path", toplevel)
 	}
 	if !validActions[action] {
-		return res, fmt.Errorf("switch: action %q is not one of switch, boot, test, dry-activate, check", action)
+		return res, nil, fmt.Errorf("switch: action %q is not one of switch, boot, test, dry-activate, check", action)
 	}
 	if limit <= 0 {
-		return res, errors.New("switch: the time limit must be positive")
+		return res, nil, errors.New("switch: the time limit must be positive")
+	}
+	profile, after := d.profile, d.after
+	guardArgv := []string{"", "", "0"}
+	var stdin []byte
+	if g := d.guard; g != nil {
+		for _, e := range g.Path {
+			if e == "" || strings.ContainsAny(e, ":\x00") {
+				return res, nil, fmt.Errorf("switch: the guard's PATH entry %q is empty or contains ':'", e)
+			}
+		}
+		guardArgv = append([]string{g.Script, strings.Join(g.Path, ":"), strconv.Itoa(len(g.Args))}, g.Args...)
+		stdin = g.Stdin
 	}
 	dialsBefore := dials(r)
 	unit := SwitchUnitPrefix + randomHex(6)
@@ -157,37 +200,55 @@ func runDetached(ctx context.Context, r Runner, toplevel, action, profile string
 	if opts.Revert != nil {
 		armed, err := armedArgv(opts.Revert, prefix, int64((limit+opts.Grace)/time.Second)+1, switchArgv)
 		if err != nil {
-			return res, fmt.Errorf("switch: %w", err)
+			return res, nil, fmt.Errorf("switch: %w", err)
 		}
 		switchArgv = armed
 		opts.Log.printf("switch: arming %s: back to %s unless a new login confirms within %s of the switch's end", opts.Revert.Unit, path.Base(opts.Revert.Previous), opts.Revert.Confirm)
 	}
-	startArgv := append([]string{"/bin/sh", "-c", StartScript, "sh", ResultDir, prefix, unit, ticks, profile, toplevel}, switchArgv...)
+	startArgv := append(append([]string{"/bin/sh", "-c", StartScript, "sh", ResultDir, prefix, unit, ticks, profile, toplevel, after}, guardArgv...), switchArgv...)
+	pollArgv := []string{"/bin/sh", "-c", PollScript, "sh", prefix, unit, ticks}
+	if after != "" {
+		pollArgv = append(pollArgv, after, profile, toplevel)
+	}
 	started := time.Now()
 	sawTransportError := false
 	opts.Log.printf("switch: starting %s (%s %s, limit %s)", unit, path.Base(toplevel), action, limit)
 	transportErrors, gone := 0, 0
 	var lastErr error
+	var answer []string
 	for first := true; ; first = false {
 		if err := ctx.Err(); err != nil {
-			return res, fmt.Errorf("switch: %w while waiting for %s (it keeps running on the node; see journalctl -u %s)", err, unit, unit)
+			return res, answer, fmt.Errorf("switch: %w while waiting for %s (it keeps running on the node; see journalctl -u %s)", err, unit, unit)
 		}
 		var out, stderr string
 		var err error
+		held := false // the poll waited on the node and ended without a result
 		if first {
 			// Start, then wait for the result in the same round trip.
-			out, stderr, err = runScript(ctx, r, startArgv)
+			out, stderr, err = runScriptWith(ctx, r, startArgv, stdin)
+			if d.guard != nil && err == nil {
+				answer, out = cutGuardAnswer(out)
+				if len(answer) == 0 || answer[0] != "ok" {
+					opts.Log.printf("switch: the guard answered %q; %s not started", strings.Join(answer, "; "), unit)
+					return res, answer, nil
+				}
+				opts.Log.printf("switch: the guard answered %q; %s started", strings.Join(answer, "; "), unit)
+			}
 			switch {
+			case err != nil && isTransportFault(err) && d.guard != nil:
+				// Whether the guard ran, and what it answered, is unknown: the caller
+				// asks again on its own.
+				return res, nil, fmt.Errorf("switch: starting %s: %w: %w", unit, deploybody.ErrGuardUnanswered, err)
 			case err != nil && isTransportFault(err):
 				// It is open whether the unit started: polling tells.
 				opts.Log.printf("switch: starting %s: %v; polling to learn whether it started", unit, err)
 			case err != nil:
-				return res, fmt.Errorf("switch: start %s: %w", unit, err)
+				return res, answer, fmt.Errorf("switch: start %s: %w", unit, err)
 			default:
 				opts.Log.printf("switch: started %s", unit)
 			}
 		} else {
-			out, stderr, err = runScript(ctx, r, []string{"/bin/sh", "-c", PollScript, "sh", prefix, unit, ticks})
+			out, stderr, err = runScript(ctx, r, pollArgv)
 		}
 		switch {
 		case err != nil && isTransportFault(err):
@@ -196,24 +257,25 @@ func runDetached(ctx context.Context, r Runner, toplevel, action, profile string
 			lastErr = err
 			opts.Log.printf("switch: polling %s: %v (retry %d/%d)", unit, err, transportErrors, opts.MaxTransportErrors)
 			if transportErrors >= opts.MaxTransportErrors {
-				return res, fmt.Errorf("switch: lost the node while %s ran and could not reconnect after %d attempts: %w", unit, transportErrors, lastErr)
+				return res, answer, fmt.Errorf("switch: lost the node while %s ran and could not reconnect after %d attempts: %w", unit, transportErrors, lastErr)
 			}
 		case err != nil:
-			return res, fmt.Errorf("switch: poll %s: %w", unit, err)
+			return res, answer, fmt.Errorf("switch: poll %s: %w", unit, err)
 		default:
 			transportErrors = 0
+			held = true
 			f := strings.Fields(out)
 			if len(f) >= 2 && f[0] == "rc" {
 				code, perr := strconv.Atoi(f[1])
 				if perr != nil {
-					return res, fmt.Errorf("switch: %s left an unreadable exit code %q", unit, f[1])
+					return res, answer, fmt.Errorf("switch: %s left an unreadable exit code %q", unit, f[1])
 				}
 				res.ExitCode = code
 				_, res.Stdout, _ = strings.Cut(out, "\n")
 				res.Stderr = stderr
 				res.Reconnected = sawTransportError || dials(r) > dialsBefore
 				opts.Log.printf("switch: %s exited %d after %s (reconnected: %v)", unit, code, time.Since(started).Round(time.Millisecond), res.Reconnected)
-				return res, nil
+				return res, answer, nil
 			}
 			// Not over. A unit that is gone (collected) or failed without a result file
 			// was killed (time limit) or never started; allow a few polls for the race
@@ -232,13 +294,16 @@ func runDetached(ctx context.Context, r Runner, toplevel, action, profile string
 			}
 			if gone >= 3 {
 				if time.Since(started) >= limit {
-					return res, fmt.Errorf("switch: %s %s did not finish within its time limit of %s; systemd stopped it, the node may be half-switched (see journalctl -u %s; raise the switch timeout if it needs longer)", path.Base(toplevel), action, limit, unit)
+					return res, answer, fmt.Errorf("switch: %s %s did not finish within its time limit of %s; systemd stopped it, the node may be half-switched (see journalctl -u %s; raise the switch timeout if it needs longer)", path.Base(toplevel), action, limit, unit)
 				}
-				return res, fmt.Errorf("switch: %s ended (or never started) without leaving a result in %s (see journalctl -u %s)", unit, ResultDir, unit)
+				return res, answer, fmt.Errorf("switch: %s ended (or never started) without leaving a result in %s (see journalctl -u %s)", unit, ResultDir, unit)
 			}
 		}
 		if time.Now().After(deadline) {
-			return res, fmt.Errorf("switch: no result from %s within the limit %s plus %s grace (see journalctl -u %s)", unit, limit, opts.Grace, unit)
+			return res, answer, fmt.Errorf("switch: no result from %s within the limit %s plus %s grace (see journalctl -u %s)", unit, limit, opts.Grace, unit)
+		}
+		if held {
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -251,12 +316,21 @@ func runDetached(ctx context.Context, r Runner, toplevel, action, profile string
 // stdout and stderr; a non-zero exit is an error that quotes stderr, and names the tool
 // the node lacks when the shell did not find one (exit 127).
 func runScript(ctx context.Context, r Runner, argv []string) (stdout, stderr string, err error) {
+	return runScriptWith(ctx, r, argv, nil)
+}
+
+// runScriptWith is runScript with stdin for the script (nil: none).
+func runScriptWith(ctx context.Context, r Runner, argv []string, stdin []byte) (stdout, stderr string, err error) {
 	wrapped, err := WithPath(argv, nil, NixFallbackPath)
 	if err != nil {
 		return "", "", err
 	}
+	var in io.Reader
+	if stdin != nil {
+		in = bytes.NewReader(stdin)
+	}
 	var out, errOut boundedBuffer
-	code, err := r.Exec(ctx, wrapped, nil, &out, &errOut)
+	code, err := r.Exec(ctx, wrapped, in, &out, &errOut)
 	if err != nil {
 		return "", "", err
 	}
@@ -277,6 +351,23 @@ func runScript(ctx context.Context, r Runner, argv []string) (stdout, stderr str
 		return "", "", fmt.Errorf("%s %d: %s", what, code, msg)
 	}
 	return out.String(), errOut.String(), nil
+}
+
+// cutGuardAnswer splits the start script's stdout into the guard's answer (its
+// "guard <line>" lines, in front) and the rest.
+func cutGuardAnswer(out string) (answer []string, rest string) {
+	for {
+		line, more, found := strings.Cut(out, "\n")
+		text, ok := strings.CutPrefix(line, "guard ")
+		if !ok {
+			return answer, out
+		}
+		answer = append(answer, text)
+		if !found {
+			return answer, ""
+		}
+		out = more
+	}
 }
 
 func isTransportFault(err error) bool {
@@ -339,54 +430,76 @@ func Resolve(ctx context.Context, r Runner, link string) (string, error) {
 	return p, nil
 }
 
-// afterBootScript runs once the boot entry's `boot` succeeded: it releases the default
-// entry a one-shot reboot pinned (records.ReleaseBootPin, exit 12), releases the
-// pushed closure's GC root now that the system profile holds it ($2, the toplevel:
-// only when the root still points at it) and prints where the profile $1 points.
+// afterBootScript runs once the boot entry's `boot` succeeded, in the poll that reads
+// its result (PollScript's $4): it releases the default entry a one-shot reboot pinned
+// (records.ReleaseBootPin, exit 12), releases the pushed closure's GC root now that the
+// system profile holds it ($2, the toplevel: only when the root still points at it) and
+// prints where the profile $1 points. Each step may run twice.
 var afterBootScript = records.ReleaseBootPin + `; ` + deploybody.ReleasePushedRootScript + `; readlink "$1"`
 
 // FinalizeBoot points the system profile at toplevel (a new generation only when it
 // points elsewhere) and runs `<toplevel>/bin/switch-to-configuration boot` detached,
 // like the switch (in the round trip that sets the profile), then releases the default
 // entry a one-shot reboot pinned (records.ReleaseBootPin) and the pushed closure's
-// GC root: the boot loader's default is then toplevel. A `boot` that exits non-zero is
-// a *deploybody.SwitchExitError, so the body can tell its exit codes apart. It
-// returns the profile's generation afterwards.
+// GC root, in the poll that reads the `boot`'s clean result (afterBootScript): the boot
+// loader's default is then toplevel. A quick `boot` is thus one round trip in all. A
+// `boot` that exits non-zero is a *deploybody.SwitchExitError, so the body can tell
+// its exit codes apart. It returns the profile's generation afterwards.
 func FinalizeBoot(ctx context.Context, r Runner, toplevel string, limit time.Duration, opts SwitchOptions) (int, error) {
+	_, gen, err := finalizeBoot(ctx, r, toplevel, limit, opts, nil)
+	return gen, err
+}
+
+// FinalizeBootGuarded is FinalizeBoot with guard run first, in the round trip that
+// starts the boot (deploybody.GuardedBootFinalizer): unless the guard's first line is
+// "ok", nothing else is done and the answer is returned with generation 0 and no error.
+func FinalizeBootGuarded(ctx context.Context, r Runner, toplevel string, limit time.Duration, opts SwitchOptions, guard deploybody.BootGuard) ([]string, int, error) {
+	return finalizeBoot(ctx, r, toplevel, limit, opts, &guard)
+}
+
+func finalizeBoot(ctx context.Context, r Runner, toplevel string, limit time.Duration, opts SwitchOptions, guard *deploybody.BootGuard) ([]string, int, error) {
+	answer, gen, err := finalizeBootRun(ctx, r, toplevel, limit, opts, guard)
+	if err != nil {
+		return answer, 0, fmt.Errorf("finalize boot entry: %w", err)
+	}
+	return answer, gen, nil
+}
+
+func finalizeBootRun(ctx context.Context, r Runner, toplevel string, limit time.Duration, opts SwitchOptions, guard *deploybody.BootGuard) ([]string, int, error) {
 	if !nixstore.ValidStorePath(toplevel) {
-		return 0, fmt.Errorf("finalize boot entry: toplevel %q is not a store path", toplevel)
+		return nil, 0, fmt.Errorf("toplevel %q is not a store path", toplevel)
 	}
 	opts.Revert = nil
-	sr, err := runDetached(ctx, r, toplevel, "boot", SystemProfile, limit, opts)
+	sr, answer, err := runDetached(ctx, r, toplevel, "boot", limit, opts, detached{profile: SystemProfile, after: afterBootScript, guard: guard})
 	if err != nil {
-		return 0, fmt.Errorf("finalize boot entry: %w", err)
+		return answer, 0, err
+	}
+	if guard != nil && (len(answer) == 0 || answer[0] != "ok") {
+		return answer, 0, nil
 	}
 	if sr.ExitCode != 0 {
-		return 0, fmt.Errorf("finalize boot entry: %w", &deploybody.SwitchExitError{Action: "boot", Toplevel: toplevel, Result: sr})
+		return answer, 0, &deploybody.SwitchExitError{Action: "boot", Toplevel: toplevel, Result: sr}
 	}
-	argv, err := WithPath([]string{"/bin/sh", "-c", afterBootScript, "sh", SystemProfile, toplevel}, nil, NixFallbackPath)
-	if err != nil {
-		return 0, err
+	first, out, _ := strings.Cut(sr.Stdout, "\n")
+	code, perr := strconv.Atoi(strings.TrimPrefix(first, "after "))
+	if !strings.HasPrefix(first, "after ") || perr != nil {
+		return answer, 0, fmt.Errorf("the node answered %q after the boot, not the release of its pins", first)
 	}
-	var out, errOut boundedBuffer
-	code, err := r.Exec(ctx, argv, nil, &out, &errOut)
-	msg := strings.TrimSpace(errOut.String())
+	msg := strings.TrimSpace(sr.Stderr)
 	switch {
-	case err != nil:
-		return 0, fmt.Errorf("finalize boot entry: %w", err)
 	case code == 12:
-		return 0, fmt.Errorf("finalize boot entry: releasing the default boot entry pinned for a one-shot boot (%s): bootctl set-default failed: %s", records.BootPinFile, msg)
+		return answer, 0, fmt.Errorf("releasing the default boot entry pinned for a one-shot boot (%s): bootctl set-default failed: %s", records.BootPinFile, msg)
 	case MissingTool(code, msg) != "":
-		return 0, fmt.Errorf("finalize boot entry: %s (%s)", LacksTool(MissingTool(code, msg)), msg)
+		return answer, 0, fmt.Errorf("%s (%s)", LacksTool(MissingTool(code, msg)), msg)
 	case code != 0:
-		return 0, fmt.Errorf("finalize boot entry: exited %d: %s", code, msg)
+		return answer, 0, fmt.Errorf("exited %d: %s", code, msg)
 	}
-	gen, err := generationOf(out.String())
+	gen, err := generationOf(out)
 	if err != nil {
-		return 0, fmt.Errorf("finalize boot entry: %w", err)
+		return answer, 0, fmt.Errorf("%w", err)
 	}
 	opts.Log.printf("boot entry: generation %d is %s", gen, toplevel)
-	return gen, nil
+	return answer, gen, nil
 }
 
 // RevertBoot points the system profile back at running (the system the node runs;
@@ -433,7 +546,7 @@ func RevertBoot(ctx context.Context, r Runner, running string, limit time.Durati
 		return fmt.Errorf("revert boot entry: point the system profile at %s: %w", running, err)
 	}
 	opts.Revert = nil
-	sr, err := runDetached(ctx, r, running, "boot", "", limit, opts)
+	sr, _, err := runDetached(ctx, r, running, "boot", limit, opts, detached{})
 	if err == nil && sr.ExitCode != 0 {
 		err = &deploybody.SwitchExitError{Action: "boot", Toplevel: running, Result: sr}
 	}

@@ -51,7 +51,7 @@ func (f *fakeNode) Exec(ctx context.Context, argv []string, stdin io.Reader, std
 			return 0, f.startErr
 		}
 		return f.answerPoll(stdout, stderr) // the start script goes on as the first poll
-	case len(argv) == 7 && argv[2] == PollScript:
+	case (len(argv) == 7 || len(argv) == 10) && argv[2] == PollScript:
 		if argv[4] != f.prefix || argv[5] != f.unit || argv[6] == "" {
 			return 1, fmt.Errorf("fake: poll of %v, started %s", argv[4:], f.unit)
 		}
@@ -201,12 +201,12 @@ func TestStartScriptStartsThenPolls(t *testing.T) {
 	dir := t.TempDir()
 	prefix := dir + "/" + SwitchUnitPrefix + "def"
 	// The stand-in "starts" a switch that ends at once with exit 0.
-	out, _, err := runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix, "x.service", "40", "", "",
+	out, _, err := runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix, "x.service", "40", "", "", "", "", "", "0",
 		"sh", "-c", `echo done >"$0.out"; echo 0 >"$0.rc"`, prefix})
 	if err != nil || out != "rc 0\ndone\n" {
 		t.Fatalf("start then poll: %q %v", out, err)
 	}
-	_, _, err = runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix + "x", "x.service", "40", "", "",
+	_, _, err = runScript(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix + "x", "x.service", "40", "", "", "", "", "", "0",
 		"sh", "-c", `echo "Failed to start transient service unit" >&2; exit 1`})
 	if err == nil || !strings.Contains(err.Error(), "systemd-run failed: 91: Failed to start transient service unit") {
 		t.Fatalf("failed start: %v", err)
@@ -257,5 +257,125 @@ func TestMissingToolIsNamed(t *testing.T) {
 	}
 	if !strings.Contains(LacksTool("flock"), "the node lacks `flock` on its PATH") {
 		t.Error(LacksTool("flock"))
+	}
+}
+
+// The poll given a script for after a clean switch (FinalizeBoot's release of its pins),
+// run by a real /bin/sh: a clean result runs it in the same poll and hands back its exit
+// code, stdout and stderr; a failed switch does not run it and hands back the switch's
+// own output, as a poll without one does.
+func TestPollScriptRunsTheAfterScriptOnlyAfterACleanSwitch(t *testing.T) {
+	r := localRunner{env: []string{"PATH=/usr/bin:/bin"}}
+	dir := t.TempDir()
+	after := `echo "released $2" >"$1.ran"; echo "$1-5-link"; echo "bootctl: note" >&2; exit 12`
+	poll := func(prefix string) (string, string) {
+		out, stderr, err := runScript(context.Background(), r, []string{"/bin/sh", "-c", PollScript, "sh", prefix, "x.service", "5", after, dir + "/system", testToplevel})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, stderr
+	}
+	for prefix, files := range map[string]map[string]string{
+		dir + "/clean":  {".rc": "0\n", ".out": "booting\n", ".err": "updating boot entries\n"},
+		dir + "/failed": {".rc": "1\n", ".out": "booting\n", ".err": "Failed to install bootloader\n"},
+	} {
+		for ext, text := range files {
+			if err := os.WriteFile(prefix+ext, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	out, stderr := poll(dir + "/clean")
+	if out != "rc 0\nafter 12\n"+dir+"/system-5-link\n" || stderr != "bootctl: note\n" {
+		t.Fatalf("clean: %q, %q", out, stderr)
+	}
+	if ran, err := os.ReadFile(dir + "/system.ran"); err != nil || string(ran) != "released "+testToplevel+"\n" {
+		t.Fatalf("the after script's arguments: %q %v", ran, err)
+	}
+	if err := os.Remove(dir + "/system.ran"); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr = poll(dir + "/failed")
+	if out != "rc 1\nbooting\n" || stderr != "Failed to install bootloader\n" {
+		t.Fatalf("failed: %q, %q", out, stderr)
+	}
+	if _, err := os.Stat(dir + "/system.ran"); err == nil {
+		t.Fatal("the after script ran after a failed switch")
+	}
+}
+
+// FinalizeBoot reads the release of its pins from the poll that reads the boot's result:
+// the profile's generation, and the errors of the release by its exit code, as they were
+// when the release was a round trip of its own.
+func TestFinalizeBootReadsTheReleaseFromTheLastPoll(t *testing.T) {
+	for _, c := range []struct {
+		name, out, err string
+		gen            int
+		wantErr        string
+	}{
+		{name: "released", out: "after 0\n" + SystemProfile + "-7-link\n", gen: 7},
+		{name: "boot pin", out: "after 12\n", err: "Failed to set default entry\n", wantErr: "bootctl set-default failed: Failed to set default entry"},
+		{name: "missing tool", out: "after 127\n", err: "sh: 1: readlink: not found\n", wantErr: "the node lacks `readlink`"},
+		{name: "other", out: "after 3\n", err: "boom\n", wantErr: "exited 3: boom"},
+		{name: "garbled", out: "activating\n", wantErr: "not the release of its pins"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := &fakeNode{polls: []string{"unit active loaded", "rc 0"}, files: map[string]string{".out": c.out, ".err": c.err}}
+			gen, err := FinalizeBoot(context.Background(), n, testToplevel, time.Minute, fastOpts())
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+					t.Fatalf("err = %v, want %q", err, c.wantErr)
+				}
+				return
+			}
+			if err != nil || gen != c.gen {
+				t.Fatalf("generation %d, %v; want %d", gen, err, c.gen)
+			}
+		})
+	}
+	n := &fakeNode{polls: []string{"rc 1"}, files: map[string]string{".out": "booting\n", ".err": "Failed to install bootloader\n"}}
+	_, err := FinalizeBoot(context.Background(), n, testToplevel, time.Minute, fastOpts())
+	var exit *deploybody.SwitchExitError
+	if !errors.As(err, &exit) || exit.Action != "boot" || exit.Result.ExitCode != 1 {
+		t.Fatalf("a failed boot: %v", err)
+	}
+}
+
+// The start script with a guard, run by a real /bin/sh with a stand-in for systemd-run:
+// the guard reads the script's stdin and its arguments, its answer comes back first as
+// "guard" lines, and only an answer of "ok" lets the start go on (the profile, the
+// unit, the first poll); any other answer, or a guard that fails, starts nothing.
+func TestStartScriptRunsTheGuardFirst(t *testing.T) {
+	r := localRunner{env: []string{"PATH=/usr/bin:/bin"}}
+	dir := t.TempDir()
+	guard := `cat >"$2"; echo "$1"; echo recorded`
+	start := func(name, word string, guard string) (string, error) {
+		prefix := dir + "/" + SwitchUnitPrefix + name
+		out, _, err := runScriptWith(context.Background(), r, []string{"/bin/sh", "-c", StartScript, "sh", dir, prefix, "x.service", "40", "", "", "",
+			guard, "/nonexistent", "2", word, dir + "/" + name + ".record",
+			"sh", "-c", `echo done >"$0.out"; echo 0 >"$0.rc"`, prefix}, []byte("{\"verdict\":1}"))
+		return out, err
+	}
+	out, err := start("ok", "ok", guard)
+	if err != nil || out != "guard ok\nguard recorded\nrc 0\ndone\n" {
+		t.Fatalf("guard ok: %q %v", out, err)
+	}
+	if rec, err := os.ReadFile(dir + "/ok.record"); err != nil || string(rec) != `{"verdict":1}` {
+		t.Fatalf("the guard's stdin: %q %v", rec, err)
+	}
+	if answer, rest := cutGuardAnswer(out); !slices.Equal(answer, []string{"ok", "recorded"}) || rest != "rc 0\ndone\n" {
+		t.Fatalf("cutGuardAnswer = %q, %q", answer, rest)
+	}
+	for _, c := range []struct{ name, word, guard, want string }{
+		{"lost", "lost", guard, "guard lost\nguard recorded\n"},
+		{"failed", "ok", `echo ok; exit 3`, "guard \n"},
+	} {
+		out, err := start(c.name, c.word, c.guard)
+		if err != nil || out != c.want {
+			t.Fatalf("%s: %q %v, want %q", c.name, out, err, c.want)
+		}
+		if _, err := os.Stat(dir + "/" + SwitchUnitPrefix + c.name + ".rc"); err == nil {
+			t.Fatalf("%s: the unit was started", c.name)
+		}
 	}
 }

@@ -157,6 +157,16 @@ func (t *Transport) FinalizeBoot(ctx context.Context, toplevel string, limit tim
 	return gen, t.wrap(err)
 }
 
+// FinalizeBootGuarded is FinalizeBoot with guard run first in its first round trip
+// (deploybody.GuardedBootFinalizer).
+func (t *Transport) FinalizeBootGuarded(ctx context.Context, toplevel string, limit time.Duration, guard deploybody.BootGuard) ([]string, int, error) {
+	if err := t.checkSudo(ctx); err != nil {
+		return nil, 0, t.wrap(err)
+	}
+	answer, gen, err := FinalizeBootGuarded(ctx, t.privileged(), toplevel, limit, t.detachedOpts(), guard)
+	return answer, gen, t.wrap(err)
+}
+
 func (t *Transport) RevertBoot(ctx context.Context, running string, limit time.Duration) error {
 	if err := t.checkSudo(ctx); err != nil {
 		return t.wrap(err)
