@@ -341,13 +341,13 @@ func TestAccGuideSSHExampleApplies(t *testing.T) {
 	}
 
 	// The strict deploy: every node ok, running the system nodes.nix builds.
-	out, errOut := run(cmds[1])
+	out, _ := run(cmds[1])
 	okLines("the deploy", out)
 	runsSystem(t, lab, good)
 
 	// The deploy again, as JSON: every node ok, and nothing copied (each node holds its
 	// system already; an unstaged deploy switches it again, as the guide says).
-	out, errOut = run(cmds[2])
+	out, errOut := run(cmds[2])
 	var res struct {
 		OK     []string `json:"ok"`
 		Failed []string `json:"failed"`
