@@ -41,7 +41,10 @@ func (n *resumingNode) Run(_ context.Context, argv []string, _ deploybody.RunOpt
 // A halted rollout resumes a node only when the drift decision adopts this run's
 // system with its recorded ok verdict: the node runs and boots it. One that runs it but
 // does not boot it (a run cut off between its verdict record and its boot entry) is
-// deployed again, so that its boot entry is written.
+// deployed again, so that its boot entry is written. A node an earlier run reached that
+// is deployed again says why, in the words the provider's refresh gives the same node
+// (deploybody.JudgeDrift, asked with the system the provider's state would name); a node
+// no run reached yet (it runs and boots another system) is deployed without a word.
 func TestResumeJudgesOnlyANodeThatRunsAndBootsTheSystemWithAnOkVerdict(t *testing.T) {
 	const old, top, other = "/nix/store/aaaa-old", "/nix/store/tttt-this-run", "/nix/store/oooo-other"
 	at := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
@@ -52,18 +55,30 @@ func TestResumeJudgesOnlyANodeThatRunsAndBootsTheSystemWithAnOkVerdict(t *testin
 	cases := []struct {
 		name            string
 		node            resumingNode
+		activation      deploybody.Activation
 		want            bool
 		wantRecordReads int
+		// why is the provider's question whose decision's words the warning must carry
+		// (nil: no warning).
+		why *deploybody.DriftQuestion
 	}{
-		{"runs and boots it, ok verdict on record", resumingNode{running: top, profile: top, record: rec(top, true)}, true, 1},
-		{"runs it, boots the previous one", resumingNode{running: top, profile: old, record: rec(top, true)}, false, 0},
-		{"runs and boots it, failed verdict on record", resumingNode{running: top, profile: top, record: rec(top, false)}, false, 1},
-		{"runs and boots it, record of another system", resumingNode{running: top, profile: top, record: rec(other, true)}, false, 1},
-		{"runs and boots it, no record", resumingNode{running: top, profile: top}, false, 1},
-		{"runs another system with an ok verdict", resumingNode{running: other, profile: other, record: rec(other, true)}, false, 0},
+		{"runs and boots it, ok verdict on record", resumingNode{running: top, profile: top, record: rec(top, true)}, "", true, 1, nil},
+		{"runs it, boots the previous one", resumingNode{running: top, profile: old, record: rec(top, true)}, "", false, 0,
+			&deploybody.DriftQuestion{Node: "n1", Known: old}},
+		{"runs and boots it, failed verdict on record", resumingNode{running: top, profile: top, record: rec(top, false)}, "", false, 1,
+			&deploybody.DriftQuestion{Node: "n1", Known: old}},
+		{"runs and boots it, record of another system", resumingNode{running: top, profile: top, record: rec(other, true)}, "", false, 1,
+			&deploybody.DriftQuestion{Node: "n1", Known: old}},
+		{"runs and boots it, no record", resumingNode{running: top, profile: top}, "", false, 1,
+			&deploybody.DriftQuestion{Node: "n1", Known: old}},
+		{"runs another system with an ok verdict", resumingNode{running: other, profile: other, record: rec(other, true)}, "", false, 0, nil},
+		{"runs another system, boots a third (switched by hand)", resumingNode{running: other, profile: old}, "", false, 0,
+			&deploybody.DriftQuestion{Node: "n1", Known: old}},
+		{"runs another system, boots this one (activation boot)", resumingNode{running: old, profile: top}, deploybody.ActivationBoot, false, 0,
+			&deploybody.DriftQuestion{Node: "n1", Known: top, Activation: deploybody.ActivationBoot}},
 	}
 	for _, c := range cases {
-		d, ok := resumable(context.Background(), &c.node, "n1", top)
+		d, s, ok := resumable(context.Background(), &c.node, "n1", top)
 		if ok != c.want || c.node.recordReads != c.wantRecordReads {
 			t.Errorf("%s: resumed %v (%s: %s), record read %d times; want %v, %d", c.name, ok, d.Decision, d.Fact, c.node.recordReads, c.want, c.wantRecordReads)
 		}
@@ -73,6 +88,22 @@ func TestResumeJudgesOnlyANodeThatRunsAndBootsTheSystemWithAnOkVerdict(t *testin
 			if w := resumedWarning(d); !strings.Contains(w, want) || !strings.Contains(w, "2026-12-06T09:00:00Z") {
 				t.Errorf("%s: warning %q, want the drift decision's words %q", c.name, w, want)
 			}
+			continue
+		}
+		got := notResumedWarning("n1", d, s, top, c.activation)
+		if c.why == nil {
+			if got != "" {
+				t.Errorf("%s: warning %q, want none", c.name, got)
+			}
+			continue
+		}
+		ns := deploybody.NodeSystem{Running: c.node.running, Profile: c.node.profile, Generation: 5}
+		if c.why.NeedsRecord(ns) {
+			ns.Record = c.node.record
+		}
+		provider := deploybody.JudgeDrift(*c.why, ns)
+		if want := "not resumed: " + provider.Fact + " It is deployed again."; provider.Fact == "" || got != want {
+			t.Errorf("%s: warning %q\nwant the provider's words (%s) %q", c.name, got, provider.Decision, want)
 		}
 	}
 }
