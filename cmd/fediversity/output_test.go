@@ -27,7 +27,7 @@ func warnedOutcomes() []fleet.Outcome {
 			Warnings: []string{"the node runs /nix/store/b-other, not /nix/store/a-asked; its units are judged on the system the node runs (strict = false)"}}}},
 		{Node: "web02", Elapsed: time.Second, BuildWarnings: []string{"The evaluation of node web02 was not cached"},
 			NotResumed: "not resumed: Node web02 runs /nix/store/t-top, but its system profile (what it boots) points at /nix/store/a-old: the switch to /nix/store/t-top was not finished. It is deployed again.",
-			Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict, Warnings: []string{"took over the node lock of ci@nixos pid 4242: its holder is gone"}}}},
+			Outcome:    noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict, Warnings: []string{"took over the node lock of ci@nixos pid 4242: its holder is gone"}}}},
 		{Node: "web03", Elapsed: time.Second, Outcome: noderun.Outcome{Err: errors.New("node web03: phase switch: boom"), Result: &deploybody.Result{Warnings: []string{"switch-to-configuration exited 1: boom"}}}},
 		{Node: "web04", Elapsed: time.Second, Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict}}},
 	}
