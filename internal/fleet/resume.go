@@ -34,9 +34,9 @@ func resumeNode(ctx context.Context, t deploybody.Transport, opts *deploybody.Op
 	if opts.Toplevel == "" {
 		return false, "", nil, nil
 	}
-	d, s, ok := resumable(ctx, t, opts.Node, opts.Toplevel)
+	d, s, readErr, ok := resumable(ctx, t, opts.Node, opts.Toplevel)
 	if !ok {
-		return false, notResumedWarning(opts.Node, d, s, opts.Toplevel, opts.Activation), nil, nil
+		return false, notResumedWarning(ctx, t, opts.Node, d, s, readErr, opts.Toplevel, opts.Activation), nil, nil
 	}
 	res, err = deploybody.VerdictOnly(ctx, t, *opts)
 	if res != nil {
@@ -47,17 +47,18 @@ func resumeNode(ctx context.Context, t deploybody.Transport, opts *deploybody.Op
 
 // resumable reads the node and asks the drift decision whether an earlier run left it
 // running and booting toplevel with an ok verdict on record. A node not reachable, or
-// not there yet, is not: the deploy says which (the decision is then empty).
-func resumable(ctx context.Context, t deploybody.Transport, node, toplevel string) (deploybody.Drift, deploybody.NodeSystem, bool) {
+// not there yet, is not: the deploy says which (the decision is then empty, and
+// readErr the read's error).
+func resumable(ctx context.Context, t deploybody.Transport, node, toplevel string) (_ deploybody.Drift, _ deploybody.NodeSystem, readErr error, ok bool) {
 	q := deploybody.DriftQuestion{Node: node}
 	// The record is read only when the node runs (and boots) this run's system: any
 	// other system is deployed over whatever its record says.
 	s, err := deploybody.ReadNodeSystem(ctx, t, func(s deploybody.NodeSystem) bool { return s.Running == toplevel && q.NeedsRecord(s) })
 	if err != nil {
-		return deploybody.Drift{}, s, false
+		return deploybody.Drift{}, s, err, false
 	}
 	d := deploybody.JudgeDrift(q, s)
-	return d, s, d.Decision == deploybody.DriftAdoptWithVerdict && d.Running == toplevel
+	return d, s, nil, d.Decision == deploybody.DriftAdoptWithVerdict && d.Running == toplevel
 }
 
 // notResumedWarning says why a node an earlier run reached is deployed again rather
@@ -65,10 +66,16 @@ func resumable(ctx context.Context, t deploybody.Transport, node, toplevel strin
 // them, and what the command does about it. It is "" for a node no earlier run reached,
 // one that runs and boots another system than this run's: that is what a rollout
 // deploys over, every node of a first run, and its record was not read (so no decision
-// over it names more than that). Also for a node that was not read: the deploy says why.
-func notResumedWarning(node string, d deploybody.Drift, s deploybody.NodeSystem, toplevel string, activation deploybody.Activation) string {
+// over it names more than that). Also for a node that was not read (readErr): the
+// deploy says why; unless an earlier run's restore of it did not finish
+// (deploybody.JudgeUnfinishedRestore, which the provider's refresh asks too), which the
+// deploy's first step finishes.
+func notResumedWarning(ctx context.Context, t deploybody.Transport, node string, d deploybody.Drift, s deploybody.NodeSystem, readErr error, toplevel string, activation deploybody.Activation) string {
+	if fact := deploybody.JudgeUnfinishedRestore(ctx, t, deploybody.DriftQuestion{Node: node, Known: toplevel}, s, readErr); fact != "" {
+		return "not resumed: " + fact + " It is deployed again."
+	}
 	switch {
-	case d.Decision == "":
+	case readErr != nil:
 		return ""
 	case activation == deploybody.ActivationBoot && s.Profile == toplevel && s.Running != toplevel:
 		// An earlier run with activation = "boot" set this run's system as the boot

@@ -21,7 +21,12 @@ type resumingNode struct {
 	running, profile     string
 	record               *deploybody.VerdictRecord
 	recordReads          int
+	// pending is what the node's transport tells of an earlier run's unfinished
+	// restore (an Incus node's snapshot journal; "" none).
+	pending string
 }
+
+func (n *resumingNode) PendingRestore(context.Context) (string, error) { return n.pending, nil }
 
 func (n *resumingNode) Run(_ context.Context, argv []string, _ deploybody.RunOptions) (deploybody.RunResult, error) {
 	switch {
@@ -78,7 +83,7 @@ func TestResumeJudgesOnlyANodeThatRunsAndBootsTheSystemWithAnOkVerdict(t *testin
 			&deploybody.DriftQuestion{Node: "n1", Known: top, Activation: deploybody.ActivationBoot}},
 	}
 	for _, c := range cases {
-		d, s, ok := resumable(context.Background(), &c.node, "n1", top)
+		d, s, readErr, ok := resumable(context.Background(), &c.node, "n1", top)
 		if ok != c.want || c.node.recordReads != c.wantRecordReads {
 			t.Errorf("%s: resumed %v (%s: %s), record read %d times; want %v, %d", c.name, ok, d.Decision, d.Fact, c.node.recordReads, c.want, c.wantRecordReads)
 		}
@@ -90,7 +95,7 @@ func TestResumeJudgesOnlyANodeThatRunsAndBootsTheSystemWithAnOkVerdict(t *testin
 			}
 			continue
 		}
-		got := notResumedWarning("n1", d, s, top, c.activation)
+		got := notResumedWarning(context.Background(), &c.node, "n1", d, s, readErr, top, c.activation)
 		if c.why == nil {
 			if got != "" {
 				t.Errorf("%s: warning %q, want none", c.name, got)
@@ -104,6 +109,46 @@ func TestResumeJudgesOnlyANodeThatRunsAndBootsTheSystemWithAnOkVerdict(t *testin
 		provider := deploybody.JudgeDrift(*c.why, ns)
 		if want := "not resumed: " + provider.Fact + " It is deployed again."; provider.Fact == "" || got != want {
 			t.Errorf("%s: warning %q\nwant the provider's words (%s) %q", c.name, got, provider.Decision, want)
+		}
+	}
+}
+
+// A node an earlier run's restore left unfinished (an Incus node's snapshot journal
+// tells) is deployed again, whose first step finishes the restore, and says so in the
+// words the provider's refresh gives it (deploybody.JudgeUnfinishedRestore): whether the
+// restore stopped the instance (it does not answer) or had not stopped it yet (it runs
+// the state that restore kept aside). A node that runs this run's system is judged as
+// any other.
+func TestResumeSaysAnUnfinishedRestore(t *testing.T) {
+	const old, top, other = "/nix/store/aaaa-old", "/nix/store/tttt-this-run", "/nix/store/oooo-other"
+	const pending = "a restore of rollback point fediversity-1 began at 2026-12-06T09:00:00Z and has not finished"
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		node resumingNode
+		// the provider's words: its Read of the same node, its state naming old
+		want string
+	}{
+		{"stopped by the restore", resumingNode{pending: pending}, "Node n1 does not answer: " + pending + "."},
+		{"runs the state kept aside", resumingNode{running: other, profile: other, pending: pending}, "Node n1 runs " + other + ": " + pending + "."},
+		{"stopped, no restore begun", resumingNode{}, ""},
+		{"runs this run's system", resumingNode{running: top, profile: top, pending: pending}, ""},
+	}
+	for _, c := range cases {
+		d, s, readErr, ok := resumable(ctx, &c.node, "n1", top)
+		if ok {
+			t.Fatalf("%s: resumed", c.name)
+		}
+		got := notResumedWarning(ctx, &c.node, "n1", d, s, readErr, top, "")
+		if c.want == "" {
+			if strings.Contains(got, pending) {
+				t.Errorf("%s: warning %q names the restore", c.name, got)
+			}
+			continue
+		}
+		provider := deploybody.JudgeUnfinishedRestore(ctx, &c.node, deploybody.DriftQuestion{Node: "n1", Known: old}, s, readErr)
+		if provider != c.want || got != "not resumed: "+c.want+" It is deployed again." {
+			t.Errorf("%s: warning %q, provider's words %q; want both to say %q", c.name, got, provider, c.want)
 		}
 	}
 }
