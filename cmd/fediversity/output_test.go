@@ -17,15 +17,17 @@ import (
 )
 
 // Outcomes as the fleet engine returns them: a lenient verdict that judged another
-// system than asked (ok, with warnings), a lock taken over, a build warning, a failed
-// node with warnings of its own, and a node without any.
+// system than asked (ok, with warnings), a lock taken over, a build warning, a node a
+// resumed rollout deployed again, a failed node with warnings of its own, and a node
+// without any.
 func warnedOutcomes() []fleet.Outcome {
 	okVerdict := &judge.Verdict{OK: true, SystemState: "running"}
 	return []fleet.Outcome{
 		{Node: "web01", Elapsed: time.Second, Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict,
 			Warnings: []string{"the node runs /nix/store/b-other, not /nix/store/a-asked; its units are judged on the system the node runs (strict = false)"}}}},
 		{Node: "web02", Elapsed: time.Second, BuildWarnings: []string{"The evaluation of node web02 was not cached"},
-			Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict, Warnings: []string{"took over the node lock of ci@nixos pid 4242: its holder is gone"}}}},
+			NotResumed: "not resumed: Node web02 runs /nix/store/t-top, but its system profile (what it boots) points at /nix/store/a-old: the switch to /nix/store/t-top was not finished. It is deployed again.",
+			Outcome:    noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict, Warnings: []string{"took over the node lock of ci@nixos pid 4242: its holder is gone"}}}},
 		{Node: "web03", Elapsed: time.Second, Outcome: noderun.Outcome{Err: errors.New("node web03: phase switch: boom"), Result: &deploybody.Result{Warnings: []string{"switch-to-configuration exited 1: boom"}}}},
 		{Node: "web04", Elapsed: time.Second, Outcome: noderun.Outcome{Result: &deploybody.Result{Verdict: okVerdict}}},
 	}
@@ -39,6 +41,7 @@ func TestTableShowsEveryWarningPerNode(t *testing.T) {
 		"web01: warning: the node runs /nix/store/b-other, not /nix/store/a-asked",
 		"web02: warning: The evaluation of node web02 was not cached",
 		"web02: warning: took over the node lock of ci@nixos pid 4242",
+		"web02: warning: not resumed: Node web02 runs /nix/store/t-top, but its system profile",
 		"web03: warning: switch-to-configuration exited 1: boom",
 	} {
 		if !strings.Contains(out, want) {
@@ -72,7 +75,7 @@ func TestJSONHasEveryWarningPerNode(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"web01": 1, "web02": 2, "web03": 1, "web04": 0}
+	want := map[string]int{"web01": 1, "web02": 3, "web03": 1, "web04": 0}
 	for _, n := range got.Nodes {
 		if n.Warnings == nil {
 			t.Errorf("%s: no \"warnings\" key (want a list, empty when none)", n.Node)
@@ -82,8 +85,10 @@ func TestJSONHasEveryWarningPerNode(t *testing.T) {
 			t.Errorf("%s: %d warnings %q, want %d", n.Node, len(*n.Warnings), *n.Warnings, want[n.Node])
 		}
 	}
-	if !strings.Contains(b.String(), "took over the node lock") {
-		t.Errorf("--json lacks the lock takeover:\n%s", b.String())
+	for _, want := range []string{"took over the node lock", "not resumed: Node web02 runs /nix/store/t-top"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("--json lacks %q:\n%s", want, b.String())
+		}
 	}
 }
 

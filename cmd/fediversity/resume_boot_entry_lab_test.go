@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
@@ -16,8 +17,9 @@ import (
 // between its verdict record and its boot entry leaves it: the node runs the good
 // system with an ok verdict on record, but boots the old one. The same command again
 // must not take it as done (a verdict-only pass would leave the boot entry on the old
-// system): it deploys it again, not resumed, and the boot entry then names the good
-// system.
+// system): it deploys it again, not resumed, says why in the words the provider's
+// refresh gives the same node (an unfinished switch), and the boot entry then names the
+// good system.
 func TestLabCLIResumeDeploysANodeThatDoesNotBootItsSystem(t *testing.T) {
 	labtest.Require(t)
 	bin := buildCLI(t)
@@ -53,13 +55,23 @@ func TestLabCLIResumeDeploysANodeThatDoesNotBootItsSystem(t *testing.T) {
 		t.Fatalf("after the first rollout the node runs %s and boots %s, want %s", running, boots, good)
 	}
 	exec(fmt.Sprintf("nix-env --profile /nix/var/nix/profiles/system --switch-generation %d", gen))
-	if boots := readlink(t, n.Instance, "/nix/var/nix/profiles/system"); boots == good {
+	boots := readlink(t, n.Instance, "/nix/var/nix/profiles/system")
+	if boots == good {
 		t.Fatalf("the profile still points at %s after switching to generation %d", good, gen)
 	}
+	// What a provider whose state named the old system reads of this node.
+	refresh := deploybody.JudgeDrift(deploybody.DriftQuestion{Node: n.Name, Known: boots}, deploybody.NodeSystem{Running: good, Profile: boots})
+	if refresh.Decision != deploybody.DriftUnfinishedSwitch {
+		t.Fatalf("the provider's refresh decides %s of the node, want %s", refresh.Decision, deploybody.DriftUnfinishedSwitch)
+	}
+	why := "not resumed: " + refresh.Fact + " It is deployed again."
 
 	got := deploy()
 	if !got.OK || got.Resumed || switchSkipped(got) {
 		t.Errorf("second rollout: ok %v resumed %v switch skipped %v; want the node deployed again, not resumed (warnings %q)", got.OK, got.Resumed, switchSkipped(got), got.Warnings)
+	}
+	if len(got.Warnings) == 0 || got.Warnings[0] != why {
+		t.Errorf("second rollout: warnings %q, want first %q", got.Warnings, why)
 	}
 	if boots := readlink(t, n.Instance, "/nix/var/nix/profiles/system"); boots != good {
 		t.Errorf("after the second rollout the node boots %s, want %s", boots, good)

@@ -31,6 +31,41 @@ type RestoreResumer interface {
 	ResumeRestore(ctx context.Context) (string, error)
 }
 
+// PendingRestoreReader is implemented by a transport whose node an earlier run's
+// restore may have left unfinished (the Incus snapshot guard's journal): an instance
+// that runs the state a cut-off restore kept aside answers like any other, and one the
+// restore stopped does not answer; only the transport's own records tell.
+type PendingRestoreReader interface {
+	// PendingRestore describes the latest unfinished restore of the node and what the
+	// next deploy does about it ("" when there is none).
+	PendingRestore(ctx context.Context) (string, error)
+}
+
+// JudgeUnfinishedRestore is the drift decision's question for a node an earlier run's
+// restore may have left unfinished, asked by both front ends when a read of the node
+// failed (readErr) or found it running another system than q.Known: the provider's
+// Read (then an unfinished deploy, which the next plan deploys again) and the command's
+// resume (then not resumed). It returns the fact in the words both show, naming the
+// node; "" when the node runs q.Known, the transport keeps no such records, or they
+// tell of no unfinished restore (or cannot be read: the read's own error says enough).
+func JudgeUnfinishedRestore(ctx context.Context, t Transport, q DriftQuestion, s NodeSystem, readErr error) string {
+	if readErr == nil && s.Running == q.Known {
+		return ""
+	}
+	r, ok := t.(PendingRestoreReader)
+	if !ok {
+		return ""
+	}
+	what, err := r.PendingRestore(ctx)
+	if err != nil || what == "" {
+		return ""
+	}
+	if readErr != nil {
+		return fmt.Sprintf("Node %s does not answer: %s.", q.Node, what)
+	}
+	return fmt.Sprintf("Node %s runs %s: %s.", q.Node, DescribeProfile(s.Running), what)
+}
+
 // resumeRestore runs before the wait for the node: the node lock lives on the node, so
 // an instance stopped by a cut-off restore has none to take. The transport tells a
 // restore still at work from a cut-off one (see its ResumeRestore).

@@ -87,6 +87,12 @@ type Outcome struct {
 	// Resumed: an earlier run had already deployed this run's system with an ok
 	// verdict; the node was judged again (verdict only), not copied to or switched.
 	Resumed bool
+	// NotResumed, when set, says why a staged rollout deployed the node again though an
+	// earlier run had reached it (it runs this run's system without booting it, or
+	// without an ok verdict of it; it runs a system its boot entry does not point at):
+	// the drift decision's words, as the provider's plan shows them. It is the first of
+	// Warnings.
+	NotResumed string
 	// Interrupted: the run was interrupted (Ctrl-C, SIGTERM) while the node's run was
 	// under way, and it ended with no verdict. It is neither ok nor a failed deploy: it
 	// does not count against a rollout's failure budget, and the exports say
@@ -136,11 +142,15 @@ func (o Outcome) NotBack() bool {
 	return errors.Is(o.Err, deploybody.ErrNotBack)
 }
 
-// Warnings are every warning of the node's run, in order: the build's, then the
-// run's (the rollback point's, a lock taken over, a lenient verdict's reasons, a
-// system judged that is not the one asked for, …).
+// Warnings are every warning of the node's run, in order: why it was not resumed,
+// the build's, then the run's (the rollback point's, a lock taken over, a lenient
+// verdict's reasons, a system judged that is not the one asked for, …).
 func (o Outcome) Warnings() []string {
-	return append(append([]string{}, o.BuildWarnings...), o.Outcome.Warnings()...)
+	out := []string{} // never nil: the JSON's "warnings" is a list, empty when none
+	if o.NotResumed != "" {
+		out = append(out, o.NotResumed)
+	}
+	return append(append(out, o.BuildWarnings...), o.Outcome.Warnings()...)
 }
 
 // Plan checks the group before anything runs and returns the nodes that will run, in
@@ -292,7 +302,8 @@ func (g *Group) runNode(ctx context.Context, conns *connections, nix *nixeval.Ev
 			}
 		}
 		if g.Rollout.Staged() {
-			resumed, res, err := resumeNode(ctx, t, opts, report)
+			resumed, notResumed, res, err := resumeNode(ctx, t, opts, report)
+			out.NotResumed = notResumed
 			if resumed || err != nil {
 				out.Resumed = resumed
 				// Every clean verdict of a deploy becomes the node's last good system:

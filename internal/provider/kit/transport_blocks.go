@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
@@ -89,6 +90,38 @@ func (b *TransportBlocks) KeepSurelyGiven(ctx context.Context, config tfsdk.Conf
 			}
 		}
 	}
+}
+
+// TransportSpecValidator judges, when the configuration is validated, the transport
+// blocks of an object that reaches a node without being the node's settings (the SPIRE
+// registration): its `node` and blocks decoded into a node spec and validated
+// (nodespec.Spec.Validate), so a bad block gets the words a node object and the
+// command's roster get for it, naming the node. Values not known yet are judged at
+// plan (ResolveTarget).
+type TransportSpecValidator struct{}
+
+var _ resource.ConfigValidator = TransportSpecValidator{}
+
+func (TransportSpecValidator) Description(context.Context) string {
+	return "the transport blocks make a valid node spec"
+}
+
+func (v TransportSpecValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+
+func (TransportSpecValidator) ValidateResource(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var node types.String
+	var b TransportBlocks
+	if req.Config.GetAttribute(ctx, path.Root("node"), &node).HasError() ||
+		req.Config.GetAttribute(ctx, path.Root("ssh"), &b.SSH).HasError() ||
+		req.Config.GetAttribute(ctx, path.Root("incus"), &b.Incus).HasError() {
+		return // a block not known yet: judged at plan
+	}
+	b.KeepSurelyGiven(ctx, req.Config)
+	spec := nodespec.Spec{Node: node.ValueString()}
+	b.Spec(&spec)
+	resp.Diagnostics.Append(KnownSpecDiagnostics(ctx, req.Config, spec.Validate())...)
 }
 
 // TransportBlocksFromTarget fills the blocks on import.
@@ -235,7 +268,8 @@ func SSHBlockSchema(changeEffect string) schema.SingleNestedBlock {
 				Optional: true,
 				MarkdownDescription: "The node's public host key in authorized_keys form (`ssh-ed25519 AAAA…`). " +
 					"Takes precedence over `known_hosts_file`.",
-				Validators: []validator.String{hostKeyValidator{}},
+				// Not checked here but by the node spec (nodespec.Spec.Validate), in the
+				// command's words, so that a bad key is one error, naming the node.
 			},
 			"known_hosts_file": schema.StringAttribute{
 				Optional:            true,
@@ -263,7 +297,7 @@ func SSHBlockSchema(changeEffect string) schema.SingleNestedBlock {
 					"host":             schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host name or address."},
 					"port":             schema.Int64Attribute{Optional: true, MarkdownDescription: "Jump host sshd port. Default `22`.", Validators: []validator.Int64{int64validator.Between(1, 65535)}},
 					"user":             schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host user. Default: the node's `user`."},
-					"host_key":         schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host public key (`ssh-ed25519 AAAA…`). `insecure_ignore_host_key` on the node does not reach the jump host: it keeps this pin (or `known_hosts_file`).", Validators: []validator.String{hostKeyValidator{}}},
+					"host_key":         schema.StringAttribute{Optional: true, MarkdownDescription: "Jump host public key (`ssh-ed25519 AAAA…`). `insecure_ignore_host_key` on the node does not reach the jump host: it keeps this pin (or `known_hosts_file`)."},
 					"known_hosts_file": schema.StringAttribute{Optional: true, MarkdownDescription: "known_hosts file pinning the jump host's key. Default: the node's `known_hosts_file`."},
 				},
 			},

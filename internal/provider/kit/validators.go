@@ -30,14 +30,16 @@ var DNSLabelValidators = []validator.String{
 // AbsPathRE accepts absolute paths on a node without spaces or quotes.
 var AbsPathRE = regexp.MustCompile(`^/[A-Za-z0-9_./-]*$`)
 
-// hostKeyValidator accepts a public key in authorized_keys form.
-type hostKeyValidator struct{}
+// HostKeyValidator accepts a public key in authorized_keys form. The node objects'
+// ssh blocks go without it: their keys are the node spec's to judge (one error, naming
+// the node); a block that is no node's settings (the spire node) keeps it.
+type HostKeyValidator struct{}
 
-func (hostKeyValidator) Description(context.Context) string {
+func (HostKeyValidator) Description(context.Context) string {
 	return "a public host key in authorized_keys form (ssh-ed25519 AAAA…)"
 }
-func (v hostKeyValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-func (hostKeyValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+func (v HostKeyValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (HostKeyValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() || req.ConfigValue.ValueString() == "" {
 		return
 	}

@@ -5,7 +5,6 @@ package node
 // (incustransport.SnapshotGuard).
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/nodespec"
 	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 )
@@ -60,30 +58,16 @@ func snapshotRestoreDiagnostic(node string, g *incustransport.SnapshotGuard, res
 	return diags
 }
 
-// withPendingRestore adds to a read of an Incus node that failed what an earlier run's
-// unfinished restore tells of it (a *pendingRestoreError): the instance that restore
-// stopped does not answer, and the next deploy finishes the restore first.
-func withPendingRestore(ctx context.Context, t deploybody.Transport, err error) error {
-	it, ok := t.(*incustransport.Transport)
-	if !ok {
-		return err
-	}
-	pending, perr := it.PendingRestores(ctx)
-	if perr != nil || len(pending) == 0 {
-		return err
-	}
-	return &pendingRestoreError{err: err, what: pending[len(pending)-1].Describe(it.Instance())}
-}
-
-// pendingRestoreError is a node read that failed on an instance an unfinished restore
-// left stopped; what says so, for the plan.
-type pendingRestoreError struct {
+// unfinishedRestoreError is a node read that failed on an instance an earlier run's
+// unfinished restore left stopped; fact says so, naming the node, for the plan
+// (deploybody.JudgeUnfinishedRestore).
+type unfinishedRestoreError struct {
 	err  error
-	what string
+	fact string
 }
 
-func (e *pendingRestoreError) Error() string { return e.err.Error() + "; " + e.what }
-func (e *pendingRestoreError) Unwrap() error { return e.err }
+func (e *unfinishedRestoreError) Error() string { return e.err.Error() + "; " + e.fact }
+func (e *unfinishedRestoreError) Unwrap() error { return e.err }
 
 // snapshotModel is the `snapshot` block (Incus only).
 type snapshotModel struct {

@@ -156,3 +156,124 @@ func attributeName(p *tftypes.AttributePath) string {
 	}
 	return strings.Join(parts, ".")
 }
+
+// A host key that is not one is refused once per object that reaches a node, when the
+// configuration is validated: one error, at the attribute, naming the node, in the node
+// spec's words, which the command prints for the same roster entry. (The ssh block's
+// schema used to check the key too, so the operator read the same mistake twice.)
+func TestABadHostKeyIsOneErrorInTheSpecsWords(t *testing.T) {
+	server, err := acctest.ProtoV6ProviderFactories["fediversity"]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemas, err := server.GetProviderSchema(t.Context(), &tfprotov6.GetProviderSchemaRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validateResource := func(object string) func(*tfprotov6.DynamicValue) []*tfprotov6.Diagnostic {
+		return func(config *tfprotov6.DynamicValue) []*tfprotov6.Diagnostic {
+			resp, err := server.ValidateResourceConfig(t.Context(), &tfprotov6.ValidateResourceConfigRequest{TypeName: object, Config: config})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Diagnostics
+		}
+	}
+	objects := []struct {
+		name     string
+		schema   *tfprotov6.Schema
+		validate func(*tfprotov6.DynamicValue) []*tfprotov6.Diagnostic
+		required map[string]string // the object's other required attributes
+	}{
+		{"fediversity_node_switch", schemas.ResourceSchemas["fediversity_node_switch"], validateResource("fediversity_node_switch"), nil},
+		{"fediversity_verdict", schemas.ResourceSchemas["fediversity_verdict"], validateResource("fediversity_verdict"), nil},
+		{"fediversity_spire_registration", schemas.ResourceSchemas["fediversity_spire_registration"], validateResource("fediversity_spire_registration"),
+			map[string]string{"group": "g1", "trust_bundle": "-----BEGIN CERTIFICATE-----"}},
+		{"fediversity_node_health", schemas.DataSourceSchemas["fediversity_node_health"], func(config *tfprotov6.DynamicValue) []*tfprotov6.Diagnostic {
+			resp, err := server.ValidateDataResourceConfig(t.Context(), &tfprotov6.ValidateDataResourceConfigRequest{TypeName: "fediversity_node_health", Config: config})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Diagnostics
+		}, nil},
+	}
+	const badKey = "ssh-ed25519 not-a-key"
+	cases := []struct {
+		field  string            // the node spec's field, and the attribute
+		set    map[string]string // beside node, ssh.host and a good ssh.host_key
+		roster string            // the same node in the command's roster
+	}{
+		{"ssh.host_key", map[string]string{"ssh.host_key": badKey}, `{"host": "127.0.0.1", "host_key": "` + badKey + `"}`},
+		{"ssh.jump.host_key", map[string]string{"ssh.jump.host": "bastion", "ssh.jump.host_key": badKey},
+			`{"host": "127.0.0.1", "host_key": "` + wordsTestKey + `", "jump": {"host": "bastion", "host_key": "` + badKey + `"}}`},
+	}
+	for _, o := range objects {
+		for _, c := range cases {
+			t.Run(o.name+"/"+c.field, func(t *testing.T) {
+				set := map[string]string{"node": "web01", "ssh.host": "127.0.0.1", "ssh.host_key": wordsTestKey}
+				for k, v := range o.required {
+					set[k] = v
+				}
+				for k, v := range c.set {
+					set[k] = v
+				}
+				typ := o.schema.ValueType().(tftypes.Object)
+				config, err := tfprotov6.NewDynamicValue(typ, configValue(typ, set, ""))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var errs []string
+				var got *tfprotov6.Diagnostic
+				for _, d := range o.validate(&config) {
+					if d.Severity != tfprotov6.DiagnosticSeverityError {
+						continue
+					}
+					errs = append(errs, d.Summary+": "+d.Detail)
+					if d.Attribute != nil && attributeName(d.Attribute) == c.field {
+						got = d
+					}
+				}
+				if got == nil || len(errs) != 1 {
+					t.Fatalf("want one error, at %s; got %d: %s", c.field, len(errs), strings.Join(errs, " | "))
+				}
+				prefix := "Node web01: " + c.field + ": "
+				if got.Summary != "Not an SSH host key" || !strings.HasPrefix(got.Detail, prefix) {
+					t.Fatalf("got %s: %s\nwant Not an SSH host key: %s…", got.Summary, got.Detail, prefix)
+				}
+				message := strings.TrimSuffix(strings.TrimPrefix(got.Detail, prefix), ".")
+				file := filepath.Join(t.TempDir(), "roster.json")
+				if err := os.WriteFile(file, []byte(`{"nodes": {"web01": `+c.roster+`}}`), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				// The roster is flat: its fields are the ssh block's without "ssh.".
+				_, err = fleet.LoadRoster(file)
+				if want := `node "web01": ` + strings.TrimPrefix(c.field, "ssh.") + ": " + message; err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("the command's words differ\nprovider: %s\ncommand:  %v", want, err)
+				}
+			})
+		}
+	}
+	// The spire node is no node's settings: its block keeps the schema's own check,
+	// one error at its attribute too.
+	for _, field := range []string{"spire_node.host_key", "spire_node.jump.host_key"} {
+		t.Run("fediversity_spire_registration/"+field, func(t *testing.T) {
+			set := map[string]string{"node": "web01", "group": "g1", "trust_bundle": "-----BEGIN CERTIFICATE-----",
+				"ssh.host": "127.0.0.1", "ssh.host_key": wordsTestKey,
+				"spire_node.host": "127.0.0.2", "spire_node.host_key": wordsTestKey, "spire_node.jump.host": "bastion", field: badKey}
+			typ := schemas.ResourceSchemas["fediversity_spire_registration"].ValueType().(tftypes.Object)
+			config, err := tfprotov6.NewDynamicValue(typ, configValue(typ, set, ""))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var errs []string
+			for _, d := range validateResource("fediversity_spire_registration")(&config) {
+				if d.Severity == tfprotov6.DiagnosticSeverityError {
+					errs = append(errs, d.Summary+": "+d.Detail)
+				}
+			}
+			if want := "Not an SSH host key: " + field + ": "; len(errs) != 1 || !strings.HasPrefix(errs[0], want) {
+				t.Fatalf("want one error, %s…; got %d: %s", want, len(errs), strings.Join(errs, " | "))
+			}
+		})
+	}
+}

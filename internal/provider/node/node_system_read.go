@@ -17,7 +17,6 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody"
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 	"github.com/fediversity/terraform-provider-fediversity/internal/provider/kit"
-	incustransport "github.com/fediversity/terraform-provider-fediversity/internal/transport/incus"
 	"github.com/fediversity/terraform-provider-fediversity/internal/transport/remote"
 )
 
@@ -34,9 +33,10 @@ type nodeSystem struct {
 	// false when the login could not read its record (records.LastGoodReadScript).
 	lastGood     string
 	lastGoodRead bool
-	// pendingRestore describes an earlier run's unfinished restore of the (Incus)
-	// node, read only when wantPending asked: "" when there is none.
-	pendingRestore string
+	// unfinishedRestore is the fact of an earlier run's unfinished restore of the
+	// (Incus) node, when it does not run the system the question knows
+	// (deploybody.JudgeUnfinishedRestore): "" when there is none.
+	unfinishedRestore string
 }
 
 // readSystemScript prints what the drift decision reads (deploybody.SystemScript: the
@@ -45,12 +45,14 @@ type nodeSystem struct {
 // the record of its last good system (what a plan of `deploy = "last-good"` deploys).
 var readSystemScript = deploybody.SystemScript + "; " + deploybody.RebootFactsScript + "; " + records.LastGoodReadScript
 
-// readNodeSystem asks the node what it runs and boots, in one round trip, and, when
-// wantRecord says so, reads its verdict record over the same connection; when
-// wantPending says so (a node that does not run what the state says), it lists an Incus
-// node's unfinished restores too: an instance that runs the state a cut-off restore
-// kept aside answers like any other, and only its snapshots tell.
-func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget, cfg *kit.Config, wantRecord func(deploybody.NodeSystem) bool, wantPending func(nodeSystem) bool) (_ nodeSystem, err error) {
+// readNodeSystem asks the node what it runs and boots, in one round trip, and, when the
+// drift question needs it (q.NeedsRecord), reads its verdict record over the same
+// connection. A node that does not answer, or does not run what q knows, is asked for
+// an earlier run's unfinished restore too (deploybody.JudgeUnfinishedRestore): an
+// instance that runs the state a cut-off restore kept aside answers like any other, and
+// only its snapshots tell.
+func readNodeSystem(ctx context.Context, target kit.TransportTarget, cfg *kit.Config, q deploybody.DriftQuestion) (_ nodeSystem, err error) {
+	node := q.Node
 	var ns nodeSystem
 	opened, err := kit.OpenTransport(ctx, node, target, cfg)
 	if err != nil {
@@ -61,7 +63,10 @@ func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget
 	defer logNodeRead(ctx, node, target, opened, time.Now(), dialsOf(opened), t, &err)
 	res, err := t.Run(ctx, []string{"sh", "-c", readSystemScript}, deploybody.RunOptions{})
 	if err != nil {
-		return ns, withPendingRestore(ctx, opened, err)
+		if fact := deploybody.JudgeUnfinishedRestore(ctx, opened, q, deploybody.NodeSystem{}, err); fact != "" {
+			return ns, &unfinishedRestoreError{err: err, fact: fact}
+		}
+		return ns, err
 	}
 	lines := strings.Split(string(res.Stdout), "\n")
 	for len(lines) < 5 {
@@ -73,14 +78,10 @@ func readNodeSystem(ctx context.Context, node string, target kit.TransportTarget
 	if err := ns.CheckRead(res); err != nil {
 		return nodeSystem{}, err
 	}
-	if wantRecord != nil && wantRecord(ns.NodeSystem) {
+	if q.NeedsRecord(ns.NodeSystem) {
 		ns.Record, ns.RecordErr = deploybody.ReadVerdictRecord(ctx, t)
 	}
-	if it, ok := opened.(*incustransport.Transport); ok && wantPending != nil && wantPending(ns) {
-		if pending, err := it.PendingRestores(ctx); err == nil && len(pending) > 0 {
-			ns.pendingRestore = pending[len(pending)-1].Describe(it.Instance())
-		}
-	}
+	ns.unfinishedRestore = deploybody.JudgeUnfinishedRestore(ctx, opened, q, ns.NodeSystem, nil)
 	return ns, nil
 }
 

@@ -578,14 +578,13 @@ func (r *nodeSwitchResource) readRunningSystem(ctx context.Context, m *nodeSwitc
 	// The verdict record is read only when Read would adopt the running system
 	// (q.NeedsRecord). An Incus node that does not run what the state says may run a
 	// state a cut-off restore kept aside: its restore's journal is looked for then.
-	wantPending := func(ns nodeSystem) bool { return ns.Running != m.Toplevel.ValueString() }
-	ns, err := readNodeSystem(ctx, node, target, r.cfg, q.NeedsRecord, wantPending)
-	var pending *pendingRestoreError
+	ns, err := readNodeSystem(ctx, target, r.cfg, q)
+	var pending *unfinishedRestoreError
 	if errors.As(err, &pending) && interrupted != nil && !m.Toplevel.IsNull() {
 		// A restore cut off in the middle is an unfinished deploy: the next plan
 		// deploys again, whose first step finishes the restore, even when the
 		// configuration names the system the state holds.
-		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: fmt.Sprintf("Node %s does not answer: %s.", node, pending.what)}
+		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: pending.fact}
 	}
 	if err != nil {
 		diags.AddWarning(fmt.Sprintf("Node %s did not answer; state kept", node),
@@ -593,11 +592,11 @@ func (r *nodeSwitchResource) readRunningSystem(ctx context.Context, m *nodeSwitc
 				"Bring the node back (or fix the transport) and run plan again; removing it from the configuration forgets it.", err))
 		return ns, false, diags
 	}
-	if ns.pendingRestore != "" && interrupted != nil && !m.Toplevel.IsNull() {
+	if ns.unfinishedRestore != "" && interrupted != nil && !m.Toplevel.IsNull() {
 		// The instance answers, but runs what an unfinished restore has not put back yet
 		// (one cut off before its stop): the next plan deploys, whose first step
 		// finishes the restore.
-		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: fmt.Sprintf("Node %s runs %s: %s.", node, deploybody.DescribeProfile(ns.Running), ns.pendingRestore)}
+		*interrupted = &interruptedDeploy{toplevel: m.Toplevel.ValueString(), why: ns.unfinishedRestore}
 		return ns, false, diags
 	}
 	return ns, true, diags

@@ -24,9 +24,10 @@ import (
 )
 
 var (
-	_ resource.Resource               = &spireRegistrationResource{}
-	_ resource.ResourceWithConfigure  = &spireRegistrationResource{}
-	_ resource.ResourceWithModifyPlan = &spireRegistrationResource{}
+	_ resource.Resource                     = &spireRegistrationResource{}
+	_ resource.ResourceWithConfigure        = &spireRegistrationResource{}
+	_ resource.ResourceWithModifyPlan       = &spireRegistrationResource{}
+	_ resource.ResourceWithConfigValidators = &spireRegistrationResource{}
 )
 
 // NewSpireRegistrationResource is the fediversity_spire_registration resource.
@@ -100,6 +101,11 @@ func (r *spireRegistrationResource) Schema(ctx context.Context, _ resource.Schem
 	for name, b := range kit.TransportBlockSchemas("How the token and the bundle reach the node. Changing it changes nothing on the node until the next replacement.") {
 		resp.Schema.Blocks[name] = b
 	}
+}
+
+func (r *spireRegistrationResource) ConfigValidators(context.Context) []resource.ConfigValidator {
+	// The node's transport block in the node spec's words, as the node objects judge it.
+	return []resource.ConfigValidator{kit.TransportSpecValidator{}}
 }
 
 func (r *spireRegistrationResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {

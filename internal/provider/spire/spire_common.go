@@ -45,6 +45,15 @@ func spireNodeBlockSchema() schema.SingleNestedBlock {
 	// Deploy-only settings of a node's ssh block mean nothing for the spire node.
 	delete(b.Attributes, "revert_on_lockout")
 	delete(b.Attributes, "sudo")
+	// The spire node is no node's settings, so no node spec judges its block when the
+	// configuration is validated: its pinned keys are checked here.
+	pinChecked := func(attrs map[string]schema.Attribute) {
+		a := attrs["host_key"].(schema.StringAttribute)
+		a.Validators = append(a.Validators, kit.HostKeyValidator{})
+		attrs["host_key"] = a
+	}
+	pinChecked(b.Attributes)
+	pinChecked(b.Blocks["jump"].(schema.SingleNestedBlock).Attributes)
 	b.MarkdownDescription = "How to reach the spire node (the machine that runs spire-server) over SSH, as for a node of the `ssh` method. " +
 		"Required. The host key is pinned: give `host_key` or `known_hosts_file`. The private key or agent comes from the provider " +
 		"(`ssh_private_key_file` / `SSH_PRIVATE_KEY_FILE`, `ssh_auth_sock`), per run, never from here. The user must be root (or " +

@@ -122,6 +122,17 @@ func (t *Transport) PendingRestores(ctx context.Context) ([]PendingRestore, erro
 	return out, nil
 }
 
+// PendingRestore describes the latest unfinished restore of the instance ("" when
+// there is none): deploybody.PendingRestoreReader, which both front ends' drift
+// decisions ask (deploybody.JudgeUnfinishedRestore).
+func (t *Transport) PendingRestore(ctx context.Context) (string, error) {
+	pending, err := t.PendingRestores(ctx)
+	if err != nil || len(pending) == 0 {
+		return "", err
+	}
+	return pending[len(pending)-1].Describe(t.instance), nil
+}
+
 // ListPendingRestores lists the restores of instance that have not finished, oldest
 // first (for a reader that holds a client and no transport: fediversity_incus_node).
 func ListPendingRestores(ctx context.Context, c *incusapi.Client, instance string) ([]PendingRestore, error) {
@@ -155,7 +166,10 @@ func (p PendingRestore) Describe(instance string) string {
 // was restoring, nodespec.InterruptedRestoreAbort the state it kept aside.
 func (g *SnapshotGuard) SetInterruptedRestore(mode string) { g.interrupted = mode }
 
-var _ deploybody.RestoreResumer = (*SnapshotGuard)(nil)
+var (
+	_ deploybody.RestoreResumer       = (*SnapshotGuard)(nil)
+	_ deploybody.PendingRestoreReader = (*Transport)(nil)
+)
 
 // ResumeRestore finishes a restore that an earlier run left unfinished, before this
 // run waits for the node; it returns what it did, for the run's warnings ("" when
