@@ -6,10 +6,29 @@ terraform {
   }
 }
 
+# What differs from one cluster to another: set them in terraform.tfvars.
+variable "namespace" {
+  description = "The namespace the group runs in. The apply makes it; a destroy deletes it, with everything in it."
+  type        = string
+  default     = "tenant-a"
+}
+
+variable "runtime_class" {
+  description = "The cluster's RuntimeClass that runs a node's systemd as PID 1 (checked at every plan)."
+  type        = string
+  default     = "fediversity"
+}
+
+variable "storage_class" {
+  description = "The cluster's StorageClass of each node's state claim; one with a provisioner, which makes a volume for each claim."
+  type        = string
+  default     = "local-path"
+}
+
 # Cluster and registry: kube_config_path or KUBE_CONFIG_PATH, k8s_registry or
 # K8S_REGISTRY, registry credentials from REGISTRY_AUTH_FILE. None of them is stored.
 provider "fediversity" {
-  k8s_namespace = "tenant-a"
+  k8s_namespace = var.namespace
 }
 
 module "group" {
@@ -29,8 +48,8 @@ module "group" {
     web02 = { build = { file = "${path.root}/nodes.nix", attribute = "web02" }, storage_size = "20Gi" }
   }
 
-  runtime_class = "fediversity"
-  storage_class = "local-path"
+  runtime_class = var.runtime_class
+  storage_class = var.storage_class
   storage_size  = "10Gi"
   timings       = { rollout_wait = "5m", pull_grace = "20s" }
 
@@ -43,4 +62,8 @@ module "group" {
 
 output "summary" {
   value = module.group.summary
+}
+
+output "verdicts" {
+  value = module.group.verdicts
 }
