@@ -325,6 +325,7 @@ func applyGuideK8sExample(t *testing.T, a *acctest.K8s, ex guideK8sExample) {
 		if cur, err := a.Exec(pod, "readlink", "/run/current-system"); err != nil || cur != want {
 			t.Errorf("%s's pod runs %q (%v), want %s", n, cur, err, want)
 		}
+		t.Logf("%s: rollout %s, pod %s on %s booted, running %s (image %s)", n, v.Status, pod.Name, pod.Spec.NodeName, want, ref)
 		if ex.booted != nil {
 			if err := ex.booted(n, pod); err != nil {
 				t.Error(err)
