@@ -66,9 +66,15 @@ func printedFile(t *testing.T, root, guide, lang, rel string) []byte {
 // a real nodes.nix is (the stand-in does not read it).
 func operatorNodesNix(t *testing.T, root, dir string) string {
 	t.Helper()
+	return operatorNodesNixOf(t, root, dir, labtest.ClosureGood)
+}
+
+// operatorNodesNixOf is operatorNodesNix with the lab's stand-in system attr.
+func operatorNodesNixOf(t *testing.T, root, dir, attr string) string {
+	t.Helper()
 	file := filepath.Join(dir, "nodes.nix")
 	text := fmt.Sprintf("{ planFile ? \"\" }:\n{\n  system = (import %s { inherit planFile; }).%s;\n}\n",
-		filepath.Join(root, "lab", "closures", "default.nix"), labtest.ClosureGood)
+		filepath.Join(root, "lab", "closures", "default.nix"), attr)
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
