@@ -20,10 +20,12 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -66,9 +68,20 @@ func printedFile(t *testing.T, root, guide, lang, rel string) []byte {
 // a real nodes.nix is (the stand-in does not read it).
 func operatorNodesNix(t *testing.T, root, dir string) string {
 	t.Helper()
+	return operatorNodesNixOf(t, root, dir, labtest.ClosureGood, nil)
+}
+
+// operatorNodesNixOf is operatorNodesNix with the lab's stand-in system attr, built with
+// the further arguments args.
+func operatorNodesNixOf(t *testing.T, root, dir, attr string, args map[string]string) string {
+	t.Helper()
 	file := filepath.Join(dir, "nodes.nix")
-	text := fmt.Sprintf("{ planFile ? \"\" }:\n{\n  system = (import %s { inherit planFile; }).%s;\n}\n",
-		filepath.Join(root, "lab", "closures", "default.nix"), labtest.ClosureGood)
+	var more strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(args)) {
+		fmt.Fprintf(&more, " %s = %q;", k, args[k])
+	}
+	text := fmt.Sprintf("{ planFile ? \"\" }:\n{\n  system = (import %s { inherit planFile;%s }).%s;\n}\n",
+		filepath.Join(root, "lab", "closures", "default.nix"), more.String(), attr)
 	if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
