@@ -73,7 +73,11 @@ func TestAccModuleTFIncusFromSource(t *testing.T) {
 	for _, s := range []string{"a", "b"} {
 		n := labtest.Prefix() + "-t-mts-" + s
 		names = append(names, n)
+		// Before as well as after: a run killed before its cleanup leaves the node's
+		// container and images, and the destroy step below would take those images for
+		// ones this run's module failed to delete (a CI run after a killed one did).
 		removeContainerAndDataVolume(n)
+		removeImagesOf(n)
 		t.Cleanup(func() { removeContainerAndDataVolume(n); removeImagesOf(n) })
 	}
 	a, b := names[0], names[1]
