@@ -31,7 +31,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -255,11 +254,7 @@ func applyGuideK8sExample(t *testing.T, a *acctest.K8s, ex guideK8sExample) {
 
 	var outputs struct {
 		Summary struct {
-			Value struct {
-				OK       []string            `json:"ok"`
-				Failing  map[string][]string `json:"failing"`
-				Disabled []string            `json:"disabled"`
-			} `json:"value"`
+			Value exampleSummary `json:"value"`
 		} `json:"summary"`
 		Verdicts struct {
 			Value map[string]struct {
@@ -269,18 +264,8 @@ func applyGuideK8sExample(t *testing.T, a *acctest.K8s, ex guideK8sExample) {
 			} `json:"value"`
 		} `json:"verdicts"`
 	}
-	js, code := c.Run("output", "-json", "-no-color")
-	if code != 0 {
-		t.Fatalf("output -json exited %d:\n%s", code, js)
-	}
-	if err := json.Unmarshal([]byte(js), &outputs); err != nil {
-		t.Fatalf("output -json: %v\n%s", err, js)
-	}
-	sum := outputs.Summary.Value
-	sort.Strings(sum.OK)
-	if strings.Join(sum.OK, ",") != strings.Join(guideExampleNodes, ",") || len(sum.Failing) != 0 || len(sum.Disabled) != 0 {
-		t.Errorf("summary %+v, want every node ok and none failing or disabled; apply printed:\n%s", sum, out)
-	}
+	readOutputs(t, c, &outputs)
+	everyNodeOK(t, outputs.Summary.Value, guideExampleNodes, out)
 
 	// Each node: its rollout ready, its Deployment naming the image the apply pushed,
 	// built from the system nodes.nix builds for that node's plan, and its pod booted

@@ -37,6 +37,36 @@ import (
 // guideExampleNodes are the nodes of the guides' sample baked configuration.
 var guideExampleNodes = []string{"web01", "web02"}
 
+// exampleSummary is a group module's `summary` output.
+type exampleSummary struct {
+	OK       []string            `json:"ok"`
+	Failing  map[string][]string `json:"failing"`
+	Disabled []string            `json:"disabled"`
+}
+
+// readOutputs reads the root module's outputs (`output -json`) into outputs, a struct
+// whose fields name the outputs and their `value`.
+func readOutputs(t *testing.T, c *acctest.CLIDir, outputs any) {
+	t.Helper()
+	js, code := c.Run("output", "-json", "-no-color")
+	if code != 0 {
+		t.Fatalf("output -json exited %d:\n%s", code, js)
+	}
+	if err := json.Unmarshal([]byte(js), outputs); err != nil {
+		t.Fatalf("output -json: %v\n%s", err, js)
+	}
+}
+
+// everyNodeOK fails the test unless the summary has each of nodes ok and none failing or
+// disabled; applied is what the apply printed, shown on failure.
+func everyNodeOK(t *testing.T, sum exampleSummary, nodes []string, applied string) {
+	t.Helper()
+	ok := slices.Sorted(slices.Values(sum.OK))
+	if strings.Join(ok, ",") != strings.Join(nodes, ",") || len(sum.Failing) != 0 || len(sum.Disabled) != 0 {
+		t.Errorf("summary %+v, want every node ok and none failing or disabled; apply printed:\n%s", sum, applied)
+	}
+}
+
 // guidePage is the generated guide docs/guides/<name>.md.
 func guidePage(t *testing.T, root, name string) string {
 	t.Helper()
@@ -219,28 +249,14 @@ func TestAccGuideTFExampleApplies(t *testing.T) {
 	out := c.MustApply("the tf guide's example as printed")
 	var outputs struct {
 		Summary struct {
-			Value struct {
-				OK       []string            `json:"ok"`
-				Failing  map[string][]string `json:"failing"`
-				Disabled []string            `json:"disabled"`
-			} `json:"value"`
+			Value exampleSummary `json:"value"`
 		} `json:"summary"`
 		Verdicts struct {
 			Value map[string]bool `json:"value"`
 		} `json:"verdicts"`
 	}
-	js, code := c.Run("output", "-json", "-no-color")
-	if code != 0 {
-		t.Fatalf("output -json exited %d:\n%s", code, js)
-	}
-	if err := json.Unmarshal([]byte(js), &outputs); err != nil {
-		t.Fatalf("output -json: %v\n%s", err, js)
-	}
-	sum := outputs.Summary.Value
-	sort.Strings(sum.OK)
-	if strings.Join(sum.OK, ",") != strings.Join(guideExampleNodes, ",") || len(sum.Failing) != 0 || len(sum.Disabled) != 0 {
-		t.Errorf("summary %+v, want every node ok and none failing or disabled; apply printed:\n%s", sum, out)
-	}
+	readOutputs(t, c, &outputs)
+	everyNodeOK(t, outputs.Summary.Value, guideExampleNodes, out)
 	for _, n := range guideExampleNodes {
 		if !outputs.Verdicts.Value[n] {
 			t.Errorf("verdicts[%q] is %v, want true (verdicts %v)", n, outputs.Verdicts.Value[n], outputs.Verdicts.Value)

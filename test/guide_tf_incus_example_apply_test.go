@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -172,28 +171,14 @@ func (e guideIncusExample) applyOK(t *testing.T, what string) (destroy func()) {
 	t.Logf("figure: the first apply of %s: %s", what, time.Since(start).Round(100*time.Millisecond))
 	var outputs struct {
 		Summary struct {
-			Value struct {
-				OK       []string            `json:"ok"`
-				Failing  map[string][]string `json:"failing"`
-				Disabled []string            `json:"disabled"`
-			} `json:"value"`
+			Value exampleSummary `json:"value"`
 		} `json:"summary"`
 		Verdicts struct {
 			Value map[string]bool `json:"value"`
 		} `json:"verdicts"`
 	}
-	js, code := e.c.Run("output", "-json", "-no-color")
-	if code != 0 {
-		t.Fatalf("output -json exited %d:\n%s", code, js)
-	}
-	if err := json.Unmarshal([]byte(js), &outputs); err != nil {
-		t.Fatalf("output -json: %v\n%s", err, js)
-	}
-	sum := outputs.Summary.Value
-	sort.Strings(sum.OK)
-	if strings.Join(sum.OK, ",") != strings.Join(guideIncusNodes, ",") || len(sum.Failing) != 0 || len(sum.Disabled) != 0 {
-		t.Errorf("summary %+v, want every node ok and none failing or disabled; apply printed:\n%s", sum, out)
-	}
+	readOutputs(t, e.c, &outputs)
+	everyNodeOK(t, outputs.Summary.Value, guideIncusNodes, out)
 	for _, n := range guideIncusNodes {
 		if !outputs.Verdicts.Value[n] {
 			t.Errorf("verdicts[%q] is %v, want true (verdicts %v)", n, outputs.Verdicts.Value[n], outputs.Verdicts.Value)
