@@ -85,21 +85,7 @@ func TestVerdictAndNodeHealthRefuseInTheSpecsWords(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			diags := validate[c.object](&config)
-			var errs []string
-			var got *tfprotov6.Diagnostic
-			for _, d := range diags {
-				if d.Severity != tfprotov6.DiagnosticSeverityError {
-					continue
-				}
-				errs = append(errs, d.Summary+": "+d.Detail)
-				if d.Attribute != nil && attributeName(d.Attribute) == c.field {
-					got = d
-				}
-			}
-			if got == nil || len(errs) != 1 {
-				t.Fatalf("want one error, at %s; got %d: %s", c.field, len(errs), strings.Join(errs, " | "))
-			}
+			got := theOneError(t, validate[c.object](&config), c.field)
 			prefix := "Node web01: " + c.field + ": "
 			message := strings.TrimSuffix(strings.TrimPrefix(got.Detail, prefix), ".")
 			if got.Summary != c.summary || !strings.HasPrefix(got.Detail, prefix) || message != c.message {
@@ -147,6 +133,27 @@ func givenUnder(set map[string]string, prefix string) bool {
 
 // attributeName is a diagnostic's attribute path as a field of the node spec
 // ("timings.watch").
+// theOneError returns the only error of diags, which must be at field; the test fails
+// with every error listed otherwise.
+func theOneError(t *testing.T, diags []*tfprotov6.Diagnostic, field string) *tfprotov6.Diagnostic {
+	t.Helper()
+	var errs []string
+	var got *tfprotov6.Diagnostic
+	for _, d := range diags {
+		if d.Severity != tfprotov6.DiagnosticSeverityError {
+			continue
+		}
+		errs = append(errs, d.Summary+": "+d.Detail)
+		if d.Attribute != nil && attributeName(d.Attribute) == field {
+			got = d
+		}
+	}
+	if got == nil || len(errs) != 1 {
+		t.Fatalf("want one error, at %s; got %d: %s", field, len(errs), strings.Join(errs, " | "))
+	}
+	return got
+}
+
 func attributeName(p *tftypes.AttributePath) string {
 	var parts []string
 	for _, s := range p.Steps() {
@@ -222,20 +229,7 @@ func TestABadHostKeyIsOneErrorInTheSpecsWords(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var errs []string
-				var got *tfprotov6.Diagnostic
-				for _, d := range o.validate(&config) {
-					if d.Severity != tfprotov6.DiagnosticSeverityError {
-						continue
-					}
-					errs = append(errs, d.Summary+": "+d.Detail)
-					if d.Attribute != nil && attributeName(d.Attribute) == c.field {
-						got = d
-					}
-				}
-				if got == nil || len(errs) != 1 {
-					t.Fatalf("want one error, at %s; got %d: %s", c.field, len(errs), strings.Join(errs, " | "))
-				}
+				got := theOneError(t, o.validate(&config), c.field)
 				prefix := "Node web01: " + c.field + ": "
 				if got.Summary != "Not an SSH host key" || !strings.HasPrefix(got.Detail, prefix) {
 					t.Fatalf("got %s: %s\nwant Not an SSH host key: %s…", got.Summary, got.Detail, prefix)
