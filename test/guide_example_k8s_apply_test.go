@@ -238,14 +238,7 @@ func applyGuideK8sExample(t *testing.T, a *acctest.K8s, ex guideK8sExample) {
 	if out, code := c.Run("get", "-no-color"); code != 0 {
 		t.Fatalf("get (the module by its printed source) exited %d:\n%s", code, out)
 	}
-	destroyed := false
-	t.Cleanup(func() {
-		if !destroyed {
-			if out, code := c.Run("destroy", "-auto-approve", "-no-color"); code != 0 {
-				t.Logf("destroy after a failed test exited %d:\n%s", code, out)
-			}
-		}
-	})
+	destroyLeftOnCleanup(t, c)
 
 	start := time.Now()
 	out := c.MustApply("the " + ex.guide + " guide's example as printed")
@@ -324,13 +317,7 @@ func applyGuideK8sExample(t *testing.T, a *acctest.K8s, ex guideK8sExample) {
 	}
 
 	start = time.Now()
-	if out, code := c.Run("destroy", "-auto-approve", "-no-color"); code != 0 {
-		t.Fatalf("destroy exited %d:\n%s", code, out)
-	}
-	destroyed = true
-	if st, _ := c.Run("state", "list", "-no-color"); strings.TrimSpace(st) != "" {
-		t.Errorf("the state after destroy still lists:\n%s", st)
-	}
+	destroyAll(t, c)
 	// Nothing of the example stays in the cluster: the namespace (with its Deployments
 	// and claims) and the volumes provisioned for the claims go.
 	if err := waitGone(a, 3*time.Minute); err != nil {

@@ -67,6 +67,30 @@ func everyNodeOK(t *testing.T, sum exampleSummary, nodes []string, applied strin
 	}
 }
 
+// destroyLeftOnCleanup destroys, when the test ends, what the example's state still
+// holds: a test that failed before its own destroy leaves no lab part behind.
+func destroyLeftOnCleanup(t *testing.T, c *acctest.CLIDir) {
+	t.Cleanup(func() {
+		if st, _ := c.Run("state", "list", "-no-color"); strings.TrimSpace(st) == "" {
+			return
+		}
+		if out, code := c.Run("destroy", "-auto-approve", "-no-color"); code != 0 {
+			t.Logf("destroy after a failed test exited %d:\n%s", code, out)
+		}
+	})
+}
+
+// destroyAll destroys the example and fails the test unless its state is empty after.
+func destroyAll(t *testing.T, c *acctest.CLIDir) {
+	t.Helper()
+	if out, code := c.Run("destroy", "-auto-approve", "-no-color"); code != 0 {
+		t.Fatalf("destroy exited %d:\n%s", code, out)
+	}
+	if st, _ := c.Run("state", "list", "-no-color"); strings.TrimSpace(st) != "" {
+		t.Errorf("the state after destroy still lists:\n%s", st)
+	}
+}
+
 // guidePage is the generated guide docs/guides/<name>.md.
 func guidePage(t *testing.T, root, name string) string {
 	t.Helper()
@@ -237,14 +261,7 @@ func TestAccGuideTFExampleApplies(t *testing.T) {
 	if out, code := c.Run("get", "-no-color"); code != 0 {
 		t.Fatalf("get (the module by its printed source) exited %d:\n%s", code, out)
 	}
-	destroyed := false
-	t.Cleanup(func() {
-		if !destroyed {
-			if out, code := c.Run("destroy", "-auto-approve", "-no-color"); code != 0 {
-				t.Logf("destroy after a failed test exited %d:\n%s", code, out)
-			}
-		}
-	})
+	destroyLeftOnCleanup(t, c)
 
 	out := c.MustApply("the tf guide's example as printed")
 	var outputs struct {
@@ -273,13 +290,7 @@ func TestAccGuideTFExampleApplies(t *testing.T) {
 		t.Errorf("the second apply changed something:\n%s", out)
 	}
 
-	if out, code := c.Run("destroy", "-auto-approve", "-no-color"); code != 0 {
-		t.Fatalf("destroy exited %d:\n%s", code, out)
-	}
-	destroyed = true
-	if st, _ := c.Run("state", "list", "-no-color"); strings.TrimSpace(st) != "" {
-		t.Errorf("the state after destroy still lists:\n%s", st)
-	}
+	destroyAll(t, c)
 	// A destroy forgets the nodes' resources; the nodes keep the system they run.
 	runsSystem(t, lab, good)
 }

@@ -158,14 +158,7 @@ func stageGuideIncusExample(t *testing.T, guide, attr string, args map[string]st
 // the summary and verdicts say every node is ok.
 func (e guideIncusExample) applyOK(t *testing.T, what string) (destroy func()) {
 	t.Helper()
-	destroyed := false
-	t.Cleanup(func() {
-		if !destroyed {
-			if out, code := e.c.Run("destroy", "-auto-approve", "-no-color"); code != 0 {
-				t.Logf("destroy after a failed test exited %d:\n%s", code, out)
-			}
-		}
-	})
+	destroyLeftOnCleanup(t, e.c)
 	start := time.Now()
 	out := e.c.MustApply(what)
 	t.Logf("figure: the first apply of %s: %s", what, time.Since(start).Round(100*time.Millisecond))
@@ -189,13 +182,7 @@ func (e guideIncusExample) applyOK(t *testing.T, what string) (destroy func()) {
 		if out, code := e.c.Run("plan", "-no-color", "-detailed-exitcode"); code != 0 {
 			t.Errorf("a second plan of the unchanged example exited %d (0: no changes):\n%s", code, out)
 		}
-		if out, code := e.c.Run("destroy", "-auto-approve", "-no-color"); code != 0 {
-			t.Fatalf("destroy exited %d:\n%s", code, out)
-		}
-		destroyed = true
-		if st, _ := e.c.Run("state", "list", "-no-color"); strings.TrimSpace(st) != "" {
-			t.Errorf("the state after destroy still lists:\n%s", st)
-		}
+		destroyAll(t, e.c)
 	}
 }
 
