@@ -108,11 +108,22 @@ func IncusErr(args ...string) (string, error) {
 	if out, handled, err := recordedExec(args); handled {
 		return out, err
 	}
-	cmd := exec.Command("incus", args...)
-	var buf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &buf, &buf
-	err := cmd.Run()
-	return buf.String(), err
+	for try := 1; ; try++ {
+		cmd := exec.Command("incus", args...)
+		var buf bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		err := cmd.Run()
+		// A file push goes through the instance's SFTP server, which incusd starts on
+		// demand (forkfile); under load a CI run's push failed to reach it ("Failed
+		// getting instance SFTP connection: dial unix …/forkfile.sock: connect: no such
+		// file or directory"). A lab fault, not a test's subject, and a push overwrites:
+		// tried again, at most three times a second apart.
+		if err == nil || try == 3 || len(args) < 2 || args[0] != "file" || args[1] != "push" ||
+			!strings.Contains(buf.String(), "SFTP connection") {
+			return buf.String(), err
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 var instanceMu sync.Mutex
