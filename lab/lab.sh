@@ -373,7 +373,15 @@ launch_node() {
     incus restart --force "$name" >/dev/null
     wait_running "$name" || log "$name: still not running cleanly; tests that judge its units will say so"
   fi
-  incus file push --mode 0600 "$STATE/id_ed25519.pub" "$name/root/.ssh/authorized_keys" >/dev/null
+  # A file push goes through the instance's SFTP server, which incusd starts on demand;
+  # under load one failed to reach it ("Failed getting instance SFTP connection"): it
+  # overwrites, so it is tried again, three times at most.
+  local try
+  for try in 1 2 3; do
+    incus file push --mode 0600 "$STATE/id_ed25519.pub" "$name/root/.ssh/authorized_keys" >/dev/null && break
+    [ "$try" -lt 3 ] || return 1
+    sleep 1
+  done
   incus exec "$name" -- /bin/sh -c "$(cat "$HERE/host-key-whole.sh"); systemctl restart ssh; echo $name >/etc/hostname; hostname $name"
 }
 

@@ -137,13 +137,18 @@ while IFS='=' read -r k v; do BIN[$k]=$v; done < <(bash "$HERE/build.sh"; bash "
 for c in containerd containerd-shim-runc-v2 ctr runc kubelet fediversity-runtime pause; do
   [[ -x ${BIN[$c]:-} ]] || { log "missing binary $c; run lab/k8s/node-build.sh"; exit 1; }
 done
-# The node image's base layer: the lab's debootstrap rootfs (real systemd as /sbin/init),
-# gzipped once per lab image version. Tests stack a small layer per variant on it.
-image_version=$(sed -n 's/^IMAGE_VERSION=//p' "$HERE/../lab.sh")
-LAB_ROOTFS="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/lab-image-v$image_version/rootfs.tar"
-NODE_LAYER="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/node-image-v$image_version/rootfs.tar.gz"
+# The node image's base layer: the lab image's rootfs (Debian shaped like NixOS, real
+# systemd as /sbin/init), gzipped once per lab image. Tests stack a small layer per
+# variant on it. The image is the one the lab runs: lab/lab.sh up writes its alias,
+# lab/debian-<id>, into the lab's state, and caches its rootfs in lab-image-<id> (the
+# id follows the image's first system and shape, so it is read, not worked out here).
+lab_state=${LAB_STATE:-/var/lib/fediversity-lab}
+image_alias=$(cat "$lab_state/image" 2>/dev/null) || { log "the lab is not up ($lab_state/image missing): run lab/lab.sh up first"; exit 1; }
+image_id=${image_alias#lab/debian-}
+LAB_ROOTFS="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/lab-image-$image_id/rootfs.tar"
+NODE_LAYER="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/node-image-$image_id/rootfs.tar.gz"
 if [[ ! -s $NODE_LAYER ]]; then
-  [[ -s $LAB_ROOTFS ]] || { log "no lab image at $LAB_ROOTFS: run lab/lab.sh up first"; exit 1; }
+  [[ -s $LAB_ROOTFS ]] || { log "no lab image at $LAB_ROOTFS (the lab runs $image_alias): run lab/lab.sh up"; exit 1; }
   log "gzipping the lab rootfs into the node image's base layer"
   mkdir -p "$(dirname "$NODE_LAYER")"
   gzip -1 -c "$LAB_ROOTFS" > "$NODE_LAYER.tmp" && mv "$NODE_LAYER.tmp" "$NODE_LAYER"
