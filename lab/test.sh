@@ -38,10 +38,10 @@
 # The nodes tests mostly wait on their nodes (settle and watch windows): shards side by
 # side cut the wall time.
 #
-# The parts (OpenTofu, Kubernetes, the real node's runtime, SPIRE) are built in the
-# background, each only when its version is not in
-# /var/cache/fediversity; a cold machine is said at the start, with the time its build
-# takes. Every module the run needs is fetched first, with retries (lab/retry.sh). Every
+# The parts (OpenTofu; Kubernetes, the real node's runtime and SPIRE, which build from
+# one Go module, lab/parts) are built in the background, only when their versions are
+# not in /var/cache/fediversity; a cold machine is said at the start, with the time its
+# build takes. Every module the run needs is fetched first, with retries (lab/retry.sh). Every
 # suite's output goes to its own log, printed whole when the suite ends; the run ends
 # with the timeline and the summary of what each suite proved and the CPU it used
 # (tools/testsummary), whose last line is "N passed, N failed, N skipped". Every suite
@@ -105,13 +105,11 @@ wait_for() { # wait_for NAME: 0 when NAME ended well; otherwise its log's tail a
 # 0. A cold machine is said, not discovered: what is not cached is built in this run.
 cold=""
 bash lab/build-tofu.sh --cached >/dev/null || cold="OpenTofu"
-bash lab/k8s/build.sh --cached >/dev/null || cold="$cold Kubernetes"
-bash lab/k8s/node-build.sh --cached >/dev/null || cold="$cold the-real-node's-runtime"
-bash lab/spire/build.sh --cached >/dev/null || cold="$cold SPIRE"
+bash lab/parts/build.sh --cached >/dev/null || cold="$cold the-lab's-parts(Kubernetes,kwok,containerd,runc,SPIRE)"
 if [ -n "$cold" ]; then
   mark "cold machine: not cached: $cold"
-  mark "  their build takes about 67 core-minutes (Kubernetes, kwok, containerd, runc and SPIRE each with its own"
-  mark "  Kubernetes libraries; OpenTofu about 5), longer beside the suites; the k8s and SPIRE suites wait for it"
+  mark "  the parts build from one Go module (lab/parts) in about 45 core-minutes, OpenTofu in about 9;"
+  mark "  longer beside the suites; the k8s and SPIRE suites wait for the parts"
   [ "$mode" = setup ] || mark "  (\`bash lab/test.sh setup\` builds them alone first)"
 fi
 

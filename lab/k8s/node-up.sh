@@ -53,11 +53,19 @@ api_apply() { # path json: create, ignore AlreadyExists
   [[ $code == 201 || $code == 409 ]] || { log "POST $1 -> $code: $(cat "$LOGS/last-apply.json")"; exit 1; }
 }
 
-alive() { # name -> 0 when its saved PID runs the expected binary
+# Binaries (the build scripts print name=path; they do nothing when cached).
+declare -A BIN
+while IFS='=' read -r k v; do BIN[$k]=$v; done < <(bash "$HERE/build.sh"; bash "$HERE/node-build.sh")
+for c in containerd containerd-shim-runc-v2 ctr runc kubelet kube-scheduler fediversity-runtime pause; do
+  [[ -x ${BIN[$c]:-} ]] || { log "missing binary $c; run lab/k8s/build.sh and lab/k8s/node-build.sh"; exit 1; }
+done
+
+alive() { # name -> 0 when its saved PID runs the cached binary: a part rebuilt (a new
+  # version, or the parts' version set moved) is not up, and starts clean below
   local f="$PIDS/$1.pid" pid exe
   [[ -f $f ]] || return 1
   pid=$(cat "$f"); exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
-  [[ -n $exe && $(basename "${exe% (deleted)}") == "$1" ]]
+  [[ -n $exe && $exe == "${BIN[$1]}" ]]
 }
 
 # In the wait loops: the process may not have exec'd its binary yet, so only ask
@@ -93,9 +101,7 @@ node_objects_up() {
   api_apply /apis/storage.k8s.io/v1/storageclasses '{"apiVersion":"storage.k8s.io/v1","kind":"StorageClass","metadata":{"name":"fediversity-real-provisioned"},"provisioner":"kubernetes.io/host-path","reclaimPolicy":"Delete","volumeBindingMode":"Immediate"}'
   mkdir -p "$PIDS" "$LOGS" "$STATE/home"
   if ! alive kube-scheduler; then
-    local bin
-    bin=$(bash "$HERE/build.sh" | sed -n 's/^kube-scheduler=//p')
-    [[ -x $bin ]] || { log "missing binary kube-scheduler; run lab/k8s/build.sh"; exit 1; }
+    local bin=${BIN[kube-scheduler]}
     cat > "$STATE/scheduler.yaml" <<YAML
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -132,11 +138,6 @@ JSON
 if alive containerd && alive kubelet && node_ready; then node_objects_up; echo "$NODE"; exit 0; fi
 bash "$HERE/node-down.sh" >&2 || true
 
-declare -A BIN
-while IFS='=' read -r k v; do BIN[$k]=$v; done < <(bash "$HERE/build.sh"; bash "$HERE/node-build.sh")
-for c in containerd containerd-shim-runc-v2 ctr runc kubelet fediversity-runtime pause; do
-  [[ -x ${BIN[$c]:-} ]] || { log "missing binary $c; run lab/k8s/node-build.sh"; exit 1; }
-done
 # The node image's base layer: the lab image's rootfs (Debian shaped like NixOS, real
 # systemd as /sbin/init), gzipped once per lab image. Tests stack a small layer per
 # variant on it. The image is the one the lab runs: lab/lab.sh up writes its alias,

@@ -28,11 +28,19 @@ API="https://127.0.0.1:$API_PORT"
 
 log() { echo "up.sh: $*" >&2; }
 
-alive() { # name -> 0 when its saved PID runs the expected binary
+# Binaries (build.sh prints name=path; it does nothing when cached).
+declare -A BIN
+while IFS='=' read -r k v; do BIN[$k]=$v; done < <(bash "$HERE/build.sh")
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+  [[ -x ${BIN[$c]:-} ]] || { log "missing binary $c; run lab/k8s/build.sh"; exit 1; }
+done
+
+alive() { # name -> 0 when its saved PID runs the cached binary: a part rebuilt (a new
+  # version, or the parts' version set moved) is not up, and starts clean below
   local f="$PIDS/$1.pid" pid exe
   [[ -f $f ]] || return 1
   pid=$(cat "$f"); exe=$(readlink "/proc/$pid/exe" 2>/dev/null || true)
-  [[ -n $exe && $(basename "${exe% (deleted)}") == "$1" ]]
+  [[ -n $exe && $exe == "${BIN[$1]}" ]]
 }
 
 ready() {
@@ -54,12 +62,6 @@ fi
 # Partly up: stop what is left and start clean.
 bash "$HERE/down.sh" >&2 || true
 
-# Binaries (build.sh prints name=path; it does nothing when cached).
-declare -A BIN
-while IFS='=' read -r k v; do BIN[$k]=$v; done < <(bash "$HERE/build.sh")
-for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
-  [[ -x ${BIN[$c]:-} ]] || { log "missing binary $c; run lab/k8s/build.sh"; exit 1; }
-done
 command -v openssl >/dev/null || { log "openssl is needed"; exit 1; }
 command -v curl >/dev/null || { log "curl is needed"; exit 1; }
 
