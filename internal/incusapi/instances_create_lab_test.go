@@ -18,7 +18,9 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
-const labImageAlias = "lab/debian" // IMAGE_ALIAS of lab/lab.sh
+// labImageAlias is the image the lab runs (lab/lab.sh writes its alias into the lab's
+// state): a fixed alias named an image only a machine that ran an older lab still had.
+var labImageAlias = labtest.Image
 
 func TestLabResolveImage(t *testing.T) {
 	c := labClient(t)
