@@ -406,6 +406,9 @@ write_state() {
   printf '%s\n' "$json" >"$STATE/nodes.json"
   # The image's alias, for labtest.Image and the scripts that launch lab containers.
   printf '%s\n' "$IMAGE_ALIAS" >"$STATE/image"
+  # The Debian root the image is made from (debootstrap, before the NixOS shape):
+  # lab/k8s/node-up.sh makes the real node's base layer from it.
+  printf '%s\n' "$ROOTFS_DIR/rootfs.tar" >"$STATE/rootfs"
 }
 
 status() {

@@ -138,18 +138,17 @@ JSON
 if alive containerd && alive kubelet && node_ready; then node_objects_up; echo "$NODE"; exit 0; fi
 bash "$HERE/node-down.sh" >&2 || true
 
-# The node image's base layer: the lab image's rootfs (Debian shaped like NixOS, real
-# systemd as /sbin/init), gzipped once per lab image. Tests stack a small layer per
-# variant on it. The image is the one the lab runs: lab/lab.sh up writes its alias,
-# lab/debian-<id>, into the lab's state, and caches its rootfs in lab-image-<id> (the
-# id follows the image's first system and shape, so it is read, not worked out here).
+# The node image's base layer: the lab's Debian root (debootstrap, real systemd as
+# /sbin/init; not the NixOS-shaped lab image, whose stage 2 runs a system of its own),
+# gzipped once per root. Tests stack a small layer per variant on it. lab/lab.sh up
+# writes the root's path into the lab's state (the path names the root's version and
+# package set, so it is read, not worked out here).
 lab_state=${LAB_STATE:-/var/lib/fediversity-lab}
-image_alias=$(cat "$lab_state/image" 2>/dev/null) || { log "the lab is not up ($lab_state/image missing): run lab/lab.sh up first"; exit 1; }
-image_id=${image_alias#lab/debian-}
-LAB_ROOTFS="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/lab-image-$image_id/rootfs.tar"
-NODE_LAYER="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/node-image-$image_id/rootfs.tar.gz"
+LAB_ROOTFS=$(cat "$lab_state/rootfs" 2>/dev/null) || { log "the lab is not up ($lab_state/rootfs missing): run lab/lab.sh up first"; exit 1; }
+root_id=$(basename "$(dirname "$LAB_ROOTFS")")
+NODE_LAYER="${FEDIVERSITY_K8S_CACHE:-${FEDIVERSITY_CACHE:-/var/cache/fediversity}}/node-image-$root_id/rootfs.tar.gz"
 if [[ ! -s $NODE_LAYER ]]; then
-  [[ -s $LAB_ROOTFS ]] || { log "no lab image at $LAB_ROOTFS (the lab runs $image_alias): run lab/lab.sh up"; exit 1; }
+  [[ -s $LAB_ROOTFS ]] || { log "no lab root at $LAB_ROOTFS: run lab/lab.sh up"; exit 1; }
   log "gzipping the lab rootfs into the node image's base layer"
   mkdir -p "$(dirname "$NODE_LAYER")"
   gzip -1 -c "$LAB_ROOTFS" > "$NODE_LAYER.tmp" && mv "$NODE_LAYER.tmp" "$NODE_LAYER"
