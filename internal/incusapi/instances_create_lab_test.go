@@ -18,21 +18,17 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/labtest"
 )
 
-// labImageAlias is the image the lab runs (lab/lab.sh writes its alias into the lab's
-// state): a fixed alias named an image only a machine that ran an older lab still had.
-var labImageAlias = labtest.Image
-
 func TestLabResolveImage(t *testing.T) {
 	c := labClient(t)
 	ctx := labCtx(t)
-	img, err := c.ResolveImage(ctx, labImageAlias)
+	img, err := c.ResolveImage(ctx, labtest.Image)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(img.Fingerprint) != 64 || img.Type != "container" {
-		t.Fatalf("alias %s resolved to %+v", labImageAlias, img)
+		t.Fatalf("alias %s resolved to %+v", labtest.Image, img)
 	}
-	if names := img.AliasNames(); len(names) != 1 || names[0] != labImageAlias {
+	if names := img.AliasNames(); len(names) != 1 || names[0] != labtest.Image {
 		t.Fatalf("aliases of the lab image = %v", names)
 	}
 	byPrefix, err := c.ResolveImage(ctx, img.Fingerprint[:12])
@@ -54,7 +50,7 @@ func TestLabInstanceLifecycle(t *testing.T) {
 	_, _ = labtest.IncusErr("delete", "--force", name)
 	t.Cleanup(func() { _, _ = labtest.IncusErr("delete", "--force", name) })
 
-	img, err := c.ResolveImage(ctx, labImageAlias)
+	img, err := c.ResolveImage(ctx, labtest.Image)
 	if err != nil {
 		t.Fatal(err)
 	}

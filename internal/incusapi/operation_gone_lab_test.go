@@ -22,7 +22,7 @@ func TestLabOperationForgottenBeforeItsWaitIsJudgedByItsObject(t *testing.T) {
 	name := labtest.Prefix() + "-t-api-gone"
 	_, _ = labtest.IncusErr("delete", "--force", name)
 	t.Cleanup(func() { _, _ = labtest.IncusErr("delete", "--force", name) })
-	img, err := c.ResolveImage(ctx, labImageAlias)
+	img, err := c.ResolveImage(ctx, labtest.Image)
 	if err != nil {
 		t.Fatal(err)
 	}

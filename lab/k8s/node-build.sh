@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the real node's parts into a cache outside the clone, keyed on versions:
-# containerd (+ its runc shim and ctr) and runc, built with the lab's other parts from
-# one Go module (lab/parts/build.sh, which says why); the lab's runtime wrapper
+# containerd (+ its runc shim and ctr) and runc, built with the lab's other parts by
+# lab/parts/build.sh (which says why runc is in the one module and containerd in its
+# own); the lab's runtime wrapper
 # (fediversity-runtime) and a static pause binary for the sandbox image, built from this
 # clone. The kubelet comes from lab/k8s/build.sh. The CNI plugins come from Debian
 # (containernetworking-plugins), installed by apt when missing.
