@@ -18,7 +18,8 @@
 # printed with every round. A provider round (apply-net or deploy-net) over 3x its
 # median fails the benchmark (exit 1) once every figure is printed.
 #   phases    each of the provider's phases (its log's "phases" line) as the median over
-#             the rounds, with the fastest and the slowest round beside it, in ms
+#             the rounds, with the fastest and the slowest round beside it, then each
+#             round's, in ms (bench_phase_table)
 #   reapply   bytes the provider copied when the same closure is deployed again
 #             (`apply -replace`, so the deploy really runs; target 0)
 #   rss       the provider process's peak RSS (VmHWM) over the runs
@@ -27,6 +28,7 @@
 #   provider  the same plus one fediversity_rollout_gate replaced with it: Terraform with
 #             this provider's plugin starts and calls, and no deploy; apply-net can never
 #             be less than this plus the provider's deploy alone
+# and, per transport, the provider's own share: apply-net - that floor - hand (medians).
 # Timings are measurements, not assertions: the machine is shared and noisy.
 #
 #   bash lab/bench-apply.sh            # both transports
@@ -127,33 +129,9 @@ export TF_CLI_CONFIG_FILE=$work/tfrc CHECKPOINT_DISABLE=1
 export SSH_PRIVATE_KEY_FILE=$key
 
 stamp=$(date +%s)
+shares=()
 # ts LINE: the seconds of the log line's leading RFC 3339 timestamp.
 ts() { date -d "$(cut -d' ' -f1 <<<"$1")" +%s.%N; }
-# phase_spread: reads the provider's phases lines ("name=<Go duration> …", one a round)
-# and prints each phase, in the log's order, as its median over the rounds with the
-# fastest and the slowest round, in milliseconds.
-phase_spread() {
-  awk '
-    function ms(d,   t, n, u) { # a Go duration (1m2.5s, 1.204s, 211ms, 70µs, 0s) in ms
-      t = 0
-      while (match(d, /^[0-9.]+(h|ms|m|s|µs|us|ns)/)) {
-        n = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
-        match(n, /[a-zµ]+$/); u = substr(n, RSTART); n = substr(n, 1, RSTART - 1) + 0
-        t += n * (u == "h" ? 3600000 : u == "m" ? 60000 : u == "s" ? 1000 : u == "ms" ? 1 : (u == "ns" ? 0.000001 : 0.001))
-      }
-      return t
-    }
-    { for (i = 1; i <= NF; i++) { split($i, kv, "="); if (!(kv[1] in n)) order[++k] = kv[1]; v[kv[1], ++n[kv[1]]] = ms(kv[2]) } }
-    END {
-      for (j = 1; j <= k; j++) {
-        p = order[j]; c = n[p]
-        for (a = 1; a <= c; a++) s[a] = v[p, a]
-        for (a = 2; a <= c; a++) { x = s[a]; for (b = a - 1; b >= 1 && s[b] > x; b--) s[b + 1] = s[b]; s[b + 1] = x }
-        med = (c % 2) ? s[(c + 1) / 2] : (s[c / 2] + s[c / 2 + 1]) / 2
-        printf "    %-26s %8.0f  [%.0f, %.0f]\n", p, med, s[1], s[c]
-      }
-    }'
-}
 median() { sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 
 for tr in $transports; do
@@ -237,8 +215,9 @@ TF
   resent=$(grep -o '[0-9]* of [0-9]* paths sent, [0-9]* bytes' "$dir/reapply.log" | tail -1)
   printf '  first apply copied     %s\n' "${sent:-?}"
   printf '  re-apply copied        %s  (target: 0 bytes)\n' "${resent:-?}"
-  printf '  provider phases        median over %d rounds [fastest, slowest], ms\n' "$ROUNDS"
-  phase_spread <"$work/$tr.phases"
+  printf '  provider phases        over %d rounds (a phase at 0 ms in every round left out)\n' "$ROUNDS"
+  awk '{ print "r" NR, $0 }' "$work/$tr.phases" | bench_phase_table
+  shares+=("$tr $(col 2) $(col 1)")
 done
 printf '\n  provider peak RSS      %d MiB\n' "$(($(cat "$peak") / 1024))"
 
@@ -271,8 +250,18 @@ resource "fediversity_rollout_gate" "g" {
   lifecycle { replace_triggered_by = [terraform_data.x] }
 }
 TF
-printf '  terraform floor        core %.2fs, with this provider %.2fs (applies that touch no node; medians)\n' \
-  "$(floor "$work/floor-core")" "$(floor "$work/floor-provider")"
+core=$(floor "$work/floor-core")
+tfloor=$(floor "$work/floor-provider")
+printf '  terraform floor        core %.2fs, with this provider %.2fs (applies that touch no node; medians)\n' "$core" "$tfloor"
+# The provider's own share of a deploy: what the apply costs beyond Terraform's floor
+# with this provider and beyond the hand-run of the same copy and switch (medians). What
+# the NixOS contract adds (the switch as `test`, the boot entry as a second run,
+# `boot`, after the verdict) is in it: the hand-run is one `switch`.
+for s in "${shares[@]}"; do
+  read -r tr apply hand <<<"$s"
+  printf '  our share (%s)        %.2fs = apply-net %.2fs - floor %.2fs - hand %.2fs (target <= 0.25 s)\n' \
+    "$tr" "$(echo "$apply - $tfloor - $hand" | bc -l)" "$apply" "$tfloor" "$hand"
+done
 if [ -n "${stalled:-}" ]; then
   echo "FAIL: a provider round took over 3x the median (see FAIL above)"
   exit 1

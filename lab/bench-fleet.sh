@@ -13,10 +13,17 @@
 #   bare       a deploy by hand with no safety net, to all N nodes at once: per node
 #              `nix copy --to ssh://` of a closure new to it, then one ssh running
 #              switch-to-configuration switch and systemctl show (as lab/bench-apply.sh's
-#              hand-run deploy), no settle, no watch: what the lab itself needs for N switches
+#              hand-run deploy), no settle, no watch, the closure's build included (as
+#              the fresh apply's): what the lab itself needs for N switches
 #   cpu_s      busy CPU seconds of the whole machine (every core, /proc/stat) during the
 #              fresh apply; floor_s = cpu_s / cores, the least time that work takes here
 # and the ratios of fresh, changed, cli and bare to the 1-node figures and to the module.
+# Per N it also prints the fresh apply against its floor, fresh / (bare + settle + watch):
+# what the group costs beyond the lab's own N switches at once and the verdict's
+# deliberate waiting (target <= 1.25), and the fresh apply's trace: each node's phases
+# from the provider's log (TF_LOG_PROVIDER=INFO, its "deploy finished" lines), phase by
+# phase, as the median over the nodes with the fastest and the slowest, and node by node;
+# and the same of the command's deploy (cli), from its --output json.
 # Every deploy settles SETTLE s and watches WATCH s (the verdict's deliberate waiting),
 # the same for every N. Terraform runs with -parallelism=max(10, N).
 # Timings are measurements, not assertions: the machine is shared and noisy.
@@ -138,11 +145,13 @@ cores=$(nproc)
 hz=$(getconf CLK_TCK)
 key=$state/id_ed25519
 # bare N SEED: seconds of a hand-run deploy (no lock, no revert, no watch) of one closure
-# new to the nodes, to the first N nodes at once; the build is done before the clock starts.
+# new to the nodes, to the first N nodes at once, its build included: nixos-rebuild
+# builds before it copies, and the fresh apply whose floor this is builds its new
+# closure too (its "build" phase).
 bare() {
   local n=$1 top t0 t1 i pids=() failed=0
-  top=$(bench_build "$closures" good "$2") || { echo "FAILED: nix-build of the bare closure" >&2; exit 1; }
   t0=$(now)
+  top=$(bench_build "$closures" good "$2") || { echo "FAILED: nix-build of the bare closure" >&2; exit 1; }
   for i in $(seq 1 "$n"); do
     bench_hand_ssh "-p $((port_base + 50 + i)) -i $key -o UserKnownHostsFile=$work/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes" "$top" \
       >"$work/bare-$n-$i.log" 2>&1 &
@@ -187,7 +196,9 @@ for n in $sizes; do
   # Only the module: the provider comes from dev_overrides (init would ask the registry).
   tf "$d/module" get >"$d/module/get.log" 2>&1 || { echo "terraform get failed in $d/module" >&2; exit 1; }
   j0=$(bench_busy_jiffies | cut -d" " -f1)
+  export TF_LOG_PROVIDER=INFO TF_LOG_PATH=$d/module/fresh.tflog
   fresh[$n]=$(timed "$d/module/fresh.log" tf "$d/module" apply -input=false -auto-approve -parallelism=$par)
+  unset TF_LOG_PROVIDER TF_LOG_PATH
   cpu=$(echo "scale=1; ($(bench_busy_jiffies | cut -d" " -f1) - $j0) / $hz" | bc)
   floor=$(echo "scale=1; $cpu / $cores" | bc)
   plan=$(timed "$d/module/plan.log" tf "$d/module" plan -input=false -detailed-exitcode -parallelism=$par)
@@ -200,8 +211,8 @@ for n in $sizes; do
   # The CLI on the same group, with closures new to the nodes.
   jq --arg f "$closures" --arg s "c$n-$stamp" '.build = {file: $f, attribute: "good", args: {seed: $s}}' \
     "$d/cli/roster.json" >"$d/cli/roster2.json"
-  cli=$(timed "$d/cli/deploy.log" "$root/bin/fediversity" deploy --roster "$d/cli/roster2.json" \
-    --submission "$d/cli/submission.json" --baked "$d/cli/baked.json" --method tf --parallel "$par")
+  cli=$(timed "$d/cli/deploy.log" sh -c '"$0" "$@" >"'"$d/cli/deploy.json"'"' "$root/bin/fediversity" deploy --roster "$d/cli/roster2.json" \
+    --submission "$d/cli/submission.json" --baked "$d/cli/baked.json" --method tf --parallel "$par" --output json)
   # Again, with closures new to the nodes, in 4 waves (a staged run deploys a node again
   # only when its system changed, so a new seed).
   jq --arg f "$closures" --arg s "w$n-$stamp" '.build = {file: $f, attribute: "good", args: {seed: $s}}' \
@@ -216,6 +227,12 @@ for n in $sizes; do
   printf '%-4s %8s %8s %8s %8s %8s %8s %10s %10s %8s %8s %8s\n' "$n" "${fresh[$n]}" "$plan" "${changed[$n]}" "$hand" "$cli" "$waves" \
     "$(($(cat "$peak_p") / 1024))" "$(($(cat "$peak_c") / 1024))" "${bared[$n]}" "$cpu" "$floor"
   echo "N=$n module/hand $(echo "scale=2; ${fresh[$n]} / $hand" | bc)  cli/module $(echo "scale=2; $cli / ${fresh[$n]}" | bc)  cli 4 waves/one wave $(echo "scale=2; $waves / $cli" | bc)"
+  echo "N=$n fresh/floor $(echo "scale=2; ${fresh[$n]} / (${bared[$n]} + $SETTLE + $WATCH)" | bc)  (floor: bare ${bared[$n]} s + settle ${SETTLE} s + watch ${WATCH} s; target <= 1.25)"
+  echo "N=$n fresh apply's trace, each node's phases from the provider's log:"
+  bench_provider_phases "$d/module/fresh.tflog" | sort -V | bench_phase_table
+  echo "N=$n the command's deploy (cli), each node's phases from its --output json:"
+  jq -r '.nodes[] | .node + " " + ([.phases[]? | .name + "=" + (.seconds | tostring) + "s"] | join(" "))' "$d/cli/deploy.json" |
+    sort -V | bench_phase_table
 done
 first=$(echo "$sizes" | awk '{print $1}')
 for n in $sizes; do

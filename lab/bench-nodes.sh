@@ -173,3 +173,66 @@ bench_peak_rss() {
   ) >/dev/null 2>&1 &
   echo $!
 }
+
+# bench_phase_table: reads one line per node run, "NODE [at=<ms>] phase=<Go duration> …"
+# (from the provider's "deploy finished" log lines: bench_provider_phases), and prints
+# each phase in the lines' order as its median over the lines with the fastest and the
+# slowest beside it, then its value on each line in the input's order, all in ms; a
+# phase that took 0 ms on every line is left out. Then each line's sum of phases and,
+# with at= (when the line's run ended), when each run began and ended, in ms after the
+# first run began: runs that began late waited for something outside the node's run.
+bench_phase_table() {
+  awk '
+    function ms(d,   t, n, u) { # a Go duration (1m2.5s, 1.204s, 211ms, 70µs, 0s) in ms
+      t = 0
+      while (match(d, /^[0-9.]+(h|ms|m|s|µs|us|ns)/)) {
+        n = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+        match(n, /[a-zµ]+$/); u = substr(n, RSTART); n = substr(n, 1, RSTART - 1) + 0
+        t += n * (u == "h" ? 3600000 : u == "m" ? 60000 : u == "s" ? 1000 : u == "ms" ? 1 : (u == "ns" ? 0.000001 : 0.001))
+      }
+      return t
+    }
+    function row(name, c,   a, b, x, s, med) {
+      for (a = 1; a <= c; a++) s[a] = cell[a]
+      for (a = 2; a <= c; a++) { x = s[a]; for (b = a - 1; b >= 1 && s[b] > x; b--) s[b + 1] = s[b]; s[b + 1] = x }
+      if (s[c] == 0 && name !~ / /) return
+      med = (c % 2) ? s[(c + 1) / 2] : (s[c / 2] + s[c / 2 + 1]) / 2
+      printf "    %-26s %7.0f %7.0f %7.0f  ", name, med, s[1], s[c]
+      for (a = 1; a <= c; a++) printf " %5.0f", cell[a]
+      printf "\n"
+    }
+    {
+      label[++r] = $1
+      for (i = 2; i <= NF; i++) {
+        split($i, kv, "=")
+        if (kv[1] == "at") { at[r] = kv[2]; continue }
+        if (!(kv[1] in seen)) { seen[kv[1]] = 1; order[++k] = kv[1] }
+        v[r, kv[1]] = ms(kv[2]); sum[r] += v[r, kv[1]]
+      }
+    }
+    END {
+      if (r == 0) { print "    (no phases logged)"; exit }
+      printf "    %-26s %7s %7s %7s  ", "phase (ms)", "median", "fastest", "slowest"
+      for (a = 1; a <= r; a++) { l = label[a]; sub(/.*-/, "", l); printf " %5s", substr(l, 1, 5) }
+      printf "\n"
+      for (j = 1; j <= k; j++) { for (a = 1; a <= r; a++) cell[a] = v[a, order[j]] + 0; row(order[j], r) }
+      for (a = 1; a <= r; a++) cell[a] = sum[a]; row("sum of phases", r)
+      if (!(1 in at)) exit
+      first = at[1] - sum[1]
+      for (a = 2; a <= r; a++) if (at[a] - sum[a] < first) first = at[a] - sum[a]
+      for (a = 1; a <= r; a++) cell[a] = at[a] - sum[a] - first; row("began (after the first)", r)
+      for (a = 1; a <= r; a++) cell[a] = at[a] - first; row("ended (after the first)", r)
+    }'
+}
+
+# bench_provider_phases LOG: a line "NODE at=<ms> phases…" for each "deploy finished"
+# line of a provider log (TF_LOG_PROVIDER=INFO; at: the line's time, in ms since the
+# epoch), for bench_phase_table.
+bench_provider_phases() {
+  grep 'deploy finished' "$1" | while IFS= read -r line; do
+    node=$(grep -o ' node=[^ ]*' <<<"$line" | head -1 | cut -d= -f2)
+    phases=$(sed -n 's/.*phases="\([^"]*\)".*/\1/p' <<<"$line")
+    at=$(date -d "${line%% *}" +%s%3N)
+    [ -n "$phases" ] && printf '%s at=%s %s\n' "$node" "$at" "$phases"
+  done
+}

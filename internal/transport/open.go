@@ -58,7 +58,13 @@ func (c *Connections) Open(node string, t nodespec.Target) (deploybody.Transport
 		if err != nil {
 			return nil, err
 		}
-		tr, err := incus.New(incus.Config{Client: client, Instance: t.Instance, Project: t.Project, Node: node})
+		cfg := incus.Config{Client: client, Instance: t.Instance, Project: t.Project, Node: node}
+		if c.Log != nil {
+			// The same progress lines as an SSH node's (the copy, the switch's polls): an
+			// Incus node's deploy was silent in the debug log.
+			cfg.Log = c.Log(node, t.Kind)
+		}
+		tr, err := incus.New(cfg)
 		if err != nil {
 			return nil, err
 		}
