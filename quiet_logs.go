@@ -10,7 +10,7 @@ import (
 // every line the provider writes and drop it, and the plugin SDK logs at TRACE by
 // default: about 10,000 JSON lines (5 MB) for an unchanged plan of 16 nodes, encoded
 // here and decoded by the CLI for nothing, a fifth of the CPU both spend on that plan
-// (docs/testing.md#plan-benchmark). So when nobody reads the log, the SDK's log and this
+// (docs/bench-history.md#plan-benchmark). So when nobody reads the log, the SDK's log and this
 // provider's own are off. A level set for either by hand (TF_LOG_SDK,
 // TF_LOG_PROVIDER_FEDIVERSITY) is left as it is.
 

@@ -22,6 +22,9 @@
 #             round's, in ms (bench_phase_table)
 #   reapply   bytes the provider copied when the same closure is deployed again
 #             (`apply -replace`, so the deploy really runs; target 0)
+#   cpu       the CPU of the hand-run and of the apply, medians in core-seconds: here (the
+#             deployer's processes: Terraform, the provider, nix, ssh) and on the node (its
+#             container's every process); what costs the two cores when many nodes deploy
 #   rss       the provider process's peak RSS (VmHWM) over the runs
 # Last, Terraform's floor, medians of BENCH_ROUNDS applies that touch no node:
 #   core      `terraform apply` replacing one terraform_data: Terraform alone, no plugin
@@ -88,6 +91,8 @@ build() { bench_build lab/closures "$1" "$2"; } # attr seed
 units="fedi-web.service fedi-setup.service"
 showprops=ActiveState,SubState,Result,NRestarts,ExecMainCode,ExecMainStatus,ExecMainStartTimestampMonotonic,ConditionResult,InvocationID
 
+cpu_file=$(bench_cpu_file "$inst")
+
 hand_ssh() { bench_hand_ssh "$sshopts" "$1" >/dev/null; } # toplevel
 
 hand_incus() { # toplevel
@@ -130,6 +135,51 @@ export SSH_PRIVATE_KEY_FILE=$key
 
 stamp=$(date +%s)
 shares=()
+# node_cpu_sampler FILE: until killed, "<epoch µs> <the node's CPU in ns>" lines every
+# 50 ms (the clock is bash's).
+node_cpu_sampler() {
+  local u
+  while :; do
+    u=$(bench_cpu_ns "$cpu_file") || return 0
+    printf '%s %s\n' "${EPOCHREALTIME/./}" "$u"
+    sleep 0.05
+  done >"$1"
+}
+# phase_node_cpu LOG SAMPLES: one line "phase=<ms of the node's CPU>ms …" in the order
+# of the provider's phases (its "phase finished" lines: the line's time is the phase's
+# end, its duration gives the start), the CPU read from the samples around each phase.
+phase_node_cpu() {
+  local line end dur name
+  grep 'phase finished' "$1" | while IFS= read -r line; do
+    end=$(date -d "${line%% *}" +%s%6N)
+    dur=$(grep -o 'duration=[^ ]*' <<<"$line" | head -1 | cut -d= -f2 | tr -d '"')
+    name=$(grep -o ' phase=[^ ]*' <<<"$line" | head -1 | cut -d= -f2)
+    echo "$name $end $dur"
+  done | awk -v samples="$2" '
+    function us(d,   t, n, u) { # a Go duration in microseconds
+      t = 0
+      while (match(d, /^[0-9.]+(h|ms|m|s|µs|us|ns)/)) {
+        n = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
+        match(n, /[a-zµ]+$/); u = substr(n, RSTART); n = substr(n, 1, RSTART - 1) + 0
+        t += n * (u == "h" ? 3.6e9 : u == "m" ? 6e7 : u == "s" ? 1e6 : u == "ms" ? 1e3 : (u == "ns" ? 0.001 : 1))
+      }
+      return t
+    }
+    function at(t,   a) { # the CPU counter at time t (us): the last sample at or before it
+      for (a = k; a >= 1; a--) if (st[a] <= t) return sv[a]
+      return sv[1]
+    }
+    BEGIN { while ((getline l < samples) > 0) { split(l, f, " "); st[++k] = f[1]; sv[k] = f[2] } }
+    k > 0 { end = $2; start = end - us($3); printf "%s%s=%.0fms", (NR > 1 ? " " : ""), $1, (at(end) - at(start)) / 1e6 }
+    END { printf "\n" }'
+}
+# CPU of a deploy, on two sides: here (the deployer: user + system seconds of the timed
+# command and everything it waited for, from bash's time) and on the node (the node
+# container's cpuacct, in ns: every process of the node, the sshd or the exec included).
+# On this lab both share the machine's cores; on a fleet only "here" does.
+TIMEFORMAT='%U %S'
+here_cpu() { awk '{ print $1 + $2 }' "$work/time"; }
+node_cpu() { bench_cpu_ns "$cpu_file"; }
 # ts LINE: the seconds of the log line's leading RFC 3339 timestamp.
 ts() { date -d "$(cut -d' ' -f1 <<<"$1")" +%s.%N; }
 median() { sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
@@ -155,8 +205,11 @@ for tr in $transports; do
     hand_top=$(build good "bench-hand-$tr-$stamp-$round")
     prov_top=$(build good "bench-prov-$tr-$stamp-$round")
 
-    t0=$(now); "hand_$tr" "$hand_top" >/dev/null 2>&1; t1=$(now)
+    n0=$(node_cpu); t0=$(now)
+    { time "hand_$tr" "$hand_top" >/dev/null 2>&1; } 2>"$work/time"
+    t1=$(now); n1=$(node_cpu)
     hand=$(echo "$t1 - $t0" | bc -l)
+    echo "$(here_cpu) $(echo "($n1 - $n0) / 1000000000" | bc -l)" >>"$work/$tr.cpu-hand"
 
     dir=$work/$tr-$round
     mkdir -p "$dir"
@@ -180,8 +233,15 @@ resource "fediversity_node_switch" "n" {
 TF
     (cd "$dir" && "$TF" init -input=false >/dev/null 2>&1 || true)
     export TF_LOG_PROVIDER=INFO TF_LOG_PATH=$dir/apply.log
-    t0=$(now); (cd "$dir" && "$TF" apply -auto-approve -input=false >"$dir/out1" 2>&1); t1=$(now)
+    node_cpu_sampler "$dir/node-cpu" &
+    sampler_n=$!
+    n0=$(node_cpu); t0=$(now)
+    { time (cd "$dir" && "$TF" apply -auto-approve -input=false >"$dir/out1" 2>&1); } 2>"$work/time"
+    t1=$(now); n1=$(node_cpu)
+    kill "$sampler_n" 2>/dev/null; wait "$sampler_n" 2>/dev/null || true
     unset TF_LOG_PROVIDER TF_LOG_PATH
+    phase_node_cpu "$dir/apply.log" "$dir/node-cpu" >>"$work/$tr.phase-cpu"
+    echo "$(here_cpu) $(echo "($n1 - $n0) / 1000000000" | bc -l)" >>"$work/$tr.cpu-prov"
     grep -q 'deploy finished' "$dir/apply.log" || { echo "apply failed:"; tail -20 "$dir/out1"; exit 1; }
     apply=$(echo "$t1 - $t0" | bc -l)
     first=$(grep -m1 'phase started' "$dir/apply.log")
@@ -215,8 +275,13 @@ TF
   resent=$(grep -o '[0-9]* of [0-9]* paths sent, [0-9]* bytes' "$dir/reapply.log" | tail -1)
   printf '  first apply copied     %s\n' "${sent:-?}"
   printf '  re-apply copied        %s  (target: 0 bytes)\n' "${resent:-?}"
+  cpu() { awk -v c="$2" '{print $c}' "$work/$tr.cpu-$1" | median; }
+  printf '  cpu, core-s (medians)  hand-run: here %.2f, node %.2f; provider apply: here %.2f, node %.2f\n' \
+    "$(cpu hand 1)" "$(cpu hand 2)" "$(cpu prov 1)" "$(cpu prov 2)"
   printf '  provider phases        over %d rounds (a phase at 0 ms in every round left out)\n' "$ROUNDS"
   awk '{ print "r" NR, $0 }' "$work/$tr.phases" | bench_phase_table
+  printf '  the node'"'"'s CPU in each phase (ms of CPU; its container, sampled every 50 ms)\n'
+  awk '{ print "r" NR, $0 }' "$work/$tr.phase-cpu" | bench_phase_table
   shares+=("$tr $(col 2) $(col 1)")
 done
 printf '\n  provider peak RSS      %d MiB\n' "$(($(cat "$peak") / 1024))"

@@ -16,7 +16,9 @@
 #              hand-run deploy), no settle, no watch, the closure's build included (as
 #              the fresh apply's): what the lab itself needs for N switches
 #   cpu_s      busy CPU seconds of the whole machine (every core, /proc/stat) during the
-#              fresh apply; floor_s = cpu_s / cores, the least time that work takes here
+#              fresh apply; floor_s = cpu_s / cores, the least time that work takes here;
+#              and after the row, that CPU beside the bare deploy's, each with the part
+#              the nodes' containers used (cpuacct): on this lab the nodes share the cores
 # and the ratios of fresh, changed, cli and bare to the 1-node figures and to the module.
 # Per N it also prints the fresh apply against its floor, fresh / (bare + settle + watch):
 # what the group costs beyond the lab's own N switches at once and the verdict's
@@ -82,6 +84,8 @@ trap cleanup EXIT
 echo "launching $max nodes ($prefix-b-1 … $prefix-b-$max)" >&2
 bench_launch "$prefix-b" 50 "$max"
 bench_wait_quiet
+declare -A cpu_files
+for i in $(seq 1 "$max"); do cpu_files[$i]=$(bench_cpu_file "$prefix-b-$i"); done
 
 # Peak RSS (VmHWM, kB) of the provider and of the CLI, per N (reset by writing 0).
 peak_p=$work/peak_provider peak_c=$work/peak_cli
@@ -144,6 +148,12 @@ now() { date +%s.%N; }
 cores=$(nproc)
 hz=$(getconf CLK_TCK)
 key=$state/id_ed25519
+# nodes_cpu N: the CPU the first N nodes' containers used so far, in ns (cpuacct).
+nodes_cpu() {
+  local i t=0
+  for i in $(seq 1 "$1"); do t=$((t + $(bench_cpu_ns "${cpu_files[$i]}"))); done
+  echo "$t"
+}
 # bare N SEED: seconds of a hand-run deploy (no lock, no revert, no watch) of one closure
 # new to the nodes, to the first N nodes at once, its build included: nixos-rebuild
 # builds before it copies, and the fresh apply whose floor this is builds its new
@@ -196,10 +206,12 @@ for n in $sizes; do
   # Only the module: the provider comes from dev_overrides (init would ask the registry).
   tf "$d/module" get >"$d/module/get.log" 2>&1 || { echo "terraform get failed in $d/module" >&2; exit 1; }
   j0=$(bench_busy_jiffies | cut -d" " -f1)
+  c0=$(nodes_cpu "$n")
   export TF_LOG_PROVIDER=INFO TF_LOG_PATH=$d/module/fresh.tflog
   fresh[$n]=$(timed "$d/module/fresh.log" tf "$d/module" apply -input=false -auto-approve -parallelism=$par)
   unset TF_LOG_PROVIDER TF_LOG_PATH
   cpu=$(echo "scale=1; ($(bench_busy_jiffies | cut -d" " -f1) - $j0) / $hz" | bc)
+  cpu_nodes=$(echo "scale=1; ($(nodes_cpu "$n") - $c0) / 1000000000" | bc)
   floor=$(echo "scale=1; $cpu / $cores" | bc)
   plan=$(timed "$d/module/plan.log" tf "$d/module" plan -input=false -detailed-exitcode -parallelism=$par)
   module_config "$d/module" "m$n-$stamp-changed"
@@ -220,7 +232,11 @@ for n in $sizes; do
   waves=$(timed "$d/cli/waves.log" "$root/bin/fediversity" deploy --roster "$d/cli/roster3.json" \
     --submission "$d/cli/submission.json" --baked "$d/cli/baked.json" --method tf --parallel "$par" --wave-size 25%)
 
+  j0=$(bench_busy_jiffies | cut -d" " -f1)
+  c0=$(nodes_cpu "$n")
   bared[$n]=$(bare "$n" "b$n-$stamp")
+  bare_cpu=$(echo "scale=1; ($(bench_busy_jiffies | cut -d" " -f1) - $j0) / $hz" | bc)
+  bare_cpu_nodes=$(echo "scale=1; ($(nodes_cpu "$n") - $c0) / 1000000000" | bc)
 
   tf "$d/module" destroy -input=false -auto-approve >/dev/null 2>&1 || true
   tf "$d/hand" destroy -input=false -auto-approve >/dev/null 2>&1 || true
@@ -228,6 +244,7 @@ for n in $sizes; do
     "$(($(cat "$peak_p") / 1024))" "$(($(cat "$peak_c") / 1024))" "${bared[$n]}" "$cpu" "$floor"
   echo "N=$n module/hand $(echo "scale=2; ${fresh[$n]} / $hand" | bc)  cli/module $(echo "scale=2; $cli / ${fresh[$n]}" | bc)  cli 4 waves/one wave $(echo "scale=2; $waves / $cli" | bc)"
   echo "N=$n fresh/floor $(echo "scale=2; ${fresh[$n]} / (${bared[$n]} + $SETTLE + $WATCH)" | bc)  (floor: bare ${bared[$n]} s + settle ${SETTLE} s + watch ${WATCH} s; target <= 1.25)"
+  echo "N=$n cpu, core-s: fresh apply $cpu (the nodes' containers $cpu_nodes), bare $bare_cpu (the nodes' $bare_cpu_nodes)"
   echo "N=$n fresh apply's trace, each node's phases from the provider's log:"
   bench_provider_phases "$d/module/fresh.tflog" | sort -V | bench_phase_table
   echo "N=$n the command's deploy (cli), each node's phases from its --output json:"

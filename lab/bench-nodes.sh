@@ -236,3 +236,25 @@ bench_provider_phases() {
     [ -n "$phases" ] && printf '%s at=%s %s\n' "$node" "$at" "$phases"
   done
 }
+
+# bench_cpu_file INSTANCE: the file that counts the CPU of the instance's every process
+# (cgroup v1 cpuacct.usage, ns; or v2 cpu.stat), found from its init's cgroup: LXC names
+# a container's cgroup lxc.payload.<name>-<n> when an older one of that name lingers.
+bench_cpu_file() {
+  local pid cg
+  pid=$(incus query "/1.0/instances/$1/state" | jq -r .pid)
+  cg=$(awk -F: '$2 == "cpuacct" { print $3 }' "/proc/$pid/cgroup")
+  if [ -n "$cg" ]; then
+    echo "/sys/fs/cgroup/cpuacct$cg/cpuacct.usage"
+  else
+    echo "/sys/fs/cgroup$(awk -F: '$1 == "0" { print $3 }' "/proc/$pid/cgroup" | sed 's|/init.scope$||')/cpu.stat"
+  fi
+}
+
+# bench_cpu_ns FILE: the CPU counted in FILE (bench_cpu_file), in ns.
+bench_cpu_ns() {
+  case "$1" in
+  *cpu.stat) awk '/^usage_usec/ { print $2 * 1000 }' "$1" ;;
+  *) cat "$1" ;;
+  esac
+}

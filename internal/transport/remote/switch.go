@@ -77,7 +77,12 @@ func (o *SwitchOptions) defaults() {
 // then gets the environment nixos-rebuild gives it (nixos_rebuild/nix.py runs it
 // under systemd-run the same way): switch-to-configuration and the activation script
 // set the PATH they need themselves.
-const DetachedScript = `"$1/bin/switch-to-configuration" "$2" >"$3.out" 2>"$3.err"; echo $? >"$3.rc"`
+//
+// Once the exit code is written, a line on the wake FIFO $3.wake (StartScript makes it)
+// wakes a poll waiting on it at once (PollScript); the FIFO is opened read-write, which
+// never blocks, and a line no poll reads is dropped with the pipe when the script ends.
+const DetachedScript = `"$1/bin/switch-to-configuration" "$2" >"$3.out" 2>"$3.err"; echo $? >"$3.rc"; ` +
+	`if [ -p "$3.wake" ]; then exec 9<>"$3.wake"; echo >&9; fi`
 
 // switchEnvironment is what the detached switch gets besides the unit's own
 // environment, as nixos-rebuild passes it (`systemd-run -E LOCALE_ARCHIVE -E
@@ -89,8 +94,8 @@ var switchEnvironment = []string{
 	"--setenv=NIXOS_INSTALL_BOOTLOADER=0",
 }
 
-// pollTick is how often pollScript looks for the result file on the node: a `[ -s ]`
-// and a sleep, 50 times a second, for the length of the switch.
+// pollTick is the unit of PollScript's wait: a poll waits at most $3 ticks. Where it
+// cannot wait on the wake FIFO it looks for the result file once a tick.
 const pollTick = 20 * time.Millisecond
 
 // PollScript waits up to $3 ticks of 20 ms for the switch to end. When it has ended it
@@ -99,16 +104,29 @@ const pollTick = 20 * time.Millisecond
 // checked about once a second) it prints "unit <ActiveState> <LoadState>".
 // $1 file prefix, $2 unit, $3 ticks. The result files stay (see StartScript).
 //
+// It waits on the wake FIFO $1.wake, which the switch's script writes a line to once its
+// exit code is written (DetachedScript): a read with a one-second time limit (bash's
+// `read -t`: NixOS's /bin/sh is bash), which takes no CPU while it waits. The FIFO is
+// opened before the result file is first looked for, so a wake is never missed. Where
+// there is no FIFO (a switch started without one) or the shell cannot time a read
+// (`read -t` is bash's, not POSIX), it looks for the result file every tick, with a
+// `sleep 0.02` each: a fork and exec of sleep fifty times a second, which cost a lab
+// node about half a core for as long as the switch ran (lab/bench-apply.sh measures the
+// node's CPU), and sixteen nodes switching at once more than the deployer's two cores.
+//
 // With $4, the script to run once the switch exited 0 (FinalizeBoot's afterBootScript,
 // with $5 and $6 its arguments), a result of exit 0 is "rc 0", then "after <its exit
 // code>" and its stdout, its stderr on stderr: the step that follows a clean switch
 // rides in the poll that reads it, not in a round trip of its own. It must be safe to
 // run twice (a poll cut by a dropped connection is repeated).
-const PollScript = `i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
+const PollScript = `w=; if [ -p "$1.wake" ]; then exec 9<>"$1.wake"; w=1; fi; ` +
+	`i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
 	`if [ "$i" -gt 0 ] && [ $((i % 50)) -eq 0 ]; then ` +
 	`case "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)/$(systemctl show -p LoadState --value "$2" 2>/dev/null)" in ` +
 	`failed/* | */not-found) break ;; esac; fi; ` +
-	`sleep 0.02 2>/dev/null || sleep 1; i=$((i + 1)); done; ` +
+	`if [ -n "$w" ]; then read -t 1 l <&9 2>/dev/null; r=$?; ` +
+	`if [ "$r" -gt 128 ]; then i=$((i + 50)); elif [ "$r" -ne 0 ]; then w=; fi; ` +
+	`else sleep 0.02 2>/dev/null || sleep 1; i=$((i + 1)); fi; done; ` +
 	`if [ -s "$1.rc" ]; then c=$(cat "$1.rc"); printf 'rc %s\n' "$c"; ` +
 	`if [ -n "${4:-}" ] && [ "$c" = 0 ]; then a=$4; shift 4; o=$(sh -c "$a" sh "$@"); printf 'after %s\n%s\n' "$?" "$o"; exit 0; fi; ` +
 	`cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
@@ -117,7 +135,8 @@ const PollScript = `i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
 
 // StartScript makes the result directory, removes results of switches older than an
 // hour (a result stays readable that long, so a poll cut by a dropped connection can
-// be repeated), points the system profile $5 at the toplevel $6 when $5 is set (the
+// be repeated), makes the switch's wake FIFO (PollScript; without mkfifo the polls look
+// for the result every tick), points the system profile $5 at the toplevel $6 when $5 is set (the
 // boot entry's `boot`: with systemd-boot, entries come from the profile's generations
 // only), runs its other arguments (systemd-run …) and goes on as the first poll
 // (PollScript), so starting the switch and reading a quick result is one round trip.
@@ -134,6 +153,7 @@ const StartScript = `d=$1 p=$2 u=$3 n=$4 prof=$5 top=$6 after=$7 g=$8 gp=$9 gn=$
 	`printf '%s\n' "$a" | while IFS= read -r l; do printf 'guard %s\n' "$l"; done; shift "$gn"; ` +
 	`[ "${a%%[!a-z-]*}" = ok ] || exit 0; fi; ` +
 	`mkdir -p "$d" || exit 90; find "$d" -maxdepth 1 -name '` + SwitchUnitPrefix + `*' -mmin +60 -exec rm -f {} + 2>/dev/null; ` +
+	`mkfifo -m 600 "$p.wake" 2>/dev/null; ` +
 	`if [ -n "$prof" ] && [ "$(readlink -f "$prof" 2>/dev/null)" != "$top" ]; then nix-env --profile "$prof" --set "$top" >&2 || exit 92; fi; ` +
 	`"$@" || exit 91; set -- "$p" "$u" "$n" "$after" "$prof" "$top"; ` + PollScript
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -377,5 +378,72 @@ func TestStartScriptRunsTheGuardFirst(t *testing.T) {
 		if _, err := os.Stat(dir + "/" + SwitchUnitPrefix + c.name + ".rc"); err == nil {
 			t.Fatalf("%s: the unit was started", c.name)
 		}
+	}
+}
+
+// NixOS's /bin/sh is bash: there the poll waits on the wake FIFO the start script makes,
+// and the switch's script wakes it, so no poll forks a sleep while the switch runs (a
+// sleep fifty times a second cost a lab node half a core). Run by a real bash, with a
+// `sleep` on the PATH that records each call: the switch takes about a second (an
+// absolute sleep of the stand-in's own), the result comes back in the first poll, and
+// the recording sleep was never called. Under /bin/sh (dash here: no `read -t`), the
+// other tests above show the same poll falling back to its ticks.
+func TestPollWaitsOnTheWakeFIFOWithoutForking(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal("bash is needed: it is /bin/sh on every NixOS node")
+	}
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bin := dir + "/bin"
+	top := dir + "/toplevel"
+	for _, d := range []string{bin, top + "/bin"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := dir + "/sleep-calls"
+	recording := "#!" + bash + "\necho \"$*\" >>" + calls + "\nexec " + sleep + " \"$@\"\n"
+	stc := "#!" + bash + "\n" + sleep + " 1; echo \"switched $1\"\n"
+	for path, text := range map[string]string{bin + "/sleep": recording, top + "/bin/switch-to-configuration": stc} {
+		if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The stand-in for systemd-run starts the detached script in the background, as the
+	// transient unit runs it, and returns.
+	systemdRun := "#!" + bash + "\n" + `"$@" </dev/null >/dev/null 2>&1 &` + "\n"
+	if err := os.WriteFile(bin+"/systemd-run", []byte(systemdRun), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []string{"cat", "mkdir", "mkfifo"} {
+		path, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(path, bin+"/"+tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix := dir + "/" + SwitchUnitPrefix + "fifo"
+	argv := []string{StartScript, "sh", dir, prefix, "x.service", "500", "", top, "", "", "", "0",
+		"systemd-run", bash, "-c", DetachedScript, "sh", top, "test", prefix}
+	cmd := exec.Command(bash, append([]string{"-c"}, argv...)...)
+	cmd.Env = []string{"PATH=" + bin}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("start: %v (%s)", err, out)
+	}
+	if string(out) != "rc 0\nswitched test\n" {
+		t.Fatalf("start then poll = %q", out)
+	}
+	if fi, err := os.Stat(prefix + ".wake"); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("no wake FIFO beside the result: %v", err)
+	}
+	if got, err := os.ReadFile(calls); err == nil {
+		t.Fatalf("the poll forked sleep while it waited: %q", got)
 	}
 }
