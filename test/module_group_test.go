@@ -205,6 +205,14 @@ func moduleSteps(t *testing.T, steps ...resource.TestStep) []resource.TestStep {
 	return steps
 }
 
+// nothingToDo is the check, after a step's apply, that the same configuration again has
+// nothing to do: the plan after the apply, with a refresh of every node, is empty. That
+// plan is the step's own (the harness plans once without and once with a refresh after
+// every apply, and fails the step when either is not empty), so it costs nothing; a step
+// of its own that planned the same configuration again would run init, plan, apply and
+// both plans once more (a refresh of every node in two of them) to prove the same.
+var nothingToDo = []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}
+
 // labCheck is a check of the lab or the cluster after a step. A module test cannot use
 // a step's Check: terraform-plugin-testing hands Check the state in its legacy form,
 // which has no room for child modules ("Modules are not supported").

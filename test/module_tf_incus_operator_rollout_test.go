@@ -121,15 +121,13 @@ output "summary" {
 					actions(wave(2, "node_switch"), []string{b, c}, map[string]plancheck.ResourceActionType{b: plancheck.ResourceActionCreate, c: plancheck.ResourceActionCreate}),
 					actions(wave(2, "verdict"), []string{b, c}, map[string]plancheck.ResourceActionType{b: plancheck.ResourceActionCreate, c: plancheck.ResourceActionCreate}),
 					[]plancheck.PlanCheck{plancheck.ExpectResourceAction("module.group.fediversity_rollout_gate.after_wave_1[0]", plancheck.ResourceActionCreate)},
-				)},
+				),
+					// Then nothing changed: nothing to do, the gate included.
+					PostApplyPostRefresh: nothingToDo},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)),
 					attestedWithSecret(sn, group, a, b, c),
 				},
-			},
-			resource.TestStep{
-				Config:           config(labtest.ClosureSpireChain),
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{Config: emptyRoot()},
 		),

@@ -170,15 +170,13 @@ output "summary" {
 					[]plancheck.PlanCheck{plancheck.ExpectResourceAction(tenantRes, plancheck.ResourceActionCreate)},
 					actions(container, names, every(plancheck.ResourceActionCreate))...),
 					actions(registration, names, every(plancheck.ResourceActionCreate))...),
-					actions(verdict, names, every(plancheck.ResourceActionCreate))...)},
+					actions(verdict, names, every(plancheck.ResourceActionCreate))...),
+					// Then the same submission again: nothing to do.
+					PostApplyPostRefresh: nothingToDo},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)),
 					attestedInTenant,
 				},
-			},
-			resource.TestStep{
-				Config:           config,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{
 				// The group is turned off: the registrations go (entries deleted), then the

@@ -79,15 +79,13 @@ output "summary" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: append(append(
 					actions(registration, names, every(plancheck.ResourceActionCreate)),
 					actions(sw, names, every(plancheck.ResourceActionCreate))...),
-					actions(verdict, names, every(plancheck.ResourceActionCreate))...)},
+					actions(verdict, names, every(plancheck.ResourceActionCreate))...),
+					// Then the same submission again: nothing to do.
+					PostApplyPostRefresh: nothingToDo},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)),
 					attested(a, b, c),
 				},
-			},
-			resource.TestStep{
-				Config:           config,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{
 				// The submission turns c off: its registration goes with its deploy and

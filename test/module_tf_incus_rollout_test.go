@@ -105,7 +105,8 @@ output "summary" {
 			resource.TestStep{
 				// Fixed: b and c were not touched (no deploy or verdict in the state: the
 				// plan creates them; their containers stay) and the next apply resumes: the
-				// canary redeploys, the gate judges again, and wave 2 rolls out.
+				// canary redeploys, the gate judges again, and wave 2 rolls out. Then nothing
+				// changed: nothing to do, the gate included (nothingToDo).
 				PreConfig: func() {
 					if err := untouched(); err != nil {
 						t.Fatal(err)
@@ -118,13 +119,8 @@ output "summary" {
 					actions(wave(2, "node_switch"), []string{b, c}, map[string]plancheck.ResourceActionType{b: plancheck.ResourceActionCreate, c: plancheck.ResourceActionCreate}),
 					actions(wave(2, "verdict"), []string{b, c}, map[string]plancheck.ResourceActionType{b: plancheck.ResourceActionCreate, c: plancheck.ResourceActionCreate}),
 					[]plancheck.PlanCheck{plancheck.ExpectResourceAction("module.group.fediversity_rollout_gate.after_wave_1[0]", plancheck.ResourceActionCreate)},
-				)},
+				), PostApplyPostRefresh: nothingToDo},
 				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), runsGood},
-			},
-			resource.TestStep{
-				// Nothing changed: nothing to do, the gate included.
-				Config:           config(labtest.ClosureGood),
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{Config: emptyRoot()},
 		),

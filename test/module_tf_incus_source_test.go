@@ -148,7 +148,9 @@ output "node_plans" {
 					actions(img, names, every(plancheck.ResourceActionCreate)),
 					actions(container, names, every(plancheck.ResourceActionCreate)),
 					actions(sw, names, every(plancheck.ResourceActionCreate)),
-					actions(verdict, names, every(plancheck.ResourceActionCreate)))},
+					actions(verdict, names, every(plancheck.ResourceActionCreate))),
+					// Then the same sources again: nothing to do.
+					PostApplyPostRefresh: nothingToDo},
 				ConfigStateChecks: []statecheck.StateCheck{
 					labCheck(func() error {
 						t.Logf("figure: plan and apply of 2 nodes from their source (evaluate, build, image, import, create, deploy, judge): %s", time.Since(start).Round(100*time.Millisecond))
@@ -189,10 +191,6 @@ output "node_plans" {
 						return nil
 					}),
 				},
-			},
-			resource.TestStep{
-				Config:           first,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{
 				// b's source changes (another seed, so every store path of its system): a new

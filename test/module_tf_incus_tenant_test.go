@@ -169,7 +169,9 @@ output "summary" {
 				Config: config,
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(tenantRes, plancheck.ResourceActionCreate),
-				}},
+				},
+					// Then the same submission again: nothing to do.
+					PostApplyPostRefresh: nothingToDo},
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)),
 					inTenant(a, b),
@@ -179,10 +181,6 @@ output "summary" {
 						return err
 					}),
 				},
-			},
-			resource.TestStep{
-				Config:           config,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{
 				// b is turned off: its container and its records go, its data volume is

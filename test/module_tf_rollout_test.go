@@ -98,7 +98,8 @@ output "summary" {
 			resource.TestStep{
 				// Fixed: b and c were not touched (they have no resource: the plan creates
 				// them) and the next apply resumes: the canary redeploys, the gate judges
-				// again, and wave 2 rolls out.
+				// again, and wave 2 rolls out. Then nothing changed: nothing to do, the gate
+				// included (nothingToDo).
 				PreConfig: untouched,
 				Config:    config(labtest.ClosureGood),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
@@ -106,13 +107,8 @@ output "summary" {
 					plancheck.ExpectResourceAction(fmt.Sprintf("%s[%q]", wave(2), b), plancheck.ResourceActionCreate),
 					plancheck.ExpectResourceAction(fmt.Sprintf("%s[%q]", wave(2), c), plancheck.ResourceActionCreate),
 					plancheck.ExpectResourceAction("module.group.fediversity_rollout_gate.after_wave_1[0]", plancheck.ResourceActionCreate),
-				}},
+				}, PostApplyPostRefresh: nothingToDo},
 				ConfigStateChecks: []statecheck.StateCheck{statecheck.ExpectKnownOutputValue("summary", summaryCheck(names, nil)), runsGood},
-			},
-			resource.TestStep{
-				// Nothing changed: nothing to do, the gate included.
-				Config:           config(labtest.ClosureGood),
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			resource.TestStep{Config: emptyRoot()},
 		),
