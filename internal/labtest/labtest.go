@@ -290,15 +290,36 @@ func RepoRoot(t testing.TB) string {
 }
 
 // WaitSwitchRunning waits (bounded: 600 polls of 0.2 s) until a detached switch runs
-// on the instance.
+// on the instance: systemd lists an active fediversity-switch-* unit. The polls run on
+// the node, in one exec: an exec per poll (incusd forks a helper that enters the
+// container for each, and the test waits for it and reads its output in calls of their
+// own) cost the machine more than the systemctl it ran, five times a second for as long
+// as an apply takes to reach its switch. What is polled and how often are what they
+// were, so the caller still acts only once the switch runs, and no later. An exec that
+// fails (incusd under load) is run again until the bound is spent.
 func WaitSwitchRunning(t testing.TB, node Node) {
 	t.Helper()
-	for range 600 {
-		out, _ := IncusErr("exec", node.Instance, "--", "/usr/bin/systemctl", "list-units", "--no-legend", "--plain", "--state=active", "fediversity-switch-*")
-		if strings.Contains(out, "fediversity-switch-") {
+	const polls = 600
+	left := polls
+	for left > 0 {
+		script := fmt.Sprintf(`i=0
+while [ "$i" -lt %d ]; do
+	out=$(/usr/bin/systemctl list-units --no-legend --plain --state=active 'fediversity-switch-*')
+	case $out in *fediversity-switch-*) echo "$out"; exit 0 ;; esac
+	i=$((i + 1))
+	sleep 0.2
+done
+exit 1`, left)
+		start := time.Now()
+		out, err := IncusErr("exec", node.Instance, "--", "/bin/sh", "-c", script)
+		if err == nil && strings.Contains(out, "fediversity-switch-") {
 			return
 		}
-		time.Sleep(200 * time.Millisecond)
+		// The polls this exec may have run: its time over the period, at least one.
+		left -= max(1, int(time.Since(start)/(200*time.Millisecond)))
+		if err != nil && left > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
 	}
 	t.Fatalf("no switch ever ran on %s", node.Instance)
 }

@@ -50,13 +50,28 @@ func pluginOf(pid int) int {
 }
 
 // waitRunning waits (bounded: 240 polls, 0.5 s apart) until the node runs toplevel.
+// The polls run on the node, in one exec (an exec per poll cost the machine more than
+// the readlink it ran, over the up to 45 s a cut-off switch goes on); an exec that fails
+// (incusd under load) is run again until the bound is spent.
 func waitRunning(t *testing.T, node labtest.Node, toplevel string) {
 	t.Helper()
-	for i := 0; i < 240; i++ {
-		if strings.TrimSpace(nodeExec(t, node, "readlink -f /run/current-system")) == toplevel {
+	const polls = 240
+	left := polls
+	for left > 0 {
+		script := fmt.Sprintf(`i=0
+while [ "$(readlink -f /run/current-system)" != %q ]; do
+	i=$((i + 1))
+	[ "$i" -lt %d ] || exit 1
+	sleep 0.5
+done`, toplevel, left)
+		start := time.Now()
+		if _, err := labtest.IncusErr("exec", node.Instance, "--", "/bin/sh", "-c", script); err == nil {
 			return
 		}
-		time.Sleep(500 * time.Millisecond)
+		left -= max(1, int(time.Since(start)/(500*time.Millisecond)))
+		if left > 0 {
+			time.Sleep(500 * time.Millisecond)
+		}
 	}
 	t.Fatalf("%s never came to run %s", node.Instance, toplevel)
 }

@@ -226,6 +226,17 @@ func verdictScenarioSteps(t *testing.T, node labtest.Node, transport string) []r
 	skipped := labtest.BuildClosure(t, labtest.ClosureSkipped)
 	failedErr := regexp.MustCompile(`Unit\s+fedi-broken\.service\s+failed\s+on\s+` + regexp.QuoteMeta(node.Name))
 	cfg := func(top, extra string) string { return switchConfig(node, transport, top, extra) }
+	// The watch of a step is the shortest that shows what it asserts. A step whose
+	// units are all settled when the switch ends (a good system, whose switch starts
+	// its units and waits for them; a unit skipped on its condition, which the switch's
+	// start judged and no one restarts) shows its verdict in the first sample: it
+	// watches for the least the engine takes, two samples a second apart. The others
+	// keep accTimings' 4 s: a failed unit the deploy restarts (--no-block) must be
+	// failed again by the last sample, however loaded the machine; a restart loop must
+	// be seen restarting; the outsider fails only after the switch released its lock.
+	settled := func(top, extra string) string {
+		return strings.Replace(cfg(top, extra), `watch           = "4s"`, `watch           = "1s"`, 1)
+	}
 
 	return []resource.TestStep{
 		{Config: cfg(failed, ""), ExpectError: failedErr},
@@ -239,7 +250,7 @@ func verdictScenarioSteps(t *testing.T, node labtest.Node, transport string) []r
 				statecheck.ExpectKnownValue(addr, tfjsonpath.New("verdict").AtMapKey("reasons"), knownvalue.ListSizeExact(1)),
 			},
 		},
-		{Config: cfg(good, ""), ConfigStateChecks: []statecheck.StateCheck{verdictBool("ok", true), verdictList("failed")}},
+		{Config: settled(good, ""), ConfigStateChecks: []statecheck.StateCheck{verdictBool("ok", true), verdictList("failed")}},
 		// A failed update: the prior state is kept, so the next apply fails again.
 		{Config: cfg(failed, ""), ExpectError: failedErr},
 		{Config: cfg(failed, ""), ExpectError: failedErr},
@@ -261,7 +272,7 @@ func verdictScenarioSteps(t *testing.T, node labtest.Node, transport string) []r
 			},
 		},
 		{
-			Config: cfg(skipped, ""),
+			Config: settled(skipped, ""),
 			ConfigStateChecks: []statecheck.StateCheck{
 				verdictBool("ok", true),
 				verdictList("skipped", "fedi-skipped.service"),
