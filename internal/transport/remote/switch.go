@@ -101,7 +101,8 @@ const pollTick = 20 * time.Millisecond
 // PollScript waits up to $3 ticks of 20 ms for the switch to end. When it has ended it
 // prints "rc <code>" and then the switch's stdout, and copies its stderr to stderr: the
 // whole result in one round trip. Otherwise (time is up, or the unit failed or is gone:
-// checked about once a second) it prints "unit <ActiveState> <LoadState>".
+// checked about every two seconds, by one systemctl, which costs a lab node some 40 ms
+// of CPU each time) it prints "unit <ActiveState> <LoadState>".
 // $1 file prefix, $2 unit, $3 ticks. The result files stay (see StartScript).
 //
 // It waits on the wake FIFO $1.wake, which the switch's script writes a line to once its
@@ -120,18 +121,18 @@ const pollTick = 20 * time.Millisecond
 // rides in the poll that reads it, not in a round trip of its own. It must be safe to
 // run twice (a poll cut by a dropped connection is repeated).
 const PollScript = `w=; if [ -p "$1.wake" ]; then exec 9<>"$1.wake"; w=1; fi; ` +
+	`u() { s=$(systemctl show -p ActiveState -p LoadState "$2" 2>/dev/null); ` +
+	`a=${s##*ActiveState=}; a=${a%%[!a-z-]*}; l=${s##*LoadState=}; l=${l%%[!a-z-]*}; }; ` +
 	`i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
-	`if [ "$i" -gt 0 ] && [ $((i % 50)) -eq 0 ]; then ` +
-	`case "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)/$(systemctl show -p LoadState --value "$2" 2>/dev/null)" in ` +
-	`failed/* | */not-found) break ;; esac; fi; ` +
-	`if [ -n "$w" ]; then read -t 1 l <&9 2>/dev/null; r=$?; ` +
+	`if [ "$i" -gt 0 ] && [ $((i % 100)) -eq 0 ]; then u "$@"; ` +
+	`case "$a/$l" in failed/* | */not-found) break ;; esac; fi; ` +
+	`if [ -n "$w" ]; then read -t 1 x <&9 2>/dev/null; r=$?; ` +
 	`if [ "$r" -gt 128 ]; then i=$((i + 50)); elif [ "$r" -ne 0 ]; then w=; fi; ` +
 	`else sleep 0.02 2>/dev/null || sleep 1; i=$((i + 1)); fi; done; ` +
 	`if [ -s "$1.rc" ]; then c=$(cat "$1.rc"); printf 'rc %s\n' "$c"; ` +
 	`if [ -n "${4:-}" ] && [ "$c" = 0 ]; then a=$4; shift 4; o=$(sh -c "$a" sh "$@"); printf 'after %s\n%s\n' "$?" "$o"; exit 0; fi; ` +
 	`cat "$1.out" 2>/dev/null; cat "$1.err" >&2 2>/dev/null; exit 0; fi; ` +
-	`printf 'unit %s %s\n' "$(systemctl show -p ActiveState --value "$2" 2>/dev/null)" ` +
-	`"$(systemctl show -p LoadState --value "$2" 2>/dev/null)"`
+	`u "$@"; printf 'unit %s %s\n' "$a" "$l"`
 
 // StartScript makes the result directory, removes results of switches older than an
 // hour (a result stays readable that long, so a poll cut by a dropped connection can
