@@ -101,8 +101,10 @@ const pollTick = 20 * time.Millisecond
 // PollScript waits up to $3 ticks of 20 ms for the switch to end. When it has ended it
 // prints "rc <code>" and then the switch's stdout, and copies its stderr to stderr: the
 // whole result in one round trip. Otherwise (time is up, or the unit failed or is gone:
-// checked about every two seconds, by one systemctl, which costs a lab node some 40 ms
-// of CPU each time) it prints "unit <ActiveState> <LoadState>".
+// checked about every two seconds, by one systemctl: two every second cost a lab node
+// about 80 ms of CPU a second for as long as the switch ran, which sixteen nodes
+// switching at once on the deployer's two cores could not spare, lab/bench-fleet.sh)
+// it prints "unit <ActiveState> <LoadState>".
 // $1 file prefix, $2 unit, $3 ticks. The result files stay (see StartScript).
 //
 // It waits on the wake FIFO $1.wake, which the switch's script writes a line to once its
@@ -111,9 +113,8 @@ const pollTick = 20 * time.Millisecond
 // opened before the result file is first looked for, so a wake is never missed. Where
 // there is no FIFO (a switch started without one) or the shell cannot time a read
 // (`read -t` is bash's, not POSIX), it looks for the result file every tick, with a
-// `sleep 0.02` each: a fork and exec of sleep fifty times a second, which cost a lab
-// node about half a core for as long as the switch ran (lab/bench-apply.sh measures the
-// node's CPU), and sixteen nodes switching at once more than the deployer's two cores.
+// `sleep 0.02` each: a fork and exec of sleep fifty times a second for as long as the
+// switch runs, where the read forks nothing.
 //
 // With $4, the script to run once the switch exited 0 (FinalizeBoot's afterBootScript,
 // with $5 and $6 its arguments), a result of exit 0 is "rc 0", then "after <its exit
