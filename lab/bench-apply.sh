@@ -155,22 +155,13 @@ phase_node_cpu() {
     dur=$(grep -o 'duration=[^ ]*' <<<"$line" | head -1 | cut -d= -f2 | tr -d '"')
     name=$(grep -o ' phase=[^ ]*' <<<"$line" | head -1 | cut -d= -f2)
     echo "$name $end $dur"
-  done | awk -v samples="$2" '
-    function us(d,   t, n, u) { # a Go duration in microseconds
-      t = 0
-      while (match(d, /^[0-9.]+(h|ms|m|s|µs|us|ns)/)) {
-        n = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
-        match(n, /[a-zµ]+$/); u = substr(n, RSTART); n = substr(n, 1, RSTART - 1) + 0
-        t += n * (u == "h" ? 3.6e9 : u == "m" ? 6e7 : u == "s" ? 1e6 : u == "ms" ? 1e3 : (u == "ns" ? 0.001 : 1))
-      }
-      return t
-    }
+  done | awk -v samples="$2" "$bench_awk_ms"'
     function at(t,   a) { # the CPU counter at time t (us): the last sample at or before it
       for (a = k; a >= 1; a--) if (st[a] <= t) return sv[a]
       return sv[1]
     }
     BEGIN { while ((getline l < samples) > 0) { split(l, f, " "); st[++k] = f[1]; sv[k] = f[2] } }
-    k > 0 { end = $2; start = end - us($3); printf "%s%s=%.0fms", (NR > 1 ? " " : ""), $1, (at(end) - at(start)) / 1e6 }
+    k > 0 { end = $2; start = end - ms($3) * 1000; printf "%s%s=%.0fms", (NR > 1 ? " " : ""), $1, (at(end) - at(start)) / 1e6 }
     END { printf "\n" }'
 }
 # CPU of a deploy, on two sides: here (the deployer: user + system seconds of the timed

@@ -181,9 +181,10 @@ bench_peak_rss() {
 # phase that took 0 ms on every line is left out. Then each line's sum of phases and,
 # with at= (when the line's run ended), when each run began and ended, in ms after the
 # first run began: runs that began late waited for something outside the node's run.
-bench_phase_table() {
-  awk '
-    function ms(d,   t, n, u) { # a Go duration (1m2.5s, 1.204s, 211ms, 70µs, 0s) in ms
+# bench_awk_ms: the awk function ms(d), a Go duration (1m2.5s, 1.204s, 211ms, 70µs, 0s)
+# in milliseconds, for the awk programs that read the provider's durations.
+bench_awk_ms='
+    function ms(d,   t, n, u) {
       t = 0
       while (match(d, /^[0-9.]+(h|ms|m|s|µs|us|ns)/)) {
         n = substr(d, 1, RLENGTH); d = substr(d, RLENGTH + 1)
@@ -191,7 +192,10 @@ bench_phase_table() {
         t += n * (u == "h" ? 3600000 : u == "m" ? 60000 : u == "s" ? 1000 : u == "ms" ? 1 : (u == "ns" ? 0.000001 : 0.001))
       }
       return t
-    }
+    }'
+
+bench_phase_table() {
+  awk "$bench_awk_ms"'
     function row(name, c,   a, b, x, s, med) {
       for (a = 1; a <= c; a++) s[a] = cell[a]
       for (a = 2; a <= c; a++) { x = s[a]; for (b = a - 1; b >= 1 && s[b] > x; b--) s[b + 1] = s[b]; s[b + 1] = x }

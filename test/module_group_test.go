@@ -213,6 +213,25 @@ func moduleSteps(t *testing.T, steps ...resource.TestStep) []resource.TestStep {
 // both plans once more (a refresh of every node in two of them) to prove the same.
 var nothingToDo = []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}
 
+// backToApproved is the step after a refused apply, back at the approved submission
+// (written by submit): the refused apply changed nothing, on any node or in the state.
+// A plan proves it (PlanOnly: the plans without and with a refresh of every node are
+// both empty); an apply of an empty plan would prove nothing more. What the nodes run
+// is checked before it (nodes; a plan changes no node).
+func backToApproved(t *testing.T, submit func(), nodes func() error, config string) resource.TestStep {
+	return resource.TestStep{
+		PreConfig: func() {
+			submit()
+			if err := nodes(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Config:           config,
+		PlanOnly:         true,
+		ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: nothingToDo},
+	}
+}
+
 // labCheck is a check of the lab or the cluster after a step. A module test cannot use
 // a step's Check: terraform-plugin-testing hands Check the state in its legacy form,
 // which has no room for child modules ("Modules are not supported").

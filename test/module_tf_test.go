@@ -112,21 +112,8 @@ output "summary" {
 				Config:      config(fmt.Sprintf("submission_digest = %q", approved)),
 				ExpectError: refusedAll("deploy", []string{a, b}),
 			},
-			resource.TestStep{
-				// Back to the approved submission: the refused apply changed nothing, on any node
-				// or in the state. A plan proves it (PlanOnly: the plans without and with a
-				// refresh of every node are both empty); an apply of an empty plan would prove
-				// nothing more. What the nodes run is checked before it (a plan changes no node).
-				PreConfig: func() {
-					disabledC()
-					if err := runs(a, b)(); err != nil {
-						t.Fatal(err)
-					}
-				},
-				Config:           config(""),
-				PlanOnly:         true,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: nothingToDo},
-			},
+			// Back to the approved submission: the refused apply changed nothing.
+			backToApproved(t, func() { disabledC() }, runs(a, b), config("")),
 			resource.TestStep{
 				// The module goes: its resources leave the state (the nodes keep running).
 				Config: emptyRoot(),
