@@ -154,6 +154,13 @@ nodes_cpu() {
   for i in $(seq 1 "$1"); do t=$((t + $(bench_cpu_ns "${cpu_files[$i]}"))); done
   echo "$t"
 }
+# cpu_mark N, then cpu_since N: "<the machine's busy core-s> <the first N nodes'
+# containers' core-s>" between the two.
+cpu_mark() { mark_j=$(bench_busy_jiffies | cut -d" " -f1); mark_c=$(nodes_cpu "$1"); }
+cpu_since() {
+  echo "$(echo "scale=1; ($(bench_busy_jiffies | cut -d" " -f1) - $mark_j) / $hz" | bc)" \
+    "$(echo "scale=1; ($(nodes_cpu "$1") - $mark_c) / 1000000000" | bc)"
+}
 # bare N SEED: seconds of a hand-run deploy (no lock, no revert, no watch) of one closure
 # new to the nodes, to the first N nodes at once, its build included: nixos-rebuild
 # builds before it copies, and the fresh apply whose floor this is builds its new
@@ -205,13 +212,11 @@ for n in $sizes; do
   module_config "$d/module" "m$n-$stamp"
   # Only the module: the provider comes from dev_overrides (init would ask the registry).
   tf "$d/module" get >"$d/module/get.log" 2>&1 || { echo "terraform get failed in $d/module" >&2; exit 1; }
-  j0=$(bench_busy_jiffies | cut -d" " -f1)
-  c0=$(nodes_cpu "$n")
+  cpu_mark "$n"
   export TF_LOG_PROVIDER=INFO TF_LOG_PATH=$d/module/fresh.tflog
   fresh[$n]=$(timed "$d/module/fresh.log" tf "$d/module" apply -input=false -auto-approve -parallelism=$par)
   unset TF_LOG_PROVIDER TF_LOG_PATH
-  cpu=$(echo "scale=1; ($(bench_busy_jiffies | cut -d" " -f1) - $j0) / $hz" | bc)
-  cpu_nodes=$(echo "scale=1; ($(nodes_cpu "$n") - $c0) / 1000000000" | bc)
+  read -r cpu cpu_nodes < <(cpu_since "$n")
   floor=$(echo "scale=1; $cpu / $cores" | bc)
   plan=$(timed "$d/module/plan.log" tf "$d/module" plan -input=false -detailed-exitcode -parallelism=$par)
   module_config "$d/module" "m$n-$stamp-changed"
@@ -232,11 +237,9 @@ for n in $sizes; do
   waves=$(timed "$d/cli/waves.log" "$root/bin/fediversity" deploy --roster "$d/cli/roster3.json" \
     --submission "$d/cli/submission.json" --baked "$d/cli/baked.json" --method tf --parallel "$par" --wave-size 25%)
 
-  j0=$(bench_busy_jiffies | cut -d" " -f1)
-  c0=$(nodes_cpu "$n")
+  cpu_mark "$n"
   bared[$n]=$(bare "$n" "b$n-$stamp")
-  bare_cpu=$(echo "scale=1; ($(bench_busy_jiffies | cut -d" " -f1) - $j0) / $hz" | bc)
-  bare_cpu_nodes=$(echo "scale=1; ($(nodes_cpu "$n") - $c0) / 1000000000" | bc)
+  read -r bare_cpu bare_cpu_nodes < <(cpu_since "$n")
 
   tf "$d/module" destroy -input=false -auto-approve >/dev/null 2>&1 || true
   tf "$d/hand" destroy -input=false -auto-approve >/dev/null 2>&1 || true
