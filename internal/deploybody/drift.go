@@ -17,11 +17,22 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
-// SystemScript prints /run/current-system, the system profile (both resolved; -e:
-// every component must exist, and a node that booted without a NixOS system, or whose
-// /run was cleared, has no /run/current-system: that is not drift) and the profile's
-// own link (system-<generation>-link), a line each: what ParseNodeSystem reads.
-const SystemScript = `printf '%s\n' "$(readlink -e /run/current-system)" "$(readlink -e /nix/var/nix/profiles/system)" "$(readlink /nix/var/nix/profiles/system)"`
+// SystemScript prints /run/current-system, the system profile (both resolved, "" when
+// either does not exist: a node that booted without a NixOS system, or whose /run was
+// cleared, has no /run/current-system: that is not drift) and the profile's own link
+// (system-<generation>-link), a line each: what ParseNodeSystem reads.
+//
+// The two resolve with one readlink -m and the shell's test for existence (readlink -e's
+// answer, one command fewer: every Read runs this). readlink -m prints a line for each
+// path, also for a missing one or a loop of links (its text is then not a system, and
+// the test says so); only when it prints nothing (an error reading a link) are the two
+// asked of readlink -e alone, as before.
+const SystemScript = `nl='
+'; s=$(readlink -m /run/current-system /nix/var/nix/profiles/system 2>/dev/null) || s=; ` +
+	`c=${s%%"$nl"*} p=${s#*"$nl"}; ` +
+	`if [ -z "$s" ]; then c=$(readlink -e /run/current-system) p=$(readlink -e /nix/var/nix/profiles/system); fi; ` +
+	`[ -e /run/current-system ] || c=; [ -e /nix/var/nix/profiles/system ] || p=; ` +
+	`printf '%s\n' "$c" "$p" "$(readlink /nix/var/nix/profiles/system)"`
 
 // NodeSystem is what a node says about its system.
 type NodeSystem struct {

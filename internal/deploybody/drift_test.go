@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +149,48 @@ func TestReadNodeSystemReadsTheRecordOnlyWhenAsked(t *testing.T) {
 	n = &scriptedNode{lines: "\n\n\n"}
 	if _, err := ReadNodeSystem(context.Background(), n, q.NeedsRecord); err == nil || !strings.Contains(err.Error(), "runs no NixOS system") {
 		t.Errorf("no /run/current-system: error %v, want it to say the node runs no NixOS system", err)
+	}
+}
+
+// The system script, run by the deployer's real sh on a node's layout made in a
+// temporary directory (its paths put in place of /run and /nix/var), answers what one
+// readlink -e per path answered: each link resolved, "" for a link whose target is gone
+// and for a loop of links, and the profile's
+// own link. readlink -m answers a loop with the looping path itself; the shell's test
+// for existence makes it "".
+func TestSystemScriptResolvesEachLinkAsReadlinkE(t *testing.T) {
+	dir := t.TempDir()
+	run := func() []string {
+		t.Helper()
+		script := strings.NewReplacer("/run/current-system", dir+"/run/current-system",
+			"/nix/var/nix/profiles/system", dir+"/profiles/system").Replace(SystemScript)
+		out, err := exec.Command("sh", "-c", script).Output()
+		if err != nil {
+			t.Fatalf("the system script: %v", err)
+		}
+		return strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+	}
+	store := filepath.Join(dir, "store")
+	for _, d := range []string{"run", "profiles", store + "/aaaa-system", store + "/bbbb-system"} {
+		must(t, os.MkdirAll(filepath.Join(dir, strings.TrimPrefix(d, dir)), 0o755))
+	}
+	must(t, os.Symlink(store+"/aaaa-system", dir+"/run/current-system"))
+	must(t, os.Symlink(store+"/bbbb-system", dir+"/profiles/system-5-link"))
+	must(t, os.Symlink("system-5-link", dir+"/profiles/system"))
+	if got, want := run(), []string{store + "/aaaa-system", store + "/bbbb-system", "system-5-link"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("both links resolvable: %q, want %q", got, want)
+	}
+	must(t, os.RemoveAll(store+"/bbbb-system"))
+	if got, want := run(), []string{store + "/aaaa-system", "", "system-5-link"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("the profile's system gone: %q, want %q", got, want)
+	}
+	must(t, os.Remove(dir+"/run/current-system"))
+	must(t, os.Symlink(dir+"/run/loop", dir+"/run/current-system"))
+	must(t, os.Symlink(dir+"/run/current-system", dir+"/run/loop"))
+	if got, want := run(), []string{"", "", "system-5-link"}; strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("a loop of links: %q, want %q", got, want)
+	}
+	if s := ParseNodeSystem(run()); s.Running != "" || s.Generation != 5 {
+		t.Fatalf("parsed: %+v, want no running system, generation 5", s)
 	}
 }

@@ -144,12 +144,36 @@ func rebootWhy(node, planned *RebootFacts) string {
 
 // rebootFactsFunctions are shell functions that print a system's RebootFacts on one
 // line, fields split by tabs: `facts <system> <inhibitors' system>` prints each legacy
-// part resolved (readlink -e: "" when absent), then reboot-triggers=<JSON, or none>,
-// then switch-inhibitors=<JSON, or none>. A JSON file's newlines and tabs become spaces
-// (JSON allows neither inside a string, so its text is kept). Only coreutils.
-var rebootFactsFunctions = `json() { printf '%s=' "$1"; if [ -f "$2" ]; then tr '\n\t' '  ' <"$2"; else printf none; fi; }
-facts() { for x in ` + strings.Join(legacyRebootParts, " ") + `; do printf '%s=%s\t' "$x" "$(readlink -e "$1/$x" 2>/dev/null)"; done
+// part resolved ("" when absent: readlink -e's answer), then reboot-triggers=<JSON, or
+// none>, then switch-inhibitors=<JSON, or none>. A JSON file's newlines and tabs become
+// spaces (JSON allows neither inside a string, so its text is kept), by the shell
+// itself. Only coreutils.
+//
+// The parts are resolved by one readlink -m (it prints a line per path, existing or
+// not) and the shell's own test for existence, not a readlink -e each: every Read and
+// every deploy runs this, and on a lab node each command a script forks costs about
+// 9 ms of CPU (docs/testing.md#bench-now). Only when readlink -m prints nothing (an
+// error reading a link) is each part resolved alone by readlink -e, as before.
+var rebootFactsFunctions = `nl='
+'
+tab='	'
+json() { printf '%s=' "$1"; if [ -f "$2" ]; then while IFS= read -r l || [ -n "$l" ]; do
+while :; do case $l in *"$tab"*) l=${l%%"$tab"*}' '${l#*"$tab"} ;; *) break ;; esac; done; printf '%s ' "$l"; done <"$2"
+else printf none; fi; }
+facts() { r=$(readlink -m` + partPaths() + ` 2>/dev/null) || r=
+for x in ` + strings.Join(legacyRebootParts, " ") + `; do p=${r%%"$nl"*}; r=${r#*"$nl"}
+if [ -z "$p" ]; then p=$(readlink -e "$1/$x" 2>/dev/null); elif [ ! -e "$1/$x" ]; then p=; fi
+printf '%s=%s\t' "$x" "$p"; done
 json ` + rebootTriggersFile + ` "$1/` + rebootTriggersFile + `"; printf '\t'; json ` + switchInhibitorsFile + ` "$2/` + switchInhibitorsFile + `"; echo; }`
+
+// partPaths is the legacy parts of the system facts' $1, as readlink's arguments.
+func partPaths() string {
+	var b strings.Builder
+	for _, p := range legacyRebootParts {
+		b.WriteString(` "$1/` + p + `"`)
+	}
+	return b.String()
+}
 
 // RebootFactsScript prints the node's RebootFacts on one line: "none" without
 // /run/booted-system, else its booted system's parts and reboot-triggers and its

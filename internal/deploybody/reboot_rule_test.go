@@ -116,7 +116,8 @@ func TestRebootFactsScriptOnAToplevel(t *testing.T) {
 	// No kernel-modules link: absent parts print empty. kernel-params holds a tab,
 	// escaped as jq writes it.
 	must(t, os.WriteFile(filepath.Join(top, "reboot-triggers"), []byte(triggersJSON(kernel, `quiet\tloglevel=4`, "dbus")), 0o644))
-	must(t, os.WriteFile(filepath.Join(top, "switch-inhibitors"), []byte("{\n  \"dbus-implementation\": \"dbus\"\n}\n"), 0o644))
+	// switch-inhibitors written by hand: tabs between its tokens, no newline at its end.
+	must(t, os.WriteFile(filepath.Join(top, "switch-inhibitors"), []byte("{\n\t\"dbus-implementation\":\t\t\"dbus\"\n}"), 0o644))
 	out, err := exec.Command("sh", "-c", rebootFactsFunctions+"\nfacts \"$1\" \"$1\"", "sh", top).Output()
 	if err != nil {
 		t.Fatalf("facts: %v", err)

@@ -58,7 +58,7 @@ set -- "$1" "${4:-}"
 // round trip, so that the plan of `deploy = "last-good"` takes the record the refresh
 // saw.
 var LastGoodReadScript = `f=` + LastGoodFile + `; if [ ! -e "$f" ] && [ -f ` + LegacyLastGoodFile + ` ] && [ ! -L ` + LegacyLastGoodFile + ` ]; then f=` + LegacyLastGoodFile + `; fi; ` +
-	`if [ -r "$f" ]; then printf 'last-good:%s\n' "$(cat "$f")"; ` +
+	`if [ -r "$f" ]; then l=; IFS= read -r l <"$f" || :; printf 'last-good:%s\n' "$l"; ` +
 	`elif [ -e "$f" ] || { [ -d "${f%/*}" ] && [ ! -x "${f%/*}" ]; }; then echo 'last-good?'; else echo 'last-good:none'; fi`
 
 // ParseLastGoodLine reads LastGoodReadScript's line: the last good system ("" when the
