@@ -146,21 +146,7 @@ TF
 
 now() { date +%s.%N; }
 cores=$(nproc)
-hz=$(getconf CLK_TCK)
 key=$state/id_ed25519
-# nodes_cpu N: the CPU the first N nodes' containers used so far, in ns (cpuacct).
-nodes_cpu() {
-  local i t=0
-  for i in $(seq 1 "$1"); do t=$((t + $(bench_cpu_ns "${cpu_files[$i]}"))); done
-  echo "$t"
-}
-# cpu_mark N, then cpu_since N: "<the machine's busy core-s> <the first N nodes'
-# containers' core-s>" between the two.
-cpu_mark() { mark_j=$(bench_busy_jiffies | cut -d" " -f1); mark_c=$(nodes_cpu "$1"); }
-cpu_since() {
-  echo "$(echo "scale=1; ($(bench_busy_jiffies | cut -d" " -f1) - $mark_j) / $hz" | bc)" \
-    "$(echo "scale=1; ($(nodes_cpu "$1") - $mark_c) / 1000000000" | bc)"
-}
 # bare N SEED: seconds of a hand-run deploy (no lock, no revert, no watch) of one closure
 # new to the nodes, to the first N nodes at once, its build included: nixos-rebuild
 # builds before it copies, and the fresh apply whose floor this is builds its new

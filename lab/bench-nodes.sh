@@ -262,3 +262,19 @@ bench_cpu_ns() {
   *) cat "$1" ;;
   esac
 }
+
+# nodes_cpu N: the CPU the first N nodes' containers used so far, in ns (cpuacct), from
+# the files in cpu_files[1..N] (bench_cpu_file of each node).
+nodes_cpu() {
+  local i t=0
+  for i in $(seq 1 "$1"); do t=$((t + $(bench_cpu_ns "${cpu_files[$i]}"))); done
+  echo "$t"
+}
+
+# cpu_mark N, then cpu_since N: "<the machine's busy core-s> <the first N nodes'
+# containers' core-s>" between the two.
+cpu_mark() { mark_j=$(bench_busy_jiffies | cut -d" " -f1); mark_c=$(nodes_cpu "$1"); }
+cpu_since() {
+  echo "$(bench_busy_jiffies | cut -d" " -f1) $mark_j $(getconf CLK_TCK) $(nodes_cpu "$1") $mark_c" |
+    awk '{printf "%.2f %.2f\n", ($1 - $2) / $3, ($4 - $5) / 1e9}'
+}

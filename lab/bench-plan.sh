@@ -35,6 +35,10 @@
 #              host key check and a login), commands: sessions it ran on the node
 #   eval_ms    one node's plan-time evaluation (a cache hit: the tree hash and lookup)
 #   rss_mb     peak RSS (VmHWM) of the provider over the plans of that size
+#   cpu        the CPU of one plan and of one with no refresh, in core-seconds: OpenTofu's
+#              with the provider's, the nodes' containers' (cgroups), and the machine's
+#              (/proc/stat): where a refresh's time goes on a machine whose cores the
+#              nodes share
 # and the load average before and after.
 #
 #   bash lab/bench-plan.sh
@@ -87,6 +91,8 @@ if [ "${1:-}" = fleet ]; then
   trap cleanup EXIT
   echo "launching $max nodes ($prefix-pb-1 … $prefix-pb-$max)" >&2
   bench_launch "$prefix-pb" 70 "$max"
+  declare -A cpu_files
+  for i in $(seq 1 "$max"); do cpu_files[$i]=$(bench_cpu_file "$prefix-pb-$i"); done
   bench_wait_quiet
   bench_tfrc
   export XDG_CACHE_HOME=$work/cache
@@ -101,12 +107,19 @@ if [ "${1:-}" = fleet ]; then
     "$TF" -chdir="$d" apply -input=false -auto-approve -parallelism=$((n > 10 ? n : 10)) >"$d/apply.log" 2>&1 ||
       { echo "apply of $n nodes failed:" >&2; tail -30 "$d/apply.log" >&2; exit 1; }
   done
-  plan() { # N log [args…]: seconds of an unchanged plan; fails loudly on any change
-    local n=$1 log=$2 t0 t1 rc=0
+  # plan N LOG [args…]: seconds of an unchanged plan; fails loudly on any change. Its
+  # CPU goes to LOG.cpu: "<OpenTofu's with the provider's (bash's time: the processes it
+  # waited for)> <the first N nodes' containers'> <the machine's>", core-s.
+  plan() {
+    local n=$1 log=$2 t0 t1 rc=0 tf_cpu machine nodes TIMEFORMAT='%U %S'
     shift 2
+    cpu_mark "$n"
     t0=$(now)
-    "$TF" -chdir="$work/n$n" plan -input=false -lock=false -detailed-exitcode -parallelism=$((n > 10 ? n : 10)) "$@" >"$log" 2>&1 || rc=$?
+    { time "$TF" -chdir="$work/n$n" plan -input=false -lock=false -detailed-exitcode -parallelism=$((n > 10 ? n : 10)) "$@" >"$log" 2>&1 || rc=$?; } 2>"$log.time"
     t1=$(now)
+    read -r machine nodes < <(cpu_since "$n")
+    tf_cpu=$(awk '{print $1 + $2}' "$log.time")
+    echo "$tf_cpu $nodes $machine" >"$log.cpu"
     [ "$rc" = 0 ] || { echo "plan of $n nodes was not empty (exit $rc):" >&2; tail -30 "$log" >&2; exit 1; }
     echo "$t1 - $t0" | bc -l
   }
@@ -138,6 +151,9 @@ if [ "${1:-}" = fleet ]; then
       "$(field ms <"$d/reads" | median)" "$(field ms <"$d/reads" | sort -n | tail -1 | grep . || echo nan)" \
       "$(field dials <"$d/reads" | median)" "$(field commands <"$d/reads" | median)" \
       "$(printf '%s\n' "$evals" | field seconds | awk '{print $1 * 1000}' | median)" "$(($(cat "$peak") / 1024))"
+    cpu() { cat "$d"/"$1"-*.out.cpu | awk -v f="$2" '{print $f}' | median; }
+    printf 'N=%-3s cpu core-s  plan: OpenTofu+provider %s  nodes %s  machine %s   norefresh: %s  %s  %s\n' "$n" \
+      "$(cpu plan 1)" "$(cpu plan 2)" "$(cpu plan 3)" "$(cpu norefresh 1)" "$(cpu norefresh 2)" "$(cpu norefresh 3)"
   done
   printf 'load average before %s, after %s; every plan: -parallelism=max(10, N), read_ms and eval_ms from the logged plans\n' "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)"
   exit 0
