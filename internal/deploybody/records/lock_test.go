@@ -177,3 +177,65 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// The lock's operations, run by the deployer's real sh and flock on a lock file in a
+// temporary directory: a heartbeat of the holder touches it, another run's heartbeat
+// is told it lost it (with the holder's lines as the file has them: blank lines inside
+// kept, trailing ones dropped, as $(cat) gave them), a fresh lock is held against
+// another run and a stale one taken over with its age, and a lock the node lost is
+// "gone".
+func TestLockScriptOperations(t *testing.T) {
+	// Under the deployer's sh (dash here) and under bash, NixOS' /bin/sh.
+	for _, shell := range []string{"sh", "bash"} {
+		t.Run(shell, func(t *testing.T) { testLockScriptOperations(t, shell) })
+	}
+}
+
+func testLockScriptOperations(t *testing.T, shell string) {
+	for _, tool := range []string{shell, "flock", "stat", "date", "touch"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed to run the lock script: %v", tool, err)
+		}
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "run", "node.lock")
+	script := strings.ReplaceAll(LockScript, LockFile, file)
+	op := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(shell, append([]string{"-c", script, "sh"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("lock script %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := op("acquire", "mine", "token=mine\nhost=h", "60", ""); out != "acquired\n" {
+		t.Fatalf("acquire of a node with no lock: %q", out)
+	}
+	must(t, os.WriteFile(file, []byte("token=mine\n\nhost=h\n\n"), 0o600))
+	old := time.Now().Add(-30 * time.Second)
+	must(t, os.Chtimes(file, old, old))
+	if out := op("heartbeat", "mine"); out != "ok\n" {
+		t.Fatalf("the holder's heartbeat: %q", out)
+	}
+	if fi, err := os.Stat(file); err != nil || time.Since(fi.ModTime()) > 10*time.Second {
+		t.Fatalf("the heartbeat did not touch the lock: %v, %v", fi.ModTime(), err)
+	}
+	if out := op("heartbeat", "theirs"); out != "lost\ntoken=mine\n\nhost=h\n" {
+		t.Fatalf("another run's heartbeat: %q", out)
+	}
+	if out := op("acquire", "theirs", "token=theirs\nhost=g", "60", ""); out != "held 0\ntoken=mine\n\nhost=h\n" && out != "held 1\ntoken=mine\n\nhost=h\n" {
+		t.Fatalf("acquire of a lock touched just now, by another run: %q", out)
+	}
+	old = time.Now().Add(-2 * time.Minute)
+	must(t, os.Chtimes(file, old, old))
+	out := op("acquire", "theirs", "token=theirs\nhost=g", "60", "")
+	if !strings.HasPrefix(out, "acquired\ntook-over 12") || !strings.HasSuffix(out, "\ntoken=mine\n\nhost=h\n") {
+		t.Fatalf("acquire of a stale lock by another run: %q", out)
+	}
+	if out := op("release", "theirs"); out != "released\n" {
+		t.Fatalf("release by the holder: %q", out)
+	}
+	if out := op("heartbeat", "theirs"); out != "gone\n" {
+		t.Fatalf("a heartbeat after the lock went: %q", out)
+	}
+}
