@@ -160,20 +160,11 @@ tab='	'
 json() { printf '%s=' "$1"; if [ -f "$2" ]; then while IFS= read -r l || [ -n "$l" ]; do
 while :; do case $l in *"$tab"*) l=${l%%"$tab"*}' '${l#*"$tab"} ;; *) break ;; esac; done; printf '%s ' "$l"; done <"$2"
 else printf none; fi; }
-facts() { r=$(readlink -m` + partPaths() + ` 2>/dev/null) || r=
+facts() { r=$(readlink -m "$1/` + strings.Join(legacyRebootParts, `" "$1/`) + `" 2>/dev/null) || r=
 for x in ` + strings.Join(legacyRebootParts, " ") + `; do p=${r%%"$nl"*}; r=${r#*"$nl"}
 if [ -z "$p" ]; then p=$(readlink -e "$1/$x" 2>/dev/null); elif [ ! -e "$1/$x" ]; then p=; fi
 printf '%s=%s\t' "$x" "$p"; done
 json ` + rebootTriggersFile + ` "$1/` + rebootTriggersFile + `"; printf '\t'; json ` + switchInhibitorsFile + ` "$2/` + switchInhibitorsFile + `"; echo; }`
-
-// partPaths is the legacy parts of the system facts' $1, as readlink's arguments.
-func partPaths() string {
-	var b strings.Builder
-	for _, p := range legacyRebootParts {
-		b.WriteString(` "$1/` + p + `"`)
-	}
-	return b.String()
-}
 
 // RebootFactsScript prints the node's RebootFacts on one line: "none" without
 // /run/booted-system, else its booted system's parts and reboot-triggers and its
