@@ -155,9 +155,8 @@ func TestReadNodeSystemReadsTheRecordOnlyWhenAsked(t *testing.T) {
 // The system script, run by the deployer's real sh on a node's layout made in a
 // temporary directory (its paths put in place of /run and /nix/var), answers what one
 // readlink -e per path answered: each link resolved, "" for a link whose target is gone
-// and for a loop of links, and the profile's
-// own link. readlink -m answers a loop with the looping path itself; the shell's test
-// for existence makes it "".
+// and for a loop of links, and the profile's own link. readlink -m answers a loop with
+// the looping path itself; the shell's test for existence makes it "".
 func TestSystemScriptResolvesEachLinkAsReadlinkE(t *testing.T) {
 	dir := t.TempDir()
 	run := func() []string {

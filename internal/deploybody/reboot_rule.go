@@ -152,7 +152,7 @@ func rebootWhy(node, planned *RebootFacts) string {
 // The parts are resolved by one readlink -m (it prints a line per path, existing or
 // not) and the shell's own test for existence, not a readlink -e each: every Read and
 // every deploy runs this, and on a lab node each command a script forks costs about
-// 9 ms of CPU (docs/testing.md#bench-now). Only when readlink -m prints nothing (an
+// 9 ms of CPU (docs/testing.md#plan-cost). Only when readlink -m prints nothing (an
 // error reading a link) is each part resolved alone by readlink -e, as before.
 var rebootFactsFunctions = `nl='
 '
