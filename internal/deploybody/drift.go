@@ -17,21 +17,26 @@ import (
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/records"
 )
 
+// linkFunctions resolve links as readlink -e does ("" for a missing path or a loop of
+// links), for several paths with one command: `links PATH...` runs one readlink -m (a
+// line per path, existing or not), then each `link PATH`, in the same order, sets p to
+// the next path's answer, tested for existence by the shell. Only when readlink -m
+// printed nothing (an error reading a link) is the path asked of readlink -e alone.
+// Every Read and every deploy's reboot check runs them, and on a lab node each command
+// a script forks costs about 9 ms of CPU (docs/testing.md#plan-cost).
+const linkFunctions = `nl='
+'
+links() { r=$(readlink -m "$@" 2>/dev/null) || r=; }
+link() { p=${r%%"$nl"*}; r=${r#*"$nl"}
+if [ -z "$p" ]; then p=$(readlink -e "$1" 2>/dev/null); elif [ ! -e "$1" ]; then p=; fi; }
+`
+
 // SystemScript prints /run/current-system, the system profile (both resolved, "" when
 // either does not exist: a node that booted without a NixOS system, or whose /run was
 // cleared, has no /run/current-system: that is not drift) and the profile's own link
 // (system-<generation>-link), a line each: what ParseNodeSystem reads.
-//
-// The two resolve with one readlink -m and the shell's test for existence (readlink -e's
-// answer, one command fewer: every Read runs this). readlink -m prints a line for each
-// path, also for a missing one or a loop of links (its text is then not a system, and
-// the test says so); only when it prints nothing (an error reading a link) are the two
-// asked of readlink -e alone, as before.
-const SystemScript = `nl='
-'; s=$(readlink -m /run/current-system /nix/var/nix/profiles/system 2>/dev/null) || s=; ` +
-	`c=${s%%"$nl"*} p=${s#*"$nl"}; ` +
-	`if [ -z "$s" ]; then c=$(readlink -e /run/current-system) p=$(readlink -e /nix/var/nix/profiles/system); fi; ` +
-	`[ -e /run/current-system ] || c=; [ -e /nix/var/nix/profiles/system ] || p=; ` +
+const SystemScript = linkFunctions + `links /run/current-system /nix/var/nix/profiles/system; ` +
+	`link /run/current-system; c=$p; link /nix/var/nix/profiles/system; ` +
 	`printf '%s\n' "$c" "$p" "$(readlink /nix/var/nix/profiles/system)"`
 
 // NodeSystem is what a node says about its system.

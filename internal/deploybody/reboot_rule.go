@@ -149,21 +149,13 @@ func rebootWhy(node, planned *RebootFacts) string {
 // spaces (JSON allows neither inside a string, so its text is kept), by the shell
 // itself. Only coreutils.
 //
-// The parts are resolved by one readlink -m (it prints a line per path, existing or
-// not) and the shell's own test for existence, not a readlink -e each: every Read and
-// every deploy runs this, and on a lab node each command a script forks costs about
-// 9 ms of CPU (docs/testing.md#plan-cost). Only when readlink -m prints nothing (an
-// error reading a link) is each part resolved alone by readlink -e, as before.
-var rebootFactsFunctions = `nl='
-'
-tab='	'
+// The parts are resolved with linkFunctions: one readlink -m for the three.
+var rebootFactsFunctions = linkFunctions + `tab='	'
 json() { printf '%s=' "$1"; if [ -f "$2" ]; then while IFS= read -r l || [ -n "$l" ]; do
 while :; do case $l in *"$tab"*) l=${l%%"$tab"*}' '${l#*"$tab"} ;; *) break ;; esac; done; printf '%s ' "$l"; done <"$2"
 else printf none; fi; }
-facts() { r=$(readlink -m "$1/` + strings.Join(legacyRebootParts, `" "$1/`) + `" 2>/dev/null) || r=
-for x in ` + strings.Join(legacyRebootParts, " ") + `; do p=${r%%"$nl"*}; r=${r#*"$nl"}
-if [ -z "$p" ]; then p=$(readlink -e "$1/$x" 2>/dev/null); elif [ ! -e "$1/$x" ]; then p=; fi
-printf '%s=%s\t' "$x" "$p"; done
+facts() { links "$1/` + strings.Join(legacyRebootParts, `" "$1/`) + `"
+for x in ` + strings.Join(legacyRebootParts, " ") + `; do link "$1/$x"; printf '%s=%s\t' "$x" "$p"; done
 json ` + rebootTriggersFile + ` "$1/` + rebootTriggersFile + `"; printf '\t'; json ` + switchInhibitorsFile + ` "$2/` + switchInhibitorsFile + `"; echo; }`
 
 // RebootFactsScript prints the node's RebootFacts on one line: "none" without
