@@ -24,15 +24,15 @@
 # internal/provider, and test/ for the modules and examples), each built once into a test
 # binary of its own, and listed. Each test to run under a binary is a job; the jobs are
 # split in groups: those that need the cluster or SPIRE ($K8S_TESTS), those that must run
-# alone ($ALONE_TESTS), and all the others (the nodes tests). The jobs are dealt into
-# shards by their recorded wall times (test/durations.txt, which the summary rewrites
-# after each run), longest first, each to the shard with the least so far among those it
-# may go to (tools/testsummary deal -place), so that the shards end together: the
-# cluster and SPIRE jobs to the k8s and SPIRE shards, the nodes jobs to any shard on a
-# warm machine and to the nodes shards on a cold one. A shard runs its Terraform
-# jobs, then its OpenTofu jobs, as two suites, on a lab of its own (its nodes, throwaway
-# instances, ports and spire node), so that shards side by side never touch each other's
-# nodes; the Kubernetes control plane and the real node are shared (every test makes a
+# alone ($ALONE_TESTS), and all the others (the nodes tests). The jobs wait in one
+# queue, longest first by their recorded wall times (test/durations.txt, which the
+# summary rewrites after each run), and each shard takes its next job when the one
+# before ended (tools/testsummary order, take), so that the shards end within a short
+# test of each other: the nodes shards take the nodes jobs, the k8s and SPIRE shards
+# their own jobs first, then nodes jobs, and the alone shard, after all the others, the
+# alone jobs. A shard runs Terraform jobs, then OpenTofu jobs, as two suites, on a lab
+# of its own (its nodes, throwaway instances, ports and spire node), so that shards side
+# by side never touch each other's nodes; the Kubernetes control plane and the real node are shared (every test makes a
 # namespace of its own). A suite runs its tests of each package with that package's
 # binary, from its directory (the tests read testdata/ by relative path), as one output.
 # The nodes tests mostly wait on their nodes (settle and watch windows): shards side by
@@ -66,7 +66,7 @@ K8S_TESTS='^TestAcc(K8s|Image|ModuleK8s|Spire)'
 # other suites, or they would cut the exec sessions of every test running beside them.
 ALONE_TESTS='^TestAccNodeSwitchIncusdRestart$'
 # The acceptance tests Terraform runs too (every one runs under OpenTofu), and each
-# test's recorded wall time and CPU, by which the jobs are dealt.
+# test's recorded wall time and CPU, by which the jobs are queued.
 COMPAT=test/terraform-compat.txt
 DURATIONS=test/durations.txt
 # Two nodes shards per core beyond the first (at most 9: their ports): two on two cores,
@@ -286,27 +286,34 @@ acc_jobs() {
   awk 'NR == FNR { if ($0 !~ /^[[:space:]]*(#|$)/) compat[$1]; next }
     { print "OpenTofu", $1, $2; if ($2 in compat) print "Terraform", $1, $2 }' "$COMPAT" "$logs/acc/tests"
 }
-# acc_deal INCLUDE EXCLUDE SHARDS [-place REGEXP=SHARDS]…: the jobs whose tests match
-# INCLUDE and not EXCLUDE (extended regexps; EXCLUDE may be empty), dealt into SHARDS by
-# their recorded wall times, longest first (a job matching a -place only into the shards
-# it names); one "<shard> <Terraform|OpenTofu> <binary> <test>" line each.
-acc_deal() {
-  local inc=$1 exc=$2 n=$3; shift 3
-  acc_jobs | awk -v inc="$inc" -v exc="$exc" '$3 ~ inc && (exc == "" || $3 !~ exc)' |
-    "$logs/testsummary" deal -durations "$DURATIONS" -shards "$n" "$@" 2>>"$logs/deal.log"
+# acc_queue: every job, longest first by its recorded wall time (tools/testsummary
+# order), into $logs/acc/queue, one "<group> <Terraform|OpenTofu> <binary> <test>" line
+# each: group "alone" for the jobs of $ALONE_TESTS, "k8s" for those of $K8S_TESTS,
+# "nodes" for the others. The shards take their jobs from it (acc_take).
+acc_queue() {
+  acc_jobs | "$logs/testsummary" order -durations "$DURATIONS" 2>>"$logs/queue.log" |
+    awk -v alone="$ALONE_TESTS" -v k8s="$K8S_TESTS" '{
+      print ($3 ~ alone ? "alone" : $3 ~ k8s ? "k8s" : "nodes"), $0 }' >"$logs/acc/queue"
 }
-# acc_select DEALT SHARD BINARY: the selection of one shard's jobs under one binary,
-# "<binary>=^(A|B)$ …" words, one per test binary ("" when it has none).
-acc_select() {
-  awk -v s="$2" -v b="$3" '$1 == s && $2 == b {
-      if (!c[$3]++) { order[++n] = $3; t[$3] = $4 } else t[$3] = t[$3] "|" $4 }
-    END { for (i = 1; i <= n; i++) printf "%s%s=^(%s)$", (i > 1 ? " " : ""), order[i], t[order[i]]; print "" }' "$1"
+# acc_run_queue ACC_DIR BINARY GROUPS: the shard's jobs under BINARY, one at a time,
+# each taken from the queue's GROUPS (by preference) when the one before ended
+# (testsummary take), until none is left for it; 1 when any failed.
+acc_run_queue() {
+  local dir=$1 binary=$2 groups=$3 rc=0 job bin test
+  while :; do
+    # ($dir/.. is $logs, where the run built testsummary.)
+    job=$("$dir/../testsummary" take -queue "$dir/queue" -binary "$binary" -groups "$groups") || return 1
+    [ -n "$job" ] || break
+    read -r _ _ bin test <<<"$job"
+    acc_run "$dir" "$bin=^($test)\$" || rc=1
+  done
+  return $rc
 }
-# acceptance NAME BINARY SELECTION: acceptance tests with Terraform or OpenTofu (BINARY:
-# the word) from the test binaries built once.
+export -f acc_run_queue
+# acceptance NAME BINARY GROUPS: acceptance tests with Terraform or OpenTofu (BINARY: the
+# word) from the test binaries built once, taken from the queue's GROUPS.
 acceptance() {
-  local name=$1 binary=$2 selection=$3 path
-  [ -n "$selection" ] || return 0
+  local name=$1 binary=$2 groups=$3 path
   if [ "$binary" = Terraform ]; then
     path=$TERRAFORM
   else
@@ -314,15 +321,19 @@ acceptance() {
     export TF_ACC_PROVIDER_NAMESPACE=fediversity TF_ACC_PROVIDER_HOST=registry.opentofu.org
   fi
   export TF_ACC=1 TF_ACC_TERRAFORM_PATH=$path FEDIVERSITY_CLI_PROVIDER_DIR=$logs/acc/cli-provider
-  suite "$name" "$binary" bash -c 'acc_run "$@"' _ "$logs/acc" "$selection"
+  suite "$name" "$binary" bash -c 'acc_run_queue "$@"' _ "$logs/acc" "$binary" "$groups"
 }
-# shard NAME PREFIX PORT_BASE DEALT N: shard N's Terraform suite, then its OpenTofu suite,
-# on a lab of its own (already up), each in a subshell of its own environment.
+# shard NAME PREFIX PORT_BASE GROUPS: a shard's Terraform suite, then its OpenTofu suite,
+# on a lab of its own (already up), each in a subshell of its own environment, each
+# taking its jobs from the queue's GROUPS.
 shard() {
-  local name=$1 dealt=$4 n=$5 rc=0
+  local name=$1 groups=$4 rc=0 binary
   lab_env "$2" "$3"
-  ( acceptance "acceptance: Terraform, $name" Terraform "$(acc_select "$dealt" "$n" Terraform)" ) || rc=1
-  ( acceptance "acceptance: OpenTofu, $name" OpenTofu "$(acc_select "$dealt" "$n" OpenTofu)" ) || rc=1
+  for binary in Terraform OpenTofu; do
+    # (No suite for a binary the queue holds no job of, for this shard, any more.)
+    awk -v b="$binary" -v groups=" $groups " '$2 == b && index(groups, " " $1 " ") { found = 1; exit } END { exit !found }' "$logs/acc/queue" || continue
+    ( acceptance "acceptance: $binary, $name" "$binary" "$groups" ) || rc=1
+  done
   return $rc
 }
 # nodes_shard N OF: nodes shard N of OF on a lab of its own.
@@ -331,7 +342,7 @@ nodes_shard() {
   lab_env "$prefix" $((4000 + 100 * $1))
   bash lab/lab.sh up >"$logs/lab-$prefix.log" 2>&1 || {
     blocked "acceptance: nodes shard $1 of $2" "lab $prefix" "$logs/lab-$prefix.log"; return 1; }
-  shard "$name" "$prefix" $((4000 + 100 * $1)) "$logs/acc/nodes.dealt" "$1"
+  shard "$name" "$prefix" $((4000 + 100 * $1)) nodes
 }
 # k8s_shard N OF: k8s and SPIRE shard N of OF, on a lab and spire node of its own.
 k8s_shard() {
@@ -340,7 +351,7 @@ k8s_shard() {
   lab_env "$prefix" $((5000 + 100 * $1))
   { bash lab/lab.sh up && part_up "spire node $prefix" "bash lab/spire/down.sh" bash lab/spire/up.sh; } >"$logs/lab-$prefix.log" 2>&1 || {
     blocked "acceptance: k8s and SPIRE shard $1 of $2" "lab $prefix" "$logs/lab-$prefix.log"; return 1; }
-  shard "$name" "$prefix" $((5000 + 100 * $1)) "$logs/acc/k8s.dealt" "$1"
+  shard "$name" "$prefix" $((5000 + 100 * $1)) "k8s nodes"
 }
 tofu_path() { wait_for build-tofu && tail -1 "$logs/build-tofu.log"; }
 
@@ -365,39 +376,28 @@ fi
 failed=0 nodes_shards=0 k8s_shards=0
 if wait_for build-provider-tests; then
   acc_list
-  # The k8s and SPIRE tests: when the parts were cached (a warm machine) their shards
-  # start within a minute and end long before the nodes shards: two. When the parts are
-  # built in this run (a cold machine) they come up late and their shards are the run's
-  # critical path: four. The tests share the control plane and the real node already
-  # (each makes a namespace of its own); each shard has a lab and a spire node of its own.
+  # The shards: NODES_SHARDS nodes shards, which take the nodes jobs, and the k8s and
+  # SPIRE shards, which take the k8s and SPIRE jobs first, then nodes jobs like the
+  # others. When the parts were cached (a warm machine) the k8s and SPIRE shards start
+  # within a minute of the nodes shards: two. When the parts are built in this run (a
+  # cold machine) they come up late, and their own jobs are then the run's critical
+  # path: four. The tests share the control plane and the real node already (each makes
+  # a namespace of its own); each shard has a lab and a spire node of its own.
+  nodes_shards=$NODES_SHARDS
   k8s_shards=${K8S_SHARDS:-$([ -z "$cold" ] && echo 2 || echo 4)}
-  # One deal of both groups: shards 1…NODES_SHARDS are the nodes shards, the others the
-  # k8s and SPIRE shards. The k8s and SPIRE jobs go only to theirs. On a warm machine the
-  # nodes jobs go to whichever shard has the least so far: the k8s and SPIRE shards have
-  # a lab each, start with the nodes shards, and otherwise ended 30 minutes before them
-  # (45 against 75 in one run). On a cold machine their parts come up late, so the nodes
-  # jobs stay in the nodes shards.
-  first_k8s=$((NODES_SHARDS + 1)) all_shards=$((NODES_SHARDS + k8s_shards))
-  place=(-place "$K8S_TESTS=$first_k8s-$all_shards")
-  [ -z "$cold" ] || place+=(-place ".=1-$NODES_SHARDS")
-  acc_deal '^TestAcc' "$ALONE_TESTS" "$all_shards" "${place[@]}" >"$logs/acc/all.dealt"
-  awk -v n="$NODES_SHARDS" '$1 <= n' "$logs/acc/all.dealt" >"$logs/acc/nodes.dealt"
-  awk -v n="$NODES_SHARDS" '$1 > n { $1 -= n; print }' "$logs/acc/all.dealt" >"$logs/acc/k8s.dealt"
-  acc_deal "$ALONE_TESTS" "" 1 >"$logs/acc/alone.dealt"
-  nodes_shards=$(cut -d' ' -f1 "$logs/acc/nodes.dealt" | sort -u | wc -l)
-  k8s_shards=$(cut -d' ' -f1 "$logs/acc/k8s.dealt" | sort -u | wc -l)
-  # Every job is in exactly one shard, and every test of $COMPAT is listed: a deal that
-  # lost jobs, or a compatibility set that names a test the binaries do not have, fails
-  # the run here instead of passing with fewer tests.
+  acc_queue
+  # Every job is queued once, and every test of $COMPAT is listed: a queue that lost
+  # jobs, or a compatibility set that names a test the binaries do not have, fails the
+  # run here instead of passing with fewer tests.
   jobs=$(acc_jobs | wc -l)
-  dealt=$(cat "$logs/acc/"{nodes,k8s,alone}.dealt | wc -l)
+  queued=$(sort -u "$logs/acc/queue" | wc -l)
   unknown=$(awk 'NR == FNR { listed[$2]; next } $0 !~ /^[[:space:]]*(#|$)/ && !($1 in listed) { print $1 }' "$logs/acc/tests" "$COMPAT" | tr '\n' ' ')
-  if [ ! -s "$logs/acc/tests" ] || [ "$dealt" -ne "$jobs" ] || [ -n "$unknown" ]; then
-    blocked "acceptance: selection" "the acceptance test selection ($dealt of $jobs jobs dealt; in $COMPAT but not listed: ${unknown:-none})"
+  if [ ! -s "$logs/acc/tests" ] || [ "$queued" -ne "$jobs" ] || [ -n "$unknown" ]; then
+    blocked "acceptance: selection" "the acceptance test selection ($queued of $jobs jobs queued; in $COMPAT but not listed: ${unknown:-none})"
     failed=1
   fi
-  mark "acceptance tests: $(wc -l <"$logs/acc/tests") listed; $jobs jobs ($(grep -c '^OpenTofu' < <(acc_jobs)) under OpenTofu, $(grep -c '^Terraform' < <(acc_jobs)) under Terraform), in $nodes_shards nodes shard(s), $k8s_shards k8s and SPIRE shard(s), and alone"
-  while read -r line; do mark "  deal: $line"; done <"$logs/deal.log"
+  mark "acceptance tests: $(wc -l <"$logs/acc/tests") listed; $jobs jobs ($(grep -c '^OpenTofu' < <(acc_jobs)) under OpenTofu, $(grep -c '^Terraform' < <(acc_jobs)) under Terraform), queued longest first for $nodes_shards nodes shard(s), $k8s_shards k8s and SPIRE shard(s), and alone"
+  while read -r line; do mark "  queue: $line"; done <"$logs/queue.log"
 else
   blocked "acceptance: nodes" "the acceptance test binaries" "$logs/build-provider-tests.log"
   failed=1
@@ -413,8 +413,15 @@ done
 
 for p in "${pids[@]}"; do wait "$p" || failed=1; done
 # The tests that must have the machine to themselves, on the lab of the first nodes shard.
-if [ -s "$logs/acc/alone.dealt" ]; then
-  ( shard "alone" fedn1 4100 "$logs/acc/alone.dealt" 1 ) || failed=1
+if grep -q '^alone ' "$logs/acc/queue" 2>/dev/null; then
+  ( shard "alone" fedn1 4100 alone ) || failed=1
+fi
+# A job left in the queue is one no shard could take (the labs or parts of every shard
+# that may run it never came up): it is said, and fails the run, which proved less than
+# the queue held.
+if [ -s "$logs/acc/queue" ]; then
+  blocked "acceptance: not run ($(wc -l <"$logs/acc/queue") jobs)" "a shard for the jobs left in the queue" "$logs/acc/queue"
+  failed=1
 fi
 if [ "$mode" = all ]; then
   wait_for lint && mark "make lint passed" || { mark "make lint failed"; cat "$logs/lint.log"; failed=1; }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -120,116 +119,26 @@ type Job struct {
 	Line string // "<binary> <test binary> <test>", as given
 	Test string
 	Cost float64 // its recorded wall time, or the default
-	// Shards are the shards (0-based) the job may go to; none: any.
-	Shards []int
 }
 
-// Deal puts the jobs into n shards: the longest first, each into the shard with the
-// least cost so far among those it may go to (the first of them on a tie), so that the
-// shards end together as nearly as whole tests allow. Jobs of equal cost go in the
-// order given.
-func Deal(jobs []Job, n int) [][]Job {
+// LongestFirst orders the jobs by cost, the longest first; jobs of equal cost stay in
+// the order given. Taken in this order by whichever shard is free, the shards end
+// within the last jobs' length of each other, and those are the shortest.
+func LongestFirst(jobs []Job) []Job {
 	sorted := append([]Job(nil), jobs...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Cost > sorted[j].Cost })
-	shards := make([][]Job, n)
-	load := make([]float64, n)
-	for _, j := range sorted {
-		allowed := j.Shards
-		if len(allowed) == 0 {
-			allowed = make([]int, n)
-			for i := range allowed {
-				allowed[i] = i
-			}
-		}
-		least := allowed[0]
-		for _, i := range allowed[1:] {
-			if load[i] < load[least] {
-				least = i
-			}
-		}
-		shards[least] = append(shards[least], j)
-		load[least] += j.Cost
-	}
-	return shards
+	return sorted
 }
 
-// placement is one -place flag: the jobs whose test matches pattern go only to shards.
-type placement struct {
-	pattern *regexp.Regexp
-	shards  []int // 0-based
-}
-
-// placements is the -place flag: "REGEXP=SHARDS", SHARDS a range "3-4" or a list "1,2"
-// (1-based); repeated, the first whose pattern matches a job's test places it.
-type placements []placement
-
-func (p *placements) String() string { return "" }
-
-func (p *placements) Set(v string) error {
-	re, spec, ok := strings.Cut(v, "=")
-	if !ok {
-		return fmt.Errorf("want REGEXP=SHARDS, got %q", v)
-	}
-	pattern, err := regexp.Compile(re)
-	if err != nil {
-		return err
-	}
-	var shards []int
-	for _, part := range strings.Split(spec, ",") {
-		lo, hi, isRange := strings.Cut(part, "-")
-		if !isRange {
-			hi = lo
-		}
-		a, errA := strconv.Atoi(lo)
-		b, errB := strconv.Atoi(hi)
-		if errA != nil || errB != nil || a < 1 || b < a {
-			return fmt.Errorf("shards %q: want 1-based numbers, a range \"3-4\" or a list \"1,2\"", spec)
-		}
-		for i := a; i <= b; i++ {
-			shards = append(shards, i-1)
-		}
-	}
-	*p = append(*p, placement{pattern, shards})
-	return nil
-}
-
-// check is an error when a placement names a shard beyond n.
-func (p placements) check(n int) error {
-	for _, pl := range p {
-		for _, i := range pl.shards {
-			if i >= n {
-				return fmt.Errorf("deal: -place %s names shard %d of %d", pl.pattern, i+1, n)
-			}
-		}
-	}
-	return nil
-}
-
-// shardsOf is the shards test may go to, nil when no placement names it.
-func (p placements) shardsOf(test string) []int {
-	for _, pl := range p {
-		if pl.pattern.MatchString(test) {
-			return pl.shards
-		}
-	}
-	return nil
-}
-
-func dealCommand(args []string, in io.Reader, out, diag io.Writer) error {
-	fs := newFlagSet("deal")
+func orderCommand(args []string, in io.Reader, out, diag io.Writer) error {
+	fs := newFlagSet("order")
 	durations := fs.String("durations", "", "the durations file (test/durations.txt)")
-	shards := fs.Int("shards", 1, "how many shards")
 	def := fs.Float64("default", 180, "the wall time, in seconds, of a test the file does not list")
-	var place placements
-	fs.Var(&place, "place", "REGEXP=SHARDS: the jobs whose test matches go only to those shards (\"3-4\", \"1,2\"; repeated: the first that matches)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *durations == "" || *shards < 1 || fs.NArg() != 0 {
+	if *durations == "" || fs.NArg() != 0 {
 		usage()
-	}
-	if err := place.check(*shards); err != nil {
-		return err
 	}
 	costs, err := LoadDurations(*durations)
 	if err != nil {
@@ -245,28 +154,26 @@ func dealCommand(args []string, in io.Reader, out, diag io.Writer) error {
 		}
 		fields := strings.Fields(line)
 		if len(fields) != 3 {
-			return fmt.Errorf("deal: want \"<binary> <test binary> <test>\", got %q", line)
+			return fmt.Errorf("order: want \"<binary> <test binary> <test>\", got %q", line)
 		}
 		c, ok := costs[fields[2]]
 		if !ok {
 			c.Wall = *def
 			unknown++
 		}
-		jobs = append(jobs, Job{Line: line, Test: fields[2], Cost: c.Wall, Shards: place.shardsOf(fields[2])})
+		jobs = append(jobs, Job{Line: line, Test: fields[2], Cost: c.Wall})
 	}
 	if err := scanner.Err(); err != nil {
 		return err
 	}
-	for i, shard := range Deal(jobs, *shards) {
-		total := 0.0
-		for _, j := range shard {
-			fmt.Fprintf(out, "%d %s\n", i+1, j.Line)
-			total += j.Cost
-		}
-		fmt.Fprintf(diag, "shard %d of %d: %d tests, about %.0f s by their recorded wall times\n", i+1, *shards, len(shard), total)
+	total := 0.0
+	for _, j := range LongestFirst(jobs) {
+		fmt.Fprintln(out, j.Line)
+		total += j.Cost
 	}
+	fmt.Fprintf(diag, "%d jobs, about %.0f s in all by their recorded wall times\n", len(jobs), total)
 	if unknown > 0 {
-		fmt.Fprintf(diag, "%d tests have no recorded time in %s: dealt at %.0f s each\n", unknown, *durations, *def)
+		fmt.Fprintf(diag, "%d tests have no recorded time in %s: counted at %.0f s each\n", unknown, *durations, *def)
 	}
 	return nil
 }

@@ -4,7 +4,8 @@
 //
 //	testsummary run -suite NAME -record DIR [-binary NAME] [-v] -- go test -json …
 //	testsummary report [-durations FILE] DIR
-//	testsummary deal -durations FILE -shards N [-default SECONDS] [-place REGEXP=SHARDS]… <JOBS
+//	testsummary order -durations FILE [-default SECONDS] <JOBS
+//	testsummary take -queue FILE -binary NAME -groups "GROUP…"
 //
 // `run` starts the command, reads its `go test -json` events and prints what plain
 // `go test` would print (package lines, and the whole output of every failed test; with
@@ -14,10 +15,9 @@
 // the tests that cost the most CPU, and a last line "N passed, N failed, N skipped"; it
 // exits non-zero when any suite failed; with -durations it writes each acceptance test's
 // wall time and CPU of this run into FILE. A new suite is one more `run` with its own
-// name. `deal` reads jobs, one "<binary> <test binary> <test>" line each, and deals them
-// into N shards by their recorded wall times, longest first, each to the shard with the
-// least so far; with -place, the jobs whose test matches a pattern go only to the
-// shards it names. It prints each job's line after its shard's number (1…N).
+// name. `order` reads jobs, one "<binary> <test binary> <test>" line each, and prints
+// them longest first by their recorded wall times: the queue lab/test.sh's shards take
+// their jobs from, each with `take` (queue.go) when the one before ended.
 //
 // It uses the standard library only, so `go run ./tools/testsummary` needs nothing the
 // module does not already have.
@@ -45,8 +45,10 @@ func main() {
 		code, err = runCommand(os.Args[2:], os.Stdout)
 	case "report":
 		code, err = reportCommand(os.Args[2:], os.Stdout)
-	case "deal":
-		err = dealCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	case "order":
+		err = orderCommand(os.Args[2:], os.Stdin, os.Stdout, os.Stderr)
+	case "take":
+		err = takeCommand(os.Args[2:], os.Stdout)
 	default:
 		usage()
 	}
@@ -60,7 +62,8 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: testsummary run -suite NAME -record DIR [-binary NAME] [-v] -- CMD [ARG…]\n"+
 		"       testsummary report [-durations FILE] DIR\n"+
-		"       testsummary deal -durations FILE -shards N [-default SECONDS] [-place REGEXP=SHARDS]... <JOBS")
+		"       testsummary order -durations FILE [-default SECONDS] <JOBS\n"+
+		"       testsummary take -queue FILE -binary NAME -groups \"GROUP...\"")
 	os.Exit(2)
 }
 
