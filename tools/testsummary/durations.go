@@ -19,9 +19,10 @@ import (
 const durationsHeader = `# Each acceptance test's cost in the last run that ran it: its wall time and its CPU
 # (core-seconds of its processes: the test binary, Terraform or OpenTofu, the plugins; and
 # of its lab's containers), the longer of its Terraform and OpenTofu runs. Written by
-# tools/testsummary at the end of lab/test.sh (report -durations); lab/test.sh deals the
-# acceptance tests into shards by the wall times, longest first (testsummary deal). A
-# test not listed here is dealt at a default cost. Commit it after a run that changed it.
+# tools/testsummary at the end of lab/test.sh (report -durations); lab/test.sh queues
+# the acceptance tests by the wall times, longest first, for its shards to take (testsummary
+# order, take). A test not listed here is queued at a default cost. Commit it after a run
+# that changed it.
 # test                                                          wall_s   cpu_s  nodes_s
 `
 
