@@ -522,7 +522,7 @@ func (c *Client) runAsync(ctx context.Context, w where, method, path string, q u
 	if err != nil {
 		return nil, err
 	}
-	pauseBeforeWait()
+	pauseBeforeWait(op.ID)
 	done, err := c.waitOp(ctx, w, op.ID, timeout)
 	return done, c.forgotten(w, op, err)
 }
@@ -538,9 +538,10 @@ func (c *Client) forgotten(w where, op *Operation, err error) error {
 	return &OperationGoneError{ID: op.ID, Op: w.op, Instance: w.instance, Project: c.project, Created: op.CreatedAt}
 }
 
-// pauseBeforeWait runs between an asynchronous request and its wait: a lab test makes
-// it outlast the daemon's memory of an ended operation (see OperationGoneError).
-var pauseBeforeWait = func() {}
+// pauseBeforeWait runs between an asynchronous request and the wait for its operation
+// (id): a lab test makes it outlast the daemon's memory of the ended operation (see
+// OperationGoneError).
+var pauseBeforeWait = func(id string) {}
 
 func opTimeout(ctx context.Context) time.Duration {
 	if d, ok := ctx.Deadline(); ok {

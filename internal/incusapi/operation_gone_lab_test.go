@@ -2,11 +2,13 @@ package incusapi
 
 // Lab test, on the real incusd, of an operation the daemon forgot before its wait came:
 // incusd keeps an ended operation five seconds, so every wait here is sent six seconds
-// after its request (pauseBeforeWait). A CI run met it once, under load, as "404:
-// Operation not found" on a container create.
+// after the operation ended (pauseBeforeWait). A CI run met it once, under load, as
+// "404: Operation not found" on a container create.
 
 import (
+	"encoding/json"
 	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -27,9 +29,9 @@ func TestLabOperationForgottenBeforeItsWaitIsJudgedByItsObject(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	late := func() { time.Sleep(daemonKeepsEndedOperation + time.Second) }
+	late := func(id string) { outlastEndedOperation(t, c, id) }
 	pauseBeforeWait = late
-	t.Cleanup(func() { pauseBeforeWait = func() {} })
+	t.Cleanup(func() { pauseBeforeWait = func(string) {} })
 
 	// Each change whose operation was forgotten is read from its object: done.
 	if err := c.CreateInstance(ctx, InstanceCreate{Name: name, Fingerprint: img.Fingerprint, Start: true, Profiles: []string{"default"}}); err != nil {
@@ -49,9 +51,9 @@ func TestLabOperationForgottenBeforeItsWaitIsJudgedByItsObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late()
+	late(op.ID)
 	if _, err := c.WaitOperation(ctx, op.ID, time.Minute); !IsNotFound(err) {
-		t.Fatalf("a wait sent %s after the request: want the daemon's not-found, got %v", daemonKeepsEndedOperation+time.Second, err)
+		t.Fatalf("a wait sent %s after the operation ended: want the daemon's not-found, got %v", daemonKeepsEndedOperation+time.Second, err)
 	}
 
 	if err := c.CreateSnapshot(ctx, name, "one"); err != nil {
@@ -79,4 +81,32 @@ func TestLabOperationForgottenBeforeItsWaitIsJudgedByItsObject(t *testing.T) {
 	if _, err := c.GetInstance(ctx, name); !IsNotFound(err) {
 		t.Fatalf("the container should be gone: %v", err)
 	}
+}
+
+// outlastEndedOperation waits until the daemon says operation id has ended (or has
+// forgotten it already), then for longer than the daemon keeps an ended operation. A
+// fixed pause after the request did not do: on a machine loaded by a cold CI run's
+// builds, a snapshot ran longer than the pause, and the wait found it still running.
+func outlastEndedOperation(t *testing.T, c *Client, id string) {
+	t.Helper()
+	ctx := labCtx(t)
+	w := where{op: "operation show"}
+	for range 1500 { // 200 ms apart: up to five minutes, labCtx's own bound
+		r, err := c.do(ctx, w, http.MethodGet, "/1.0/operations/"+url.PathEscape(id), nil, nil)
+		if IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading operation %s: %v", id, err)
+		}
+		var op Operation
+		if err := json.Unmarshal(r.Metadata, &op); err != nil {
+			t.Fatalf("operation %s: %v", id, err)
+		}
+		if op.done() {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(daemonKeepsEndedOperation + time.Second)
 }
