@@ -32,9 +32,10 @@
 # their own jobs first, then nodes jobs, and the alone shard, after all the others, the
 # alone jobs. A shard runs Terraform jobs, then OpenTofu jobs, as two suites, on a lab
 # of its own (its nodes, throwaway instances, ports and spire node), so that shards side
-# by side never touch each other's nodes; the Kubernetes control plane and the real node are shared (every test makes a
-# namespace of its own). A suite runs its tests of each package with that package's
-# binary, from its directory (the tests read testdata/ by relative path), as one output.
+# by side never touch each other's nodes; the Kubernetes control plane and the real node
+# are shared (every test makes a namespace of its own). A suite runs each of its tests
+# with the test's package binary, from the package's directory (the tests read
+# testdata/ by relative path), as one output.
 # The nodes tests mostly wait on their nodes (settle and watch windows): shards side by
 # side cut the wall time.
 #
@@ -248,8 +249,8 @@ blocked() { # blocked NAME PART [LOG]: record NAME as failed because PART could 
 lab_env() { export LAB_PREFIX=$1 LAB_PORT_BASE=$2 LAB_STATE=/var/lib/fediversity-lab-$1; }
 # acc_run ACC_DIR SELECTION FLAGS…: run the selected acceptance tests, each package's
 # with its binary from its directory, one package after the other, as one go test -json
-# output (test2json); the exit status is 1 when any of them failed. SELECTION is what
-# acc_select prints: "<binary>=<-test.run pattern>" words. -test.parallel=3: the tests
+# output (test2json); the exit status is 1 when any of them failed. SELECTION is
+# "<binary>=<-test.run pattern>" words (acc_run_queue: one job's). -test.parallel=3: the tests
 # themselves run one after the other; only those that mark themselves parallel (each on
 # a node of its own, mostly waiting on it) run side by side, up to three, where the
 # default (GOMAXPROCS, two here) would hold the third back. -test.timeout=85m is each
@@ -289,7 +290,7 @@ acc_jobs() {
 # acc_queue: every job, longest first by its recorded wall time (tools/testsummary
 # order), into $logs/acc/queue, one "<group> <Terraform|OpenTofu> <binary> <test>" line
 # each: group "alone" for the jobs of $ALONE_TESTS, "k8s" for those of $K8S_TESTS,
-# "nodes" for the others. The shards take their jobs from it (acc_take).
+# "nodes" for the others. The shards take their jobs from it (acc_run_queue).
 acc_queue() {
   acc_jobs | "$logs/testsummary" order -durations "$DURATIONS" 2>>"$logs/queue.log" |
     awk -v alone="$ALONE_TESTS" -v k8s="$K8S_TESTS" '{
