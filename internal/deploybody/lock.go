@@ -15,8 +15,17 @@ import (
 )
 
 const (
-	// lockHeartbeat is how often the holder touches its lock.
-	lockHeartbeat = 5 * time.Second
+	// lockHeartbeat is how often the holder touches its lock: four times in a stale
+	// age. Each beat is a round trip and a few commands on the node (a session, the
+	// lock's script, flock and touch: about 40 ms of an idle lab node's CPU, twice
+	// that with sixteen nodes deploying on two cores), for as long as the deploy runs;
+	// at every 5 s they were a fifth of a 16-node deploy's sessions (lab/bench-fleet.sh,
+	// docs/testing.md#node-execs).
+	lockHeartbeat = 15 * time.Second
+	// lockHeartbeatRetry is how soon a heartbeat that failed (a cut connection, a
+	// daemon restarting) is tried again: a run rides out an outage of nearly a stale
+	// age, as it did when every beat came 5 s apart.
+	lockHeartbeatRetry = 5 * time.Second
 	// lockStale is how old a heartbeat may be before the lock is taken over: long
 	// enough for a connection to come back from a cut (and for a stalled Incus daemon),
 	// short enough that lock_wait's default outlives it.
@@ -33,6 +42,8 @@ type nodeLock struct {
 	stop   chan struct{}
 	done   chan struct{}
 	cancel context.CancelFunc
+	// beat and retry are lockHeartbeat and lockHeartbeatRetry (shorter in tests).
+	beat, retry time.Duration
 
 	mu   sync.Mutex
 	lost *records.LockHolder // who took the lock from this run
@@ -121,7 +132,8 @@ func (e *runEnv) lockNode(ctx context.Context, toplevel string, nodeSilent bool)
 		switch {
 		case out[0] == "acquired":
 			hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
-			lock := &nodeLock{holder: self, stop: make(chan struct{}), done: make(chan struct{}), cancel: hcancel}
+			lock := &nodeLock{holder: self, stop: make(chan struct{}), done: make(chan struct{}), cancel: hcancel,
+				beat: lockHeartbeat, retry: lockHeartbeatRetry}
 			go e.heartbeat(hctx, lock)
 			return lock, e.acquiredNote(ctx, out, self, takeover, attempt), nil
 		case strings.HasPrefix(out[0], "held "):
@@ -174,22 +186,29 @@ func minDuration(a, b time.Duration) time.Duration {
 }
 
 // heartbeat touches the lock until the run ends (ctx is the heartbeat's own); a
-// heartbeat that finds another holder records it. A failed heartbeat (a cut
-// connection) is tried again next tick.
+// heartbeat that finds another holder records it. A heartbeat that failed (a cut
+// connection) or did not get the guard ("busy": another operation held it 10 s) is
+// tried again after l.retry, the others every l.beat.
 func (e *runEnv) heartbeat(ctx context.Context, l *nodeLock) {
 	defer close(l.done)
-	tick := time.NewTicker(lockHeartbeat)
-	defer tick.Stop()
+	next := time.NewTimer(l.beat)
+	defer next.Stop()
 	for {
 		select {
 		case <-l.stop:
 			return
-		case <-tick.C:
+		case <-next.C:
 		}
+		next.Reset(l.beat)
 		epoch := l.currentEpoch()
 		out, err := lockOp(ctx, e.t, "heartbeat", l.holder.Token)
-		if err != nil {
-			e.log(ctx, LevelDebug, PhaseLockNode, "lock heartbeat failed; trying again", map[string]any{"error": err.Error()})
+		if err != nil || out[0] == "busy" {
+			why := "the node lock's guard was busy"
+			if err != nil {
+				why = err.Error()
+			}
+			e.log(ctx, LevelDebug, PhaseLockNode, "lock heartbeat failed; trying again", map[string]any{"error": why, "in": l.retry.String()})
+			next.Reset(l.retry)
 			continue
 		}
 		if out[0] == "gone" {
@@ -200,7 +219,8 @@ func (e *runEnv) heartbeat(ctx context.Context, l *nodeLock) {
 			e.log(ctx, LevelWarn, PhaseLockNode, "the node lock was gone (the node's /run was emptied); taking it again", nil)
 			stale := strconv.Itoa(int(lockStale / time.Second))
 			if _, err := lockOp(ctx, e.t, "acquire", l.holder.Token, l.holder.Lines(), stale, ""); err != nil {
-				e.log(ctx, LevelDebug, PhaseLockNode, "taking the lock again failed; trying next tick", map[string]any{"error": err.Error()})
+				e.log(ctx, LevelDebug, PhaseLockNode, "taking the lock again failed; trying again", map[string]any{"error": err.Error(), "in": l.retry.String()})
+				next.Reset(l.retry)
 			}
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -148,5 +149,69 @@ func TestLockErrorSaysWhatToDoForItsCause(t *testing.T) {
 				t.Fatalf("err %q, hint %q", de.Err, de.Hint)
 			}
 		})
+	}
+}
+
+// heartbeatNode answers the lock script's heartbeats: the first as a cut connection
+// fails, the second "busy" (the guard stayed taken), the rest "ok"; it sends the time
+// of each on beats. Only Run is called by the heartbeat; the embedded nil Transport
+// would panic on anything else.
+type heartbeatNode struct {
+	Transport
+	mu    sync.Mutex
+	n     int
+	beats chan time.Time
+}
+
+func (n *heartbeatNode) Run(_ context.Context, argv []string, _ RunOptions) (RunResult, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if op := argv[len(argv)-2]; op != "heartbeat" {
+		return RunResult{}, errors.New("unexpected lock operation " + op)
+	}
+	n.n++
+	n.beats <- time.Now()
+	switch n.n {
+	case 1:
+		return RunResult{}, ErrUnreachable
+	case 2:
+		return RunResult{Stdout: []byte("busy\n")}, nil
+	}
+	return RunResult{Stdout: []byte("ok\n")}, nil
+}
+
+// The heartbeat beats every l.beat (15 s: each beat costs the node a session and two
+// commands for as long as the deploy runs), and a beat that failed or found the guard
+// busy is tried again after l.retry (5 s), so that a cut connection still gets about
+// eleven tries before the lock is 60 s stale. The intervals are shortened here, with a
+// fake transport: a real node cannot fail a round trip on demand at an exact moment.
+func TestHeartbeatRetriesAFailedBeatSoonerThanItBeats(t *testing.T) {
+	const beat, retry = 2 * time.Second, 100 * time.Millisecond
+	if lockHeartbeat != 3*lockHeartbeatRetry || lockStale/lockHeartbeatRetry < 11 {
+		t.Fatalf("heartbeat %s, retry %s, stale %s: want a beat three retries long and at least 11 retries in a stale age", lockHeartbeat, lockHeartbeatRetry, lockStale)
+	}
+	s := newScenario(t, map[string]unitSpec{"web.service": {b: runs}})
+	node := &heartbeatNode{beats: make(chan time.Time, 8)}
+	var warnings []string
+	e := &runEnv{t: node, o: s.opts, warnings: &warnings}
+	l := &nodeLock{holder: records.LockHolder{Token: "this-run"}, stop: make(chan struct{}), done: make(chan struct{}), beat: beat, retry: retry}
+	at := []time.Time{time.Now()}
+	go e.heartbeat(context.Background(), l)
+	for len(at) < 5 {
+		select {
+		case b := <-node.beats:
+			at = append(at, b)
+		case <-time.After(time.Minute):
+			t.Fatalf("%d beats in a minute, want 4", len(at)-1)
+		}
+	}
+	close(l.stop)
+	<-l.done
+	// After the start: a beat (cut), its retry (busy), a retry (ok), then a whole beat.
+	for i, want := range []time.Duration{beat, retry, retry, beat} {
+		gap := at[i+1].Sub(at[i])
+		if gap < want || (want == retry && gap >= beat/2) {
+			t.Fatalf("beat %d came %s after the one before, want %s", i+1, gap, want)
+		}
 	}
 }

@@ -46,7 +46,7 @@ held=""; age=0; cur=""; nl='
 if [ -f "$f" ]; then
   # The holder's lines and its token line(s), read by the shell itself: what
   # $(cat "$f") and $(sed -n 's/^token=//p' "$f") give, without their two commands (a
-  # heartbeat runs every 5 s; a command forked costs a node about 9 ms of CPU,
+  # heartbeat runs every 15 s; a command forked costs a node about 9 ms of CPU,
   # docs/testing.md#node-execs). Only acquire asks the lock's age.
   while IFS= read -r l || [ -n "$l" ]; do
     held=$held$l$nl

@@ -101,10 +101,13 @@ const pollTick = 20 * time.Millisecond
 // PollScript waits up to $3 ticks of 20 ms for the switch to end. When it has ended it
 // prints "rc <code>" and then the switch's stdout, and copies its stderr to stderr: the
 // whole result in one round trip. Otherwise (time is up, or the unit failed or is gone:
-// checked about every two seconds, by one systemctl: two every second cost a lab node
-// about 80 ms of CPU a second for as long as the switch ran, which sixteen nodes
-// switching at once on the deployer's two cores could not spare, lab/bench-fleet.sh)
-// it prints "unit <ActiveState> <LoadState>".
+// checked every five seconds, by one systemctl, so once a poll at the default PollWait,
+// when it answers) it prints "unit <ActiveState> <LoadState>". Two systemctl every
+// second cost a lab node about 80 ms of CPU a second for as long as the switch ran,
+// which sixteen nodes switching at once on the deployer's two cores could not spare;
+// one every two seconds was still a fifth of a node's systemctl calls in a 16-node
+// deploy (docs/testing.md#node-execs). A unit that died without a result is the rare
+// killed switch, which the caller names only after three such answers anyway.
 // $1 file prefix, $2 unit, $3 ticks. The result files stay (see StartScript).
 //
 // It waits on the wake FIFO $1.wake, which the switch's script writes a line to once its
@@ -125,7 +128,7 @@ const PollScript = `w=; if [ -p "$1.wake" ]; then exec 9<>"$1.wake"; w=1; fi; ` 
 	`u() { s=$(systemctl show -p ActiveState -p LoadState "$2" 2>/dev/null); ` +
 	`a=${s##*ActiveState=}; a=${a%%[!a-z-]*}; l=${s##*LoadState=}; l=${l%%[!a-z-]*}; }; ` +
 	`i=0; while [ ! -s "$1.rc" ] && [ "$i" -lt "$3" ]; do ` +
-	`if [ "$i" -gt 0 ] && [ $((i % 100)) -eq 0 ]; then u "$@"; ` +
+	`if [ "$i" -gt 0 ] && [ $((i % 250)) -eq 0 ]; then u "$@"; ` +
 	`case "$a/$l" in failed/* | */not-found) break ;; esac; fi; ` +
 	`if [ -n "$w" ]; then read -t 1 x <&9 2>/dev/null; r=$?; ` +
 	`if [ "$r" -gt 128 ]; then i=$((i + 50)); elif [ "$r" -ne 0 ]; then w=; fi; ` +

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -445,5 +446,45 @@ func TestPollWaitsOnTheWakeFIFOWithoutForking(t *testing.T) {
 	}
 	if got, err := os.ReadFile(calls); err == nil {
 		t.Fatalf("the poll forked sleep while it waited: %q", got)
+	}
+}
+
+// A poll of the default wait (5 s) of a switch still running asks systemd for the
+// unit's state once, when it answers, and not every two seconds while it waits: each
+// systemctl costs a lab node 15–25 ms of CPU, and sixteen nodes switching share the
+// deployer's two cores (lab/bench-fleet.sh). Run by bash (NixOS' /bin/sh) with a
+// stand-in systemctl that records its calls: no systemd is needed to count them.
+func TestPollOfASwitchStillRunningAsksSystemdOnce(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal("bash is needed: it is /bin/sh on every NixOS node")
+	}
+	dir := t.TempDir()
+	calls := dir + "/systemctl-calls"
+	systemctl := "#!" + bash + "\necho \"$*\" >>" + calls + "\necho ActiveState=active; echo LoadState=loaded\n"
+	if err := os.WriteFile(dir+"/systemctl", []byte(systemctl), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mkfifo, err := exec.LookPath("mkfifo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := dir + "/" + SwitchUnitPrefix + "running"
+	if out, err := exec.Command(mkfifo, "-m", "600", prefix+".wake").CombinedOutput(); err != nil {
+		t.Fatalf("mkfifo: %v (%s)", err, out)
+	}
+	ticks := strconv.Itoa(int((5 * time.Second) / pollTick))
+	cmd := exec.Command(bash, "-c", PollScript, "sh", prefix, "x.service", ticks)
+	cmd.Env = []string{"PATH=" + dir}
+	out, err := cmd.Output()
+	if err != nil || string(out) != "unit active loaded\n" {
+		t.Fatalf("poll = %q, %v", out, err)
+	}
+	got, err := os.ReadFile(calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(got), "\n"); n != 1 {
+		t.Fatalf("a 5 s poll called systemctl %d times, want once: %q", n, got)
 	}
 }
