@@ -153,6 +153,12 @@ func parseRegistrations(r io.Reader) (map[string]PathInfo, error) {
 // A break anywhere leaves the node's store consistent: it adds an object only once its
 // archive arrived whole and hashed right, so it holds every object before the break
 // and none of the one cut, and the next copy asks again and sends only the rest.
+//
+// The stream goes out in writes of streamChunk bytes: an archive is made of small
+// fields (a string is three writes: its length, its bytes, its padding), and written
+// one by one each field became a packet of its own on the way to the node (an SSH
+// packet, an Incus websocket frame), encrypted, forwarded by every proxy on the way and
+// read on the node one at a time.
 func AddToStoreStream(ctx context.Context, paths []string, w io.Writer) error {
 	if len(paths) == 0 {
 		return fmt.Errorf("add to store: no paths given")
@@ -161,6 +167,8 @@ func AddToStoreStream(ctx context.Context, paths []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	bw := bufio.NewWriterSize(w, streamChunk)
+	w = bw
 	s := &narWriter{w: w}
 	s.u64(serveMagicClient)
 	s.u64(serveVersion)
@@ -193,5 +201,12 @@ func AddToStoreStream(ctx context.Context, paths []string, w io.Writer) error {
 			return fmt.Errorf("add to store: the archive of %s is %d bytes where the local store registered %d (is the store path modified?)", p, n, info.NarSize)
 		}
 	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("add to store: %w", err)
+	}
 	return nil
 }
+
+// streamChunk is the size of AddToStoreStream's writes: two SSH packets' worth (a
+// channel's packet is at most 32 KiB).
+const streamChunk = 64 << 10
