@@ -119,7 +119,11 @@ func TestAddToStoreStreamIntoServe(t *testing.T) {
 // writeCounter counts the writes it is given and their bytes.
 type writeCounter struct{ writes, bytes int }
 
-func (c *writeCounter) Write(p []byte) (int, error) { c.writes++; c.bytes += len(p); return len(p), nil }
+func (c *writeCounter) Write(p []byte) (int, error) {
+	c.writes++
+	c.bytes += len(p)
+	return len(p), nil
+}
 
 // The stream reaches its writer in chunks, not a field at a time: each write becomes a
 // packet on its way to the node (SSH, an Incus websocket frame), which every hop
