@@ -19,8 +19,8 @@ const (
 	// age. Each beat is a round trip and a few commands on the node (a session, the
 	// lock's script, flock and touch: about 40 ms of an idle lab node's CPU, twice
 	// that with sixteen nodes deploying on two cores), for as long as the deploy runs;
-	// at every 5 s they were a fifth of a 16-node deploy's sessions (lab/bench-fleet.sh,
-	// docs/testing.md#node-execs).
+	// at every 5 s they were about a third of the sessions a node served in a 16-node
+	// deploy (docs/testing.md#node-execs).
 	lockHeartbeat = 15 * time.Second
 	// lockHeartbeatRetry is how soon a heartbeat that failed (a cut connection, a
 	// daemon restarting) is tried again: a run rides out an outage of nearly a stale

@@ -77,15 +77,7 @@ func firstDifference(a, b []byte) int {
 // the lab) takes the stream and registers the whole closure, with the hashes, sizes and
 // references of the local store: nix-store --verify-path rehashes each path there.
 func TestAddToStoreStreamIntoServe(t *testing.T) {
-	requireNix(t)
-	top, err := Build(ctx(t), BuildSpec{File: closuresFile(t), Attr: "good", ArgStr: map[string]string{"seed": "serve-stream-test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closure, err := Closure(ctx(t), top)
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, closure := streamTestClosure(t)
 	var stream bytes.Buffer
 	if err := AddToStoreStream(ctx(t), closure, &stream); err != nil {
 		t.Fatal(err)
@@ -116,6 +108,21 @@ func TestAddToStoreStreamIntoServe(t *testing.T) {
 	}
 }
 
+// streamTestClosure builds the lab's stand-in system and returns it with its closure.
+func streamTestClosure(t *testing.T) (top string, closure []string) {
+	t.Helper()
+	requireNix(t)
+	top, err := Build(ctx(t), BuildSpec{File: closuresFile(t), Attr: "good", ArgStr: map[string]string{"seed": "serve-stream-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closure, err = Closure(ctx(t), top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top, closure
+}
+
 // writeCounter counts the writes it is given and their bytes.
 type writeCounter struct{ writes, bytes int }
 
@@ -130,15 +137,7 @@ func (c *writeCounter) Write(p []byte) (int, error) {
 // encrypts, forwards or reads on its own. Written a field at a time, the lab closure
 // (about 500 KB) went out in thousands of writes.
 func TestAddToStoreStreamWritesInChunks(t *testing.T) {
-	requireNix(t)
-	top, err := Build(ctx(t), BuildSpec{File: closuresFile(t), Attr: "good", ArgStr: map[string]string{"seed": "serve-stream-test"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closure, err := Closure(ctx(t), top)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, closure := streamTestClosure(t)
 	var w writeCounter
 	if err := AddToStoreStream(ctx(t), closure, &w); err != nil {
 		t.Fatal(err)
