@@ -67,17 +67,10 @@ CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/bin/terraform-provid
 CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$root/bin/fediversity" ./cmd/fediversity
 
 work=$(mktemp -d /tmp/fediversity-bench-fleet.XXXXXX)
-nodes=()
-for i in $(seq 1 "$max"); do nodes+=("$prefix-b-$i"); done
 cleanup() {
   [ -n "${sampler_p:-}" ] && kill "$sampler_p" 2>/dev/null || true
   [ -n "${sampler_c:-}" ] && kill "$sampler_c" 2>/dev/null || true
-  if [ -n "${BENCH_KEEP:-}" ]; then
-    echo "nodes and logs kept in $work"
-  else
-    for n in "${nodes[@]}"; do incus delete --force "$n" >/dev/null 2>&1 || true; done
-    rm -rf "$work"
-  fi
+  bench_discard "$prefix-b" "$max"
 }
 trap cleanup EXIT
 

@@ -4,6 +4,19 @@
 # LAB_PREFIX, LAB_PORT_BASE and LAB_STATE), SETTLE and WATCH (seconds). lab/bench-apply.sh
 # sources it for bench_build and bench_hand_ssh, which need none of these.
 
+# bench_discard NAME N: the end of a benchmark's run: deletes the nodes <NAME>-1 …
+# <NAME>-N of bench_launch and the work directory, or with BENCH_KEEP set keeps both and
+# says where.
+bench_discard() {
+  local i
+  if [ -n "${BENCH_KEEP:-}" ]; then
+    echo "nodes $1-1 … $1-$2 and the work directory kept in $work"
+  else
+    for i in $(seq 1 "$2"); do incus delete --force "$1-$i" >/dev/null 2>&1 || true; done
+    rm -rf "$work"
+  fi
+}
+
 # bench_raise_limits N: many nodes need a higher fs.inotify.max_user_instances (each
 # systemd boot takes about 12); raised when lower than 64 per node plus 256.
 bench_raise_limits() {

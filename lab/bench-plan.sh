@@ -81,12 +81,7 @@ if [ "${1:-}" = fleet ]; then
   work=$(mktemp -d /tmp/fediversity-bench-plan-fleet.XXXXXX)
   cleanup() {
     [ -n "${sampler:-}" ] && kill "$sampler" 2>/dev/null || true
-    if [ -n "${BENCH_KEEP:-}" ]; then
-      echo "nodes and logs kept in $work"
-    else
-      for i in $(seq 1 "$max"); do incus delete --force "$prefix-pb-$i" >/dev/null 2>&1 || true; done
-      rm -rf "$work"
-    fi
+    bench_discard "$prefix-pb" "$max"
   }
   trap cleanup EXIT
   echo "launching $max nodes ($prefix-pb-1 … $prefix-pb-$max)" >&2

@@ -39,15 +39,7 @@ command -v perf >/dev/null || { echo "bench-trace: perf is needed (Debian: linux
 bench_raise_limits "$n"
 export PATH=/usr/local/go/bin:$PATH
 work=$(mktemp -d /tmp/fediversity-bench-trace.XXXXXX)
-cleanup() {
-  if [ -n "${BENCH_KEEP:-}" ]; then
-    echo "nodes and work directory kept in $work"
-  else
-    for i in $(seq 1 "$n"); do incus delete --force "$prefix-tr-$i" >/dev/null 2>&1 || true; done
-    rm -rf "$work"
-  fi
-}
-trap cleanup EXIT
+trap 'bench_discard "$prefix-tr" "$n"' EXIT
 # As the release builds it, but with its symbol table, so that perf names Go functions.
 mkdir -p "$work/bin"
 CGO_ENABLED=0 go build -trimpath -o "$work/bin/terraform-provider-fediversity" .
@@ -72,9 +64,9 @@ unset TF_LOG_PROVIDER TF_LOG_PATH
 # Samples by cgroup and command: "<samples> <cgroup> <command>"; a sample is 1/199 s of
 # one core.
 perf report -i "$work/perf.data" --no-children --sort cgroup,comm --stdio -g none -F overhead,sample,cgroup,comm 2>/dev/null |
-  awk '!/^#/ && NF >= 4 { print $2, $3, $4 }' >"$work/samples"
+  awk '!/^#/ && NF >= 4 && $4 != "swapper" { print $2, $3, $4 }' >"$work/samples" # swapper: an idle core
 total=$(awk '{ s += $1 } END { print s }' "$work/samples")
-printf 'N=%d fresh apply %.1f s; the machine %.1f core-s sampled (perf, every core, 199 Hz)\n' "$n" \
+printf 'N=%d fresh apply %.1f s; the machine busy %.1f core-s (perf samples of every core, 199 Hz, idle left out)\n' "$n" \
   "$(echo "$t1 - $t0" | bc)" "$(echo "$total / 199" | bc -l)"
 awk -v hz=199 -v n="$n" '
   {
@@ -104,7 +96,7 @@ awk -v hz=199 -v n="$n" '
 
 echo "  the provider's CPU by Go function (self, then with what it called), top 12:"
 perf report -i "$work/perf.data" --comm terraform-provi --children --percentage relative --sort sym --stdio -g none 2>/dev/null |
-  awk '!/^#/ && / \[\.\] / { sub(/^ +/, ""); print "      " $0 }' | head -12
+  awk '!/^#/ && / \[\.\] / && ++k <= 12 { sub(/^ +/, ""); print "      " $0 }' # no head: it would cut perf off (pipefail)
 
 echo "N=$n the apply's trace, each node's phases from the provider's log:"
 bench_provider_phases "$d/apply.tflog" | sort -V | bench_phase_table

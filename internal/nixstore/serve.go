@@ -168,8 +168,7 @@ func AddToStoreStream(ctx context.Context, paths []string, w io.Writer) error {
 		return err
 	}
 	bw := bufio.NewWriterSize(w, streamChunk)
-	w = bw
-	s := &narWriter{w: w}
+	s := &narWriter{w: bw}
 	s.u64(serveMagicClient)
 	s.u64(serveVersion)
 	for _, p := range paths {
@@ -193,7 +192,7 @@ func AddToStoreStream(ctx context.Context, paths []string, w io.Writer) error {
 		if s.err != nil {
 			return fmt.Errorf("add to store: %w", s.err)
 		}
-		n, err := WriteNAR(w, p)
+		n, err := WriteNAR(bw, p)
 		if err != nil {
 			return fmt.Errorf("add to store: archive of %s: %w", p, err)
 		}
