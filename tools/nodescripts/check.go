@@ -33,6 +33,7 @@ var unitScripts = map[string]bool{"remote.DetachedScript": true}
 // why that is safe: what they run is checked where it is made.
 var dynamicScripts = map[string]string{
 	"remote.BatchCommand": "frames commands that are each checked where they are made (the frame is printf, a shell builtin)",
+	"remote.WithPath":     "puts PATH assignments and export (shell builtins, inlinePath) in front of a /bin/sh script that is checked where it is made",
 }
 
 // knownFaults are faults found in files another change owns, reported but not failing

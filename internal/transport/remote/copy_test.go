@@ -30,9 +30,10 @@ func (c *chrootNode) Exec(ctx context.Context, argv []string, stdin io.Reader, s
 	if i := slices.Index(argv, "nix-store"); i >= 0 {
 		argv = slices.Insert(slices.Clone(argv), i+1, "--store", c.root)
 	}
-	if i := slices.Index(argv, ImportScript); i >= 0 { // the import-and-check script
+	// The import-and-check script, with or without its PATH in front (WithPath).
+	if i := slices.IndexFunc(argv, func(a string) bool { return strings.HasSuffix(a, ImportScript) }); i >= 0 {
 		argv = slices.Clone(argv)
-		argv[i] = strings.ReplaceAll(ImportScript, "nix-store ", "nix-store --store "+Quote(c.root)+" ")
+		argv[i] = strings.ReplaceAll(argv[i], "nix-store ", "nix-store --store "+Quote(c.root)+" ")
 	}
 	return c.localRunner.Exec(ctx, argv, stdin, stdout, stderr)
 }

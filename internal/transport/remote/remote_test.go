@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,4 +160,53 @@ func TestWithPathOrder(t *testing.T) {
 	if _, err := WithPath([]string{"x"}, []string{"/a:/b"}, nil); err == nil {
 		t.Error("PATH entry with ':' accepted")
 	}
+}
+
+// A /bin/sh script gets its PATH in front of it, run by the one shell: its name, its
+// arguments and its line numbers stay its own, and so do entries the shell would read
+// as syntax. Any other command still goes through the wrapper script.
+func TestWithPathPutsThePathInFrontOfAShellScript(t *testing.T) {
+	r := localRunner{env: []string{"PATH=/node/bin"}}
+	script := `printf '%s|%s|%s|%s\n' "$PATH" "$0" "$1" "$2"
+fedi-not-a-command`
+	argv, err := WithPath([]string{"/bin/sh", "-c", script, "name", "a b", "$x;'"}, []string{"/p1", "/it's $(here)"}, []string{"/s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(argv) != 6 || argv[0] != "/bin/sh" || argv[1] != "-c" || argv[2] == pathScript {
+		t.Fatalf("a shell script was wrapped, not given its PATH in front: %q", argv)
+	}
+	var out, errOut bytes.Buffer
+	if code, err := r.Exec(context.Background(), argv, nil, &out, &errOut); err != nil || code != 127 {
+		t.Fatalf("exit %d, %v; want 127 (the script's second line names no command)", code, err)
+	}
+	if want := "/p1:/it's $(here):/node/bin:/s1|name|a b|$x;'\n"; out.String() != want {
+		t.Fatalf("the script printed %q, want %q", out.String(), want)
+	}
+	// dash says "name: 2: …", bash "name: line 2: …".
+	if msg := errOut.String(); !regexp.MustCompile(`^name: (line )?2: fedi-not-a-command`).MatchString(msg) || MissingTool(127, msg) != "fedi-not-a-command" {
+		t.Fatalf("the shell's message %q does not name the script's line 2 and the command", msg)
+	}
+	if got := withoutPath(argv); !slices.Equal(got, []string{"/bin/sh", "-c", script, "name", "a b", "$x;'"}) {
+		t.Fatalf("withoutPath = %q", got)
+	}
+	// Not a /bin/sh script: the wrapper, with the command's arguments as arguments.
+	argv, _ = WithPath([]string{"sh", "-c", script}, []string{"/p1"}, nil)
+	if argv[2] != pathScript || !slices.Equal(argv[6:], []string{"sh", "-c", script}) {
+		t.Fatalf("sh from the PATH: %q", argv)
+	}
+}
+
+// withoutPath is argv as it was before WithPath wrapped it: the fakes of this package's
+// tests read the command, not its PATH.
+func withoutPath(argv []string) []string {
+	if len(argv) > 6 && argv[2] == pathScript {
+		return argv[6:]
+	}
+	if len(argv) >= 3 && argv[0] == "/bin/sh" && argv[1] == "-c" && strings.HasPrefix(argv[2], "PATH=") {
+		if _, script, ok := strings.Cut(argv[2], inlinePathEnd); ok {
+			return append([]string{"/bin/sh", "-c", script}, argv[3:]...)
+		}
+	}
+	return argv
 }

@@ -34,10 +34,7 @@ type fakeNode struct {
 func (f *fakeNode) Dials() uint64 { return f.dialCount }
 
 func (f *fakeNode) Exec(ctx context.Context, argv []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
-	// Strip the PATH wrapper.
-	if len(argv) > 6 && argv[2] == pathScript {
-		argv = argv[6:]
-	}
+	argv = withoutPath(argv)
 	switch {
 	case slices.Contains(argv, "systemd-run"):
 		for _, a := range argv {
