@@ -16,9 +16,10 @@ import (
 // the journal, operator checks) run as the user. `-n` never prompts: a password sudo
 // would ask for is a refusal, so no prompt can hang the deploy.
 //
-// Every privileged command runs as `sudo -n -- /bin/sh -c '<set PATH>; exec "$@"' …`
-// (the same PATH wrapper as every command), so the sudoers rule the deploy needs is
-// one that lets the user run /bin/sh as root without a password: in effect full root.
+// Every privileged command runs as `sudo -n -- /bin/sh -c '<set PATH>; exec "$@"' …`,
+// or, for one of this package's /bin/sh scripts, `sudo -n -- /bin/sh -c '<set PATH>;
+// <script>' …` (WithPath, as for every command), so the sudoers rule the deploy needs
+// is one that lets the user run /bin/sh as root without a password: in effect full root.
 // The operator's lines (the ssh block's `sudo` documentation repeats them):
 //
 //	deploy ALL=(root) NOPASSWD: ALL
