@@ -121,6 +121,10 @@ var (
 	cmdListFailed  = []string{"systemctl", "list-units", "--state=failed", "--no-legend", "--plain", "--full"}
 	cmdListJobs    = []string{"systemctl", "list-jobs", "--no-legend", "--no-pager"}
 	cmdSystemState = []string{"systemctl", "is-system-running"}
+	// cmdManagerState asks systemd itself (show with no unit) for its state and how
+	// many failed units and jobs it has: a watch sample lists the failed units and the
+	// jobs only when there are some (sampleCommands).
+	cmdManagerState = []string{"systemctl", "show", "-p", "SystemState,NFailedUnits,NJobs"}
 )
 
 func cmdShow(units []string) []string {

@@ -662,6 +662,9 @@ func (n *fakeNode) systemctl(args []string) RunResult {
 	}
 	switch args[0] {
 	case "show":
+		if len(args) == 3 { // show -p <props>: the manager itself
+			return n.managerShow()
+		}
 		var blocks []string
 		units := args[4:] // show -p <props> -- units…
 		for _, name := range units {
@@ -694,15 +697,8 @@ func (n *fakeNode) systemctl(args []string) RunResult {
 		}
 		return RunResult{Stdout: []byte(b.String())}
 	case "is-system-running":
-		if n.stopping {
-			return RunResult{ExitCode: 1, Stdout: []byte("stopping\n")}
-		}
-		for _, u := range n.units {
-			if n.state(u).ActiveState == "failed" {
-				return RunResult{ExitCode: 1, Stdout: []byte("degraded\n")}
-			}
-		}
-		return RunResult{Stdout: []byte("running\n")}
+		state := n.systemState()
+		return RunResult{ExitCode: map[bool]int{true: 0, false: 1}[state == "running"], Stdout: []byte(state + "\n")}
 	case "restart":
 		for _, name := range args[2:] { // restart --no-block -- units…
 			if name == "--" {
@@ -721,6 +717,36 @@ func (n *fakeNode) systemctl(args []string) RunResult {
 		return RunResult{}
 	}
 	return RunResult{ExitCode: 1, Stderr: []byte("Unknown command verb " + args[0])}
+}
+
+// systemState is what systemd says of itself: stopping, degraded (a unit failed) or
+// running.
+func (n *fakeNode) systemState() string {
+	if n.stopping {
+		return "stopping"
+	}
+	for _, u := range n.units {
+		if n.state(u).ActiveState == "failed" {
+			return "degraded"
+		}
+	}
+	return "running"
+}
+
+// managerShow answers `systemctl show -p SystemState,NFailedUnits,NJobs` (no unit: the
+// manager's own properties, in systemd's order), counting what list-units and
+// list-jobs would list.
+func (n *fakeNode) managerShow() RunResult {
+	failed, jobs := len(n.invalidFailedNames), 0
+	for _, u := range n.units {
+		if n.state(u).ActiveState == "failed" {
+			failed++
+		}
+		if n.hasStartJob(u) {
+			jobs++
+		}
+	}
+	return RunResult{Stdout: []byte(fmt.Sprintf("NFailedUnits=%d\nNJobs=%d\nSystemState=%s\n", failed, jobs, n.systemState()))}
 }
 
 func (n *fakeNode) sortedUnitNames() []string {

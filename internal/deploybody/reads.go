@@ -3,6 +3,7 @@ package deploybody
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/fediversity/terraform-provider-fediversity/internal/deploybody/judge"
@@ -44,6 +45,47 @@ func systemState(res RunResult) (state, unread string) {
 		return "", judge.FirstLine(string(res.Stderr), "no answer")
 	}
 	return state, ""
+}
+
+// managerState is the answer to cmdManagerState.
+type managerState struct {
+	state        string // as `systemctl is-system-running` prints it: the same property
+	failed, jobs int
+}
+
+// parseManagerState reads the answer to cmdManagerState, or why it is unread: an answer
+// without all three properties, or with a count that is not one, is unread, never
+// taken for "none".
+func parseManagerState(res RunResult) (m managerState, unread string) {
+	if reason := unreadReason(res); reason != "" {
+		return m, reason
+	}
+	seen := 0
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		key, value, ok := strings.Cut(strings.TrimSpace(line), "=")
+		if !ok {
+			continue
+		}
+		var err error
+		switch key {
+		case "SystemState":
+			m.state = value
+		case "NFailedUnits":
+			m.failed, err = strconv.Atoi(value)
+		case "NJobs":
+			m.jobs, err = strconv.Atoi(value)
+		default:
+			continue
+		}
+		if err != nil || m.failed < 0 || m.jobs < 0 {
+			return managerState{}, fmt.Sprintf("systemd's %s is %.20q, not a count", key, value)
+		}
+		seen++
+	}
+	if seen != 3 || m.state == "" {
+		return managerState{}, fmt.Sprintf("systemctl show of the manager answered %.80q, not its SystemState, NFailedUnits and NJobs", strings.TrimSpace(string(res.Stdout)))
+	}
+	return m, ""
 }
 
 // parseShowAnswer reads the answer to cmdShow: the unit states, or why they are unread.

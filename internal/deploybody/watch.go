@@ -87,9 +87,10 @@ func (e *runEnv) watch(ctx context.Context, in judgeIn, checks *judge.CheckRun) 
 	return w.out, note, nil
 }
 
-// takeSample reads the failed units, the states of every unit the verdict looks at,
-// the job list and the system state, in one round trip where the transport allows. A
-// transport fault leaves the sample unanswered.
+// takeSample reads systemd's state and counts, the states of every unit the verdict
+// looks at, and (only when systemd counts some) the failed units and the jobs: in one
+// round trip where the transport allows, and a second when there are failed units or
+// jobs to list. A transport fault leaves the sample unanswered.
 func (e *runEnv) takeSample(ctx context.Context, w *watcher) judge.Sample {
 	s := judge.Sample{At: e.o.Clock.Now()}
 	interest := e.unitsOfInterest(w)
@@ -108,9 +109,8 @@ func (e *runEnv) takeSample(ctx context.Context, w *watcher) judge.Sample {
 	w.checks.RecordNodeAnswers(dueNodes, checkAnswers(answers[nShown:]), s.At)
 	answers = answers[:nShown]
 	s.Answered = true
-	s.Failed, s.FailedUnread = e.parseFailed(ctx, answers[0])
 	s.Units = map[string]judge.UnitState{}
-	for _, res := range answers[3:] {
+	for _, res := range answers[1:] {
 		states, reason := e.parseShowAnswer(ctx, res)
 		if reason != "" {
 			s.Units, s.UnitsUnread = nil, reason
@@ -120,15 +120,47 @@ func (e *runEnv) takeSample(ctx context.Context, w *watcher) judge.Sample {
 			s.Units[name] = st
 		}
 	}
+	manager, reason := parseManagerState(answers[0])
+	var jobsAnswer *RunResult
+	if reason != "" {
+		s.FailedUnread, s.JobsUnread, s.SystemStateUnread = reason, reason, reason
+	} else {
+		s.SystemState = manager.state
+		var lists [][]string
+		if manager.failed > 0 {
+			lists = append(lists, cmdListFailed)
+		}
+		if manager.jobs > 0 {
+			lists = append(lists, cmdListJobs)
+		}
+		listed, err := e.remoteBatch(ctx, w.in.toplevel, lists...)
+		if err != nil {
+			e.log(ctx, LevelDebug, PhaseWatch, "sample unanswered", map[string]any{"error": err.Error()})
+			s.Answered = false
+			return s
+		}
+		s.Failed = []string{}
+		if manager.failed > 0 {
+			s.Failed, s.FailedUnread = e.parseFailed(ctx, listed[0])
+			listed = listed[1:]
+		}
+		if manager.jobs > 0 {
+			jobsAnswer = &listed[0]
+		}
+	}
 	if !e.showNewlyFailed(ctx, w, &s, interest) {
 		s.Answered = false
 		return s
 	}
-	s.SystemState, s.SystemStateUnread = systemState(answers[2])
-	jobs, reason := parseJobs(answers[1])
-	if reason != "" {
-		s.JobsUnread = reason
+	if s.JobsUnread != "" {
 		return s
+	}
+	var jobs []judge.Job
+	if jobsAnswer != nil {
+		if jobs, reason = parseJobs(*jobsAnswer); reason != "" {
+			s.JobsUnread = reason
+			return s
+		}
 	}
 	s.Jobs = append([]judge.Job{}, jobs...)
 	w.out.jobs.Observe(jobs, s.At)
@@ -150,10 +182,12 @@ func (e *runEnv) unitsOfInterest(w *watcher) map[string]bool {
 	return interest
 }
 
-// sampleCommands are a sample's reads: the failed units, the jobs, the system state
-// and the states of shown, in that order.
+// sampleCommands are a sample's first reads: systemd's state and counts, then the
+// states of shown. A healthy node (no failed unit, no job) needs nothing else: two
+// systemctl a sample, where listing the failed units and the jobs and asking the state
+// each time took four (docs/testing.md#node-execs).
 func sampleCommands(shown []string) [][]string {
-	cmds := [][]string{cmdListFailed, cmdListJobs, cmdSystemState}
+	cmds := [][]string{cmdManagerState}
 	for start := 0; start < len(shown); start += showUnitsBatch {
 		cmds = append(cmds, cmdShow(shown[start:min(start+showUnitsBatch, len(shown))]))
 	}
