@@ -173,7 +173,6 @@ here_cpu() { awk '{ print $1 + $2 }' "$work/time"; }
 node_cpu() { bench_cpu_ns "$cpu_file"; }
 # ts LINE: the seconds of the log line's leading RFC 3339 timestamp.
 ts() { date -d "$(cut -d' ' -f1 <<<"$1")" +%s.%N; }
-median() { sort -n | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 
 for tr in $transports; do
   case "$tr" in
@@ -244,7 +243,7 @@ TF
     printf '%s %s %s %s %s\n' "$hand" "$net" "$(echo "$net / $hand" | bc -l)" "$dnet" "$(echo "$dnet / $hand" | bc -l)" >>"$work/$tr.rows"
     printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f\n' "$round" "$hand" "$net" "$(echo "$net / $hand" | bc -l)" "" "$dnet" "$(echo "$dnet / $hand" | bc -l)"
   done
-  col() { awk -v c="$1" '{print $c}' "$work/$tr.rows" | median; }
+  col() { awk -v c="$1" '{print $c}' "$work/$tr.rows" | bench_median; }
   worst() { awk -v c="$1" '{print $c}' "$work/$tr.rows" | sort -n | tail -1; }
   printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f   (medians; ratio target <= 1.10)\n' median "$(col 1)" "$(col 2)" "$(col 3)" "" "$(col 4)" "$(col 5)"
   printf '  %-5s %7.2fs %9.2fs %8.2f %8s %9.2fs %8.2f   (the slowest round of each column)\n' worst "$(worst 1)" "$(worst 2)" "$(worst 3)" "" "$(worst 4)" "$(worst 5)"
@@ -266,7 +265,7 @@ TF
   resent=$(grep -o '[0-9]* of [0-9]* paths sent, [0-9]* bytes' "$dir/reapply.log" | tail -1)
   printf '  first apply copied     %s\n' "${sent:-?}"
   printf '  re-apply copied        %s  (target: 0 bytes)\n' "${resent:-?}"
-  cpu() { awk -v c="$2" '{print $c}' "$work/$tr.cpu-$1" | median; }
+  cpu() { awk -v c="$2" '{print $c}' "$work/$tr.cpu-$1" | bench_median; }
   printf '  cpu, core-s (medians)  hand-run: here %.2f, node %.2f; provider apply: here %.2f, node %.2f\n' \
     "$(cpu hand 1)" "$(cpu hand 2)" "$(cpu prov 1)" "$(cpu prov 2)"
   printf '  provider phases        over %d rounds (a phase at 0 ms in every round left out)\n' "$ROUNDS"
@@ -285,7 +284,7 @@ floor() { # dir: medians of ROUNDS applies, each replacing everything (timestamp
   for i in $(seq "$ROUNDS"); do
     t0=$(now); (cd "$1" && "$TF" apply -auto-approve -input=false >/dev/null 2>&1); t1=$(now)
     echo "$t1 - $t0" | bc -l
-  done | median
+  done | bench_median
 }
 mkdir -p "$work/floor-core" "$work/floor-provider"
 echo 'resource "terraform_data" "x" { input = timestamp() }' >"$work/floor-core/main.tf"

@@ -48,8 +48,6 @@ bench_hand_ssh "$sshopts" "$top" >"$work/hand.log" 2>&1
 bench_wait_quiet
 cpu_file=$(bench_cpu_file "$node")
 
-# median of the numbers on stdin
-median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 # timed CMD…: "<wall ms> <node CPU ms>" of one run of CMD
 timed() {
   local t0 c0 t1 c1
@@ -69,8 +67,8 @@ for r in $(seq 1 "$rounds"); do
 done
 declare -A wall cpu
 for a in test boot switch; do
-  wall[$a]=$(awk -v a="$a" '$1 == a { print $2 }' "$work/actions" | median)
-  cpu[$a]=$(awk -v a="$a" '$1 == a { print $3 }' "$work/actions" | median)
+  wall[$a]=$(awk -v a="$a" '$1 == a { print $2 }' "$work/actions" | bench_median)
+  cpu[$a]=$(awk -v a="$a" '$1 == a { print $3 }' "$work/actions" | bench_median)
 done
 
 # Round trips over one open connection, as the deploy sends its commands.

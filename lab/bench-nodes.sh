@@ -17,6 +17,9 @@ bench_discard() {
   fi
 }
 
+# bench_median: the median of the numbers on stdin, one a line.
+bench_median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+
 # bench_raise_limits N: many nodes need a higher fs.inotify.max_user_instances (each
 # systemd boot takes about 12); raised when lower than 64 per node plus 256.
 bench_raise_limits() {

@@ -697,8 +697,11 @@ func (n *fakeNode) systemctl(args []string) RunResult {
 		}
 		return RunResult{Stdout: []byte(b.String())}
 	case "is-system-running":
-		state := n.systemState()
-		return RunResult{ExitCode: map[bool]int{true: 0, false: 1}[state == "running"], Stdout: []byte(state + "\n")}
+		res := RunResult{Stdout: []byte(n.systemState() + "\n")}
+		if string(res.Stdout) != "running\n" {
+			res.ExitCode = 1
+		}
+		return res
 	case "restart":
 		for _, name := range args[2:] { // restart --no-block -- units…
 			if name == "--" {

@@ -121,7 +121,7 @@ func (e *runEnv) takeSample(ctx context.Context, w *watcher) judge.Sample {
 		}
 	}
 	manager, reason := parseManagerState(answers[0])
-	var jobsAnswer *RunResult
+	var jobs []judge.Job
 	if reason != "" {
 		s.FailedUnread, s.JobsUnread, s.SystemStateUnread = reason, reason, reason
 	} else {
@@ -145,7 +145,7 @@ func (e *runEnv) takeSample(ctx context.Context, w *watcher) judge.Sample {
 			listed = listed[1:]
 		}
 		if manager.jobs > 0 {
-			jobsAnswer = &listed[0]
+			jobs, s.JobsUnread = parseJobs(listed[0])
 		}
 	}
 	if !e.showNewlyFailed(ctx, w, &s, interest) {
@@ -154,13 +154,6 @@ func (e *runEnv) takeSample(ctx context.Context, w *watcher) judge.Sample {
 	}
 	if s.JobsUnread != "" {
 		return s
-	}
-	var jobs []judge.Job
-	if jobsAnswer != nil {
-		if jobs, reason = parseJobs(*jobsAnswer); reason != "" {
-			s.JobsUnread = reason
-			return s
-		}
 	}
 	s.Jobs = append([]judge.Job{}, jobs...)
 	w.out.jobs.Observe(jobs, s.At)
